@@ -1,0 +1,433 @@
+// The main experiment: FP32 vs emulated FP8 (delayed scaling) on Fashion-MNIST.
+#include "train.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "fp8emu/config.hpp"
+#include "fp8emu/io/atomic_file.hpp"
+#include "fp8emu/io/idx.hpp"
+#include "fp8emu/nn/mlp.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::experiments {
+namespace {
+
+using nn::Matrix;
+constexpr int kClasses = 10;
+constexpr int kEvalBatch = 1000;
+
+struct Split {
+  Matrix x;                          // Shape [n, 784], pixel / 255
+  std::vector<std::uint8_t> labels;  // Shape [n]
+};
+
+std::string find_idx(const std::string& dir, const std::string& stem) {
+  for (const char* ext : {".gz", ""}) {
+    const std::string p = dir + "/" + stem + ext;
+    if (std::filesystem::exists(p)) return p;
+  }
+  FP8EMU_FAIL("Fashion-MNIST not found: ", dir, " has no ", stem, ".gz. Install the data with "
+              "`apt-get install dataset-fashion-mnist` (as root, or run scripts/setup), or point "
+              "--data-dir at a folder holding the four IDX files.");
+}
+
+Split load_split(const std::string& dir, const std::string& prefix, int limit) {
+  const io::ImageDataset ds = io::read_idx_dataset(find_idx(dir, prefix + "-images-idx3-ubyte"),
+                                                   find_idx(dir, prefix + "-labels-idx1-ubyte"), kClasses);
+  const int n = std::min(limit, ds.count);
+  const int d = ds.rows * ds.cols;
+  Split s;
+  s.x = Matrix(n, d);
+  for (std::size_t i = 0; i < s.x.size(); ++i) s.x.data[i] = float(ds.images[i]) / 255.0f;
+  s.labels.assign(ds.labels.begin(), ds.labels.begin() + n);
+  return s;
+}
+
+void gather(const Split& s, const std::vector<int>& idx, std::size_t begin, int count, Matrix& x,
+            std::vector<std::uint8_t>& y) {
+  x.resize(count, s.x.cols);
+  y.resize(std::size_t(count));
+  for (int i = 0; i < count; ++i) {
+    const int src = idx[begin + std::size_t(i)];
+    std::copy(s.x.row(src), s.x.row(src) + s.x.cols, x.row(i));
+    y[std::size_t(i)] = s.labels[std::size_t(src)];
+  }
+}
+
+struct LayerEpoch {
+  double rel_error = 0.0;
+  emu::QuantizeStats input, weight, grad_output;
+  float scale_input = 1, scale_weight = 1, scale_grad_output = 1;
+};
+
+struct RunLog {
+  RunResult result;
+  std::vector<double> seconds;                 // cumulative, per epoch
+  std::vector<std::vector<LayerEpoch>> layers;  // [epoch][layer], FP8 runs only
+};
+
+double frac(std::uint64_t a, std::uint64_t n) { return n ? double(a) / double(n) : 0.0; }
+
+std::string fmt_g(double v) {
+  std::ostringstream os;
+  os << std::setprecision(9) << v;
+  return os.str();
+}
+
+class Progress {
+ public:
+  Progress(bool on, std::string run, int epoch, int epochs, int batches)
+      : on_(on), tty_(::isatty(2) != 0), run_(std::move(run)), epoch_(epoch), epochs_(epochs),
+        batches_(batches) {}
+  void update(int done, double loss) {
+    if (!on_) return;
+    const int pct = batches_ ? int(100.0 * done / batches_) : 100;
+    if (tty_) {
+      if (done % 20 != 0 && done != batches_) return;
+      std::fprintf(stderr, "\r[%s] epoch %d/%d  %3d%%  batch %d/%d  loss %.4f", run_.c_str(), epoch_,
+                   epochs_, pct, done, batches_, loss);
+      if (done == batches_) std::fprintf(stderr, "\n");
+    } else if (pct / 25 > last_quarter_ || done == batches_) {
+      last_quarter_ = pct / 25;
+      std::fprintf(stderr, "[%s] epoch %d/%d  %3d%%  batch %d/%d  loss %.4f\n", run_.c_str(), epoch_,
+                   epochs_, pct, done, batches_, loss);
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  bool on_, tty_;
+  std::string run_;
+  int epoch_, epochs_, batches_, last_quarter_ = 0;
+};
+
+void evaluate(nn::Mlp& model, const Split& test, bool twin, double& loss, double& acc,
+              std::vector<double>* rel_error) {
+  const int n = test.x.rows;
+  std::vector<int> order(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) order[std::size_t(i)] = i;
+  Matrix x, logits;
+  std::vector<std::uint8_t> y;
+  double loss_sum = 0.0;
+  long correct = 0;
+  std::vector<std::pair<double, double>> sums(model.layers.size(), {0.0, 0.0}), part;
+  for (int b = 0; b < n; b += kEvalBatch) {
+    const int cnt = std::min(kEvalBatch, n - b);
+    gather(test, order, std::size_t(b), cnt, x, y);
+    model.forward(x, logits, false, twin ? &part : nullptr);
+    loss_sum += nn::softmax_cross_entropy(logits, y, nullptr) * cnt;
+    const std::vector<int> pred = nn::argmax_rows(logits);
+    for (int i = 0; i < cnt; ++i) correct += pred[std::size_t(i)] == y[std::size_t(i)];
+    if (twin)
+      for (std::size_t l = 0; l < sums.size(); ++l) {
+        sums[l].first += part[l].first;
+        sums[l].second += part[l].second;
+      }
+  }
+  loss = n ? loss_sum / n : 0.0;
+  acc = n ? double(correct) / n : 0.0;
+  if (rel_error) {
+    rel_error->clear();
+    for (auto& s : sums) rel_error->push_back(s.second > 0 ? std::sqrt(s.first / s.second) : 0.0);
+  }
+}
+
+RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision precision,
+                 const Split& train, const Split& test, const std::vector<int>& sizes,
+                 const std::function<void(const RunLog&)>& on_epoch) {
+  RunLog log;
+  log.result.name = name;
+  nn::Mlp model(sizes, nn::parse_activation(cfg.activation), precision, cfg.delayed, cfg.seed);
+  nn::Optimizer opt(nn::Optimizer::parse(cfg.optimizer), cfg.lr);
+  nn::Rng shuffle_rng(cfg.seed ^ 0x9E3779B97F4A7C15ull);
+  std::vector<int> order(std::size_t(train.x.rows));
+  for (int i = 0; i < train.x.rows; ++i) order[std::size_t(i)] = i;
+  const int batches = (train.x.rows + cfg.batch_size - 1) / cfg.batch_size;
+  const bool fp8 = precision == nn::Precision::kFp8;
+  const auto t0 = std::chrono::steady_clock::now();
+  Matrix x, logits, dlogits;
+  std::vector<std::uint8_t> y;
+  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    shuffle_rng.shuffle(order);
+    for (auto& l : model.layers) l.stats = {};
+    Progress progress(cfg.progress, name, epoch, cfg.epochs, batches);
+    double loss_sum = 0.0;
+    for (int b = 0; b < batches; ++b) {
+      const std::size_t begin = std::size_t(b) * std::size_t(cfg.batch_size);
+      const int cnt = int(std::min<std::size_t>(std::size_t(cfg.batch_size), order.size() - begin));
+      gather(train, order, begin, cnt, x, y);
+      model.forward(x, logits, true);
+      model.update_forward_scales();  // TE: autocast exit, after the forward
+      const double loss = nn::softmax_cross_entropy(logits, y, &dlogits);
+      model.backward(dlogits);
+      model.update_backward_scales();  // TE: end of the first module's backward
+      opt.step(model);
+      loss_sum += loss;
+      progress.update(b + 1, loss_sum / (b + 1));
+    }
+    double test_loss = 0, test_acc = 0;
+    std::vector<double> rel;
+    evaluate(model, test, fp8, test_loss, test_acc, fp8 ? &rel : nullptr);
+    log.result.train_loss.push_back(batches ? loss_sum / batches : 0.0);
+    log.result.test_loss.push_back(test_loss);
+    log.result.test_accuracy.push_back(test_acc);
+    log.result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log.seconds.push_back(log.result.seconds);
+    if (fp8) {
+      std::vector<LayerEpoch> le(model.layers.size());
+      for (std::size_t l = 0; l < le.size(); ++l) {
+        const nn::Linear& L = model.layers[l];
+        le[l].rel_error = rel[l];
+        le[l].input = L.stats.input;
+        le[l].weight = L.stats.weight;
+        le[l].grad_output = L.stats.grad_output;
+        le[l].scale_input = L.forward_state().scale(nn::Linear::kInput);
+        le[l].scale_weight = L.forward_state().scale(nn::Linear::kWeight);
+        le[l].scale_grad_output = L.backward_state().scale(nn::Linear::kGradOutput);
+      }
+      log.layers.push_back(std::move(le));
+    }
+    if (cfg.progress)
+      std::fprintf(stderr, "[%s] epoch %d/%d  train_loss %.4f  test_loss %.4f  test_accuracy %.4f  (%.1f s)\n",
+                   name.c_str(), epoch, cfg.epochs, log.result.train_loss.back(), test_loss, test_acc,
+                   log.result.seconds);
+    on_epoch(log);
+  }
+  return log;
+}
+
+std::string metrics_csv(const std::vector<RunLog>& logs) {
+  std::ostringstream os;
+  os << "run,epoch,train_loss,test_loss,test_accuracy,seconds\n";
+  for (const auto& l : logs)
+    for (std::size_t e = 0; e < l.result.train_loss.size(); ++e)
+      os << l.result.name << ',' << e + 1 << ',' << fmt_g(l.result.train_loss[e]) << ','
+         << fmt_g(l.result.test_loss[e]) << ',' << fmt_g(l.result.test_accuracy[e]) << ','
+         << std::fixed << std::setprecision(3) << l.seconds[e] << std::defaultfloat << '\n';
+  return os.str();
+}
+
+std::string layers_csv(const std::vector<RunLog>& logs) {
+  std::ostringstream os;
+  os << "run,epoch,layer,rel_error,input_saturated,input_underflow,weight_saturated,"
+        "weight_underflow,grad_output_saturated,grad_output_underflow,scale_input,scale_weight,"
+        "scale_grad_output\n";
+  for (const auto& l : logs)
+    for (std::size_t e = 0; e < l.layers.size(); ++e)
+      for (std::size_t k = 0; k < l.layers[e].size(); ++k) {
+        const LayerEpoch& x = l.layers[e][k];
+        os << l.result.name << ',' << e + 1 << ',' << k << ',' << fmt_g(x.rel_error) << ','
+           << fmt_g(frac(x.input.saturated, x.input.count)) << ','
+           << fmt_g(frac(x.input.underflow, x.input.count)) << ','
+           << fmt_g(frac(x.weight.saturated, x.weight.count)) << ','
+           << fmt_g(frac(x.weight.underflow, x.weight.count)) << ','
+           << fmt_g(frac(x.grad_output.saturated, x.grad_output.count)) << ','
+           << fmt_g(frac(x.grad_output.underflow, x.grad_output.count)) << ','
+           << fmt_g(x.scale_input) << ',' << fmt_g(x.scale_weight) << ','
+           << fmt_g(x.scale_grad_output) << '\n';
+      }
+  return os.str();
+}
+
+nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes, int threads) {
+  nlohmann::json c;
+  c["data_dir"] = cfg.data_dir;
+  c["epochs"] = cfg.epochs;
+  c["batch_size"] = cfg.batch_size;
+  c["train_samples"] = cfg.train_samples;
+  c["test_samples"] = cfg.test_samples;
+  c["seed"] = cfg.seed;
+  c["threads"] = threads;
+  c["recipe"] = cfg.recipe;
+  c["layer_sizes"] = sizes;
+  c["activation"] = cfg.activation;
+  c["optimizer"] = cfg.optimizer;
+  c["lr"] = cfg.lr;
+  c["fp8_format"] = cfg.delayed.fp8_format == scaling::Fp8Recipe::kHybrid ? "hybrid" : "e4m3";
+  c["amax_history_len"] = cfg.delayed.amax_history_len;
+  c["amax_compute_algo"] =
+      cfg.delayed.amax_compute_algo == scaling::AmaxComputeAlgo::kMax ? "max" : "most_recent";
+  c["margin"] = cfg.delayed.margin;
+  c["gemm_accumulation"] = "exact products, fp32 sequential in k";
+  return c;
+}
+
+nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::json& config,
+                            bool plot) {
+  nlohmann::json j;
+  j["fp8emu_version"] = FP8EMU_VERSION_STRING;
+  j["config"] = config;
+  nlohmann::json runs = nlohmann::json::object();
+  for (const auto& l : logs) {
+    nlohmann::json r;
+    r["test_accuracy"] = l.result.test_accuracy.empty() ? 0.0 : l.result.test_accuracy.back();
+    r["train_loss"] = l.result.train_loss.empty() ? 0.0 : l.result.train_loss.back();
+    r["test_loss"] = l.result.test_loss.empty() ? 0.0 : l.result.test_loss.back();
+    r["seconds"] = l.result.seconds;
+    r["epochs"] = l.result.train_loss.size();
+    if (!l.layers.empty()) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (std::size_t k = 0; k < l.layers.back().size(); ++k) {
+        const LayerEpoch& x = l.layers.back()[k];
+        layers.push_back({{"layer", k},
+                          {"rel_error", x.rel_error},
+                          {"input_saturated", frac(x.input.saturated, x.input.count)},
+                          {"input_underflow", frac(x.input.underflow, x.input.count)},
+                          {"weight_saturated", frac(x.weight.saturated, x.weight.count)},
+                          {"weight_underflow", frac(x.weight.underflow, x.weight.count)},
+                          {"grad_output_saturated", frac(x.grad_output.saturated, x.grad_output.count)},
+                          {"grad_output_underflow", frac(x.grad_output.underflow, x.grad_output.count)},
+                          {"scale_input", x.scale_input},
+                          {"scale_weight", x.scale_weight},
+                          {"scale_grad_output", x.scale_grad_output}});
+      }
+      r["layers"] = layers;
+    }
+    runs[l.result.name] = r;
+  }
+  j["runs"] = runs;
+  if (logs.size() >= 2)
+    j["accuracy_gap_pp"] = 100.0 * (logs[0].result.test_accuracy.back() - logs[1].result.test_accuracy.back());
+  j["files"] = {{"metrics", "metrics.csv"}, {"layers", "layers.csv"}, {"plot", plot ? "curves.png" : ""}};
+  return j;
+}
+
+// Renders curves.png with gnuplot (a well-kept plotting program; Debian's gnuplot-nox).
+// Returns false, with a message, when gnuplot is not installed or fails.
+bool write_plot(const std::string& out_dir, const std::vector<RunLog>& logs) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "note: curves.png not written: gnuplot is not installed "
+                         "(apt-get install gnuplot-nox, or run scripts/setup)\n");
+    return false;
+  }
+  namespace fs = std::filesystem;
+  const std::string tmp_png = out_dir + "/curves.png.tmp." + std::to_string(::getpid());
+  std::ostringstream script;
+  script << "set terminal pngcairo size 1200,480 font ',10'\n"
+         << "set output '" << tmp_png << "'\n"
+         << "set multiplot layout 1,2 title 'fp8emu train: Fashion-MNIST MLP, FP32 vs FP8'\n"
+         << "set key top right\nset grid\nset xlabel 'epoch'\n"
+         << "set xrange [0.5:" << logs.front().result.train_loss.size() << ".5]\n";
+  auto panel = [&](const char* title, int col) {
+    script << "set title '" << title << "'\nplot ";
+    for (std::size_t r = 0; r < logs.size(); ++r) {
+      script << (r ? ", " : "") << "'-' using 1:2 with linespoints lw 2 title '" << logs[r].result.name
+             << "'";
+    }
+    script << "\n";
+    for (const auto& l : logs) {
+      const auto& v = col == 0 ? l.result.train_loss : l.result.test_accuracy;
+      for (std::size_t e = 0; e < v.size(); ++e) script << e + 1 << ' ' << fmt_g(v[e]) << '\n';
+      script << "e\n";
+    }
+  };
+  panel("train loss (mean per epoch)", 0);
+  script << "set key bottom right\n";
+  panel("test accuracy", 1);
+  script << "unset multiplot\n";
+  const std::string gp = out_dir + "/.curves.gp." + std::to_string(::getpid());
+  io::write_file_atomic(gp, script.str());
+  const std::string cmd = "gnuplot '" + gp + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  fs::remove(gp);
+  if (rc != 0 || !fs::exists(tmp_png)) {
+    std::fprintf(stderr, "note: curves.png not written: gnuplot failed (exit %d)\n", rc);
+    fs::remove(tmp_png);
+    return false;
+  }
+  fs::rename(tmp_png, out_dir + "/curves.png");
+  return true;
+}
+
+std::string timestamp_dir() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "results/%Y%m%d-%H%M%S", std::localtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+std::vector<RunResult> run_train(TrainConfig cfg) {
+  // 1. Check the whole configuration before touching data or disk.
+  FP8EMU_CHECK(cfg.recipe == "delayed", "unknown recipe '", cfg.recipe, "' (accepted: delayed)");
+  FP8EMU_CHECK(cfg.epochs >= 1, "--epochs must be >= 1, got ", cfg.epochs);
+  FP8EMU_CHECK(cfg.batch_size >= 1, "--batch-size must be >= 1, got ", cfg.batch_size);
+  FP8EMU_CHECK(cfg.train_samples >= 1, "--train-samples must be >= 1, got ", cfg.train_samples);
+  FP8EMU_CHECK(cfg.test_samples >= 1, "--test-samples must be >= 1, got ", cfg.test_samples);
+  FP8EMU_CHECK(cfg.threads >= 0, "--threads must be >= 0, got ", cfg.threads);
+  FP8EMU_CHECK(cfg.delayed.amax_history_len >= 1, "--amax-history-len must be >= 1");
+  FP8EMU_CHECK(std::isfinite(cfg.delayed.margin), "--margin must be finite");
+  for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1, "--hidden sizes must be >= 1, got ", h);
+  nn::parse_activation(cfg.activation);
+  nn::Optimizer::parse(cfg.optimizer);
+  if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
+  io::ensure_writable_dir(cfg.out_dir);
+#ifdef _OPENMP
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  const int threads = omp_get_max_threads();
+#else
+  const int threads = 1;
+#endif
+
+  // 2. Data.
+  const Split train = load_split(cfg.data_dir, "train", cfg.train_samples);
+  const Split test = load_split(cfg.data_dir, "t10k", cfg.test_samples);
+  std::vector<int> sizes{train.x.cols};
+  sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
+  sizes.push_back(kClasses);
+  if (cfg.progress)
+    std::fprintf(stderr, "fp8emu train: %d train / %d test images from %s, MLP", train.x.rows,
+                 test.x.rows, cfg.data_dir.c_str());
+  if (cfg.progress) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) std::fprintf(stderr, "%s%d", i ? "-" : " ", sizes[i]);
+    std::fprintf(stderr, ", %d epochs, %d threads, results in %s\n", cfg.epochs, threads,
+                 cfg.out_dir.c_str());
+  }
+
+  // 3. The runs; metrics files are rewritten after every epoch.
+  const nlohmann::json config = config_json(cfg, sizes, threads);
+  std::vector<RunLog> logs;
+  auto save = [&](const RunLog& current) {
+    std::vector<RunLog> all = logs;
+    all.push_back(current);
+    io::write_file_atomic(cfg.out_dir + "/metrics.csv", metrics_csv(all));
+    io::write_file_atomic(cfg.out_dir + "/layers.csv", layers_csv(all));
+  };
+  logs.push_back(train_one(cfg, "fp32", nn::Precision::kFp32, train, test, sizes, save));
+  logs.push_back(train_one(cfg, "fp8_" + cfg.recipe, nn::Precision::kFp8, train, test, sizes, save));
+
+  // 4. Plot and summary (the summary last: its presence marks a finished run).
+  const bool plot = write_plot(cfg.out_dir, logs);
+  io::write_file_atomic(cfg.out_dir + "/summary.json", summary_json(logs, config, plot).dump(2) + "\n");
+
+  std::printf("%-12s %14s %10s %10s %9s\n", "run", "test_accuracy", "train_loss", "test_loss", "seconds");
+  for (const auto& l : logs)
+    std::printf("%-12s %14.4f %10.4f %10.4f %9.1f\n", l.result.name.c_str(), l.result.test_accuracy.back(),
+                l.result.train_loss.back(), l.result.test_loss.back(), l.result.seconds);
+  std::printf("FP8 - FP32 test accuracy: %+.2f percentage points\n",
+              100.0 * (logs[1].result.test_accuracy.back() - logs[0].result.test_accuracy.back()));
+  std::printf("results: %s (summary.json, metrics.csv, layers.csv%s)\n", cfg.out_dir.c_str(),
+              plot ? ", curves.png" : "");
+  std::vector<RunResult> out;
+  for (auto& l : logs) out.push_back(l.result);
+  return out;
+}
+
+}  // namespace fp8emu::experiments

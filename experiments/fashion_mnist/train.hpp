@@ -1,0 +1,58 @@
+/// \file train.hpp
+/// \brief The main experiment (`fp8emu train`): the same MLP trained on Fashion-MNIST in FP32 and
+/// in emulated FP8 (TE delayed scaling), from the same seed, initial weights and batch order.
+///
+/// Outputs in `out_dir` (each written atomically; metrics files rewritten after every epoch):
+///   metrics.csv   run,epoch,train_loss,test_loss,test_accuracy,seconds
+///   layers.csv    per FP8 run, epoch and layer: relative error of the layer output against its
+///                 FP32 twin on the test set, saturated / underflow fractions of the input, weight
+///                 and grad_output casts during the epoch, and the scales at the end of the epoch
+///   summary.json  {"runs": {"fp32": {...}, "fp8_delayed": {...}}, "config": {...}, ...}
+///   curves.png    loss and accuracy per epoch for both runs (when gnuplot is installed)
+/// Determinism: identical metrics (not timings) for the same seed at any thread count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fp8emu/scaling/delayed_scaling.hpp"
+
+namespace fp8emu::experiments {
+
+/// Folder where Debian's dataset-fashion-mnist installs the IDX files.
+inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+struct TrainConfig {
+  std::string data_dir = kDefaultFashionMnistDir;
+  std::string out_dir;             ///< Empty: results/<timestamp>.
+  int epochs = 10;
+  int batch_size = 64;
+  int train_samples = 60000;       ///< First N training images (clamped to what the file holds).
+  int test_samples = 10000;        ///< First N test images.
+  std::uint64_t seed = 1;
+  int threads = 0;                 ///< 0: OpenMP default.
+  std::string recipe = "delayed";  ///< FP8 recipe; "delayed" (TE DelayedScaling).
+  std::vector<int> hidden = {256, 128};
+  std::string activation = "relu";
+  std::string optimizer = "adam";
+  float lr = 1e-3f;
+  scaling::DelayedScaling delayed;  ///< TE defaults: HYBRID, history 1024, max, margin 0.
+  bool progress = true;
+};
+
+/// Outcome of one run, for callers and tests.
+struct RunResult {
+  std::string name;                 ///< "fp32", "fp8_delayed".
+  std::vector<double> train_loss;   ///< Mean over the epoch's batches, per epoch.
+  std::vector<double> test_loss;
+  std::vector<double> test_accuracy;
+  double seconds = 0.0;
+};
+
+/// Run the experiment. \return the runs in order (fp32 first).
+/// \throws fp8emu::Error for a bad config, a missing or corrupt dataset, or an unwritable out_dir
+///         (checked before any training).
+std::vector<RunResult> run_train(TrainConfig cfg);
+
+}  // namespace fp8emu::experiments

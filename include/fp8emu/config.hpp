@@ -1,0 +1,18 @@
+/// \file config.hpp
+/// \brief Build-wide macros of fp8emu: host/device qualifiers and the version.
+///
+/// `FP8EMU_HD` marks the integer-only core functions that are shared by the CPU emulator and the
+/// CUDA kernels: `__host__ __device__ __forceinline__` under nvcc, plain `inline` otherwise.
+/// This header includes nothing else.
+#pragma once
+
+#define FP8EMU_VERSION_MAJOR 0
+#define FP8EMU_VERSION_MINOR 1
+#define FP8EMU_VERSION_PATCH 0
+#define FP8EMU_VERSION_STRING "0.1.0"
+
+#if defined(__CUDACC__)
+#define FP8EMU_HD __host__ __device__ __forceinline__
+#else
+#define FP8EMU_HD inline
+#endif

@@ -1,0 +1,125 @@
+/// \file convert.hpp
+/// \brief fp32 <-> FP8 conversion: the one definition of the arithmetic, shared by the CPU
+/// emulator and the CUDA kernels. Integer-only, total (no input can fail), no <cmath>, no
+/// exceptions; builds with g++ alone and under nvcc (FP8EMU_HD).
+///
+/// Mirrors CUDA 13 `cuda_fp8.hpp` host code: `__nv_cvt_float_to_fp8(x, __NV_SATFINITE|__NV_NOSAT,
+/// __NV_E4M3|__NV_E5M2)` and `__nv_cvt_fp8_to_halfraw` followed by `__half2float`. Equality is
+/// checked for all 2^32 fp32 inputs, both formats and both modes (tests/core/test_convert_exhaustive).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "fp8emu/config.hpp"
+#include "fp8emu/format/format_spec.hpp"
+
+namespace fp8emu {
+
+/// Overflow policy of fp32 -> FP8, named as CUDA's `__nv_saturation_t`.
+enum class Saturation : std::uint8_t {
+  kSatFinite,  ///< `__NV_SATFINITE`: finite overflow and +-Inf go to +-max finite.
+  kNoSat,      ///< `__NV_NOSAT`: overflow and +-Inf go to +-Inf (E5M2) or +-NaN code (E4M3).
+};
+
+namespace core {
+
+/// Bits of an fp32 value.
+FP8EMU_HD std::uint32_t f32_to_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+/// fp32 value of a bit pattern.
+FP8EMU_HD float bits_to_f32(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+/// `v >> s` rounded to nearest, ties to even, for 1 <= s <= 31.
+FP8EMU_HD constexpr std::uint32_t shift_right_rne(std::uint32_t v, int s) {
+  const std::uint32_t q = v >> s;
+  const std::uint32_t rem = v & ((1u << s) - 1u);
+  const std::uint32_t half = 1u << (s - 1);
+  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+}
+
+/// fp32 (given as bits) -> FP8 code, round to nearest even, one rounding.
+///
+/// Steps, as CUDA's host path (which widens to double exactly and rounds once):
+///  1. NaN -> the positive canonical NaN code (0x7F): CUDA's float entry drops the NaN's sign.
+///  2. +-Inf -> +-max finite (kSatFinite) or the overflow code (kNoSat: Inf for E5M2, NaN for E4M3).
+///  3. Normal target range: keep `mantissa_bits` bits, RNE on the rest; a carry moves the exponent.
+///  4. Subnormal target range: align the 24-bit significand to the subnormal ulp, RNE; exactly half
+///     the smallest subnormal goes to zero (ties to even), the sign of zero is kept.
+///  5. A result above max finite (incl. rounding onto the Inf/NaN code) is overflow, handled as 2.
+/// \param bits  fp32 bit pattern; every pattern is valid.
+/// \param f     target format record (kSpecE4M3 or kSpecE5M2).
+/// \param sat   overflow policy.
+/// \return      8-bit code, sign in bit 7.
+FP8EMU_HD constexpr std::uint8_t encode_f32_bits(std::uint32_t bits, FormatSpec f,
+                                                 Saturation sat) {
+  const std::uint32_t sign = (bits >> 31) ? f.sign_mask() : 0u;
+  const std::uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return std::uint8_t(f.nan_code());  // step 1
+  const std::uint32_t overflow_code =
+      sat == Saturation::kSatFinite ? f.max_finite_code() : (f.has_inf ? f.inf_code() : f.nan_code());
+  if (abs == 0x7F800000u) return std::uint8_t(sign | overflow_code);  // step 2
+  const int m = f.mantissa_bits;
+  const int shift = 23 - m;              // fp32 mantissa bits dropped in the normal range
+  const int e = int(abs >> 23) - 127;    // unbiased exponent of a normal fp32
+  std::uint32_t code = 0;
+  if (e >= f.emin()) {                   // step 3: re-bias after rounding; carries propagate
+    code = shift_right_rne(abs, shift) - (std::uint32_t(127 - f.bias) << m);
+  } else if (abs >= 0x00800000u) {       // step 4 (fp32 subnormals are far below half an FP8 ulp)
+    const std::uint32_t sig = (abs & 0x007FFFFFu) | 0x00800000u;
+    const int s = shift + (f.emin() - e);
+    code = s >= 25 ? 0u : shift_right_rne(sig, s);
+  }
+  if (code > f.max_finite_code()) code = overflow_code;  // step 5
+  return std::uint8_t(sign | code);
+}
+
+/// FP8 code -> fp32 bits, exact. NaN codes give 0x7FFFFFFF, the canonical NaN that CUDA's
+/// fp8 -> half -> float path yields (its sign is dropped); E5M2 Inf gives +-Inf.
+FP8EMU_HD constexpr std::uint32_t decode_to_f32_bits(std::uint8_t code, FormatSpec f) {
+  const std::uint32_t sign = (code & f.sign_mask()) ? 0x80000000u : 0u;
+  const std::uint32_t mag = code & f.top_code();
+  const int m = f.mantissa_bits;
+  if (mag > f.max_finite_code()) {
+    return (f.has_inf && mag == f.inf_code()) ? (sign | 0x7F800000u) : 0x7FFFFFFFu;
+  }
+  const std::uint32_t e = mag >> m;
+  std::uint32_t man = mag & ((1u << m) - 1u);
+  if (e != 0) return sign | ((e - std::uint32_t(f.bias) + 127u) << 23) | (man << (23 - m));
+  if (man == 0) return sign;  // +-0
+  // Subnormal: value = man * 2^(emin - m); normalise so that the leading one is implicit.
+  int p = m - 1;
+  while (!(man & (1u << p))) --p;
+  man &= ~(1u << p);
+  const std::uint32_t fe = std::uint32_t(f.emin() - m + p + 127);
+  return sign | (fe << 23) | (man << (23 - p));
+}
+
+/// fp32 -> FP8 code (see encode_f32_bits).
+FP8EMU_HD std::uint8_t f32_to_fp8(float x, FormatSpec f, Saturation sat) {
+  return encode_f32_bits(f32_to_bits(x), f, sat);
+}
+
+/// FP8 code -> fp32, exact (see decode_to_f32_bits).
+FP8EMU_HD float fp8_to_f32(std::uint8_t code, FormatSpec f) {
+  return bits_to_f32(decode_to_f32_bits(code, f));
+}
+
+}  // namespace core
+}  // namespace fp8emu

@@ -1,0 +1,103 @@
+/// \file format_spec.hpp
+/// \brief The one description of each FP8 format. Every limit, code and threshold used anywhere in
+/// fp8emu (conversions, kernels, recipes, tests of the library's own constants) is derived from
+/// these records.
+///
+/// Formats (OCP 8-bit Floating Point Specification (OFP8) Revision 1.0, 2023, Table 1 and 2):
+///
+///     E4M3 (OCP "e4m3fn", ml_dtypes float8_e4m3fn, CUDA __NV_E4M3)
+///       S.EEEE.MMM  bias 7, no infinity, NaN = S.1111.111 only, max finite S.1111.110
+///     E5M2 (OCP "e5m2", ml_dtypes float8_e5m2, CUDA __NV_E5M2)
+///       S.EEEEE.MM  bias 15, IEEE-like: Inf = S.11111.00, NaN = S.11111.{01,10,11}
+///
+/// A record states the field widths, the bias, whether the top exponent holds an infinity, and how
+/// many codes per sign at the top of the code space are NaN. Everything else is a constexpr function
+/// of those fields, checked against the OCP table by the static_asserts at the end of this file.
+#pragma once
+
+#include <cstdint>
+
+#include "fp8emu/config.hpp"
+
+namespace fp8emu {
+
+/// Exact power of two as a double, usable in constant expressions (|e| <= 1000).
+constexpr double pow2(int e) {
+  double r = 1.0;
+  for (; e > 0; --e) r *= 2.0;
+  for (; e < 0; ++e) r *= 0.5;
+  return r;
+}
+
+/// Description of one small binary floating-point format with sign bit, exponent field and
+/// trailing significand field (the OCP/IEEE layout). Instances are constexpr; see kSpecE4M3 / kSpecE5M2.
+struct FormatSpec {
+  const char* name;   ///< The field's name for the format: "e4m3fn", "e5m2".
+  int exponent_bits;  ///< Width of the exponent field.
+  int mantissa_bits;  ///< Width of the trailing significand field (no implicit bit).
+  int bias;           ///< Exponent bias.
+  bool has_inf;       ///< True when the code below the NaNs at the top exponent is +-Inf.
+  int nan_codes;      ///< NaN codes per sign, at the top of the code space (S.1..1.1..1 downwards).
+
+  /// Total width in bits (sign included).
+  constexpr int bits() const { return 1 + exponent_bits + mantissa_bits; }
+  /// The sign bit of a code.
+  constexpr std::uint32_t sign_mask() const { return 1u << (exponent_bits + mantissa_bits); }
+  /// Largest magnitude code (all exponent and mantissa bits set).
+  constexpr std::uint32_t top_code() const { return sign_mask() - 1u; }
+  /// Canonical NaN code, positive sign (CUDA's float entry point returns this for every NaN).
+  constexpr std::uint32_t nan_code() const { return top_code(); }
+  /// Infinity code, positive sign; only meaningful when has_inf.
+  constexpr std::uint32_t inf_code() const { return top_code() - std::uint32_t(nan_codes); }
+  /// Code of the largest finite magnitude.
+  constexpr std::uint32_t max_finite_code() const {
+    return top_code() - std::uint32_t(nan_codes) - (has_inf ? 1u : 0u);
+  }
+  /// Smallest exponent of a normal number (unbiased).
+  constexpr int emin() const { return 1 - bias; }
+  /// Exponent of the largest finite number (unbiased).
+  constexpr int emax() const { return int(max_finite_code() >> mantissa_bits) - bias; }
+  /// Value of a non-negative finite magnitude code, exactly, as a double.
+  constexpr double value_of_code(std::uint32_t mag) const {
+    const std::uint32_t e = mag >> mantissa_bits;
+    const std::uint32_t m = mag & ((1u << mantissa_bits) - 1u);
+    return e == 0 ? double(m) * pow2(emin() - mantissa_bits)
+                  : double((1u << mantissa_bits) + m) * pow2(int(e) - bias - mantissa_bits);
+  }
+  /// Largest finite value.
+  constexpr double max_finite() const { return value_of_code(max_finite_code()); }
+  /// Smallest positive normal value, 2^emin.
+  constexpr double min_normal() const { return pow2(emin()); }
+  /// Smallest positive subnormal value, 2^(emin - mantissa_bits).
+  constexpr double min_subnormal() const { return pow2(emin() - mantissa_bits); }
+};
+
+/// OCP E4M3 ("e4m3fn"): finite only, one NaN code per sign.
+inline constexpr FormatSpec kSpecE4M3{"e4m3fn", 4, 3, 7, false, 1};
+/// OCP E5M2: IEEE-like, +-Inf and three NaN codes per sign.
+inline constexpr FormatSpec kSpecE5M2{"e5m2", 5, 2, 15, true, 3};
+
+/// Run-time selector of an FP8 format.
+enum class Format : std::uint8_t { kE4M3, kE5M2 };
+
+/// The record of a run-time format.
+constexpr const FormatSpec& spec_of(Format f) { return f == Format::kE4M3 ? kSpecE4M3 : kSpecE5M2; }
+
+/// Largest finite value of a run-time format as fp32 (exact: both maxima are fp32 values).
+constexpr float max_finite_f32(Format f) { return float(spec_of(f).max_finite()); }
+
+// The OCP OFP8 r1.0 table, checked once here; the only place these values are written.
+static_assert(kSpecE4M3.max_finite_code() == 0b0'1111'110, "OCP: E4M3 max normal is S.1111.110");
+static_assert(kSpecE4M3.max_finite() == 448.0, "OCP: E4M3 max normal = 448");
+static_assert(kSpecE4M3.min_normal() == 1.0 / 64, "OCP: E4M3 min normal = 2^-6");
+static_assert(kSpecE4M3.min_subnormal() == 1.0 / 512, "OCP: E4M3 min subnormal = 2^-9");
+static_assert(kSpecE4M3.nan_code() == 0b0'1111'111, "OCP: E4M3 NaN is S.1111.111");
+static_assert(kSpecE4M3.emax() == 8, "OCP: E4M3 emax = 8");
+static_assert(kSpecE5M2.max_finite_code() == 0b0'11110'11, "OCP: E5M2 max normal is S.11110.11");
+static_assert(kSpecE5M2.max_finite() == 57344.0, "OCP: E5M2 max normal = 57344");
+static_assert(kSpecE5M2.min_normal() == 1.0 / 16384, "OCP: E5M2 min normal = 2^-14");
+static_assert(kSpecE5M2.min_subnormal() == 1.0 / 65536, "OCP: E5M2 min subnormal = 2^-16");
+static_assert(kSpecE5M2.inf_code() == 0b0'11111'00, "OCP: E5M2 Inf is S.11111.00");
+static_assert(kSpecE5M2.emax() == 15, "OCP: E5M2 emax = 15");
+
+}  // namespace fp8emu
