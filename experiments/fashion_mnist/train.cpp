@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <ctime>
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <iomanip>
@@ -81,6 +83,13 @@ struct RunLog {
   std::vector<double> seconds;                 // cumulative, per epoch
   std::vector<std::vector<LayerEpoch>> layers;  // [epoch][layer], FP8 runs only
 };
+
+// The shortest decimal that reads back as the same fp32 (so 1e-3f prints as 0.001).
+double shortest(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
 
 double frac(std::uint64_t a, std::uint64_t n) { return n ? double(a) / double(n) : 0.0; }
 
@@ -258,12 +267,12 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   c["layer_sizes"] = sizes;
   c["activation"] = cfg.activation;
   c["optimizer"] = cfg.optimizer;
-  c["lr"] = cfg.lr;
+  c["lr"] = shortest(cfg.lr);
   c["fp8_format"] = cfg.delayed.fp8_format == scaling::Fp8Recipe::kHybrid ? "hybrid" : "e4m3";
   c["amax_history_len"] = cfg.delayed.amax_history_len;
   c["amax_compute_algo"] =
       cfg.delayed.amax_compute_algo == scaling::AmaxComputeAlgo::kMax ? "max" : "most_recent";
-  c["margin"] = cfg.delayed.margin;
+  c["margin"] = shortest(cfg.delayed.margin);
   c["gemm_accumulation"] = "exact products, fp32 sequential in k";
   return c;
 }
@@ -303,7 +312,8 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
   }
   j["runs"] = runs;
   if (logs.size() >= 2)
-    j["accuracy_gap_pp"] = 100.0 * (logs[0].result.test_accuracy.back() - logs[1].result.test_accuracy.back());
+    j["fp8_minus_fp32_accuracy_pp"] =
+        100.0 * (logs[1].result.test_accuracy.back() - logs[0].result.test_accuracy.back());
   j["files"] = {{"metrics", "metrics.csv"}, {"layers", "layers.csv"}, {"plot", plot ? "curves.png" : ""}};
   return j;
 }
@@ -319,7 +329,7 @@ bool write_plot(const std::string& out_dir, const std::vector<RunLog>& logs) {
   namespace fs = std::filesystem;
   const std::string tmp_png = out_dir + "/curves.png.tmp." + std::to_string(::getpid());
   std::ostringstream script;
-  script << "set terminal pngcairo size 1200,480 font ',10'\n"
+  script << "set terminal pngcairo noenhanced size 1200,480 font ',10'\n"
          << "set output '" << tmp_png << "'\n"
          << "set multiplot layout 1,2 title 'fp8emu train: Fashion-MNIST MLP, FP32 vs FP8'\n"
          << "set key top right\nset grid\nset xlabel 'epoch'\n"

@@ -22,7 +22,7 @@
 namespace fp8emu {
 
 /// Exact power of two as a double, usable in constant expressions (|e| <= 1000).
-constexpr double pow2(int e) {
+FP8EMU_HD constexpr double pow2(int e) {
   double r = 1.0;
   for (; e > 0; --e) r *= 2.0;
   for (; e < 0; ++e) r *= 0.5;
@@ -40,36 +40,36 @@ struct FormatSpec {
   int nan_codes;      ///< NaN codes per sign, at the top of the code space (S.1..1.1..1 downwards).
 
   /// Total width in bits (sign included).
-  constexpr int bits() const { return 1 + exponent_bits + mantissa_bits; }
+  FP8EMU_HD constexpr int bits() const { return 1 + exponent_bits + mantissa_bits; }
   /// The sign bit of a code.
-  constexpr std::uint32_t sign_mask() const { return 1u << (exponent_bits + mantissa_bits); }
+  FP8EMU_HD constexpr std::uint32_t sign_mask() const { return 1u << (exponent_bits + mantissa_bits); }
   /// Largest magnitude code (all exponent and mantissa bits set).
-  constexpr std::uint32_t top_code() const { return sign_mask() - 1u; }
+  FP8EMU_HD constexpr std::uint32_t top_code() const { return sign_mask() - 1u; }
   /// Canonical NaN code, positive sign (CUDA's float entry point returns this for every NaN).
-  constexpr std::uint32_t nan_code() const { return top_code(); }
+  FP8EMU_HD constexpr std::uint32_t nan_code() const { return top_code(); }
   /// Infinity code, positive sign; only meaningful when has_inf.
-  constexpr std::uint32_t inf_code() const { return top_code() - std::uint32_t(nan_codes); }
+  FP8EMU_HD constexpr std::uint32_t inf_code() const { return top_code() - std::uint32_t(nan_codes); }
   /// Code of the largest finite magnitude.
-  constexpr std::uint32_t max_finite_code() const {
+  FP8EMU_HD constexpr std::uint32_t max_finite_code() const {
     return top_code() - std::uint32_t(nan_codes) - (has_inf ? 1u : 0u);
   }
   /// Smallest exponent of a normal number (unbiased).
-  constexpr int emin() const { return 1 - bias; }
+  FP8EMU_HD constexpr int emin() const { return 1 - bias; }
   /// Exponent of the largest finite number (unbiased).
-  constexpr int emax() const { return int(max_finite_code() >> mantissa_bits) - bias; }
+  FP8EMU_HD constexpr int emax() const { return int(max_finite_code() >> mantissa_bits) - bias; }
   /// Value of a non-negative finite magnitude code, exactly, as a double.
-  constexpr double value_of_code(std::uint32_t mag) const {
+  FP8EMU_HD constexpr double value_of_code(std::uint32_t mag) const {
     const std::uint32_t e = mag >> mantissa_bits;
     const std::uint32_t m = mag & ((1u << mantissa_bits) - 1u);
     return e == 0 ? double(m) * pow2(emin() - mantissa_bits)
                   : double((1u << mantissa_bits) + m) * pow2(int(e) - bias - mantissa_bits);
   }
   /// Largest finite value.
-  constexpr double max_finite() const { return value_of_code(max_finite_code()); }
+  FP8EMU_HD constexpr double max_finite() const { return value_of_code(max_finite_code()); }
   /// Smallest positive normal value, 2^emin.
-  constexpr double min_normal() const { return pow2(emin()); }
+  FP8EMU_HD constexpr double min_normal() const { return pow2(emin()); }
   /// Smallest positive subnormal value, 2^(emin - mantissa_bits).
-  constexpr double min_subnormal() const { return pow2(emin() - mantissa_bits); }
+  FP8EMU_HD constexpr double min_subnormal() const { return pow2(emin() - mantissa_bits); }
 };
 
 /// OCP E4M3 ("e4m3fn"): finite only, one NaN code per sign.

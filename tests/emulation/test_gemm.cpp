@@ -1,0 +1,75 @@
+// GEMM accumulation order, worked by hand.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "fp8emu/emulation/gemm.hpp"
+
+using namespace fp8emu;
+
+TEST_CASE("fp32 GEMM adds products in increasing k with fp32 rounding", "[emulation][gemm]") {
+  // Row [1e8, 1, -1e8, 1] times a column of ones: sequential fp32 gives ((1e8 + 1) -> 1e8) - 1e8 + 1
+  // = 1 (1e8 + 1 is not representable: the fp32 ulp at 1e8 is 8). The exact sum is 2.
+  const std::vector<float> a{1e8f, 1.0f, -1e8f, 1.0f};
+  const std::vector<float> b{1.0f, 1.0f, 1.0f, 1.0f};
+  float c = -7.0f;
+  emu::gemm_f32_nn(1, 1, 4, a.data(), b.data(), &c);
+  CHECK(c == 1.0f);
+}
+
+TEST_CASE("FP8 GEMM: exact products, fp32 sequential sum, then scale_inv_a * scale_inv_b", "[emulation][gemm]") {
+  // E4M3 codes: 0x7E = 448, 0x01 = 2^-9, 0xFE = -448. A row = [448, 2^-9, -448, 2^-9], B column =
+  // [448, 2^-9, 448, 2^-9]. Products: 200704, 2^-18, -200704, 2^-18 (all exact in fp32).
+  // Sequential fp32: 200704 + 2^-18 rounds to 200704 (ulp 2^-6 there), minus 200704 = 0, + 2^-18.
+  // The exact sum would be 2^-17.
+  const std::vector<std::uint8_t> A{0x7E, 0x01, 0xFE, 0x01};
+  const std::vector<std::uint8_t> B{0x7E, 0x01, 0x7E, 0x01};
+  float d = 0.0f;
+  emu::gemm_fp8_nn(1, 1, 4, A.data(), Format::kE4M3, 1.0f, B.data(), Format::kE4M3, 1.0f, &d);
+  CHECK(d == 0x1p-18f);
+  // Scales: D = acc * (0.5 * 0.25).
+  emu::gemm_fp8_nn(1, 1, 4, A.data(), Format::kE4M3, 0.5f, B.data(), Format::kE4M3, 0.25f, &d);
+  CHECK(d == 0x1p-21f);
+  // Mixed formats: E4M3 1.0 (0x38) x E5M2 -2.0 (1.10000.00 = 0xC0) = -2.
+  const std::uint8_t a1 = 0x38, b1 = 0xC0;
+  emu::gemm_fp8_nn(1, 1, 1, &a1, Format::kE4M3, 1.0f, &b1, Format::kE5M2, 1.0f, &d);
+  CHECK(d == -2.0f);
+}
+
+TEST_CASE("GEMM layouts: C[i,j] = sum_k A[i,k] B[k,j], row-major, and transpose", "[emulation][gemm]") {
+  // A = [[1,2,3],[4,5,6]], B = [[1,0],[0,1],[1,1]] -> C = [[4,5],[10,11]].
+  const std::vector<float> A{1, 2, 3, 4, 5, 6}, B{1, 0, 0, 1, 1, 1};
+  std::vector<float> C(4), At(6);
+  emu::gemm_f32_nn(2, 2, 3, A.data(), B.data(), C.data());
+  CHECK(C == std::vector<float>{4, 5, 10, 11});
+  emu::transpose(2, 3, A.data(), At.data());
+  CHECK(At == std::vector<float>{1, 4, 2, 5, 3, 6});
+}
+
+TEST_CASE("GEMMs are identical for 1 and 2 threads", "[emulation][gemm][determinism]") {
+  const int M = 37, N = 29, K = 301;
+  std::vector<float> A(std::size_t(M) * K), B(std::size_t(K) * N);
+  std::vector<std::uint8_t> Aq(A.size()), Bq(B.size());
+  for (std::size_t i = 0; i < A.size(); ++i) {
+    A[i] = std::sin(float(i)) * 100.0f;
+    Aq[i] = std::uint8_t((i * 37u) & 0x77u);  // no NaN codes
+  }
+  for (std::size_t i = 0; i < B.size(); ++i) {
+    B[i] = std::cos(float(i) * 1.3f);
+    Bq[i] = std::uint8_t((i * 91u) & 0x77u);  // no NaN codes
+  }
+  std::vector<float> c1(std::size_t(M) * N), c2(c1.size()), d1(c1.size()), d2(c1.size());
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  emu::gemm_f32_nn(M, N, K, A.data(), B.data(), c1.data());
+  emu::gemm_fp8_nn(M, N, K, Aq.data(), Format::kE4M3, 0.3f, Bq.data(), Format::kE5M2, 7.0f, d1.data());
+  omp_set_num_threads(2);
+  emu::gemm_f32_nn(M, N, K, A.data(), B.data(), c2.data());
+  emu::gemm_fp8_nn(M, N, K, Aq.data(), Format::kE4M3, 0.3f, Bq.data(), Format::kE5M2, 7.0f, d2.data());
+  omp_set_num_threads(saved);
+  CHECK(std::memcmp(c1.data(), c2.data(), c1.size() * 4) == 0);
+  CHECK(std::memcmp(d1.data(), d2.data(), d1.size() * 4) == 0);
+}

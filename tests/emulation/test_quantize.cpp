@@ -1,0 +1,76 @@
+// Quantize kernel: TE cast semantics (q = Q(RN(x*scale)), amax ignoring NaN, SATFINITE), values
+// worked by hand from the OCP encoding: 1.0 = 0.0111.000 = 0x38, -2.5 = -1.25*2^1 = 1.1000.010 = 0xC2,
+// 1.5 = 0.0111.100 = 0x3C, E4M3 max = 0.1111.110 = 0x7E.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "fp8emu/emulation/quantize.hpp"
+
+using namespace fp8emu;
+
+TEST_CASE("quantize E4M3 with NaN, Inf, overflow and underflow", "[emulation][quantize][e4m3]") {
+  const std::vector<float> x{1.0f, -2.5f, 1000.0f, -INFINITY, NAN, 0x1p-10f, 0x1.8p-10f, 0.0f, -0.0f};
+  const std::vector<std::uint8_t> want{0x38, 0xC2, 0x7E, 0xFE, 0x7F, 0x00, 0x01, 0x00, 0x80};
+  std::vector<std::uint8_t> q(x.size());
+  float amax = 0.0f;
+  const emu::QuantizeStats st = emu::quantize(x.data(), x.size(), 1.0f, Format::kE4M3, q.data(), &amax);
+  CHECK(q == want);
+  CHECK(std::isinf(amax));  // +Inf is kept by amax (|-Inf|), NaN ignored
+  CHECK(st.count == 9);
+  CHECK(st.saturated == 2);  // 1000 and -Inf
+  CHECK(st.underflow == 1);  // 2^-10 -> 0 (tie to even); 1.5*2^-10 -> 2^-9
+  CHECK(st.nan == 1);
+}
+
+TEST_CASE("amax ignores NaN and max-accumulates into the existing value", "[emulation][quantize]") {
+  const std::vector<float> x{NAN, -3.0f, 2.0f, NAN};
+  std::vector<std::uint8_t> q(x.size());
+  float amax = 0.0f;
+  emu::quantize(x.data(), x.size(), 1.0f, Format::kE5M2, q.data(), &amax);
+  CHECK(amax == 3.0f);
+  float big = 5000.0f;
+  emu::quantize(x.data(), x.size(), 1.0f, Format::kE5M2, q.data(), &big);
+  CHECK(big == 5000.0f);
+  std::vector<float> only_nan{NAN, NAN};
+  float a0 = 0.0f;
+  emu::quantize(only_nan.data(), 2, 1.0f, Format::kE4M3, q.data(), &a0);
+  CHECK(a0 == 0.0f);
+  CHECK(emu::compute_amax(x.data(), x.size()) == 3.0f);
+}
+
+TEST_CASE("scale multiplies before the cast; dequantize multiplies by scale_inv", "[emulation][quantize]") {
+  const std::vector<float> x{3.0f, -3.0f};
+  std::vector<std::uint8_t> q(2);
+  emu::quantize(x.data(), 2, 0.5f, Format::kE4M3, q.data(), nullptr);
+  CHECK(q[0] == 0x3C);  // 1.5
+  CHECK(q[1] == 0xBC);
+  std::vector<float> y(2);
+  emu::dequantize(q.data(), 2, emu::scale_inv_of(0.5f), Format::kE4M3, y.data());
+  CHECK(y[0] == 3.0f);
+  CHECK(y[1] == -3.0f);
+  // scale_inv = RN(1/scale): 1/3 in fp32 is 0x1.555556p-2 (round to nearest of 0x1.5555555...p-2).
+  CHECK(emu::scale_inv_of(3.0f) == 0x1.555556p-2f);
+}
+
+TEST_CASE("quantize is identical for 1 and 2 threads", "[emulation][quantize][determinism]") {
+  std::vector<float> x(100003);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f) * std::exp2(float(i % 50) - 25.0f);
+  x[777] = NAN;
+  x[4242] = -INFINITY;
+  std::vector<std::uint8_t> q1(x.size()), q2(x.size());
+  float a1 = 0, a2 = 0;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto s1 = emu::quantize(x.data(), x.size(), 3.7f, Format::kE5M2, q1.data(), &a1);
+  omp_set_num_threads(2);
+  const auto s2 = emu::quantize(x.data(), x.size(), 3.7f, Format::kE5M2, q2.data(), &a2);
+  omp_set_num_threads(saved);
+  CHECK(q1 == q2);
+  CHECK(std::memcmp(&a1, &a2, 4) == 0);
+  CHECK(s1.saturated == s2.saturated);
+  CHECK(s1.underflow == s2.underflow);
+}

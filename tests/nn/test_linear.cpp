@@ -1,0 +1,189 @@
+// Linear / MLP: FP32 gradients against finite differences; FP8 mode against a reference built from
+// the dequantized operands in double precision; TE's update points.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/nn/mlp.hpp"
+
+using namespace fp8emu;
+using namespace fp8emu::nn;
+
+namespace {
+Matrix random_matrix(int r, int c, Rng& rng, float bound) {
+  Matrix m(r, c);
+  for (float& v : m.data) v = rng.uniform(bound);
+  return m;
+}
+
+// L = sum(y .* R) in double.
+double weighted_sum(const Matrix& y, const Matrix& R) {
+  double s = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) s += double(y.data[i]) * double(R.data[i]);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("Linear FP32 gradients match central finite differences", "[nn][linear]") {
+  Rng rng(7);
+  Linear lin(5, 3, Precision::kFp32);
+  lin.init(rng);
+  Matrix x = random_matrix(4, 5, rng, 1.0f), R = random_matrix(4, 3, rng, 1.0f), y, dx;
+  lin.forward(x, y, true);
+  lin.backward(R, &dx);  // dL/dy = R
+  const float h = 1e-2f;
+  auto loss = [&]() {
+    Matrix yy;
+    lin.forward(x, yy, false);
+    return weighted_sum(yy, R);
+  };
+  for (std::size_t i = 0; i < lin.weight.size(); ++i) {
+    const float w0 = lin.weight.data[i];
+    lin.weight.data[i] = w0 + h;
+    const double lp = loss();
+    lin.weight.data[i] = w0 - h;
+    const double lm = loss();
+    lin.weight.data[i] = w0;
+    CHECK(lin.grad_weight.data[i] == Approx((lp - lm) / (2 * h)).margin(1e-4));
+  }
+  for (std::size_t i = 0; i < lin.bias.size(); ++i) {
+    const float b0 = lin.bias.data[i];
+    lin.bias.data[i] = b0 + h;
+    const double lp = loss();
+    lin.bias.data[i] = b0 - h;
+    const double lm = loss();
+    lin.bias.data[i] = b0;
+    CHECK(lin.grad_bias.data[i] == Approx((lp - lm) / (2 * h)).margin(1e-4));
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float x0 = x.data[i];
+    x.data[i] = x0 + h;
+    const double lp = loss();
+    x.data[i] = x0 - h;
+    const double lm = loss();
+    x.data[i] = x0;
+    CHECK(dx.data[i] == Approx((lp - lm) / (2 * h)).margin(1e-4));
+  }
+}
+
+TEST_CASE("MLP (GELU, softmax cross-entropy) FP32 gradients match finite differences", "[nn][mlp]") {
+  Mlp mlp({6, 5, 4, 3}, Activation::kGELU, Precision::kFp32, {}, 11);
+  Rng rng(3);
+  Matrix x = random_matrix(5, 6, rng, 2.0f), logits, dlogits;
+  const std::vector<std::uint8_t> labels{0, 2, 1, 1, 2};
+  mlp.forward(x, logits, true);
+  softmax_cross_entropy(logits, labels, &dlogits);
+  mlp.backward(dlogits);
+  auto loss = [&]() {
+    Matrix z;
+    mlp.forward(x, z, false);
+    return softmax_cross_entropy(z, labels, nullptr);
+  };
+  const float h = 1e-2f;
+  for (Linear& l : mlp.layers) {
+    const Matrix gw = l.grad_weight;
+    for (std::size_t i = 0; i < l.weight.size(); ++i) {
+      const float w0 = l.weight.data[i];
+      l.weight.data[i] = w0 + h;
+      const double lp = loss();
+      l.weight.data[i] = w0 - h;
+      const double lm = loss();
+      l.weight.data[i] = w0;
+      CHECK(gw.data[i] == Approx((lp - lm) / (2 * h)).margin(2e-4));
+    }
+  }
+}
+
+TEST_CASE("ReLU MLP backward matches finite differences away from kinks", "[nn][mlp]") {
+  Mlp mlp({4, 8, 3}, Activation::kReLU, Precision::kFp32, {}, 5);
+  Rng rng(9);
+  Matrix x = random_matrix(3, 4, rng, 1.0f), logits, dlogits;
+  const std::vector<std::uint8_t> labels{2, 0, 1};
+  mlp.forward(x, logits, true);
+  softmax_cross_entropy(logits, labels, &dlogits);
+  mlp.backward(dlogits);
+  const float h = 1e-3f;
+  Linear& l = mlp.layers[0];
+  const Matrix gw = l.grad_weight;
+  for (std::size_t i = 0; i < l.weight.size(); ++i) {
+    const float w0 = l.weight.data[i];
+    Matrix z;
+    l.weight.data[i] = w0 + h;
+    mlp.forward(x, z, false);
+    const double lp = softmax_cross_entropy(z, labels, nullptr);
+    l.weight.data[i] = w0 - h;
+    mlp.forward(x, z, false);
+    const double lm = softmax_cross_entropy(z, labels, nullptr);
+    l.weight.data[i] = w0;
+    CHECK(gw.data[i] == Approx((lp - lm) / (2 * h)).margin(5e-4));
+  }
+}
+
+TEST_CASE("Linear FP8 matches a reference built from dequantized operands", "[nn][linear][fp8]") {
+  Rng rng(21);
+  scaling::DelayedScaling recipe;  // HYBRID: x, W in E4M3; dy in E5M2
+  recipe.amax_history_len = 4;
+  Linear lin(33, 7, Precision::kFp8, recipe);
+  lin.init(rng);
+  Matrix x = random_matrix(9, 33, rng, 3.0f), dy = random_matrix(9, 7, rng, 0.01f), y, dx;
+
+  // Step 0 uses scale 1 (TE's initial state); step 1 uses fp8_max / amax of step 0.
+  for (int step = 0; step < 2; ++step) {
+    const float sx = lin.forward_state().scale(Linear::kInput);
+    const float sw = lin.forward_state().scale(Linear::kWeight);
+    const float sdy = lin.backward_state().scale(Linear::kGradOutput);
+    lin.forward(x, y, true);
+    lin.update_forward_scales();
+    lin.backward(dy, &dx);
+    lin.update_backward_scales();
+
+    // Reference: dequantize each operand with its own scale, products and sums in double.
+    auto dq = [](const Matrix& m, float s, Format f) {
+      std::vector<std::uint8_t> q(m.size());
+      std::vector<float> v(m.size());
+      emu::quantize(m.data.data(), m.size(), s, f, q.data(), nullptr);
+      emu::dequantize(q.data(), q.size(), 1.0f, f, v.data());
+      std::vector<double> out(v.begin(), v.end());
+      for (double& d : out) d /= double(s);  // exact value of decode(q) / s
+      return out;
+    };
+    const std::vector<double> xd = dq(x, sx, Format::kE4M3), wd = dq(lin.weight, sw, Format::kE4M3),
+                              dyd = dq(dy, sdy, Format::kE5M2);
+    for (int i = 0; i < 9; ++i)
+      for (int o = 0; o < 7; ++o) {
+        double acc = lin.bias.data[std::size_t(o)];
+        for (int k = 0; k < 33; ++k) acc += xd[std::size_t(i * 33 + k)] * wd[std::size_t(o * 33 + k)];
+        CHECK(y(i, o) == Approx(acc).epsilon(1e-5).margin(1e-4));
+      }
+    for (int i = 0; i < 9; ++i)
+      for (int k = 0; k < 33; ++k) {
+        double acc = 0;
+        for (int o = 0; o < 7; ++o) acc += dyd[std::size_t(i * 7 + o)] * wd[std::size_t(o * 33 + k)];
+        CHECK(dx(i, k) == Approx(acc).epsilon(1e-5).margin(1e-7));
+      }
+    for (int o = 0; o < 7; ++o)
+      for (int k = 0; k < 33; ++k) {
+        double acc = 0;
+        for (int i = 0; i < 9; ++i) acc += dyd[std::size_t(i * 7 + o)] * xd[std::size_t(i * 33 + k)];
+        CHECK(lin.grad_weight(o, k) == Approx(acc).epsilon(1e-5).margin(1e-7));
+      }
+  }
+  // After step 0 the forward scales are fp8_max / amax (history covers steps 0 and 1, same x).
+  float ax = 0;
+  for (float v : x.data) ax = std::fmax(ax, std::fabs(v));
+  CHECK(lin.forward_state().scale(Linear::kInput) == 0x1.cp8f / ax);
+  // The output / grad_input slots are never cast: amax 0, scale stays 1.
+  CHECK(lin.forward_state().scale(Linear::kOutput) == 1.0f);
+  CHECK(lin.backward_state().scale(Linear::kGradInput) == 1.0f);
+}
+
+TEST_CASE("Linear rejects shape mismatches and backward without forward", "[nn][linear]") {
+  Linear lin(4, 2, Precision::kFp8);
+  Matrix x(3, 5), y, dy(3, 2);
+  CHECK_THROWS_WITH(lin.forward(x, y, true), Catch::Contains("5 features") && Catch::Contains("expects 4"));
+  CHECK_THROWS_WITH(lin.backward(dy, nullptr), Catch::Contains("without a preceding training forward"));
+  Matrix x2(3, 4), bad(2, 2);
+  lin.forward(x2, y, true);
+  CHECK_THROWS_WITH(lin.backward(bad, nullptr), Catch::Contains("does not match"));
+}
