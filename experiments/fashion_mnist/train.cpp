@@ -365,11 +365,14 @@ bool write_plot(const std::string& out_dir, const std::vector<RunLog>& logs) {
   return true;
 }
 
+// results/<timestamp>, with a -2, -3 ... suffix when a run in the same second took the name.
 std::string timestamp_dir() {
   const std::time_t t = std::time(nullptr);
   char buf[64];
   std::strftime(buf, sizeof buf, "results/%Y%m%d-%H%M%S", std::localtime(&t));
-  return buf;
+  std::string dir = buf;
+  for (int k = 2; std::filesystem::exists(dir); ++k) dir = std::string(buf) + "-" + std::to_string(k);
+  return dir;
 }
 
 }  // namespace
@@ -412,6 +415,8 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   }
 
   // 3. The runs; metrics files are rewritten after every epoch.
+  cfg.train_samples = train.x.rows;  // what was used (the request may exceed the file)
+  cfg.test_samples = test.x.rows;
   const nlohmann::json config = config_json(cfg, sizes, threads);
   std::vector<RunLog> logs;
   auto save = [&](const RunLog& current) {
