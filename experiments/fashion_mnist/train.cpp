@@ -94,6 +94,7 @@ double shortest(float v) {
 double frac(std::uint64_t a, std::uint64_t n) { return n ? double(a) / double(n) : 0.0; }
 
 std::string fmt_g(double v) {
+  if (std::isnan(v)) return "";  // "not applicable" (block-recipe scales)
   std::ostringstream os;
   os << std::setprecision(9) << v;
   return os.str();
@@ -158,11 +159,11 @@ void evaluate(nn::Mlp& model, const Split& test, bool twin, double& loss, double
 }
 
 RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision precision,
-                 const Split& train, const Split& test, const std::vector<int>& sizes,
-                 const std::function<void(const RunLog&)>& on_epoch) {
+                 const scaling::Recipe& recipe, const Split& train, const Split& test,
+                 const std::vector<int>& sizes, const std::function<void(const RunLog&)>& on_epoch) {
   RunLog log;
   log.result.name = name;
-  nn::Mlp model(sizes, nn::parse_activation(cfg.activation), precision, cfg.delayed, cfg.seed);
+  nn::Mlp model(sizes, nn::parse_activation(cfg.activation), precision, recipe, cfg.seed);
   nn::Optimizer opt(nn::Optimizer::parse(cfg.optimizer), cfg.lr);
   nn::Rng shuffle_rng(cfg.seed ^ 0x9E3779B97F4A7C15ull);
   std::vector<int> order(std::size_t(train.x.rows));
@@ -206,9 +207,9 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
         le[l].input = L.stats.input;
         le[l].weight = L.stats.weight;
         le[l].grad_output = L.stats.grad_output;
-        le[l].scale_input = L.forward_state().scale(nn::Linear::kInput);
-        le[l].scale_weight = L.forward_state().scale(nn::Linear::kWeight);
-        le[l].scale_grad_output = L.backward_state().scale(nn::Linear::kGradOutput);
+        le[l].scale_input = L.last_scale_input();
+        le[l].scale_weight = L.last_scale_weight();
+        le[l].scale_grad_output = L.last_scale_grad_output();
       }
       log.layers.push_back(std::move(le));
     }
@@ -254,6 +255,8 @@ std::string layers_csv(const std::vector<RunLog>& logs) {
   return os.str();
 }
 
+nlohmann::json json_scale(float s) { return std::isnan(s) ? nlohmann::json(nullptr) : nlohmann::json(s); }
+
 nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes, int threads) {
   nlohmann::json c;
   c["data_dir"] = cfg.data_dir;
@@ -268,11 +271,20 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   c["activation"] = cfg.activation;
   c["optimizer"] = cfg.optimizer;
   c["lr"] = shortest(cfg.lr);
-  c["fp8_format"] = cfg.delayed.fp8_format == scaling::Fp8Recipe::kHybrid ? "hybrid" : "e4m3";
-  c["amax_history_len"] = cfg.delayed.amax_history_len;
-  c["amax_compute_algo"] =
-      cfg.delayed.amax_compute_algo == scaling::AmaxComputeAlgo::kMax ? "max" : "most_recent";
-  c["margin"] = shortest(cfg.delayed.margin);
+  c["delayed"] = {{"fp8_format", scaling::to_string(cfg.delayed.fp8_format)},
+                  {"amax_history_len", cfg.delayed.amax_history_len},
+                  {"amax_compute_algo",
+                   cfg.delayed.amax_compute_algo == scaling::AmaxComputeAlgo::kMax ? "max" : "most_recent"},
+                  {"margin", shortest(cfg.delayed.margin)},
+                  {"fused_update", cfg.delayed.fused_update}};
+  c["current"] = {{"fp8_format", scaling::to_string(cfg.current.fp8_format)},
+                  {"use_power_2_scales", cfg.current.use_power_2_scales},
+                  {"amax_epsilon", shortest(cfg.current.amax_epsilon)}};
+  c["mxfp8"] = {{"fp8_format", scaling::to_string(cfg.mxfp8.fp8_format)},
+                {"e8m0_rule", cfg.mxfp8.rule == scaling::E8M0Rule::kOcp ? "ocp" : "te"}};
+  c["block"] = {{"fp8_format", scaling::to_string(cfg.block.fp8_format)},
+                {"use_f32_scales", cfg.block.use_f32_scales},
+                {"amax_epsilon", shortest(cfg.block.amax_epsilon)}};
   c["gemm_accumulation"] = "exact products, fp32 sequential in k";
   return c;
 }
@@ -302,18 +314,20 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
                           {"weight_underflow", frac(x.weight.underflow, x.weight.count)},
                           {"grad_output_saturated", frac(x.grad_output.saturated, x.grad_output.count)},
                           {"grad_output_underflow", frac(x.grad_output.underflow, x.grad_output.count)},
-                          {"scale_input", x.scale_input},
-                          {"scale_weight", x.scale_weight},
-                          {"scale_grad_output", x.scale_grad_output}});
+                          {"scale_input", json_scale(x.scale_input)},
+                          {"scale_weight", json_scale(x.scale_weight)},
+                          {"scale_grad_output", json_scale(x.scale_grad_output)}});
       }
       r["layers"] = layers;
     }
     runs[l.result.name] = r;
   }
   j["runs"] = runs;
-  if (logs.size() >= 2)
-    j["fp8_minus_fp32_accuracy_pp"] =
-        100.0 * (logs[1].result.test_accuracy.back() - logs[0].result.test_accuracy.back());
+  // Per FP8 run: test accuracy minus FP32's, in percentage points.
+  nlohmann::json gap = nlohmann::json::object();
+  for (std::size_t i = 1; i < logs.size(); ++i)
+    gap[logs[i].result.name] = 100.0 * (logs[i].result.test_accuracy.back() - logs[0].result.test_accuracy.back());
+  j["fp8_minus_fp32_accuracy_pp"] = gap;
   j["files"] = {{"metrics", "metrics.csv"}, {"layers", "layers.csv"}, {"plot", plot ? "curves.png" : ""}};
   return j;
 }
@@ -379,14 +393,23 @@ std::string timestamp_dir() {
 
 std::vector<RunResult> run_train(TrainConfig cfg) {
   // 1. Check the whole configuration before touching data or disk.
-  FP8EMU_CHECK(cfg.recipe == "delayed", "unknown recipe '", cfg.recipe, "' (accepted: delayed)");
+  if (!cfg.format.empty()) {
+    const scaling::RecipeFormat f = scaling::parse_recipe_format(cfg.format);
+    cfg.delayed.fp8_format = cfg.current.fp8_format = cfg.mxfp8.fp8_format = cfg.block.fp8_format = f;
+  }
+  std::vector<scaling::Recipe> recipes;
+  if (cfg.recipe == "delayed" || cfg.recipe == "all") recipes.emplace_back(cfg.delayed);
+  if (cfg.recipe == "current" || cfg.recipe == "all") recipes.emplace_back(cfg.current);
+  if (cfg.recipe == "mxfp8" || cfg.recipe == "all") recipes.emplace_back(cfg.mxfp8);
+  if (cfg.recipe == "block" || cfg.recipe == "all") recipes.emplace_back(cfg.block);
+  FP8EMU_CHECK(!recipes.empty(), "unknown recipe '", cfg.recipe,
+               "' (accepted: delayed, current, mxfp8, block, all)");
+  for (const auto& r : recipes) scaling::validate(r);
   FP8EMU_CHECK(cfg.epochs >= 1, "--epochs must be >= 1, got ", cfg.epochs);
   FP8EMU_CHECK(cfg.batch_size >= 1, "--batch-size must be >= 1, got ", cfg.batch_size);
   FP8EMU_CHECK(cfg.train_samples >= 1, "--train-samples must be >= 1, got ", cfg.train_samples);
   FP8EMU_CHECK(cfg.test_samples >= 1, "--test-samples must be >= 1, got ", cfg.test_samples);
   FP8EMU_CHECK(cfg.threads >= 0, "--threads must be >= 0, got ", cfg.threads);
-  FP8EMU_CHECK(cfg.delayed.amax_history_len >= 1, "--amax-history-len must be >= 1");
-  FP8EMU_CHECK(std::isfinite(cfg.delayed.margin), "--margin must be finite");
   for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1, "--hidden sizes must be >= 1, got ", h);
   nn::parse_activation(cfg.activation);
   nn::Optimizer::parse(cfg.optimizer);
@@ -425,8 +448,10 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
     io::write_file_atomic(cfg.out_dir + "/metrics.csv", metrics_csv(all));
     io::write_file_atomic(cfg.out_dir + "/layers.csv", layers_csv(all));
   };
-  logs.push_back(train_one(cfg, "fp32", nn::Precision::kFp32, train, test, sizes, save));
-  logs.push_back(train_one(cfg, "fp8_" + cfg.recipe, nn::Precision::kFp8, train, test, sizes, save));
+  logs.push_back(train_one(cfg, "fp32", nn::Precision::kFp32, scaling::DelayedScaling{}, train, test, sizes, save));
+  for (const auto& r : recipes)
+    logs.push_back(train_one(cfg, std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r, train,
+                             test, sizes, save));
 
   // 4. Plot and summary (the summary last: its presence marks a finished run).
   const bool plot = write_plot(cfg.out_dir, logs);
@@ -436,8 +461,9 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   for (const auto& l : logs)
     std::printf("%-12s %14.4f %10.4f %10.4f %9.1f\n", l.result.name.c_str(), l.result.test_accuracy.back(),
                 l.result.train_loss.back(), l.result.test_loss.back(), l.result.seconds);
-  std::printf("FP8 - FP32 test accuracy: %+.2f percentage points\n",
-              100.0 * (logs[1].result.test_accuracy.back() - logs[0].result.test_accuracy.back()));
+  for (std::size_t i = 1; i < logs.size(); ++i)
+    std::printf("%s - fp32 test accuracy: %+.2f percentage points\n", logs[i].result.name.c_str(),
+                100.0 * (logs[i].result.test_accuracy.back() - logs[0].result.test_accuracy.back()));
   std::printf("results: %s (summary.json, metrics.csv, layers.csv%s)\n", cfg.out_dir.c_str(),
               plot ? ", curves.png" : "");
   std::vector<RunResult> out;

@@ -1,13 +1,15 @@
 /// \file train.hpp
 /// \brief The main experiment (`fp8emu train`): the same MLP trained on Fashion-MNIST in FP32 and
-/// in emulated FP8 (TE delayed scaling), from the same seed, initial weights and batch order.
+/// in emulated FP8 under one or all of TE's recipes (delayed, current, mxfp8, block), from the same
+/// seed, initial weights and batch order.
 ///
 /// Outputs in `out_dir` (each written atomically; metrics files rewritten after every epoch):
 ///   metrics.csv   run,epoch,train_loss,test_loss,test_accuracy,seconds
 ///   layers.csv    per FP8 run, epoch and layer: relative error of the layer output against its
 ///                 FP32 twin on the test set, saturated / underflow fractions of the input, weight
-///                 and grad_output casts during the epoch, and the scales at the end of the epoch
-///   summary.json  {"runs": {"fp32": {...}, "fp8_delayed": {...}}, "config": {...}, ...}
+///                 and grad_output casts during the epoch, and the scales of the epoch's last casts
+///                 (per-tensor recipes; empty for block recipes, whose scales are per block)
+///   summary.json  {"runs": {"fp32": {...}, "fp8_<recipe>": {...}}, "config": {...}, ...}
 ///   curves.png    loss and accuracy per epoch for both runs (when gnuplot is installed)
 /// Determinism: identical metrics (not timings) for the same seed at any thread count.
 #pragma once
@@ -32,25 +34,29 @@ struct TrainConfig {
   int test_samples = 10000;        ///< First N test images.
   std::uint64_t seed = 1;
   int threads = 0;                 ///< 0: OpenMP default.
-  std::string recipe = "delayed";  ///< FP8 recipe; "delayed" (TE DelayedScaling).
+  std::string recipe = "delayed";  ///< "delayed", "current", "mxfp8", "block" or "all".
+  std::string format;              ///< "hybrid"/"e4m3" for every recipe; empty: each recipe's TE default.
   std::vector<int> hidden = {256, 128};
   std::string activation = "relu";
   std::string optimizer = "adam";
   float lr = 1e-3f;
-  scaling::DelayedScaling delayed;  ///< TE defaults: HYBRID, history 1024, max, margin 0.
+  scaling::DelayedScaling delayed;    ///< TE defaults: HYBRID, history 1024, max, margin 0.
+  scaling::CurrentScaling current;    ///< TE defaults: HYBRID, no pow2, epsilon 0.
+  scaling::MXFP8BlockScaling mxfp8;   ///< TE defaults: E4M3, TE's E8M0 rule.
+  scaling::Float8BlockScaling block;  ///< TE defaults: E4M3, pow2 scales, epsilon 0.
   bool progress = true;
 };
 
 /// Outcome of one run, for callers and tests.
 struct RunResult {
-  std::string name;                 ///< "fp32", "fp8_delayed".
+  std::string name;                 ///< "fp32", "fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_block".
   std::vector<double> train_loss;   ///< Mean over the epoch's batches, per epoch.
   std::vector<double> test_loss;
   std::vector<double> test_accuracy;
   double seconds = 0.0;
 };
 
-/// Run the experiment. \return the runs in order (fp32 first).
+/// Run the experiment. \return the runs in order (fp32 first, then the recipes as listed above).
 /// \throws fp8emu::Error for a bad config, a missing or corrupt dataset, or an unwritable out_dir
 ///         (checked before any training).
 std::vector<RunResult> run_train(TrainConfig cfg);

@@ -5,6 +5,7 @@
 
 #include "fashion_mnist/train.hpp"
 #include "fp8emu/config.hpp"
+#include "fp8emu/scaling/scale_trace.hpp"
 #include "fp8emu/util/error.hpp"
 
 int main(int argc, char** argv) {
@@ -14,8 +15,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", FP8EMU_VERSION_STRING);
 
   experiments::TrainConfig cfg;
-  std::string fmt = "hybrid", algo = "max";
-  bool quiet = false;
+  std::string algo = "max", mx_rule = "te";
+  bool quiet = false, unfused = false;
   CLI::App* train = app.add_subcommand(
       "train", "Train the same MLP on Fashion-MNIST in FP32 and in emulated FP8, side by side");
   train->add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")
@@ -31,19 +32,47 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--threads", cfg.threads, "OpenMP threads (0: OpenMP default)")
       ->capture_default_str();
-  train->add_option("--recipe", cfg.recipe, "FP8 scaling recipe: delayed")->capture_default_str();
-  train->add_option("--format", fmt, "FP8 formats: hybrid (E4M3 fwd, E5M2 bwd) or e4m3")
+  train->add_option("--recipe", cfg.recipe, "FP8 recipe: delayed, current, mxfp8, block, or all (FP32 and every recipe)")
       ->capture_default_str();
+  train->add_option("--format", cfg.format,
+                    "FP8 formats for every recipe: hybrid (E4M3 fwd, E5M2 bwd) or e4m3 "
+                    "(default: TE's per recipe, hybrid for delayed/current, e4m3 for mxfp8/block)");
   train->add_option("--amax-history-len", cfg.delayed.amax_history_len, "Delayed scaling amax_history_len")
       ->capture_default_str();
   train->add_option("--amax-compute-algo", algo, "Delayed scaling amax_compute_algo: max or most_recent")
       ->capture_default_str();
   train->add_option("--margin", cfg.delayed.margin, "Delayed scaling margin")->capture_default_str();
+  train->add_flag("--unfused-update", unfused, "Delayed scaling: TE's unfused (Python) update path");
+  train->add_flag("--pow2", cfg.current.use_power_2_scales, "Current scaling: power-of-2 scales");
+  train->add_option("--amax-epsilon", cfg.current.amax_epsilon, "Current and block scaling amax_epsilon")
+      ->capture_default_str();
+  train->add_flag("--block-f32-scales", cfg.block.use_f32_scales,
+                  "Block scaling: plain fp32 scales instead of powers of 2");
+  train->add_option("--mxfp8-rule", mx_rule, "MXFP8 E8M0 scale rule: te (round up) or ocp (floor)")
+      ->capture_default_str();
   train->add_option("--hidden", cfg.hidden, "Hidden layer widths")->delimiter(',')->capture_default_str();
   train->add_option("--activation", cfg.activation, "relu or gelu")->capture_default_str();
   train->add_option("--optimizer", cfg.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
   train->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
   train->add_flag("--quiet", quiet, "No progress output");
+
+  std::string st_recipe, st_format = "e4m3", st_algo = "max", st_amax;
+  scaling::DelayedScaling st_delayed;
+  scaling::CurrentScaling st_current;
+  CLI::App* trace = app.add_subcommand(
+      "scale-trace", "Feed an amax sequence to one per-tensor recipe and print how the scale evolves (CSV)");
+  trace->add_option("--recipe", st_recipe, "delayed or current")->required();
+  trace->add_option("--format", st_format, "Element format whose max the scale targets: e4m3 or e5m2")
+      ->capture_default_str();
+  trace->add_option("--history-len", st_delayed.amax_history_len, "Delayed: amax_history_len")
+      ->capture_default_str();
+  trace->add_option("--algo", st_algo, "Delayed: amax_compute_algo, max or most_recent")->capture_default_str();
+  trace->add_option("--margin", st_delayed.margin, "Delayed: margin")->capture_default_str();
+  trace->add_flag("--unfused", "Delayed: TE's unfused update path (always rolls)");
+  trace->add_flag("--pow2", st_current.use_power_2_scales, "Current: power-of-2 scales");
+  trace->add_option("--epsilon", st_current.amax_epsilon, "Current: amax_epsilon")->capture_default_str();
+  trace->add_option("--amax", st_amax, "Comma-separated amax values (decimal, inf, nan, hex floats)")
+      ->required();
 
   try {
     app.parse(argc, argv);
@@ -52,14 +81,38 @@ int main(int argc, char** argv) {
   }
   try {
     if (*train) {
-      if (fmt == "hybrid") cfg.delayed.fp8_format = scaling::Fp8Recipe::kHybrid;
-      else if (fmt == "e4m3") cfg.delayed.fp8_format = scaling::Fp8Recipe::kE4M3;
-      else FP8EMU_FAIL("unknown --format '", fmt, "' (accepted: hybrid, e4m3)");
+      cfg.delayed.fused_update = !unfused;
+      cfg.block.amax_epsilon = cfg.current.amax_epsilon;
+      if (mx_rule == "te") cfg.mxfp8.rule = scaling::E8M0Rule::kTransformerEngine;
+      else if (mx_rule == "ocp") cfg.mxfp8.rule = scaling::E8M0Rule::kOcp;
+      else FP8EMU_FAIL("unknown --mxfp8-rule '", mx_rule, "' (accepted: te, ocp)");
       if (algo == "max") cfg.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
       else if (algo == "most_recent") cfg.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
       else FP8EMU_FAIL("unknown --amax-compute-algo '", algo, "' (accepted: max, most_recent)");
       cfg.progress = !quiet;
       experiments::run_train(cfg);
+    }
+    if (*trace) {
+      Format fmt;
+      if (st_format == "e4m3") fmt = Format::kE4M3;
+      else if (st_format == "e5m2") fmt = Format::kE5M2;
+      else FP8EMU_FAIL("unknown --format '", st_format, "' (accepted: e4m3, e5m2)");
+      const std::vector<float> amax = scaling::parse_amax_list(st_amax);
+      std::vector<scaling::ScaleTraceRow> rows;
+      if (st_recipe == "delayed") {
+        if (st_algo == "max") st_delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
+        else if (st_algo == "most_recent") st_delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+        else FP8EMU_FAIL("unknown --algo '", st_algo, "' (accepted: max, most_recent)");
+        st_delayed.fused_update = trace->count("--unfused") == 0;
+        st_delayed.fp8_format = scaling::RecipeFormat::kE4M3;  // the trace's format is given by --format
+        rows = scaling::trace_delayed(st_delayed, fmt, amax);
+      } else if (st_recipe == "current") {
+        rows = scaling::trace_current(st_current, fmt, amax);
+      } else {
+        FP8EMU_FAIL("scale-trace: unknown --recipe '", st_recipe,
+                    "' (accepted: delayed, current; mxfp8 and block scales are per block)");
+      }
+      std::fputs(scaling::trace_csv(rows).c_str(), stdout);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fp8emu: error: %s\n", e.what());

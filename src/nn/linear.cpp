@@ -1,21 +1,45 @@
 // Linear layer in FP32 or emulated FP8 (see include/fp8emu/nn/linear.hpp).
 #include "fp8emu/nn/linear.hpp"
 
+#include <cfloat>
 #include <cmath>
+#include <limits>
 
+#include "fp8emu/core/scale.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
+namespace {
 
-Linear::Linear(int in_features, int out_features, Precision precision,
-               const scaling::DelayedScaling& recipe)
+constexpr int kMxfp8Block = 32;      // TE MXFP8: 1x32 / 32x1 blocks
+constexpr int kFloat8Block = 128;    // TE Float8BlockScaling: 1x128 blocks, 128x128 weight tiles
+
+int history_len_of(const scaling::Recipe& r) {
+  const auto* d = std::get_if<scaling::DelayedScaling>(&r);
+  return d ? std::max(1, d->amax_history_len) : 1;
+}
+
+void add_bias(Matrix& y, const Matrix& bias) {
+  for (int i = 0; i < y.rows; ++i) {
+    float* r = y.row(i);
+    for (int j = 0; j < y.cols; ++j) r[j] += bias.data[std::size_t(j)];
+  }
+}
+
+}  // namespace
+
+Linear::Linear(int in_features, int out_features, Precision precision, const scaling::Recipe& recipe)
     : precision_(precision),
       recipe_(recipe),
-      fwd_state_(3, recipe.amax_history_len),
-      bwd_state_(2, recipe.amax_history_len) {
+      fwd_state_(3, history_len_of(recipe)),
+      bwd_state_(2, history_len_of(recipe)) {
   FP8EMU_CHECK(in_features > 0 && out_features > 0, "Linear: sizes must be positive, got in=",
                in_features, " out=", out_features);
+  scaling::validate(recipe_);
+  fwd_format_ = scaling::forward_format(scaling::recipe_format(recipe_));
+  bwd_format_ = scaling::backward_format(scaling::recipe_format(recipe_));
+  for (float& s : last_scale_) s = std::numeric_limits<float>::quiet_NaN();
   weight = Matrix(out_features, in_features);
   bias = Matrix(1, out_features);
   grad_weight = Matrix(out_features, in_features);
@@ -28,15 +52,6 @@ void Linear::init(Rng& rng) {
   for (float& b : bias.data) b = rng.uniform(bound);
 }
 
-namespace {
-void add_bias(Matrix& y, const Matrix& bias) {
-  for (int i = 0; i < y.rows; ++i) {
-    float* r = y.row(i);
-    for (int j = 0; j < y.cols; ++j) r[j] += bias.data[std::size_t(j)];
-  }
-}
-}  // namespace
-
 void Linear::forward_fp32(const Matrix& x, Matrix& y) const {
   FP8EMU_CHECK(x.cols == in_features(), "Linear: input has ", x.cols, " features, layer expects ",
                in_features());
@@ -47,27 +62,87 @@ void Linear::forward_fp32(const Matrix& x, Matrix& y) const {
   add_bias(y, bias);
 }
 
-void Linear::forward(const Matrix& x, Matrix& y, bool training) {
+// Scale of a per-tensor cast; sets *amax to the delayed-scaling staging slot (or null).
+float Linear::per_tensor_scale(const float* v, std::size_t n, Format fmt, bool forward, int slot,
+                               float** amax) {
+  if (const auto* cur = std::get_if<scaling::CurrentScaling>(&recipe_)) {
+    *amax = nullptr;  // TE runs the cast with a null amax pointer after its own amax kernel
+    return core::compute_scale_from_amax(emu::compute_amax(v, n), max_finite_f32(fmt),
+                                         cur->use_power_2_scales, cur->amax_epsilon, FLT_MAX);
+  }
+  scaling::DelayedScalingState& st = forward ? fwd_state_ : bwd_state_;
+  *amax = st.amax_ptr(slot);
+  return st.scale(slot);
+}
+
+void Linear::cast_weight(std::optional<bool> is_first_microbatch) {
+  if (is_first_microbatch == false) {
+    FP8EMU_CHECK(have_weight_cache_, "Linear: is_first_microbatch=false but no FP8 weight is cached "
+                                     "(call with true first)");
+    return;  // reuse the cached FP8 weight: no cast, no amax
+  }
+  const int out = out_features(), in = in_features();
+  if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_)) {
+    w_row_ = emu::quantize_mxfp8(weight.data.data(), out, in, emu::BlockAxis::kRowwise, fwd_format_, mx->rule,
+                                 &stats.weight);
+    w_col_ = emu::quantize_mxfp8(weight.data.data(), out, in, emu::BlockAxis::kColumnwise, fwd_format_,
+                                 mx->rule, nullptr);
+  } else if (const auto* bl = std::get_if<scaling::Float8BlockScaling>(&recipe_)) {
+    emu::BlockQuantized2D w = emu::quantize_block_2d(weight.data.data(), out, in, fwd_format_, kFloat8Block,
+                                                     !bl->use_f32_scales, bl->amax_epsilon, &stats.weight);
+    w_row_ = std::move(w.rowwise);
+    w_col_ = std::move(w.columnwise);
+  } else {
+    float* amax = nullptr;
+    const float sw = per_tensor_scale(weight.data.data(), weight.size(), fwd_format_, true, kWeight, &amax);
+    w_q_.resize(weight.size());
+    stats.weight += emu::quantize(weight.data.data(), weight.size(), sw, fwd_format_, w_q_.data(), amax);
+    sinv_w_ = emu::scale_inv_of(sw);
+    last_scale_[1] = sw;
+  }
+  have_weight_cache_ = true;
+}
+
+void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bool> is_first_microbatch) {
   FP8EMU_CHECK(x.cols == in_features(), "Linear: input has ", x.cols, " features, layer expects ",
                in_features());
   const int batch = x.rows, in = in_features(), out = out_features();
   if (precision_ == Precision::kFp32) {
     forward_fp32(x, y);
     if (training) saved_x_ = x;
+  } else if (is_block_recipe()) {
+    cast_weight(is_first_microbatch);
+    emu::BlockQuantized x_row;
+    if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_)) {
+      x_row = emu::quantize_mxfp8(x.data.data(), batch, in, emu::BlockAxis::kRowwise, fwd_format_, mx->rule,
+                                  &stats.input);
+      if (training)
+        x_col_ = emu::quantize_mxfp8(x.data.data(), batch, in, emu::BlockAxis::kColumnwise, fwd_format_,
+                                     mx->rule, nullptr);
+    } else {
+      const auto& bl = std::get<scaling::Float8BlockScaling>(recipe_);
+      x_row = emu::quantize_block_1d(x.data.data(), batch, in, emu::BlockAxis::kRowwise, fwd_format_,
+                                     kFloat8Block, !bl.use_f32_scales, bl.amax_epsilon, &stats.input);
+      if (training)
+        x_col_ = emu::quantize_block_1d(x.data.data(), batch, in, emu::BlockAxis::kColumnwise, fwd_format_,
+                                        kFloat8Block, !bl.use_f32_scales, bl.amax_epsilon, nullptr);
+    }
+    y.resize(batch, out);
+    emu::gemm_fp8_block_tn(x_row, w_row_, y.data.data());
+    add_bias(y, bias);
   } else {
-    const Format ff = recipe_.forward_format();
-    const float sx = fwd_state_.scale(kInput), sw = fwd_state_.scale(kWeight);
+    cast_weight(is_first_microbatch);
+    float* amax = nullptr;
+    const float sx = per_tensor_scale(x.data.data(), x.size(), fwd_format_, true, kInput, &amax);
     x_q_.resize(x.size());
-    w_q_.resize(weight.size());
-    stats.input += emu::quantize(x.data.data(), x.size(), sx, ff, x_q_.data(), fwd_state_.amax_ptr(kInput));
-    stats.weight += emu::quantize(weight.data.data(), weight.size(), sw, ff, w_q_.data(),
-                                  fwd_state_.amax_ptr(kWeight));
+    stats.input += emu::quantize(x.data.data(), x.size(), sx, fwd_format_, x_q_.data(), amax);
     sinv_x_ = emu::scale_inv_of(sx);
-    sinv_w_ = emu::scale_inv_of(sw);
+    last_scale_[0] = sx;
     std::vector<std::uint8_t> w_q_t(w_q_.size());  // W_q^T, Shape [in, out] (TE's transposed FP8 weight)
     emu::transpose(out, in, w_q_.data(), w_q_t.data());
     y.resize(batch, out);
-    emu::gemm_fp8_nn(batch, out, in, x_q_.data(), ff, sinv_x_, w_q_t.data(), ff, sinv_w_, y.data.data());
+    emu::gemm_fp8_nn(batch, out, in, x_q_.data(), fwd_format_, sinv_x_, w_q_t.data(), fwd_format_, sinv_w_,
+                     y.data.data());
     add_bias(y, bias);
   }
   have_saved_ = training;
@@ -80,7 +155,7 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
                dy.rows, ", ", dy.cols, "] does not match the forward output [", saved_batch_, ", ",
                out_features(), "]");
   const int batch = dy.rows, in = in_features(), out = out_features();
-  // db: sum over the batch in row order, fp32.
+  // db: sum over the batch in row order, fp32, from the unquantized gradient.
   for (int j = 0; j < out; ++j) grad_bias.data[std::size_t(j)] = 0.0f;
   for (int i = 0; i < batch; ++i)
     for (int j = 0; j < out; ++j) grad_bias.data[std::size_t(j)] += dy(i, j);
@@ -93,20 +168,39 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
       dx->resize(batch, in);
       emu::gemm_f32_nn(batch, in, out, dy.data.data(), weight.data.data(), dx->data.data());
     }
+  } else if (is_block_recipe()) {
+    emu::BlockQuantized dy_row, dy_col;
+    if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_)) {
+      dy_row = emu::quantize_mxfp8(dy.data.data(), batch, out, emu::BlockAxis::kRowwise, bwd_format_, mx->rule,
+                                   &stats.grad_output);
+      dy_col = emu::quantize_mxfp8(dy.data.data(), batch, out, emu::BlockAxis::kColumnwise, bwd_format_,
+                                   mx->rule, nullptr);
+    } else {
+      const auto& bl = std::get<scaling::Float8BlockScaling>(recipe_);
+      dy_row = emu::quantize_block_1d(dy.data.data(), batch, out, emu::BlockAxis::kRowwise, bwd_format_,
+                                      kFloat8Block, !bl.use_f32_scales, bl.amax_epsilon, &stats.grad_output);
+      dy_col = emu::quantize_block_1d(dy.data.data(), batch, out, emu::BlockAxis::kColumnwise, bwd_format_,
+                                      kFloat8Block, !bl.use_f32_scales, bl.amax_epsilon, nullptr);
+    }
+    emu::gemm_fp8_block_tn(dy_col, x_col_, grad_weight.data.data());  // [out, K=batch] x [in, K=batch]
+    if (dx) {
+      dx->resize(batch, in);
+      emu::gemm_fp8_block_tn(dy_row, w_col_, dx->data.data());  // [batch, K=out] x [in, K=out]
+    }
   } else {
-    const Format fb = recipe_.backward_format(), ff = recipe_.forward_format();
-    const float sdy = bwd_state_.scale(kGradOutput);
+    float* amax = nullptr;
+    const float sdy = per_tensor_scale(dy.data.data(), dy.size(), bwd_format_, false, kGradOutput, &amax);
     std::vector<std::uint8_t> dy_q(dy.size());
-    stats.grad_output += emu::quantize(dy.data.data(), dy.size(), sdy, fb, dy_q.data(),
-                                       bwd_state_.amax_ptr(kGradOutput));
+    stats.grad_output += emu::quantize(dy.data.data(), dy.size(), sdy, bwd_format_, dy_q.data(), amax);
     const float sinv_dy = emu::scale_inv_of(sdy);
+    last_scale_[2] = sdy;
     std::vector<std::uint8_t> dy_q_t(dy_q.size());  // Shape [out, batch]
     emu::transpose(batch, out, dy_q.data(), dy_q_t.data());
-    emu::gemm_fp8_nn(out, in, batch, dy_q_t.data(), fb, sinv_dy, x_q_.data(), ff, sinv_x_,
+    emu::gemm_fp8_nn(out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_.data(), fwd_format_, sinv_x_,
                      grad_weight.data.data());
     if (dx) {
       dx->resize(batch, in);
-      emu::gemm_fp8_nn(batch, in, out, dy_q.data(), fb, sinv_dy, w_q_.data(), ff, sinv_w_,
+      emu::gemm_fp8_nn(batch, in, out, dy_q.data(), bwd_format_, sinv_dy, w_q_.data(), fwd_format_, sinv_w_,
                        dx->data.data());
     }
   }
@@ -114,11 +208,13 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
 }
 
 void Linear::update_forward_scales() {
-  if (precision_ == Precision::kFp8) fwd_state_.update(recipe_, recipe_.forward_format());
+  if (precision_ != Precision::kFp8) return;
+  if (const auto* d = std::get_if<scaling::DelayedScaling>(&recipe_)) fwd_state_.update(*d, fwd_format_);
 }
 
 void Linear::update_backward_scales() {
-  if (precision_ == Precision::kFp8) bwd_state_.update(recipe_, recipe_.backward_format());
+  if (precision_ != Precision::kFp8) return;
+  if (const auto* d = std::get_if<scaling::DelayedScaling>(&recipe_)) bwd_state_.update(*d, bwd_format_);
 }
 
 }  // namespace fp8emu::nn

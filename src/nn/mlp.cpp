@@ -33,7 +33,7 @@ float act_grad(Activation a, float x) {
 }  // namespace
 
 Mlp::Mlp(const std::vector<int>& sizes, Activation act, Precision precision,
-         const scaling::DelayedScaling& recipe, std::uint64_t seed)
+         const scaling::Recipe& recipe, std::uint64_t seed)
     : act_(act) {
   FP8EMU_CHECK(sizes.size() >= 2, "Mlp: need at least input and output sizes");
   Rng rng(seed);

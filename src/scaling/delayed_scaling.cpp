@@ -22,28 +22,67 @@ void DelayedScalingState::record_amax(int slot, float amax) {
 }
 
 void DelayedScalingState::update(const DelayedScaling& recipe, Format fmt) {
-  // Host-side constant as TE's driver: fp32 fp8_max times powf(2, -margin).
-  const float scaled_max = max_finite_f32(fmt) * powf(2.0f, -recipe.margin);
+  recipe.validate();
   const std::size_t n = std::size_t(num_slots_);
   const int L = history_len_;
-  for (std::size_t j = 0; j < n; ++j) {
-    const float r = history_[j];
-    float m = 0.0f;
-    if (r != 0.0f) {
-      if (L == 1) {
-        m = r;
-      } else {
-        for (int i = 1; i < L; ++i) m = std::fmax(m, history_[std::size_t(i) * n + j]);
-        m = std::fmax(m, r);
-        for (int i = 1; i + 1 < L; ++i) history_[std::size_t(i) * n + j] = history_[std::size_t(i + 1) * n + j];
-        history_[std::size_t(L - 1) * n + j] = r;
+  if (recipe.reduce_amax) recipe.reduce_amax(history_.data(), num_slots_);  // row 0 = this step's amaxes
+  const float fp8_max = max_finite_f32(fmt);
+  auto h = [&](int row, std::size_t j) -> float& { return history_[std::size_t(row) * n + j]; };
+
+  if (recipe.uses_fused_update()) {
+    // Host-side constant as TE's driver: fp32 fp8_max times powf(2, -margin).
+    const float scaled_max = fp8_max * powf(2.0f, -recipe.margin);
+    for (std::size_t j = 0; j < n; ++j) {
+      const float r = h(0, j);
+      float m = 0.0f;
+      if (r != 0.0f) {
+        if (L == 1) {
+          m = r;
+        } else {
+          for (int i = 1; i < L; ++i) m = std::fmax(m, h(i, j));
+          m = std::fmax(m, r);
+          for (int i = 1; i + 1 < L; ++i) h(i, j) = h(i + 1, j);
+          h(L - 1, j) = r;
+        }
+        h(0, j) = 0.0f;
       }
-      history_[j] = 0.0f;
+      const float amax = recipe.amax_compute_algo == AmaxComputeAlgo::kMax ? m : r;
+      float s = scale_[j];
+      if (std::isfinite(amax) && amax > 0.0f) s = scaled_max / amax;
+      if (std::isinf(s)) s = FLT_MAX;
+      scale_[j] = s;
     }
-    const float amax = recipe.amax_compute_algo == AmaxComputeAlgo::kMax ? m : r;
-    float s = scale_[j];
-    if (std::isfinite(amax) && amax > 0.0f) s = scaled_max / amax;
-    if (std::isinf(s)) s = FLT_MAX;
+    return;
+  }
+
+  // Unfused path (TE _amax_and_scale_update / _default_sf_compute).
+  const float pow2_margin = powf(2.0f, recipe.margin);
+  std::vector<float> column(static_cast<std::size_t>(L));
+  for (std::size_t j = 0; j < n; ++j) {
+    for (int i = 0; i < L; ++i) column[std::size_t(i)] = h(i, j);
+    float amax;
+    if (recipe.amax_compute_fn) {
+      amax = recipe.amax_compute_fn(column.data(), L);
+    } else if (recipe.amax_compute_algo == AmaxComputeAlgo::kMostRecent) {
+      amax = column[0];
+    } else {
+      amax = column[0];  // torch.max: NaN propagates
+      for (int i = 1; i < L && !std::isnan(amax); ++i)
+        amax = std::isnan(column[std::size_t(i)]) ? column[std::size_t(i)] : std::fmax(amax, column[std::size_t(i)]);
+    }
+    // torch.roll(h, -1, 0); h[0] = 0
+    for (int i = 0; i + 1 < L; ++i) h(i, j) = column[std::size_t(i) + 1];
+    h(L - 1, j) = column[0];
+    h(0, j) = 0.0f;
+    const float old = scale_[j];
+    float s;
+    if (recipe.scaling_factor_compute_fn) {
+      s = recipe.scaling_factor_compute_fn(amax, old, fp8_max, recipe);
+    } else {
+      s = (fp8_max / amax) / pow2_margin;
+      if (!(amax > 0.0f) || !std::isfinite(amax)) s = old;
+      if (std::isinf(s)) s = FLT_MAX;
+    }
     scale_[j] = s;
   }
 }

@@ -132,3 +132,76 @@ TEST_CASE("bad input: clear errors and a non-zero exit", "[cli][errors]") {
     CHECK(!fs::exists(out / "summary.json"));
   }
 }
+
+TEST_CASE("--recipe all trains FP32 and every recipe side by side", "[cli][smoke][recipes]") {
+  const fs::path out = scratch("all");
+  const Result r = run("train --recipe all --epochs 1" + kSmall + " --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const nlohmann::json s = nlohmann::json::parse(slurp(out / "summary.json"));
+  for (const char* name : {"fp32", "fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_block"}) {
+    INFO(name);
+    CHECK(s["runs"][name]["test_accuracy"].get<double>() > 0.5);
+  }
+  CHECK(s["fp8_minus_fp32_accuracy_pp"].size() == 4);
+  CHECK(s["runs"]["fp8_block"]["layers"][0]["scale_input"].is_null());
+  CHECK(s["runs"]["fp8_current"]["layers"][0]["scale_input"].get<double>() > 0.0);
+}
+
+TEST_CASE("bad recipe parameters: clear errors and a non-zero exit", "[cli][errors][recipes]") {
+  const std::string out = " --out " + scratch("badparam").string();
+  const Result h = run("train --amax-history-len 0" + out);
+  CHECK(h.code != 0);
+  CHECK(h.output.find("amax_history_len must be >= 1") != std::string::npos);
+  const Result e = run("train --recipe current --amax-epsilon -1" + out);
+  CHECK(e.code != 0);
+  CHECK(e.output.find("amax_epsilon must be finite and >= 0") != std::string::npos);
+  const Result f = run("train --format e3m4" + out);
+  CHECK(f.code != 0);
+  CHECK(f.output.find("unknown FP8 format 'e3m4'") != std::string::npos);
+  const Result g = run("train --format e5m2" + out);
+  CHECK(g.code != 0);
+  CHECK(g.output.find("E5M2-only format is rejected") != std::string::npos);
+  CHECK(!fs::exists(scratch("badparam") / "summary.json"));
+}
+
+// Expected traces worked by hand from TE's formulas (delayed_scaling.cu kernel_bulk,
+// recipe_common.cuh compute_scale_from_amax); E4M3 max 448, E5M2 max 57344 (OCP OFP8 r1.0).
+TEST_CASE("scale-trace prints TE's scale evolution as CSV", "[cli][trace]") {
+  const Result d = run("scale-trace --recipe delayed --format e4m3 --history-len 2 --algo max --margin 1 "
+                       "--amax 4,inf,2,2,0");
+  // margin 1: target 224. step 0: 224/4 = 56. step 1: inf enters the window: keep 56.
+  // step 2: window {inf, 2}: keep 56. step 3: window {2, 2}: 112. step 4: amax 0: no roll, keep 112.
+  // scale_inv = RN(1/scale): 1/56 = 0.0178571437 (%.9g of fp32), 1/112 = 0.00892857183.
+  CHECK(d.code == 0);
+  CHECK(d.output ==
+        "step,amax,scale,scale_inv\n"
+        "0,4,56,0.0178571437\n"
+        "1,inf,56,0.0178571437\n"
+        "2,2,56,0.0178571437\n"
+        "3,2,112,0.00892857183\n"
+        "4,0,112,0.00892857183\n");
+  const Result m = run("scale-trace --recipe delayed --format e5m2 --history-len 1 --algo most_recent "
+                       "--amax 7,nan,0x1p-140");
+  // 57344/7 = 8192; NaN amax under most_recent keeps the old scale; 57344 / 2^-140 = inf -> FLT_MAX.
+  // 1/8192 = 1.220703125e-4 exactly: nine significant digits end in a tie, which glibc's printf
+  // rounds to even (0.000122070312).
+  CHECK(m.output ==
+        "step,amax,scale,scale_inv\n"
+        "0,7,8192,0.000122070312\n"
+        "1,nan,8192,0.000122070312\n"
+        "2,7.17464814e-43,3.40282347e+38,2.93873588e-39\n");
+  const Result c = run("scale-trace --recipe current --format e4m3 --pow2 --epsilon 0.5 --amax 3,0,nan");
+  // pow2(448/3 = 149.3) = 128; amax 0 raised to epsilon 0.5 -> 896 -> 512; NaN -> 1.
+  CHECK(c.output ==
+        "step,amax,scale,scale_inv\n"
+        "0,3,128,0.0078125\n"
+        "1,0,512,0.001953125\n"
+        "2,nan,1,1\n");
+  const Result bad = run("scale-trace --recipe delayed --amax 1,two");
+  CHECK(bad.code != 0);
+  CHECK(bad.output.find("'two' is not a number") != std::string::npos);
+  const Result mx = run("scale-trace --recipe mxfp8 --amax 1");
+  CHECK(mx.code != 0);
+  CHECK(mx.output.find("unknown --recipe 'mxfp8'") != std::string::npos);
+}

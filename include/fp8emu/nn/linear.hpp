@@ -1,37 +1,47 @@
 /// \file linear.hpp
-/// \brief Linear layer y = x W^T + b in FP32 or in emulated FP8 with TE's delayed-scaling quantizers.
+/// \brief Linear layer y = x W^T + b in FP32 or in emulated FP8 under any of TE's four recipes.
 ///
-/// FP8 mode mirrors TE `pytorch/module/linear.py` (_Linear forward/backward) with a DelayedScaling
-/// recipe; see ../shared/reference/transformer-engine-fp8.md §1.2-1.6:
-///   fprop: y  = (x_q  W_q^T) * RN(sinv_x * sinv_w)  + b     x_q, W_q: forward format (E4M3)
-///   dgrad: dx = (dy_q W_q)   * RN(sinv_dy * sinv_w)         dy_q: backward format (E5M2 HYBRID)
-///   wgrad: dW = (dy_q^T x_q) * RN(sinv_dy * sinv_x)
-///   db    = sum over the batch of the fp32 dy (TE's fused cast+dbias uses the high-precision grad)
-/// Each cast is Q(RN(v * scale)) with __NV_SATFINITE, its amax max-accumulated into the slot's
-/// history row 0; scale_inv = RN(1/scale) at cast time. GEMMs: exact products, fp32 sequential
-/// accumulation (emu::gemm_fp8_nn). Master weights, bias and all gradients are fp32.
-/// TE slots: forward {input 0, weight 1, output 2}, backward {grad_output 0, grad_input 1}; the
-/// output and grad_input slots are never cast in a Linear, so their amax stays 0 and they never roll.
+/// FP8 mode mirrors TE `pytorch/module/linear.py` (_Linear forward/backward); see
+/// ../shared/reference/transformer-engine-fp8.md §1.2-1.6, §2, §4, §6. All three GEMMs take FP8
+/// operands: fprop y = x W^T + b, dgrad dx = dy W, wgrad dW = dy^T x; db is the batch sum of the
+/// fp32 dy (TE computes the bias grad from the unquantized gradient). Master weights, bias and all
+/// gradients are fp32. Formats: x and W in the recipe's forward format (E4M3), dy in its backward
+/// format (E5M2 under HYBRID). Every cast is CUDA __NV_SATFINITE with round-to-nearest-even.
+///  - delayed: per-tensor scales from the layer's DelayedScalingState; casts max-accumulate amax into
+///    the slot's history row 0; scale_inv = RN(1/scale). TE slots: forward {input 0, weight 1,
+///    output 2}, backward {grad_output 0, grad_input 1}; output and grad_input are never cast, so
+///    their amax stays 0 and they never roll. Scales change only in update_*_scales().
+///  - current: per-tensor scale = compute_scale_from_amax(amax of this tensor) at cast time.
+///  - mxfp8: 32-element E8M0 blocks along each GEMM's K dim, row- and column-wise copies quantized
+///    independently from the fp32 tensor (x: row-wise for fprop, column-wise for wgrad; W: row-wise
+///    for fprop, column-wise for dgrad; dy: row-wise for dgrad, column-wise for wgrad).
+///  - block: 1x128 blocks for x and dy (both directions), one 128x128 tile grid for W; fp32 scales
+///    (power of two by default).
+/// Per-tensor GEMMs: emu::gemm_fp8_nn; block-scaled GEMMs: emu::gemm_fp8_block_tn.
 ///
 /// Determinism: bit-identical results for any OpenMP thread count.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/nn/matrix.hpp"
 #include "fp8emu/scaling/delayed_scaling.hpp"
+#include "fp8emu/scaling/recipe.hpp"
 
 namespace fp8emu::nn {
 
 /// Arithmetic of a layer.
 enum class Precision : std::uint8_t {
   kFp32,  ///< Reference: fp32 GEMMs.
-  kFp8,   ///< Emulated FP8 GEMMs with delayed scaling.
+  kFp8,   ///< Emulated FP8 GEMMs under the layer's recipe.
 };
 
-/// Counts of what the FP8 casts of one layer did, per tensor role.
+/// Counts of what the FP8 casts of one layer did, per tensor role (for block recipes, the row-wise
+/// cast of each tensor, the one fprop or dgrad uses).
 struct LinearFp8Stats {
   emu::QuantizeStats input, weight, grad_output;
 };
@@ -43,16 +53,20 @@ class Linear {
 
   /// \throws fp8emu::Error for non-positive sizes or an invalid recipe.
   Linear(int in_features, int out_features, Precision precision,
-         const scaling::DelayedScaling& recipe = {});
+         const scaling::Recipe& recipe = scaling::DelayedScaling{});
 
   /// torch.nn.Linear's default init: W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
   void init(Rng& rng);
 
   /// y = x W^T + b. \param x Shape: [batch, in]. \param y Shape: [batch, out] (resized).
-  /// \param training  true: keep what backward needs. FP8 casts record amax in both cases
-  ///                  (as TE under no_grad); scales change only in update_*_scales().
-  /// \throws fp8emu::Error on a shape mismatch.
-  void forward(const Matrix& x, Matrix& y, bool training);
+  /// \param training  true: keep what backward needs. Delayed-scaling casts record amax in both
+  ///                  cases (as TE under no_grad); scales change only in update_*_scales().
+  /// \param is_first_microbatch  TE's weight caching: nullopt re-casts W every call; true casts and
+  ///                  caches it; false reuses the cached FP8 weight and its scale_inv without a cast
+  ///                  (no weight amax is recorded, so its delayed-scaling slot does not roll).
+  /// \throws fp8emu::Error on a shape mismatch, or false with no cached weight.
+  void forward(const Matrix& x, Matrix& y, bool training,
+               std::optional<bool> is_first_microbatch = std::nullopt);
 
   /// FP32 twin of forward: the same x, W and b through fp32 GEMMs; touches no FP8 state.
   void forward_fp32(const Matrix& x, Matrix& y) const;
@@ -62,10 +76,17 @@ class Linear {
   /// \throws fp8emu::Error on a shape mismatch or when no training forward preceded it.
   void backward(const Matrix& dy, Matrix* dx);
 
-  /// TE forward update point (after the forward): fused delayed-scaling update of slots 0..2.
+  /// TE forward update point (after the forward): delayed-scaling update of slots 0..2
+  /// (no-op for the other recipes and in FP32).
   void update_forward_scales();
-  /// TE backward update point (after the backward): fused update of the backward slots.
+  /// TE backward update point (after the backward): update of the backward slots.
   void update_backward_scales();
+
+  /// Per-tensor recipes: the scale of the last cast of x, W and dy. NaN for block recipes / FP32.
+  float last_scale_input() const { return last_scale_[0]; }
+  float last_scale_weight() const { return last_scale_[1]; }
+  float last_scale_grad_output() const { return last_scale_[2]; }
+  const scaling::Recipe& recipe() const { return recipe_; }
 
   int in_features() const { return weight.cols; }
   int out_features() const { return weight.rows; }
@@ -80,17 +101,27 @@ class Linear {
   LinearFp8Stats stats;  ///< Accumulated by FP8 casts; reset by the caller.
 
  private:
+  float per_tensor_scale(const float* v, std::size_t n, Format fmt, bool forward, int slot, float** amax);
+  void cast_weight(std::optional<bool> is_first_microbatch);
+  bool is_block_recipe() const { return recipe_.index() >= 2; }
+
   Precision precision_;
-  scaling::DelayedScaling recipe_;
+  scaling::Recipe recipe_;
+  Format fwd_format_ = Format::kE4M3, bwd_format_ = Format::kE5M2;
   scaling::DelayedScalingState fwd_state_;
   scaling::DelayedScalingState bwd_state_;
+  float last_scale_[3];
   // Saved by a training forward.
   bool have_saved_ = false;
-  Matrix saved_x_;                     // fp32 mode
-  std::vector<std::uint8_t> x_q_;      // fp8 mode: Shape [batch, in]
-  std::vector<std::uint8_t> w_q_;      // Shape [out, in]
-  float sinv_x_ = 1.0f, sinv_w_ = 1.0f;
   int saved_batch_ = 0;
+  Matrix saved_x_;                 // fp32 mode
+  std::vector<std::uint8_t> x_q_;  // per-tensor: Shape [batch, in]
+  std::vector<std::uint8_t> w_q_;  // per-tensor: Shape [out, in] (cached across calls)
+  float sinv_x_ = 1.0f, sinv_w_ = 1.0f;
+  bool have_weight_cache_ = false;
+  emu::BlockQuantized x_col_;      // block: x column-wise, view [in, batch]
+  emu::BlockQuantized w_row_;      // block: W row-wise, view [out, in]
+  emu::BlockQuantized w_col_;      // block: W column-wise, view [in, out]
 };
 
 }  // namespace fp8emu::nn

@@ -29,7 +29,7 @@ class Mlp {
   /// \param sizes  Layer widths, e.g. {784, 256, 128, 10}; at least two entries.
   /// \param seed   Initial weights are a function of the seed only (same for both precisions).
   Mlp(const std::vector<int>& sizes, Activation act, Precision precision,
-      const scaling::DelayedScaling& recipe, std::uint64_t seed);
+      const scaling::Recipe& recipe, std::uint64_t seed);
 
   /// logits = model(x). \param x Shape: [batch, sizes.front()]. \param logits Shape: [batch, sizes.back()].
   /// \param layer_out_ref If non-null, receives per layer sum((y - y_fp32)^2) and sum(y_fp32^2),

@@ -15,35 +15,9 @@
 #include <vector>
 
 #include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/scaling/recipe.hpp"
 
 namespace fp8emu::scaling {
-
-/// TE `Format`: which FP8 format the forward and backward tensors use.
-enum class Fp8Recipe : std::uint8_t {
-  kHybrid,  ///< E4M3 forward (input, weight, output), E5M2 backward (grad_output, grad_input). TE default.
-  kE4M3,    ///< E4M3 everywhere.
-};
-
-/// TE `amax_compute_algo`.
-enum class AmaxComputeAlgo : std::uint8_t {
-  kMax,         ///< "max": the largest amax in the window.
-  kMostRecent,  ///< "most_recent": this step's amax.
-};
-
-/// TE `DelayedScaling` recipe fields (defaults as TE).
-struct DelayedScaling {
-  float margin = 0.0f;             ///< scale = (fp8_max * 2^-margin) / amax.
-  Fp8Recipe fp8_format = Fp8Recipe::kHybrid;
-  int amax_history_len = 1024;     ///< L >= 1.
-  AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::kMax;
-
-  /// Format of forward tensors (input, weight, output): E4M3 for both recipes.
-  Format forward_format() const { return Format::kE4M3; }
-  /// Format of backward tensors (grad_output, grad_input): E5M2 under HYBRID, else E4M3.
-  Format backward_format() const {
-    return fp8_format == Fp8Recipe::kHybrid ? Format::kE5M2 : Format::kE4M3;
-  }
-};
 
 /// Scales and amax histories of `num_slots` FP8 tensors that share one recipe and format
 /// (one TE forward or backward buffer). Not thread-safe; updates are deterministic.
@@ -62,22 +36,33 @@ class DelayedScalingState {
 
   /// Pointer to a slot's staging amax, history row 0 (TE quantizer amax pointer).
   float* amax_ptr(int slot) { return &history_[std::size_t(slot)]; }
-  /// Max-accumulate an amax into the staging slot (fmaxf: NaN ignored).
+  /// Max-accumulate an amax into the staging slot (fmaxf: NaN ignored), as a cast does.
   void record_amax(int slot, float amax);
+  /// Overwrite the staging slot, as TE's amax all-reduce writes back the reduced value.
+  void set_amax(int slot, float amax) { *amax_ptr(slot) = amax; }
 
   /// History value: row `row` (0 = staging), column `slot`.
   float history(int row, int slot) const {
     return history_[std::size_t(row) * std::size_t(num_slots_) + std::size_t(slot)];
   }
 
-  /// TE's fused update after the (absent) amax reduction, for every slot j:
-  ///   r = h[0][j]; if r != 0: m = max(h[1..L-1][j], r) and the window rolls
+  /// The amax/scale update of every slot, after recipe.reduce_amax (if set) reduced row 0.
+  ///
+  /// Fused path (TE delayed_scaling.cu kernel_bulk, the default), for each slot j:
+  ///   r = h[0][j]; if r != 0: m = max(h[1..L-1][j], r) (fmaxf, NaN ignored) and the window rolls
   ///   (h[i] <- h[i+1] for 1 <= i <= L-2, h[L-1] <- r, h[0] <- 0; for L == 1, m = r and h[0] <- 0);
   ///   else m = 0 and the history is untouched.
   ///   amax = m (kMax) or r (kMostRecent);
   ///   if amax is finite and > 0: scale = RN(RN(fp8_max * powf(2, -margin)) / amax),
   ///   else the old scale is kept; an infinite scale becomes FLT_MAX.
+  /// Unfused path (TE pytorch/quantization.py _amax_and_scale_update; chosen by
+  /// fused_update = false or by a callable), for each slot j:
+  ///   amax = max over all L rows (NaN propagates, as torch.max) | h[0] (most_recent) | callable;
+  ///   the window always rolls (h[i] <- h[i+1], h[L-1] <- old h[0], then h[0] <- 0);
+  ///   scale = callable(amax, old, fp8_max, recipe), or RN(RN(fp8_max / amax) / RN(2^margin)) kept
+  ///   only where amax > 0 and finite, and an infinite scale becomes FLT_MAX.
   /// \param fmt  Format whose max finite value the scale targets.
+  /// \throws fp8emu::Error if the recipe is invalid.
   void update(const DelayedScaling& recipe, Format fmt);
 
  private:

@@ -1,0 +1,77 @@
+/// \file block_quantize.hpp
+/// \brief Block-scaled FP8 quantization (MXFP8 and 128-block scaling) and the block-scaled GEMM.
+///
+/// Every operand is stored K-major for the GEMM (the TN layout Hopper's FP8 GEMM needs): codes
+/// Shape [n, k] row-major with one scale per `block` consecutive K elements. Blocks are taken
+/// from the high-precision input in either direction (TE quantizes row-wise and column-wise copies
+/// independently from the input, never from each other).
+///   MXFP8 (TE quantize_mxfp8.cuh; ../shared/reference/transformer-engine-fp8.md §4.1): block 32,
+///     E8M0 scale, q = Q(RN(v * 2^(127-e))), dequantization scale 2^(e-127).
+///   Float8BlockScaling (TE quantize_transpose_vector_blockwise.cu / _square_blockwise.cu, §4.2):
+///     1x128 blocks or 128x128 tiles, s = compute_scale_from_amax(block amax, fp8_max, pow2, eps,
+///     FLT_MAX), q = Q(RN(v * s)), scale_inv = RN(1/s).
+/// Casts use CUDA __NV_SATFINITE. Block amax ignores NaN (a NaN element becomes the NaN code and does
+/// not poison its block). Deviation from TE, documented: TE requires dims divisible by the block;
+/// here a final partial block (fewer than `block` elements) is allowed and scaled by its own amax.
+/// Determinism: identical results for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/scaling/recipe.hpp"
+
+namespace fp8emu::emu {
+
+/// Which direction of a row-major [rows, cols] input the blocks follow (= the GEMM's K axis).
+enum class BlockAxis : std::uint8_t {
+  kRowwise,     ///< Blocks of consecutive elements of a row (1 x B); K = cols; view Shape [rows, cols].
+  kColumnwise,  ///< Blocks of consecutive rows of a column (B x 1); K = rows; view Shape [cols, rows].
+};
+
+/// A block-scaled FP8 operand in K-major form.
+struct BlockQuantized {
+  int n = 0;      ///< Rows of the view (M or N of the GEMM).
+  int k = 0;      ///< Length of the K axis.
+  int block = 0;  ///< K elements per scale (32 or 128).
+  Format format = Format::kE4M3;
+  std::vector<std::uint8_t> codes;  ///< Shape [n, k], row-major.
+  std::vector<float> scale_inv;     ///< Shape [n, blocks()], dequantization multiplier per block.
+  std::vector<std::uint8_t> e8m0;   ///< MXFP8 only: Shape [n, blocks()], scale_inv = 2^(e - 127).
+  int blocks() const { return (k + block - 1) / block; }
+};
+
+/// MXFP8 cast of a row-major [rows, cols] fp32 matrix with 32-element blocks along `axis`.
+/// \param rule  kTransformerEngine (round-up of amax * fl32(1/fp8_max)) or kOcp
+///              (2^(floor(log2 amax) - emax_elem), clamped to the E8M0 range; may saturate).
+/// \param stats If non-null, accumulates what the cast did.
+BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis, Format fmt,
+                              scaling::E8M0Rule rule, QuantizeStats* stats);
+
+/// E8M0 code of a block amax under a rule (the scale of one MXFP8 block).
+std::uint8_t mxfp8_scale_code(float amax, Format fmt, scaling::E8M0Rule rule);
+
+/// 1 x `block` cast (Float8BlockScaling 1D) along `axis`, fp32 scales from compute_scale_from_amax.
+BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
+                                 bool pow2, float epsilon, QuantizeStats* stats);
+
+/// `tile` x `tile` cast (Float8BlockScaling 2D, weights): one scale per tile; returns the row-wise
+/// view (K = cols) and the column-wise view (K = rows), the same codes transposed and the same scales.
+struct BlockQuantized2D {
+  BlockQuantized rowwise, columnwise;
+};
+BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
+                                   float epsilon, QuantizeStats* stats);
+
+/// Block-scaled FP8 GEMM, D = A B^T with both operands K-major (TN):
+///   D[i,j] = sum over K-blocks b, in increasing b, of RN(P_b[i,j] * RN(sa[i,b] * sb[j,b])),
+///   accumulated in fp32 from +0, where P_b[i,j] is the fp32-sequential sum of the exact products
+///   over the block's k (as emu::gemm_fp8_nn). Promotion of each block's partial sum to the fp32
+///   accumulator is the "split accumulator" that TE forces for block scaling.
+/// \param A Shape: [M, K]. \param B Shape: [N, K]. \param D Shape: [M, N] row-major, overwritten.
+/// \throws fp8emu::Error if the K lengths or block sizes differ.
+void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* D);
+
+}  // namespace fp8emu::emu

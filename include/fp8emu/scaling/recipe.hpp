@@ -1,0 +1,113 @@
+/// \file recipe.hpp
+/// \brief Transformer Engine's FP8 recipes as plain configuration records, with TE's defaults and
+/// TE's parameter checks. Mirrors `transformer_engine/common/recipe/__init__.py` (TE d0067d0);
+/// see ../shared/reference/transformer-engine-fp8.md §1, §2, §4.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <variant>
+
+#include "fp8emu/format/format_spec.hpp"
+
+namespace fp8emu::scaling {
+
+/// TE `Format`: which FP8 element format the forward and backward tensors use.
+enum class RecipeFormat : std::uint8_t {
+  kHybrid,  ///< E4M3 forward (input, weight, output), E5M2 backward (grad_output, grad_input).
+  kE4M3,    ///< E4M3 everywhere.
+  kE5M2,    ///< E5M2 everywhere: TE rejects it in every recipe ("Pure E5M2 training is not supported").
+};
+
+/// Parse "hybrid" / "e4m3" / "e5m2". \throws fp8emu::Error naming the accepted values.
+RecipeFormat parse_recipe_format(const std::string& s);
+const char* to_string(RecipeFormat f);
+/// Element format of forward tensors: E4M3 for HYBRID and E4M3. \throws fp8emu::Error for E5M2.
+Format forward_format(RecipeFormat f);
+/// Element format of backward tensors: E5M2 for HYBRID, E4M3 for E4M3. \throws for E5M2.
+Format backward_format(RecipeFormat f);
+
+/// TE `amax_compute_algo`.
+enum class AmaxComputeAlgo : std::uint8_t {
+  kMax,         ///< "max": the largest amax in the window.
+  kMostRecent,  ///< "most_recent": this step's amax.
+};
+
+struct DelayedScaling;
+
+/// A user `amax_compute_algo` callable (TE accepts a callable on the history): receives one tensor's
+/// amax history column, oldest-first as TE stores it (`history[0]` = this step's amax, the staging
+/// row), and returns the amax to scale by. Using one selects TE's unfused update path.
+using AmaxComputeFn = std::function<float(const float* history, int history_len)>;
+/// A user `scaling_factor_compute_algo`: (amax, old scale, fp8_max, recipe) -> new scale. Using one
+/// selects TE's unfused update path.
+using ScalingFactorFn = std::function<float(float amax, float scale, float fp8_max, const DelayedScaling&)>;
+/// Data-parallel amax reduction hook (TE all-reduce MAX over the amax reduction group): called on
+/// the buffer of this step's amaxes (one per tensor slot) before the update; must replace each
+/// value by its maximum over the ranks. Absent: single process.
+using AmaxReduceFn = std::function<void(float* amaxes, int count)>;
+
+/// TE `DelayedScaling` (defaults as TE). See delayed_scaling.hpp for the update.
+struct DelayedScaling {
+  float margin = 0.0f;  ///< scale = (fp8_max * 2^-margin) / amax; any finite value (powf, as TE's C API).
+  RecipeFormat fp8_format = RecipeFormat::kHybrid;
+  int amax_history_len = 1024;  ///< L >= 1.
+  AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::kMax;
+  AmaxComputeFn amax_compute_fn;          ///< If set, replaces amax_compute_algo (unfused path).
+  ScalingFactorFn scaling_factor_compute_fn;  ///< If set, replaces the scale formula (unfused path).
+  /// TE's fused kernel (default) or the Python path (NVTE_UNFUSED_FP8_UPDATE=1), which always rolls
+  /// and computes (fp8_max / amax) / 2^margin. Callables force the unfused path, as in TE.
+  bool fused_update = true;
+  AmaxReduceFn reduce_amax;  ///< Optional amax all-reduce (MAX) hook.
+
+  /// \throws fp8emu::Error for history length < 1, a non-finite margin or the E5M2 format.
+  void validate() const;
+  bool uses_fused_update() const { return fused_update && !amax_compute_fn && !scaling_factor_compute_fn; }
+};
+
+/// TE `Float8CurrentScaling`: each tensor is scaled by its own amax at cast time.
+struct CurrentScaling {
+  RecipeFormat fp8_format = RecipeFormat::kHybrid;
+  bool use_power_2_scales = false;  ///< TE env NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1.
+  float amax_epsilon = 0.0f;        ///< amax is raised to at least this (>= 0).
+  /// \throws fp8emu::Error for a negative or non-finite epsilon or the E5M2 format.
+  void validate() const;
+};
+
+/// How the E8M0 block scale is chosen from the block amax.
+enum class E8M0Rule : std::uint8_t {
+  /// TE / CUDA (quantize_mxfp8.cuh, ptx float_to_e8m0): e = round-up of RN(amax * fl32(1/fp8_max)),
+  /// so amax * 2^-scale never exceeds fp8_max: no block value saturates.
+  kTransformerEngine,
+  /// OCP MX v1.0 §6.3: X = 2^(floor(log2 amax) - emax_elem); values above fp8_max * X saturate.
+  kOcp,
+};
+
+/// TE `MXFP8BlockScaling`: 32-element blocks along the GEMM's K dim with an E8M0 scale each.
+struct MXFP8BlockScaling {
+  RecipeFormat fp8_format = RecipeFormat::kE4M3;
+  E8M0Rule rule = E8M0Rule::kTransformerEngine;
+  void validate() const;
+};
+
+/// TE `Float8BlockScaling` (DeepSeek-V3 style): 1x128 blocks for activations and gradients, 128x128
+/// tiles for weights, fp32 scales (power of two unless use_f32_scales).
+struct Float8BlockScaling {
+  RecipeFormat fp8_format = RecipeFormat::kE4M3;
+  bool use_f32_scales = false;  ///< TE env NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1; default pow2 scales.
+  float amax_epsilon = 0.0f;
+  void validate() const;
+};
+
+/// One recipe of the four.
+using Recipe = std::variant<DelayedScaling, CurrentScaling, MXFP8BlockScaling, Float8BlockScaling>;
+
+/// "delayed", "current", "mxfp8", "block" (the names of `fp8emu train --recipe`).
+const char* recipe_name(const Recipe& r);
+/// The recipe's format field.
+RecipeFormat recipe_format(const Recipe& r);
+/// Validate whichever recipe it holds.
+void validate(const Recipe& r);
+
+}  // namespace fp8emu::scaling

@@ -1,0 +1,83 @@
+// TE recipe records, checks and compute_scale_from_amax (see include/fp8emu/scaling/recipe.hpp).
+#include "fp8emu/scaling/recipe.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::scaling {
+
+RecipeFormat parse_recipe_format(const std::string& s) {
+  if (s == "hybrid") return RecipeFormat::kHybrid;
+  if (s == "e4m3") return RecipeFormat::kE4M3;
+  if (s == "e5m2") return RecipeFormat::kE5M2;
+  FP8EMU_FAIL("unknown FP8 format '", s, "' (accepted: hybrid, e4m3)");
+}
+
+const char* to_string(RecipeFormat f) {
+  switch (f) {
+    case RecipeFormat::kHybrid: return "hybrid";
+    case RecipeFormat::kE4M3: return "e4m3";
+    case RecipeFormat::kE5M2: return "e5m2";
+  }
+  return "?";
+}
+
+namespace {
+void check_not_e5m2(RecipeFormat f, const char* recipe) {
+  FP8EMU_CHECK(f != RecipeFormat::kE5M2, recipe,
+               ": the E5M2-only format is rejected, as Transformer Engine rejects it (\"Pure E5M2 "
+               "training is not supported\"); use hybrid (E4M3 forward, E5M2 backward) or e4m3");
+}
+}  // namespace
+
+Format forward_format(RecipeFormat f) {
+  check_not_e5m2(f, "FP8 recipe");
+  return Format::kE4M3;
+}
+
+Format backward_format(RecipeFormat f) {
+  check_not_e5m2(f, "FP8 recipe");
+  return f == RecipeFormat::kHybrid ? Format::kE5M2 : Format::kE4M3;
+}
+
+void DelayedScaling::validate() const {
+  FP8EMU_CHECK(amax_history_len >= 1, "delayed scaling: amax_history_len must be >= 1, got ",
+               amax_history_len);
+  FP8EMU_CHECK(std::isfinite(margin), "delayed scaling: margin must be finite, got ", margin);
+  check_not_e5m2(fp8_format, "delayed scaling");
+}
+
+void CurrentScaling::validate() const {
+  FP8EMU_CHECK(std::isfinite(amax_epsilon) && amax_epsilon >= 0.0f,
+               "current scaling: amax_epsilon must be finite and >= 0, got ", amax_epsilon);
+  check_not_e5m2(fp8_format, "current scaling");
+}
+
+void MXFP8BlockScaling::validate() const { check_not_e5m2(fp8_format, "MXFP8 block scaling"); }
+
+void Float8BlockScaling::validate() const {
+  FP8EMU_CHECK(std::isfinite(amax_epsilon) && amax_epsilon >= 0.0f,
+               "block scaling: amax_epsilon must be finite and >= 0, got ", amax_epsilon);
+  check_not_e5m2(fp8_format, "block scaling");
+}
+
+const char* recipe_name(const Recipe& r) {
+  switch (r.index()) {
+    case 0: return "delayed";
+    case 1: return "current";
+    case 2: return "mxfp8";
+    default: return "block";
+  }
+}
+
+RecipeFormat recipe_format(const Recipe& r) {
+  return std::visit([](const auto& x) { return x.fp8_format; }, r);
+}
+
+void validate(const Recipe& r) {
+  std::visit([](const auto& x) { x.validate(); }, r);
+}
+
+}  // namespace fp8emu::scaling

@@ -1,0 +1,140 @@
+// The FP8 Linear under current, MXFP8 and block scaling against references built in double from
+// the dequantized operands each GEMM consumes, and TE's weight caching (is_first_microbatch).
+#include <catch2/catch.hpp>
+#include <cfloat>
+#include <cmath>
+#include <vector>
+
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/scale.hpp"
+#include "fp8emu/emulation/block_quantize.hpp"
+#include "fp8emu/nn/linear.hpp"
+
+using namespace fp8emu;
+using namespace fp8emu::nn;
+
+namespace {
+Matrix random_matrix(int r, int c, Rng& rng, float bound) {
+  Matrix m(r, c);
+  for (float& v : m.data) v = rng.uniform(bound);
+  return m;
+}
+
+// Dequantized K-major view in double: value[n][k] = decode(code) * scale_inv of its block.
+std::vector<double> dequant(const emu::BlockQuantized& q) {
+  std::vector<double> v(q.codes.size());
+  const FormatSpec& f = spec_of(q.format);
+  for (int n = 0; n < q.n; ++n)
+    for (int k = 0; k < q.k; ++k)
+      v[std::size_t(n * q.k + k)] = double(core::fp8_to_f32(q.codes[std::size_t(n * q.k + k)], f)) *
+                                    double(q.scale_inv[std::size_t(n * q.blocks() + k / q.block)]);
+  return v;
+}
+
+// ref[i][j] = sum_k A[i][k] B[j][k] (+ bias[j]).
+std::vector<double> tn(const std::vector<double>& A, const std::vector<double>& B, int M, int N, int K) {
+  std::vector<double> out(std::size_t(M) * N, 0.0);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j)
+      for (int k = 0; k < K; ++k) out[std::size_t(i * N + j)] += A[std::size_t(i * K + k)] * B[std::size_t(j * K + k)];
+  return out;
+}
+
+void check_close(const Matrix& got, const std::vector<double>& want, double tol) {
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(double(got.data[i]) - want[i]) <= tol * scale);
+}
+}  // namespace
+
+TEST_CASE("Linear FP8 with MXFP8 and block scaling matches dequantized references", "[nn][linear][mxfp8][block]") {
+  const int B = 40, IN = 70, OUT = 36;  // not multiples of the block: partial blocks in every GEMM
+  for (int which = 0; which < 2; ++which) {
+    Rng rng(5 + which);
+    scaling::Recipe recipe = which == 0 ? scaling::Recipe(scaling::MXFP8BlockScaling{})
+                                        : scaling::Recipe(scaling::Float8BlockScaling{});
+    INFO("recipe " << scaling::recipe_name(recipe));
+    Linear lin(IN, OUT, Precision::kFp8, recipe);
+    lin.init(rng);
+    Matrix x = random_matrix(B, IN, rng, 4.0f), dy = random_matrix(B, OUT, rng, 0.02f), y, dx;
+    lin.forward(x, y, true);
+    lin.backward(dy, &dx);
+
+    auto q = [&](const Matrix& m, emu::BlockAxis axis, Format f) {
+      return which == 0 ? emu::quantize_mxfp8(m.data.data(), m.rows, m.cols, axis, f,
+                                             scaling::E8M0Rule::kTransformerEngine, nullptr)
+                        : emu::quantize_block_1d(m.data.data(), m.rows, m.cols, axis, f, 128, true, 0.0f, nullptr);
+    };
+    emu::BlockQuantized w_row, w_col;
+    if (which == 0) {
+      w_row = q(lin.weight, emu::BlockAxis::kRowwise, Format::kE4M3);
+      w_col = q(lin.weight, emu::BlockAxis::kColumnwise, Format::kE4M3);
+    } else {  // weights: 128x128 tiles
+      emu::BlockQuantized2D t = emu::quantize_block_2d(lin.weight.data.data(), OUT, IN, Format::kE4M3, 128, true, 0.0f, nullptr);
+      w_row = t.rowwise;
+      w_col = t.columnwise;
+    }
+    const Format fb = which == 0 ? Format::kE4M3 : Format::kE4M3;  // both recipes default to E4M3 everywhere
+    // fprop: x row-wise (K = IN) with W row-wise.
+    std::vector<double> yref = tn(dequant(q(x, emu::BlockAxis::kRowwise, Format::kE4M3)), dequant(w_row), B, OUT, IN);
+    for (int i = 0; i < B; ++i)
+      for (int o = 0; o < OUT; ++o) yref[std::size_t(i * OUT + o)] += lin.bias.data[std::size_t(o)];
+    check_close(y, yref, 1e-5);
+    // dgrad: dy row-wise (K = OUT) with W column-wise.
+    check_close(dx, tn(dequant(q(dy, emu::BlockAxis::kRowwise, fb)), dequant(w_col), B, IN, OUT), 1e-5);
+    // wgrad: dy column-wise (K = B) with x column-wise.
+    check_close(lin.grad_weight,
+                tn(dequant(q(dy, emu::BlockAxis::kColumnwise, fb)), dequant(q(x, emu::BlockAxis::kColumnwise, Format::kE4M3)),
+                   OUT, IN, B),
+                1e-5);
+    CHECK(std::isnan(lin.last_scale_input()));  // no per-tensor scale for block recipes
+  }
+}
+
+TEST_CASE("Linear FP8 with current scaling uses each tensor's own amax", "[nn][linear][current]") {
+  Rng rng(8);
+  scaling::CurrentScaling cur;  // HYBRID: x, W in E4M3, dy in E5M2
+  Linear lin(20, 6, Precision::kFp8, cur);
+  lin.init(rng);
+  Matrix x = random_matrix(8, 20, rng, 5.0f), dy = random_matrix(8, 6, rng, 0.1f), y, dx;
+  lin.forward(x, y, true);
+  lin.backward(dy, &dx);
+  auto amax = [](const Matrix& m) {
+    float a = 0;
+    for (float v : m.data) a = std::fmax(a, std::fabs(v));
+    return a;
+  };
+  // TE: scale = compute_scale_from_amax(amax(tensor)) at cast time, no history, no delay.
+  CHECK(lin.last_scale_input() == 0x1.cp8f / amax(x));
+  CHECK(lin.last_scale_weight() == 0x1.cp8f / amax(lin.weight));
+  CHECK(lin.last_scale_grad_output() == 0x1.cp15f / amax(dy));
+  // update_* are no-ops: the next cast of the same x gets the same scale.
+  lin.update_forward_scales();
+  lin.forward(x, y, false);
+  CHECK(lin.last_scale_input() == 0x1.cp8f / amax(x));
+}
+
+TEST_CASE("is_first_microbatch caches the FP8 weight as TE does", "[nn][linear][delayed]") {
+  Rng rng(3);
+  scaling::DelayedScaling d;
+  d.amax_history_len = 2;
+  Linear lin(16, 4, Precision::kFp8, d);
+  lin.init(rng);
+  Matrix x = random_matrix(5, 16, rng, 1.0f), y1, y2, y3;
+  float w_amax = 0;
+  for (float v : lin.weight.data) w_amax = std::fmax(w_amax, std::fabs(v));
+  lin.forward(x, y1, false, true);  // cast and cache
+  float new_amax = 0;
+  for (float& w : lin.weight.data) {
+    w += 1.0f;  // master weight changes (an optimizer step)
+    new_amax = std::fmax(new_amax, std::fabs(w));
+  }
+  lin.forward(x, y2, false, false);  // reuse the cached FP8 weight: same output, no weight amax
+  CHECK(y2.data == y1.data);
+  CHECK(lin.forward_state().history(0, Linear::kWeight) == w_amax);  // only the first cast recorded
+  lin.forward(x, y3, false);  // re-cast: the new weight is used
+  CHECK(y3.data != y1.data);
+  CHECK(lin.forward_state().history(0, Linear::kWeight) == new_amax);
+  Linear fresh(16, 4, Precision::kFp8, d);
+  CHECK_THROWS_WITH(fresh.forward(x, y1, false, false), Catch::Contains("no FP8 weight is cached"));
+}

@@ -1,0 +1,159 @@
+// TE's recipes beyond the fused delayed update, with values worked by hand from TE's formulas.
+// fp8 maxima from OCP OFP8 r1.0: E4M3 448 = 0x1.cp8, E5M2 57344 = 0x1.cp15.
+#include <catch2/catch.hpp>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "fp8emu/core/e8m0.hpp"
+#include "fp8emu/core/scale.hpp"
+#include "fp8emu/scaling/delayed_scaling.hpp"
+#include "fp8emu/scaling/recipe.hpp"
+#include "fp8emu/scaling/scale_trace.hpp"
+
+using namespace fp8emu;
+using namespace fp8emu::scaling;
+
+namespace {
+constexpr float kE4M3Max = 0x1.cp8f;
+constexpr float kE5M2Max = 0x1.cp15f;
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+std::vector<float> scales(const std::vector<ScaleTraceRow>& rows) {
+  std::vector<float> s;
+  for (const auto& r : rows) s.push_back(r.scale);
+  return s;
+}
+}  // namespace
+
+// TE transformer_engine/common/recipe/recipe_common.cuh compute_scale_from_amax.
+TEST_CASE("compute_scale_from_amax special cases", "[scaling][current]") {
+  CHECK(core::compute_scale_from_amax(2.0f, kE4M3Max, false, 0.0f, FLT_MAX) == 224.0f);
+  CHECK(core::compute_scale_from_amax(0.0f, kE4M3Max, false, 0.0f, FLT_MAX) == 1.0f);  // not the old scale
+  CHECK(core::compute_scale_from_amax(INFINITY, kE4M3Max, false, 0.0f, FLT_MAX) == 1.0f);
+  CHECK(core::compute_scale_from_amax(NAN, kE4M3Max, false, 0.0f, FLT_MAX) == 1.0f);
+  // NaN fails `amax < epsilon`, so epsilon does not rescue it.
+  CHECK(core::compute_scale_from_amax(NAN, kE4M3Max, false, 1.0f, FLT_MAX) == 1.0f);
+  // epsilon raises a small amax: max(0, 4) -> 448 / 4.
+  CHECK(core::compute_scale_from_amax(0.0f, kE4M3Max, false, 4.0f, FLT_MAX) == 112.0f);
+  CHECK(core::compute_scale_from_amax(1.0f, kE4M3Max, false, 4.0f, FLT_MAX) == 112.0f);
+  // pow2 keeps sign and exponent: 448 / 3 = 149.33 -> 128; 57344 / 3 = 19114.67 -> 16384.
+  CHECK(core::compute_scale_from_amax(3.0f, kE4M3Max, true, 0.0f, FLT_MAX) == 128.0f);
+  CHECK(core::compute_scale_from_amax(3.0f, kE5M2Max, true, 0.0f, FLT_MAX) == 16384.0f);
+  // A subnormal amax overflows the division: inf -> value_for_inf; with pow2, FLT_MAX -> 2^127.
+  CHECK(core::compute_scale_from_amax(0x1p-140f, kE4M3Max, false, 0.0f, FLT_MAX) == FLT_MAX);
+  CHECK(core::compute_scale_from_amax(0x1p-140f, kE4M3Max, true, 0.0f, FLT_MAX) == 0x1p127f);
+  // Without pow2 the scale is the correctly rounded quotient: 448 / 3 = 0x1.2aaaaap7 (RN).
+  CHECK(bits(core::compute_scale_from_amax(3.0f, kE4M3Max, false, 0.0f, FLT_MAX)) == bits(0x1.2aaaaap7f));
+}
+
+TEST_CASE("current-scaling trace, one scale per amax", "[scaling][current]") {
+  CurrentScaling c;
+  c.use_power_2_scales = true;
+  CHECK(scales(trace_current(c, Format::kE4M3, {3.0f, 0.0f, 0.5f})) == std::vector<float>{128.0f, 1.0f, 512.0f});
+  CurrentScaling bad;
+  bad.amax_epsilon = -1.0f;
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("amax_epsilon"));
+}
+
+// TE pytorch/quantization.py _amax_and_scale_update (unfused): the window always rolls.
+TEST_CASE("unfused delayed update always rolls; fused keeps the window on amax 0", "[scaling][delayed]") {
+  DelayedScaling r;
+  r.amax_history_len = 2;
+  // fused:   s0 = 448/2 = 224, h=[0,2]; step 1 r=0: no roll, 224; step 2 r=1: m = max(2, 1) = 2: 224
+  CHECK(scales(trace_delayed(r, Format::kE4M3, {2, 0, 1})) == std::vector<float>{224.0f, 224.0f, 224.0f});
+  // unfused: step 0 amax = max(h) = 2 -> 224, roll -> h=[0,2]; step 1: amax = max(0,2) = 2 -> 224,
+  //          roll -> h=[0,0] (the 2 left at row 0 is zeroed); step 2: amax = 1 -> 448
+  r.fused_update = false;
+  CHECK(scales(trace_delayed(r, Format::kE4M3, {2, 0, 1})) == std::vector<float>{224.0f, 224.0f, kE4M3Max});
+  // unfused, margin 1: (448 / 2) / 2 = 112
+  r.margin = 1.0f;
+  CHECK(scales(trace_delayed(r, Format::kE4M3, {2})) == std::vector<float>{112.0f});
+}
+
+TEST_CASE("delayed update with user callables and an amax reduction hook", "[scaling][delayed]") {
+  DelayedScaling r;
+  r.amax_history_len = 3;
+  // amax_compute_algo callable: the sum of the history column (rows oldest-first, row 0 = staging).
+  r.amax_compute_fn = [](const float* h, int L) {
+    float s = 0;
+    for (int i = 0; i < L; ++i) s += h[i];
+    return s;
+  };
+  // step 0: column [2,0,0] -> 2 -> 224; roll -> [0,0,2]. step 1: [4,0,2] -> 6 -> 448/6.
+  CHECK(scales(trace_delayed(r, Format::kE4M3, {2, 4})) == std::vector<float>{224.0f, kE4M3Max / 6.0f});
+  // scaling_factor_compute_algo callable gets (amax, old scale, fp8_max).
+  DelayedScaling f;
+  f.amax_history_len = 1;
+  f.scaling_factor_compute_fn = [](float amax, float old, float fp8_max, const DelayedScaling&) {
+    return old + fp8_max / amax;
+  };
+  CHECK(scales(trace_delayed(f, Format::kE5M2, {7})) == std::vector<float>{1.0f + 8192.0f});
+  // reduce hook: another rank saw amax 16 in slot 0 -> MAX gives 16 -> 448/16 = 28.
+  DelayedScaling d;
+  d.amax_history_len = 4;
+  d.reduce_amax = [](float* a, int n) {
+    for (int i = 0; i < n; ++i) a[i] = std::fmax(a[i], 16.0f);
+  };
+  DelayedScalingState st(1, 4);
+  st.record_amax(0, 2.0f);
+  st.update(d, Format::kE4M3);
+  CHECK(st.scale(0) == 28.0f);
+  CHECK(st.history(3, 0) == 16.0f);
+}
+
+TEST_CASE("bad recipe parameters are rejected as TE does", "[scaling]") {
+  DelayedScaling d;
+  d.amax_history_len = 0;
+  CHECK_THROWS_WITH(d.validate(), Catch::Contains("amax_history_len"));
+  d.amax_history_len = 4;
+  d.fp8_format = RecipeFormat::kE5M2;
+  CHECK_THROWS_WITH(d.validate(), Catch::Contains("E5M2-only"));
+  CHECK_THROWS_WITH(parse_recipe_format("e3m4"), Catch::Contains("unknown FP8 format"));
+  Float8BlockScaling b;
+  b.amax_epsilon = NAN;
+  CHECK_THROWS(b.validate());
+  MXFP8BlockScaling m;
+  m.fp8_format = RecipeFormat::kE5M2;
+  CHECK_THROWS(m.validate());
+  CHECK(backward_format(RecipeFormat::kHybrid) == Format::kE5M2);
+  CHECK(forward_format(RecipeFormat::kHybrid) == Format::kE4M3);
+}
+
+TEST_CASE("amax lists parse decimals, inf, nan and hex floats", "[scaling][trace]") {
+  const std::vector<float> v = parse_amax_list("1.5,inf,nan,0x1p-3,-0");
+  REQUIRE(v.size() == 5);
+  CHECK(v[0] == 1.5f);
+  CHECK(std::isinf(v[1]));
+  CHECK(std::isnan(v[2]));
+  CHECK(v[3] == 0.125f);
+  CHECK(parse_amax_list("0.1")[0] == 0.1f);  // rounded to fp32
+  CHECK_THROWS_WITH(parse_amax_list("1,,2"), Catch::Contains("empty entry"));
+  CHECK_THROWS_WITH(parse_amax_list("1,abc"), Catch::Contains("'abc' is not a number"));
+}
+
+// TE util/ptx.cuh float_to_e8m0 (software branch = cvt.rp.satfinite.ue8m0x2.f32).
+TEST_CASE("E8M0 rounds up and saturates", "[scaling][mxfp8][e8m0]") {
+  CHECK(core::e8m0_round_up_from_f32_bits(bits(1.0f)) == 127);
+  CHECK(core::e8m0_round_up_from_f32_bits(bits(1.5f)) == 128);  // rounds up to 2
+  CHECK(core::e8m0_round_up_from_f32_bits(bits(2.0f)) == 128);
+  CHECK(core::e8m0_round_up_from_f32_bits(bits(0.0f)) == 0);
+  CHECK(core::e8m0_round_up_from_f32_bits(0x00400000u) == 0);  // 2^-127 is code 0 itself
+  CHECK(core::e8m0_round_up_from_f32_bits(0x00400001u) == 1);  // above it: 2^-126
+  CHECK(core::e8m0_round_up_from_f32_bits(0x00800000u) == 1);  // 2^-126
+  CHECK(core::e8m0_round_up_from_f32_bits(0x7F000000u) == 0xFE);  // 2^127
+  CHECK(core::e8m0_round_up_from_f32_bits(0x7F000001u) == 0xFE);  // would be 2^128: saturates
+  CHECK(core::e8m0_round_up_from_f32_bits(bits(INFINITY)) == 0xFE);
+  CHECK(core::e8m0_round_up_from_f32_bits(bits(NAN)) == 0xFF);
+  CHECK(core::e8m0_to_f32_bits(127) == bits(1.0f));
+  CHECK(core::e8m0_to_f32_bits(0) == 0x00400000u);
+  CHECK(core::e8m0_reciprocal_f32_bits(0) == bits(0x1p127f));
+  CHECK(core::e8m0_reciprocal_f32_bits(0xFE) == 0x00400000u);
+  CHECK(core::e8m0_reciprocal_f32_bits(119) == bits(256.0f));
+}
