@@ -133,7 +133,7 @@ TEST_CASE("bad input: clear errors and a non-zero exit", "[cli][errors]") {
   }
 }
 
-TEST_CASE("--recipe all trains FP32 and every recipe side by side", "[cli][smoke][recipes]") {
+TEST_CASE("train with recipe all trains FP32 and every recipe side by side", "[cli][smoke][recipes]") {
   const fs::path out = scratch("all");
   const Result r = run("train --recipe all --epochs 1" + kSmall + " --out " + out.string());
   INFO(r.output);
