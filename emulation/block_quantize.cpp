@@ -47,7 +47,8 @@ QuantizeStats cast_blocks(const View& v, BlockQuantized& q, ScaleOf scale_of) {
   const float max_finite = float(f.max_finite());
   const int nb = q.blocks();
   std::uint64_t sat = 0, under = 0, nans = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans)
+#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
+    if (std::ptrdiff_t(q.codes.size()) >= detail::kParallelMinElements)
   for (int r = 0; r < q.n; ++r) {
     for (int b = 0; b < nb; ++b) {
       const int k0 = b * q.block, k1 = std::min(q.k, k0 + q.block);
@@ -185,7 +186,7 @@ void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* 
   const std::uint8_t* a = A.codes.data();
   const int groups = (M + detail::kRowGroup - 1) / detail::kRowGroup;
   // One parallel region over groups of rows of D; each group walks the K-blocks in order.
-#pragma omp parallel
+#pragma omp parallel if (double(M) * N * K >= detail::kParallelMinMacs)
   {
     std::vector<float> partial(std::size_t(detail::kRowGroup) * std::size_t(N));
 #pragma omp for schedule(static)

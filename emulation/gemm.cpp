@@ -6,6 +6,7 @@
 
 #include "fp8emu/emulation/quantize.hpp"
 #include "gemm_kernel.hpp"
+#include "parallel.hpp"
 
 namespace fp8emu::emu {
 namespace {
@@ -13,7 +14,7 @@ namespace {
 template <class T>
 void transpose_impl(int rows, int cols, const T* in, T* out) {
   constexpr int kTile = 32;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * cols >= detail::kParallelMinElements)
   for (int r0 = 0; r0 < rows; r0 += kTile)
     for (int c0 = 0; c0 < cols; c0 += kTile)
       for (int r = r0; r < std::min(rows, r0 + kTile); ++r)
@@ -45,7 +46,7 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   detail::gemm_nn(M, N, K, [A, K, ta](int i, int k) { return ta[A[std::size_t(i) * K + k]]; }, b.data(), D);
   const float s = scale_inv_a * scale_inv_b;
   const std::ptrdiff_t n = std::ptrdiff_t(M) * N;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
   for (std::ptrdiff_t i = 0; i < n; ++i) D[i] *= s;
 }
 

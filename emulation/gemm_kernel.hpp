@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "parallel.hpp"
+
 namespace fp8emu::emu::detail {
 
 
@@ -49,7 +51,7 @@ void gemm_rows(int i0, int rows, int N, int K, AValue a, const float* B, float* 
 template <class AValue>
 void gemm_nn(int M, int N, int K, AValue a, const float* B, float* C) {
   const int groups = (M + kRowGroup - 1) / kRowGroup;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (double(M) * N * K >= kParallelMinMacs)
   for (int g = 0; g < groups; ++g) {
     const int i0 = g * kRowGroup;
     gemm_rows(i0, std::min(kRowGroup, M - i0), N, K, a, B, C + std::size_t(i0) * N);

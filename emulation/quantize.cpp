@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "fp8emu/core/convert.hpp"
+#include "parallel.hpp"
 
 namespace fp8emu::emu {
 namespace {
@@ -25,7 +26,8 @@ QuantizeStats quantize_impl(const float* x, std::size_t n, float scale, std::uin
   float local_amax_total = 0.0f;
   std::uint64_t sat = 0, under = 0, nans = 0;
   const std::ptrdiff_t count = std::ptrdiff_t(n);
-#pragma omp parallel for schedule(static) reduction(max : local_amax_total) \
+#pragma omp parallel for schedule(static) if (count >= detail::kParallelMinElements) \
+    reduction(max : local_amax_total) \
     reduction(+ : sat, under, nans)
   for (std::ptrdiff_t i = 0; i < count; ++i) {
     const float v = x[i];
@@ -65,14 +67,14 @@ QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, s
 void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) {
   const float* table = decode_table(fmt);
   const std::ptrdiff_t count = std::ptrdiff_t(n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count >= detail::kParallelMinElements)
   for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = table[q[i]] * scale_inv;
 }
 
 float compute_amax(const float* x, std::size_t n) {
   float m = 0.0f;
   const std::ptrdiff_t count = std::ptrdiff_t(n);
-#pragma omp parallel for schedule(static) reduction(max : m)
+#pragma omp parallel for schedule(static) reduction(max : m) if (count >= detail::kParallelMinElements)
   for (std::ptrdiff_t i = 0; i < count; ++i) m = std::fmax(m, std::fabs(x[i]));
   return m;
 }

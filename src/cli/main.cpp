@@ -1,6 +1,9 @@
 // The fp8emu command-line tool: one executable, one subcommand per job.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "fashion_mnist/train.hpp"
@@ -8,8 +11,23 @@
 #include "fp8emu/scaling/scale_trace.hpp"
 #include "fp8emu/util/error.hpp"
 
+namespace {
+// OpenMP threads that wait at a barrier spin for ~300k iterations by default (libgomp). On a machine
+// whose cores are shared with other work, that spinning starves the threads that have work and made
+// training 3-10x slower in our measurements (docs: README, "Performance"); a short spin costs ~5 %
+// on idle cores. The runtime reads its settings when it loads, before main, so unless the user chose
+// a policy, set a short spin count and re-execute once. Results never depend on it.
+void prefer_short_openmp_spin(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || std::getenv("FP8EMU_NO_REEXEC")) return;
+  ::setenv("GOMP_SPINCOUNT", "10000", 1);
+  ::setenv("FP8EMU_NO_REEXEC", "1", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: then run with the defaults
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace fp8emu;
+  prefer_short_openmp_spin(argv);
   CLI::App app{"fp8emu: bit-exact FP8 emulation and FP8-vs-FP32 training experiments"};
   app.require_subcommand(1);
   app.set_version_flag("--version", FP8EMU_VERSION_STRING);

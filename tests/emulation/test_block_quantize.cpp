@@ -149,7 +149,7 @@ TEST_CASE("block-scaled GEMM sums each block's partial times its scales", "[emul
 }
 
 TEST_CASE("block quantize and GEMM are identical for 1 and 2 threads", "[emulation][block][determinism]") {
-  const int M = 45, N = 37, K = 300;
+  const int M = 150, N = 120, K = 300;  // large enough that the kernels fork threads
   std::vector<float> a(std::size_t(M) * K), b(std::size_t(N) * K);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(float(i) * 0.7f) * std::exp2(float(i % 13) - 6.0f);
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(float(i) * 0.3f);
