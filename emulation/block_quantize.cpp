@@ -44,7 +44,6 @@ BlockQuantized make_output(const View& v, int block, Format fmt) {
 template <class ScaleOf>
 QuantizeStats cast_blocks(const View& v, BlockQuantized& q, ScaleOf scale_of) {
   const FormatSpec& f = spec_of(q.format);
-  const float max_finite = float(f.max_finite());
   const int nb = q.blocks();
   std::uint64_t sat = 0, under = 0, nans = 0;
 #pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
@@ -63,7 +62,7 @@ QuantizeStats cast_blocks(const View& v, BlockQuantized& q, ScaleOf scale_of) {
         q.codes[std::size_t(r) * std::size_t(q.k) + std::size_t(kk)] = c;
         const bool is_nan = std::isnan(x);
         nans += is_nan;
-        sat += std::fabs(s) > max_finite;
+        sat += f.overflows(std::fabs(s));
         under += (!is_nan && x != 0.0f && std::isfinite(x) && (c & f.top_code()) == 0);
       }
     }

@@ -21,7 +21,6 @@ std::array<float, 256> make_table(FormatSpec f) {
 template <const FormatSpec& F>
 QuantizeStats quantize_impl(const float* x, std::size_t n, float scale, std::uint8_t* q,
                             float* amax) {
-  const float max_finite = float(F.max_finite());
   const std::uint8_t mag_mask = std::uint8_t(F.top_code());
   float local_amax_total = 0.0f;
   std::uint64_t sat = 0, under = 0, nans = 0;
@@ -38,7 +37,7 @@ QuantizeStats quantize_impl(const float* x, std::size_t n, float scale, std::uin
     local_amax_total = std::fmax(local_amax_total, a);  // fmax drops NaN, as fmaxf
     const bool is_nan = std::isnan(v);
     nans += is_nan;
-    sat += std::fabs(s) > max_finite;  // false for NaN
+    sat += F.overflows(std::fabs(s));  // false for NaN
     under += (!is_nan && v != 0.0f && std::isfinite(v) && (c & mag_mask) == 0);
   }
   if (amax) *amax = std::fmax(*amax, local_amax_total);

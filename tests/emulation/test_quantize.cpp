@@ -74,3 +74,15 @@ TEST_CASE("quantize is identical for 1 and 2 threads", "[emulation][quantize][de
   CHECK(s1.saturated == s2.saturated);
   CHECK(s1.underflow == s2.underflow);
 }
+
+TEST_CASE("saturation counts only values that overflow under round-to-nearest-even", "[emulation][quantize]") {
+  // E4M3: 460 and 464 round to 448 (464 = 448 + half ulp 16, tie to even 0.1111.110): not clipped;
+  // 465 and Inf are. E5M2: 61439 rounds to 57344; 61440 ties to the odd max's even neighbour 2^16:
+  // clipped.
+  std::vector<float> x4{460.0f, 464.0f, 465.0f, INFINITY};
+  std::vector<std::uint8_t> q(4);
+  CHECK(emu::quantize(x4.data(), 4, 1.0f, Format::kE4M3, q.data(), nullptr).saturated == 2);
+  CHECK(q == std::vector<std::uint8_t>{0x7E, 0x7E, 0x7E, 0x7E});
+  std::vector<float> x5{61439.0f, 61440.0f};
+  CHECK(emu::quantize(x5.data(), 2, 1.0f, Format::kE5M2, q.data(), nullptr).saturated == 1);
+}

@@ -24,7 +24,8 @@ namespace fp8emu::emu {
 /// What a cast did to its input, as counts of elements (returned as data, never thrown).
 struct QuantizeStats {
   std::uint64_t count = 0;      ///< Elements cast.
-  std::uint64_t saturated = 0;  ///< Elements with |x*scale| above max finite (incl. +-Inf): clipped.
+  std::uint64_t saturated = 0;  ///< Elements whose |x*scale| overflows the format under RNE (incl.
+                                ///< +-Inf): clipped to max finite by SATFINITE.
   std::uint64_t underflow = 0;  ///< Finite non-zero x whose code is +-0: flushed to zero.
   std::uint64_t nan = 0;        ///< NaN elements (they become the NaN code).
   QuantizeStats& operator+=(const QuantizeStats& o) {

@@ -70,6 +70,18 @@ struct FormatSpec {
   FP8EMU_HD constexpr double min_normal() const { return pow2(emin()); }
   /// Smallest positive subnormal value, 2^(emin - mantissa_bits).
   FP8EMU_HD constexpr double min_subnormal() const { return pow2(emin() - mantissa_bits); }
+  /// Max finite plus half an ulp: magnitudes above it overflow under round-to-nearest-even.
+  FP8EMU_HD constexpr double overflow_threshold() const {
+    return max_finite() + pow2(emax() - mantissa_bits - 1);
+  }
+  /// Whether the threshold itself overflows: the tie goes to the even neighbour, which is above the
+  /// max when the max code's mantissa is odd.
+  FP8EMU_HD constexpr bool overflow_at_threshold() const { return (max_finite_code() & 1u) != 0; }
+  /// Whether a magnitude |v| (fp32, not NaN) overflows the format under RNE: what __NV_SATFINITE
+  /// clips and __NV_NOSAT turns into Inf/NaN.
+  FP8EMU_HD constexpr bool overflows(float abs_v) const {
+    return abs_v > float(overflow_threshold()) || (overflow_at_threshold() && abs_v == float(overflow_threshold()));
+  }
 };
 
 /// OCP E4M3 ("e4m3fn"): finite only, one NaN code per sign.
@@ -93,11 +105,15 @@ static_assert(kSpecE4M3.min_normal() == 1.0 / 64, "OCP: E4M3 min normal = 2^-6")
 static_assert(kSpecE4M3.min_subnormal() == 1.0 / 512, "OCP: E4M3 min subnormal = 2^-9");
 static_assert(kSpecE4M3.nan_code() == 0b0'1111'111, "OCP: E4M3 NaN is S.1111.111");
 static_assert(kSpecE4M3.emax() == 8, "OCP: E4M3 emax = 8");
+static_assert(kSpecE4M3.overflow_threshold() == 464.0 && !kSpecE4M3.overflow_at_threshold(),
+              "E4M3: 464 = 448 + 16 ties to even 448; above it overflows");
 static_assert(kSpecE5M2.max_finite_code() == 0b0'11110'11, "OCP: E5M2 max normal is S.11110.11");
 static_assert(kSpecE5M2.max_finite() == 57344.0, "OCP: E5M2 max normal = 57344");
 static_assert(kSpecE5M2.min_normal() == 1.0 / 16384, "OCP: E5M2 min normal = 2^-14");
 static_assert(kSpecE5M2.min_subnormal() == 1.0 / 65536, "OCP: E5M2 min subnormal = 2^-16");
 static_assert(kSpecE5M2.inf_code() == 0b0'11111'00, "OCP: E5M2 Inf is S.11111.00");
 static_assert(kSpecE5M2.emax() == 15, "OCP: E5M2 emax = 15");
+static_assert(kSpecE5M2.overflow_threshold() == 61440.0 && kSpecE5M2.overflow_at_threshold(),
+              "E5M2: 61440 = 57344 + 4096 ties to even 2^16, which overflows");
 
 }  // namespace fp8emu
