@@ -12,7 +12,6 @@
 namespace fp8emu::nn {
 namespace {
 
-constexpr int kMxfp8Block = 32;      // TE MXFP8: 1x32 / 32x1 blocks
 constexpr int kFloat8Block = 128;    // TE Float8BlockScaling: 1x128 blocks, 128x128 weight tiles
 
 int history_len_of(const scaling::Recipe& r) {
@@ -62,17 +61,34 @@ void Linear::forward_fp32(const Matrix& x, Matrix& y) const {
   add_bias(y, bias);
 }
 
-// Scale of a per-tensor cast; sets *amax to the delayed-scaling staging slot (or null).
-float Linear::per_tensor_scale(const float* v, std::size_t n, Format fmt, bool forward, int slot,
-                               float** amax) {
+// Per-tensor cast of m into q under delayed or current scaling; records the scale used in
+// last_scale_[role] and returns scale_inv = RN(1/scale).
+float Linear::per_tensor_cast(const Matrix& m, Format fmt, bool forward, int slot, int role,
+                              std::vector<std::uint8_t>& q, emu::QuantizeStats& st) {
+  float* amax = nullptr;  // current scaling: TE casts with a null amax pointer after its amax kernel
+  float scale;
   if (const auto* cur = std::get_if<scaling::CurrentScaling>(&recipe_)) {
-    *amax = nullptr;  // TE runs the cast with a null amax pointer after its own amax kernel
-    return core::compute_scale_from_amax(emu::compute_amax(v, n), max_finite_f32(fmt),
-                                         cur->use_power_2_scales, cur->amax_epsilon, FLT_MAX);
+    scale = core::compute_scale_from_amax(emu::compute_amax(m.data.data(), m.size()), max_finite_f32(fmt),
+                                          cur->use_power_2_scales, cur->amax_epsilon, FLT_MAX);
+  } else {
+    scaling::DelayedScalingState& state = forward ? fwd_state_ : bwd_state_;
+    amax = state.amax_ptr(slot);
+    scale = state.scale(slot);
   }
-  scaling::DelayedScalingState& st = forward ? fwd_state_ : bwd_state_;
-  *amax = st.amax_ptr(slot);
-  return st.scale(slot);
+  q.resize(m.size());
+  st += emu::quantize(m.data.data(), m.size(), scale, fmt, q.data(), amax);
+  last_scale_[role] = scale;
+  return emu::scale_inv_of(scale);
+}
+
+// 1D block cast of an activation or gradient (or an MXFP8 weight) along `axis`.
+emu::BlockQuantized Linear::block_cast(const Matrix& m, emu::BlockAxis axis, Format fmt,
+                                       emu::QuantizeStats* st) const {
+  if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_))
+    return emu::quantize_mxfp8(m.data.data(), m.rows, m.cols, axis, fmt, mx->rule, st);
+  const auto& bl = std::get<scaling::Float8BlockScaling>(recipe_);
+  return emu::quantize_block_1d(m.data.data(), m.rows, m.cols, axis, fmt, kFloat8Block, !bl.use_f32_scales,
+                                bl.amax_epsilon, st);
 }
 
 void Linear::cast_weight(std::optional<bool> is_first_microbatch) {
@@ -82,23 +98,16 @@ void Linear::cast_weight(std::optional<bool> is_first_microbatch) {
     return;  // reuse the cached FP8 weight: no cast, no amax
   }
   const int out = out_features(), in = in_features();
-  if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_)) {
-    w_row_ = emu::quantize_mxfp8(weight.data.data(), out, in, emu::BlockAxis::kRowwise, fwd_format_, mx->rule,
-                                 &stats.weight);
-    w_col_ = emu::quantize_mxfp8(weight.data.data(), out, in, emu::BlockAxis::kColumnwise, fwd_format_,
-                                 mx->rule, nullptr);
+  if (std::holds_alternative<scaling::MXFP8BlockScaling>(recipe_)) {
+    w_row_ = block_cast(weight, emu::BlockAxis::kRowwise, fwd_format_, &stats.weight);
+    w_col_ = block_cast(weight, emu::BlockAxis::kColumnwise, fwd_format_, nullptr);
   } else if (const auto* bl = std::get_if<scaling::Float8BlockScaling>(&recipe_)) {
     emu::BlockQuantized2D w = emu::quantize_block_2d(weight.data.data(), out, in, fwd_format_, kFloat8Block,
                                                      !bl->use_f32_scales, bl->amax_epsilon, &stats.weight);
     w_row_ = std::move(w.rowwise);
     w_col_ = std::move(w.columnwise);
   } else {
-    float* amax = nullptr;
-    const float sw = per_tensor_scale(weight.data.data(), weight.size(), fwd_format_, true, kWeight, &amax);
-    w_q_.resize(weight.size());
-    stats.weight += emu::quantize(weight.data.data(), weight.size(), sw, fwd_format_, w_q_.data(), amax);
-    sinv_w_ = emu::scale_inv_of(sw);
-    last_scale_[1] = sw;
+    sinv_w_ = per_tensor_cast(weight, fwd_format_, true, kWeight, 1, w_q_, stats.weight);
   }
   have_weight_cache_ = true;
 }
@@ -112,32 +121,14 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
     if (training) saved_x_ = x;
   } else if (is_block_recipe()) {
     cast_weight(is_first_microbatch);
-    emu::BlockQuantized x_row;
-    if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_)) {
-      x_row = emu::quantize_mxfp8(x.data.data(), batch, in, emu::BlockAxis::kRowwise, fwd_format_, mx->rule,
-                                  &stats.input);
-      if (training)
-        x_col_ = emu::quantize_mxfp8(x.data.data(), batch, in, emu::BlockAxis::kColumnwise, fwd_format_,
-                                     mx->rule, nullptr);
-    } else {
-      const auto& bl = std::get<scaling::Float8BlockScaling>(recipe_);
-      x_row = emu::quantize_block_1d(x.data.data(), batch, in, emu::BlockAxis::kRowwise, fwd_format_,
-                                     kFloat8Block, !bl.use_f32_scales, bl.amax_epsilon, &stats.input);
-      if (training)
-        x_col_ = emu::quantize_block_1d(x.data.data(), batch, in, emu::BlockAxis::kColumnwise, fwd_format_,
-                                        kFloat8Block, !bl.use_f32_scales, bl.amax_epsilon, nullptr);
-    }
+    const emu::BlockQuantized x_row = block_cast(x, emu::BlockAxis::kRowwise, fwd_format_, &stats.input);
+    if (training) x_col_ = block_cast(x, emu::BlockAxis::kColumnwise, fwd_format_, nullptr);
     y.resize(batch, out);
     emu::gemm_fp8_block_tn(x_row, w_row_, y.data.data());
     add_bias(y, bias);
   } else {
     cast_weight(is_first_microbatch);
-    float* amax = nullptr;
-    const float sx = per_tensor_scale(x.data.data(), x.size(), fwd_format_, true, kInput, &amax);
-    x_q_.resize(x.size());
-    stats.input += emu::quantize(x.data.data(), x.size(), sx, fwd_format_, x_q_.data(), amax);
-    sinv_x_ = emu::scale_inv_of(sx);
-    last_scale_[0] = sx;
+    sinv_x_ = per_tensor_cast(x, fwd_format_, true, kInput, 0, x_q_, stats.input);
     std::vector<std::uint8_t> w_q_t(w_q_.size());  // W_q^T, Shape [in, out] (TE's transposed FP8 weight)
     emu::transpose(out, in, w_q_.data(), w_q_t.data());
     y.resize(batch, out);
@@ -169,31 +160,16 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
       emu::gemm_f32_nn(batch, in, out, dy.data.data(), weight.data.data(), dx->data.data());
     }
   } else if (is_block_recipe()) {
-    emu::BlockQuantized dy_row, dy_col;
-    if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_)) {
-      dy_row = emu::quantize_mxfp8(dy.data.data(), batch, out, emu::BlockAxis::kRowwise, bwd_format_, mx->rule,
-                                   &stats.grad_output);
-      dy_col = emu::quantize_mxfp8(dy.data.data(), batch, out, emu::BlockAxis::kColumnwise, bwd_format_,
-                                   mx->rule, nullptr);
-    } else {
-      const auto& bl = std::get<scaling::Float8BlockScaling>(recipe_);
-      dy_row = emu::quantize_block_1d(dy.data.data(), batch, out, emu::BlockAxis::kRowwise, bwd_format_,
-                                      kFloat8Block, !bl.use_f32_scales, bl.amax_epsilon, &stats.grad_output);
-      dy_col = emu::quantize_block_1d(dy.data.data(), batch, out, emu::BlockAxis::kColumnwise, bwd_format_,
-                                      kFloat8Block, !bl.use_f32_scales, bl.amax_epsilon, nullptr);
-    }
+    const emu::BlockQuantized dy_row = block_cast(dy, emu::BlockAxis::kRowwise, bwd_format_, &stats.grad_output);
+    const emu::BlockQuantized dy_col = block_cast(dy, emu::BlockAxis::kColumnwise, bwd_format_, nullptr);
     emu::gemm_fp8_block_tn(dy_col, x_col_, grad_weight.data.data());  // [out, K=batch] x [in, K=batch]
     if (dx) {
       dx->resize(batch, in);
       emu::gemm_fp8_block_tn(dy_row, w_col_, dx->data.data());  // [batch, K=out] x [in, K=out]
     }
   } else {
-    float* amax = nullptr;
-    const float sdy = per_tensor_scale(dy.data.data(), dy.size(), bwd_format_, false, kGradOutput, &amax);
-    std::vector<std::uint8_t> dy_q(dy.size());
-    stats.grad_output += emu::quantize(dy.data.data(), dy.size(), sdy, bwd_format_, dy_q.data(), amax);
-    const float sinv_dy = emu::scale_inv_of(sdy);
-    last_scale_[2] = sdy;
+    std::vector<std::uint8_t> dy_q;
+    const float sinv_dy = per_tensor_cast(dy, bwd_format_, false, kGradOutput, 2, dy_q, stats.grad_output);
     std::vector<std::uint8_t> dy_q_t(dy_q.size());  // Shape [out, batch]
     emu::transpose(batch, out, dy_q.data(), dy_q_t.data());
     emu::gemm_fp8_nn(out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_.data(), fwd_format_, sinv_x_,

@@ -5,16 +5,30 @@
 #include <vector>
 
 #include "fp8emu/emulation/quantize.hpp"
+#include "support/nn_helpers.hpp"
 #include "fp8emu/nn/mlp.hpp"
 
 using namespace fp8emu;
 using namespace fp8emu::nn;
 
 namespace {
-Matrix random_matrix(int r, int c, Rng& rng, float bound) {
-  Matrix m(r, c);
-  for (float& v : m.data) v = rng.uniform(bound);
-  return m;
+using testing::random_matrix;
+
+// Central finite differences of `loss` in every entry of `param` against `grad` (copied before the
+// calls, as the loss may run forward passes).
+template <class Loss>
+void check_finite_differences(Matrix& param, const Matrix& grad, Loss loss, float h, double margin) {
+  const Matrix g = grad;
+  for (std::size_t i = 0; i < param.size(); ++i) {
+    const float p0 = param.data[i];
+    param.data[i] = p0 + h;
+    const double lp = loss();
+    param.data[i] = p0 - h;
+    const double lm = loss();
+    param.data[i] = p0;
+    INFO("entry " << i);
+    CHECK(g.data[i] == Approx((lp - lm) / (2 * h)).margin(margin));
+  }
 }
 
 // L = sum(y .* R) in double.
@@ -38,85 +52,38 @@ TEST_CASE("Linear FP32 gradients match central finite differences", "[nn][linear
     lin.forward(x, yy, false);
     return weighted_sum(yy, R);
   };
-  for (std::size_t i = 0; i < lin.weight.size(); ++i) {
-    const float w0 = lin.weight.data[i];
-    lin.weight.data[i] = w0 + h;
-    const double lp = loss();
-    lin.weight.data[i] = w0 - h;
-    const double lm = loss();
-    lin.weight.data[i] = w0;
-    CHECK(lin.grad_weight.data[i] == Approx((lp - lm) / (2 * h)).margin(1e-4));
-  }
-  for (std::size_t i = 0; i < lin.bias.size(); ++i) {
-    const float b0 = lin.bias.data[i];
-    lin.bias.data[i] = b0 + h;
-    const double lp = loss();
-    lin.bias.data[i] = b0 - h;
-    const double lm = loss();
-    lin.bias.data[i] = b0;
-    CHECK(lin.grad_bias.data[i] == Approx((lp - lm) / (2 * h)).margin(1e-4));
-  }
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const float x0 = x.data[i];
-    x.data[i] = x0 + h;
-    const double lp = loss();
-    x.data[i] = x0 - h;
-    const double lm = loss();
-    x.data[i] = x0;
-    CHECK(dx.data[i] == Approx((lp - lm) / (2 * h)).margin(1e-4));
-  }
+  check_finite_differences(lin.weight, lin.grad_weight, loss, h, 1e-4);
+  check_finite_differences(lin.bias, lin.grad_bias, loss, h, 1e-4);
+  check_finite_differences(x, dx, loss, h, 1e-4);
 }
 
-TEST_CASE("MLP (GELU, softmax cross-entropy) FP32 gradients match finite differences", "[nn][mlp]") {
-  Mlp mlp({6, 5, 4, 3}, Activation::kGELU, Precision::kFp32, {}, 11);
-  Rng rng(3);
-  Matrix x = random_matrix(5, 6, rng, 2.0f), logits, dlogits;
-  const std::vector<std::uint8_t> labels{0, 2, 1, 1, 2};
-  mlp.forward(x, logits, true);
-  softmax_cross_entropy(logits, labels, &dlogits);
-  mlp.backward(dlogits);
-  auto loss = [&]() {
-    Matrix z;
-    mlp.forward(x, z, false);
-    return softmax_cross_entropy(z, labels, nullptr);
+TEST_CASE("MLP (GELU and ReLU, softmax cross-entropy) FP32 gradients match finite differences", "[nn][mlp]") {
+  struct Case {
+    std::vector<int> sizes;
+    Activation act;
+    int batch;
+    float h;
+    double margin;  // ReLU: small steps, so that no pre-activation crosses its kink
   };
-  const float h = 1e-2f;
-  for (Linear& l : mlp.layers) {
-    const Matrix gw = l.grad_weight;
-    for (std::size_t i = 0; i < l.weight.size(); ++i) {
-      const float w0 = l.weight.data[i];
-      l.weight.data[i] = w0 + h;
-      const double lp = loss();
-      l.weight.data[i] = w0 - h;
-      const double lm = loss();
-      l.weight.data[i] = w0;
-      CHECK(gw.data[i] == Approx((lp - lm) / (2 * h)).margin(2e-4));
+  for (const Case& c : {Case{{6, 5, 4, 3}, Activation::kGELU, 5, 1e-2f, 2e-4},
+                        Case{{4, 8, 3}, Activation::kReLU, 3, 1e-3f, 5e-4}}) {
+    Mlp mlp(c.sizes, c.act, Precision::kFp32, {}, 11);
+    Rng rng(3);
+    Matrix x = random_matrix(c.batch, c.sizes.front(), rng, 2.0f), logits, dlogits;
+    std::vector<std::uint8_t> labels;
+    for (int i = 0; i < c.batch; ++i) labels.push_back(std::uint8_t((i * 7 + 1) % c.sizes.back()));
+    mlp.forward(x, logits, true);
+    softmax_cross_entropy(logits, labels, &dlogits);
+    mlp.backward(dlogits);
+    auto loss = [&]() {
+      Matrix z;
+      mlp.forward(x, z, false);
+      return softmax_cross_entropy(z, labels, nullptr);
+    };
+    for (Linear& l : mlp.layers) {
+      check_finite_differences(l.weight, l.grad_weight, loss, c.h, c.margin);
+      check_finite_differences(l.bias, l.grad_bias, loss, c.h, c.margin);
     }
-  }
-}
-
-TEST_CASE("ReLU MLP backward matches finite differences away from kinks", "[nn][mlp]") {
-  Mlp mlp({4, 8, 3}, Activation::kReLU, Precision::kFp32, {}, 5);
-  Rng rng(9);
-  Matrix x = random_matrix(3, 4, rng, 1.0f), logits, dlogits;
-  const std::vector<std::uint8_t> labels{2, 0, 1};
-  mlp.forward(x, logits, true);
-  softmax_cross_entropy(logits, labels, &dlogits);
-  mlp.backward(dlogits);
-  const float h = 1e-3f;
-  Linear& l = mlp.layers[0];
-  const Matrix gw = l.grad_weight;
-  for (std::size_t i = 0; i < l.weight.size(); ++i) {
-    const float w0 = l.weight.data[i];
-    Matrix z;
-    l.weight.data[i] = w0 + h;
-    mlp.forward(x, z, false);
-    const double lp = softmax_cross_entropy(z, labels, nullptr);
-    l.weight.data[i] = w0 - h;
-    mlp.forward(x, z, false);
-    const double lm = softmax_cross_entropy(z, labels, nullptr);
-    l.weight.data[i] = w0;
-    CHECK(gw.data[i] == Approx((lp - lm) / (2 * h)).margin(5e-4));
   }
 }
 

@@ -8,17 +8,14 @@
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/emulation/block_quantize.hpp"
+#include "support/nn_helpers.hpp"
 #include "fp8emu/nn/linear.hpp"
 
 using namespace fp8emu;
 using namespace fp8emu::nn;
 
 namespace {
-Matrix random_matrix(int r, int c, Rng& rng, float bound) {
-  Matrix m(r, c);
-  for (float& v : m.data) v = rng.uniform(bound);
-  return m;
-}
+using testing::random_matrix;
 
 // Dequantized K-major view in double: value[n][k] = decode(code) * scale_inv of its block.
 std::vector<double> dequant(const emu::BlockQuantized& q) {

@@ -101,8 +101,10 @@ class Linear {
   LinearFp8Stats stats;  ///< Accumulated by FP8 casts; reset by the caller.
 
  private:
-  float per_tensor_scale(const float* v, std::size_t n, Format fmt, bool forward, int slot, float** amax);
+  float per_tensor_cast(const Matrix& m, Format fmt, bool forward, int slot, int role,
+                        std::vector<std::uint8_t>& q, emu::QuantizeStats& st);
   void cast_weight(std::optional<bool> is_first_microbatch);
+  emu::BlockQuantized block_cast(const Matrix& m, emu::BlockAxis axis, Format fmt, emu::QuantizeStats* st) const;
   bool is_block_recipe() const { return recipe_.index() >= 2; }
 
   Precision precision_;
