@@ -9,6 +9,8 @@
 #include "fashion_mnist/train.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/scaling/scale_trace.hpp"
+#include "mma_check.hpp"
+#include <iostream>
 #include "fp8emu/util/error.hpp"
 
 namespace {
@@ -92,11 +94,24 @@ int main(int argc, char** argv) {
   trace->add_option("--amax", st_amax, "Comma-separated amax values (decimal, inf, nan, hex floats)")
       ->required();
 
+  cli::MmaCheckOptions mma;
+  CLI::App* check = app.add_subcommand(
+      "mma-check", "Replay recorded FP8 tensor-core dot products (32 products per row) through the model");
+  check->add_option("--arch", mma.arch, "hopper (wgmma k32) or ada (mma.sync m16n8k32)")->required();
+  check->add_option("--format", mma.format, "e4m3 or e5m2")->required();
+  check->add_option("--output", mma.output, "Accumulator/output: fp32 or fp16")->capture_default_str();
+  check->add_option("--a", mma.a, "a file: 32 hex fp32 values per line")->required();
+  check->add_option("--b", mma.b, "b file: 32 hex fp32 values per line")->required();
+  check->add_option("--c", mma.c, "c file: binary fp32 per line; omit for an accumulator starting at 0");
+  check->add_option("--d", mma.d, "d file: the recorded results, binary fp32 per line")->required();
+  mma.output = "fp32";
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (*check) return cli::run_mma_check(mma, std::cout, std::cerr);
   try {
     if (*train) {
       cfg.delayed.fused_update = !unfused;

@@ -1,0 +1,144 @@
+// `fp8emu mma-check` end to end: recorded rows written back in the published text layout, corrupt
+// files (exit 2 naming file and line), and the full published files when ../shared is present.
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <bitset>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fp8emu/core/convert.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run_cli(const std::string& args) {
+  const std::string cmd = std::string(FP8EMU_CLI_PATH) + " " + args + " 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// Rewrites the first `rows` packed Ada rows (tests/data) in the published text layout.
+fs::path write_published_layout(int rows) {
+  const fs::path d = fs::temp_directory_path() / ("fp8emu-mma-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  gzFile g = gzopen((std::string(FP8EMU_TEST_DATA_DIR) + "/tensor-core-mma/Ada_E4M3.txt.gz").c_str(), "rb");
+  REQUIRE(g != nullptr);
+  std::ofstream a(d / "a.txt"), b(d / "b.txt"), c(d / "c.txt"), d32(d / "d.txt"), d16(d / "d16.txt");
+  char line[512];
+  for (int r = 0; r < rows && gzgets(g, line, sizeof line); ++r) {
+    std::istringstream in(line);
+    std::string ha, hb, hc, hd, hd16;
+    in >> ha >> hb >> hc >> hd >> hd16;
+    for (auto [hexcodes, out] : {std::pair<std::string*, std::ofstream*>{&ha, &a}, {&hb, &b}}) {
+      for (std::size_t i = 0; i < 64; i += 2) {
+        const auto code = std::uint8_t(std::stoul(hexcodes->substr(i, 2), nullptr, 16));
+        char w[16];
+        std::snprintf(w, sizeof w, "%08x ", fp8emu::core::decode_to_f32_bits(code, fp8emu::kSpecE4M3));
+        *out << w;
+      }
+      *out << "\n";
+    }
+    c << std::bitset<32>(std::stoul(hc, nullptr, 16)) << "\n";
+    d32 << std::bitset<32>(std::stoul(hd, nullptr, 16)) << "\n";
+    d16 << std::bitset<32>(std::stoul(hd16, nullptr, 16)) << "\n";
+  }
+  gzclose(g);
+  return d;
+}
+}  // namespace
+
+TEST_CASE("mma-check reproduces recorded Ada rows and reports mismatches", "[cli][mma]") {
+  const fs::path d = write_published_layout(300);
+  const std::string files = " --a " + (d / "a.txt").string() + " --b " + (d / "b.txt").string() + " --c " +
+                            (d / "c.txt").string();
+  Result r = run_cli("mma-check --arch ada --format e4m3" + files + " --d " + (d / "d.txt").string());
+  CHECK(r.code == 0);
+  CHECK(r.output == "mismatches: 0 of 300\n");
+  r = run_cli("mma-check --arch ada --format e4m3 --output fp16" + files + " --d " + (d / "d16.txt").string());
+  CHECK(r.code == 0);
+  CHECK(r.output.find("mismatches: 0 of 300") != std::string::npos);
+  // The wrong architecture (blocks of 32) disagrees with the Ada recordings: exit 1, counted last.
+  r = run_cli("mma-check --arch hopper --format e4m3" + files + " --d " + (d / "d.txt").string());
+  CHECK(r.code == 1);
+  CHECK(r.output.rfind("mismatches: ") != std::string::npos);
+  CHECK(r.output.find(" of 300\n") == r.output.size() - 8);
+  fs::remove_all(d);
+}
+
+TEST_CASE("mma-check names the file and line of malformed input and exits 2", "[cli][mma][errors]") {
+  const fs::path d = write_published_layout(5);
+  const std::string b = " --b " + (d / "b.txt").string(), dd = " --d " + (d / "d.txt").string();
+  {
+    std::ofstream bad(d / "bad_a.txt");
+    bad << std::ifstream(d / "a.txt").rdbuf();
+    bad << "3f800000 zz\n";
+  }
+  Result r = run_cli("mma-check --arch ada --format e4m3 --a " + (d / "bad_a.txt").string() + b + dd);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("bad_a.txt:6: 'zz' is not a hex fp32 bit pattern") != std::string::npos);
+  {
+    std::ofstream bad(d / "notfp8.txt");
+    for (int i = 0; i < 5; ++i) {
+      for (int k = 0; k < 32; ++k) bad << (i == 2 && k == 3 ? "3f800001 " : "3f800000 ");
+      bad << "\n";
+    }
+  }
+  r = run_cli("mma-check --arch ada --format e4m3 --a " + (d / "notfp8.txt").string() + b + dd);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("notfp8.txt:3: 0x3f800001 is not exactly an E4M3 value") != std::string::npos);
+  {
+    std::ofstream bad(d / "short_d.txt");
+    bad << "0101\n";
+  }
+  r = run_cli("mma-check --arch ada --format e4m3 --a " + (d / "a.txt").string() + b + " --d " +
+              (d / "short_d.txt").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("short_d.txt:1: expected a 32-character binary fp32 bit pattern") != std::string::npos);
+  {
+    std::ofstream few(d / "few_d.txt");
+    few << "00111111100000000000000000000000\n";
+  }
+  r = run_cli("mma-check --arch ada --format e4m3 --a " + (d / "a.txt").string() + b + " --d " +
+              (d / "few_d.txt").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("few_d.txt: 1 rows, but") != std::string::npos);
+  r = run_cli("mma-check --arch ada --format e4m3 --a /nonexistent/a.txt" + b + dd);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("/nonexistent/a.txt: cannot open") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("mma-check on the full published files (when ../shared is beside the project)", "[cli][mma]") {
+  const fs::path s = FP8EMU_SHARED_MMA_DIR;
+  if (!fs::exists(s / "H100")) {
+    WARN("skipped: " << s << " not present (the packed copy is checked by fp8emu_test_core)");
+    return;
+  }
+  for (const char* fmt : {"E4M3", "E5M2"}) {
+    const fs::path h = s / "H100" / fmt;
+    const std::string f(fmt);
+    const Result r = run_cli("mma-check --arch hopper --format " + std::string(f == "E4M3" ? "e4m3" : "e5m2") +
+                             " --a " + (h / ("a_H100_" + f + ".txt")).string() + " --b " +
+                             (h / ("b_H100_" + f + ".txt")).string() + " --d " + (h / "d_H100_fp32.txt").string());
+    INFO(r.output);
+    CHECK(r.code == 0);
+    CHECK(r.output == "mismatches: 0 of 3500\n");
+  }
+}
