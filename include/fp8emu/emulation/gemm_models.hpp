@@ -1,0 +1,60 @@
+/// \file gemm_models.hpp
+/// \brief Scaled FP8 GEMM with a selectable accumulation model, mirroring cuBLASLt's FP8 matmul
+/// with per-tensor scales: D = RN(acc(A, B) * RN(scale_inv_a * scale_inv_b)), alpha = 1, beta = 0.
+///
+/// Layout: TN, the one Hopper's FP8 GEMM takes: A Shape [M, K] and B Shape [N, K], both row-major
+/// (K contiguous); D Shape [M, N] row-major, D[i,j] = sum_k A[i,k] B[j,k]. E5M2 x E5M2 is rejected,
+/// as cuBLASLt rejects it.
+///
+/// Accumulation models (the value of acc for one output element):
+///   kExact  - the exact sum of the exact products, rounded once to fp32 (RNE);
+///   kFp32   - fp32 sequential: c = RN(c + a_k*b_k) for k = 0..K-1 (products exact);
+///   kHopper - the wgmma k32 tensor-core model (core/mma_model.hpp): blocks of 32 chained along K
+///             from an accumulator starting at 0;
+///   kAda    - the mma.sync m16n8k32 model: blocks of 16 chained along K, fp32 accumulator.
+/// GEMM-level wrapper for the tensor-core models (promotion_interval):
+///   0 - fast accumulation (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1, TE fprop default): the whole
+///       K stays in the tensor-core chain;
+///   N - split accumulator (TE use_split_accumulator; CUTLASS's default 128 = 4 wgmma): each run of N
+///       K-elements is chained from zero and added to an fp32 accumulator with one RN fp32 add, in
+///       increasing K. N must be a multiple of the model's block.
+/// NaN/Inf inputs follow core/mma_model.hpp for the tensor-core models and IEEE fp32 arithmetic for
+/// kFp32/kExact (kExact: any NaN, Inf*0 or +Inf with -Inf -> NaN, else the Inf).
+/// Determinism: output elements are independent; results are identical for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fp8emu/format/format_spec.hpp"
+
+namespace fp8emu::emu {
+
+enum class Accumulation : std::uint8_t { kExact, kFp32, kHopper, kAda };
+
+/// Parse "exact" / "fp32" / "hopper" / "ada". \throws fp8emu::Error naming the accepted values.
+Accumulation parse_accumulation(const std::string& s);
+const char* to_string(Accumulation a);
+
+/// An accumulation model plus the GEMM-level promotion wrapper (see the file comment).
+struct GemmAccumulation {
+  Accumulation model = Accumulation::kFp32;
+  int promotion_interval = 0;  ///< 0: fast accumulation; N > 0: promote every N K-elements.
+};
+
+/// TE's defaults (pytorch/module/base.py _2X_ACC_FPROP/DGRAD/WGRAD) for a tensor-core model:
+/// fprop fast accumulation, dgrad and wgrad split accumulator every 128.
+inline GemmAccumulation te_fprop(Accumulation m) { return {m, 0}; }
+inline GemmAccumulation te_dgrad(Accumulation m) { return {m, 128}; }
+inline GemmAccumulation te_wgrad(Accumulation m) { return {m, 128}; }
+
+/// D = RN(acc * RN(scale_inv_a * scale_inv_b)) (see the file comment).
+/// \throws fp8emu::Error for E5M2 x E5M2, negative sizes, or a promotion interval that is negative
+///         or not a multiple of the model's block.
+void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
+                 Format fb, float scale_inv_b, const GemmAccumulation& acc, float* D);
+
+/// One output element's accumulation (no scales): the dot product of a[0..K) and b[0..K).
+float dot_fp8(const std::uint8_t* a, Format fa, const std::uint8_t* b, Format fb, int K, const GemmAccumulation& acc);
+
+}  // namespace fp8emu::emu

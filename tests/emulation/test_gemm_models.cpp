@@ -1,0 +1,140 @@
+// GEMM accumulation models: kExact against Boost.Multiprecision, the tensor-core wrappers
+// (fast accumulation vs promotion) worked by hand, argument checks, thread invariance.
+#include <omp.h>
+
+#include <boost/multiprecision/cpp_bin_float.hpp>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/mma_model.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+
+using namespace fp8emu;
+using namespace fp8emu::emu;
+using Big = boost::multiprecision::number<boost::multiprecision::cpp_bin_float<400, boost::multiprecision::digit_base_2>>;
+
+namespace {
+// Boost reference: the exact sum in 400-bit binary floating point (every partial sum of FP8
+// products is exact there), then one rounding to float.
+float boost_exact(const std::vector<std::uint8_t>& a, Format fa, const std::vector<std::uint8_t>& b, Format fb) {
+  Big s = 0;
+  for (std::size_t k = 0; k < a.size(); ++k)
+    s += Big(core::fp8_to_f32(a[k], spec_of(fa))) * Big(core::fp8_to_f32(b[k], spec_of(fb)));
+  return s.convert_to<float>();
+}
+
+std::uint8_t random_finite(std::mt19937& g, Format f) {
+  for (;;) {
+    const auto c = std::uint8_t(g());
+    if (std::isfinite(core::fp8_to_f32(c, spec_of(f)))) return c;
+  }
+}
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+}  // namespace
+
+TEST_CASE("exact accumulation equals Boost.Multiprecision", "[emulation][gemm][exact]") {
+  std::mt19937 g(42);
+  const GemmAccumulation exact{Accumulation::kExact, 0};
+  for (const auto& fmts : {std::pair<Format, Format>{Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}}) {
+    for (int K : {1, 7, 32, 1000, 16384}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        std::vector<std::uint8_t> a(static_cast<std::size_t>(K)), b(static_cast<std::size_t>(K));
+        for (int k = 0; k < K; ++k) {
+          a[std::size_t(k)] = random_finite(g, fmts.first);
+          b[std::size_t(k)] = random_finite(g, fmts.second);
+        }
+        INFO("K = " << K << " rep " << rep);
+        CHECK(bits(dot_fp8(a.data(), fmts.first, b.data(), fmts.second, K, exact)) ==
+              bits(boost_exact(a, fmts.first, b, fmts.second)));
+      }
+    }
+  }
+}
+
+TEST_CASE("exact accumulation on adversarial inputs", "[emulation][gemm][exact]") {
+  const GemmAccumulation exact{Accumulation::kExact, 0};
+  // Cancellation: 448*448 - 448*448 + 2^-9*2^-9 = 2^-18 exactly (fp32 sequential would too, but
+  // here with the tiny term first: 2^-18 + 200704 - 200704 -> fp32 gives 0).
+  std::vector<std::uint8_t> a{0x01, 0x7E, 0xFE}, b{0x01, 0x7E, 0x7E};
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 3, exact) == 0x1p-18f);
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 3, {Accumulation::kFp32, 0}) == 0.0f);
+  CHECK(bits(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 3, exact)) == bits(boost_exact(a, Format::kE4M3, b, Format::kE4M3)));
+  // Huge K of maximal products: 65536 * 448 * 57344 (E4M3 x E5M2) = 2^16 * 25690112.
+  std::vector<std::uint8_t> big_a(65536, 0x7E), big_b(65536, 0x7B);
+  CHECK(dot_fp8(big_a.data(), Format::kE4M3, big_b.data(), Format::kE5M2, 65536, exact) ==
+        boost_exact(big_a, Format::kE4M3, big_b, Format::kE5M2));
+  // All subnormal operands, alternating signs, plus one rounding tie: the sum 1 + 2^-24 ties to 1.
+  std::vector<std::uint8_t> s_a, s_b;
+  for (int i = 0; i < 1000; ++i) {
+    s_a.push_back(std::uint8_t(1 + i % 7) | (i % 2 ? 0x80 : 0));
+    s_b.push_back(std::uint8_t(1 + (i * 3) % 7));
+  }
+  CHECK(bits(dot_fp8(s_a.data(), Format::kE4M3, s_b.data(), Format::kE4M3, 1000, exact)) ==
+        bits(boost_exact(s_a, Format::kE4M3, s_b, Format::kE4M3)));
+  // Special values: Inf * 0 -> NaN; Inf alone -> Inf.
+  std::vector<std::uint8_t> ia{0x7C, 0x3C}, ib{0x38, 0x38};
+  CHECK(std::isinf(dot_fp8(ib.data(), Format::kE4M3, ia.data(), Format::kE5M2, 2, exact)));
+  std::vector<std::uint8_t> z{0x00, 0x38};
+  CHECK(std::isnan(dot_fp8(z.data(), Format::kE4M3, ia.data(), Format::kE5M2, 2, exact)));
+}
+
+TEST_CASE("tensor-core models: fast accumulation vs promotion every N, worked by hand", "[emulation][gemm][hopper]") {
+  // K = 64, E4M3. Block 1 (k < 32): one product 256 (0x78 * 0x38); block 2: one product 2^-6
+  // (0x08 * 0x38). Fast accumulation chains block 2 onto 256: alignment at 2^8 keeps 13 fraction
+  // bits (quantum 2^-5), so 2^-6 is truncated away: 256. Promotion every 32: block 2 alone is 2^-6,
+  // and the fp32 add 256 + 2^-6 = 256.015625 is exact.
+  std::vector<std::uint8_t> a(64, 0x00), b(64, 0x38);
+  a[0] = 0x78;
+  a[40] = 0x08;
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 64, {Accumulation::kHopper, 0}) == 256.0f);
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 64, {Accumulation::kHopper, 32}) == 256.015625f);
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 64, {Accumulation::kAda, 0}) == 256.0f);
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 64, te_dgrad(Accumulation::kHopper)) == 256.0f);  // 128 > K
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 64, {Accumulation::kFp32, 0}) == 256.015625f);
+  // The fast Hopper GEMM element equals the validated block chain (core::mma_dot, blocks of 32).
+  std::mt19937 g(7);
+  std::vector<std::uint8_t> x(4096), y(4096);
+  for (auto& c : x) c = random_finite(g, Format::kE4M3);
+  for (auto& c : y) c = random_finite(g, Format::kE4M3);
+  CHECK(bits(dot_fp8(x.data(), Format::kE4M3, y.data(), Format::kE4M3, 4096, {Accumulation::kHopper, 0})) ==
+        core::mma_dot(x.data(), kSpecE4M3, y.data(), kSpecE4M3, 4096, 32, 0u, core::MmaAccumulator::kFp32));
+}
+
+TEST_CASE("scaled GEMM: layout, scales, argument checks, thread invariance", "[emulation][gemm]") {
+  // A = [[1, 2]], B = [[1, 1], [2, 0.5]] (E4M3: 1 = 0x38, 2 = 0x40, 0.5 = 0x30): D = [[3, 3]] * 0.5 * 4.
+  const std::uint8_t A[2] = {0x38, 0x40}, B[4] = {0x38, 0x38, 0x40, 0x30};
+  float D[2];
+  gemm_fp8_tn(1, 2, 2, A, Format::kE4M3, 0.5f, B, Format::kE4M3, 4.0f, {Accumulation::kHopper, 0}, D);
+  CHECK(D[0] == 6.0f);
+  CHECK(D[1] == 6.0f);
+  CHECK_THROWS_WITH(gemm_fp8_tn(1, 1, 1, A, Format::kE5M2, 1, B, Format::kE5M2, 1, {}, D),
+                    Catch::Contains("E5M2 x E5M2 is not supported"));
+  CHECK_THROWS_WITH(gemm_fp8_tn(1, 1, 1, A, Format::kE4M3, 1, B, Format::kE4M3, 1, {Accumulation::kHopper, 48}, D),
+                    Catch::Contains("not a multiple of the hopper block (32)"));
+  CHECK_THROWS_WITH(parse_accumulation("tf32"), Catch::Contains("accepted: exact, fp32, hopper, ada"));
+  const int M = 40, N = 30, K = 256;
+  std::mt19937 g(3);
+  std::vector<std::uint8_t> a(std::size_t(M) * K), b(std::size_t(N) * K);
+  for (auto& c : a) c = random_finite(g, Format::kE4M3);
+  for (auto& c : b) c = random_finite(g, Format::kE5M2);
+  for (Accumulation m : {Accumulation::kExact, Accumulation::kFp32, Accumulation::kHopper, Accumulation::kAda}) {
+    std::vector<float> d1(std::size_t(M) * N), d2(d1.size());
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.25f, b.data(), Format::kE5M2, 3.0f, {m, 128}, d1.data());
+    omp_set_num_threads(2);
+    gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.25f, b.data(), Format::kE5M2, 3.0f, {m, 128}, d2.data());
+    omp_set_num_threads(saved);
+    INFO(to_string(m));
+    CHECK(std::memcmp(d1.data(), d2.data(), d1.size() * 4) == 0);
+  }
+}
