@@ -164,6 +164,9 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
   RunLog log;
   log.result.name = name;
   nn::Mlp model(sizes, nn::parse_activation(cfg.activation), precision, recipe, cfg.seed);
+  const emu::Accumulation acc = emu::parse_accumulation(cfg.accumulation);
+  if (precision == nn::Precision::kFp8 && recipe.index() < 2 && acc != emu::Accumulation::kFp32)
+    for (auto& l : model.layers) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
   nn::Optimizer opt(nn::Optimizer::parse(cfg.optimizer), cfg.lr);
   nn::Rng shuffle_rng(cfg.seed ^ 0x9E3779B97F4A7C15ull);
   std::vector<int> order(std::size_t(train.x.rows));
@@ -285,7 +288,9 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   c["block"] = {{"fp8_format", scaling::to_string(cfg.block.fp8_format)},
                 {"use_f32_scales", cfg.block.use_f32_scales},
                 {"amax_epsilon", shortest(cfg.block.amax_epsilon)}};
-  c["gemm_accumulation"] = "exact products, fp32 sequential in k";
+  c["gemm_accumulation"] = cfg.accumulation == "fp32" ? std::string("exact products, fp32 sequential in k")
+                                                      : cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad "
+                                                                           "promoted every 128; block recipes: fp32)";
   return c;
 }
 
@@ -412,6 +417,7 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   FP8EMU_CHECK(cfg.threads >= 0, "--threads must be >= 0, got ", cfg.threads);
   for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1, "--hidden sizes must be >= 1, got ", h);
   nn::parse_activation(cfg.activation);
+  emu::parse_accumulation(cfg.accumulation);
   nn::Optimizer::parse(cfg.optimizer);
   if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
   io::ensure_writable_dir(cfg.out_dir);

@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--hidden", cfg.hidden, "Hidden layer widths")->delimiter(',')->capture_default_str();
   train->add_option("--activation", cfg.activation, "relu or gelu")->capture_default_str();
+  train->add_option("--accumulation", cfg.accumulation,
+                    "FP8 GEMM accumulation (delayed/current): fp32, exact, hopper or ada (TE's fast/split wrappers)")
+      ->capture_default_str();
   train->add_option("--optimizer", cfg.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
   train->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
   train->add_flag("--quiet", quiet, "No progress output");

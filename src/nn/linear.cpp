@@ -129,11 +129,9 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
   } else {
     cast_weight(is_first_microbatch);
     sinv_x_ = per_tensor_cast(x, fwd_format_, true, kInput, 0, x_q_, stats.input);
-    std::vector<std::uint8_t> w_q_t(w_q_.size());  // W_q^T, Shape [in, out] (TE's transposed FP8 weight)
-    emu::transpose(out, in, w_q_.data(), w_q_t.data());
     y.resize(batch, out);
-    emu::gemm_fp8_nn(batch, out, in, x_q_.data(), fwd_format_, sinv_x_, w_q_t.data(), fwd_format_, sinv_w_,
-                     y.data.data());
+    per_tensor_gemm(acc_fprop_, batch, out, in, x_q_.data(), fwd_format_, sinv_x_, w_q_.data(), fwd_format_,
+                    sinv_w_, y.data.data());  // x [batch, in] . W [out, in]^T
     add_bias(y, bias);
   }
   have_saved_ = training;
@@ -170,17 +168,46 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
   } else {
     std::vector<std::uint8_t> dy_q;
     const float sinv_dy = per_tensor_cast(dy, bwd_format_, false, kGradOutput, 2, dy_q, stats.grad_output);
-    std::vector<std::uint8_t> dy_q_t(dy_q.size());  // Shape [out, batch]
-    emu::transpose(batch, out, dy_q.data(), dy_q_t.data());
-    emu::gemm_fp8_nn(out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_.data(), fwd_format_, sinv_x_,
-                     grad_weight.data.data());
+    // TE's transposed FP8 copies (Hopper/Ada take only the TN layout): dy^T, x^T, W^T.
+    std::vector<std::uint8_t> dy_q_t(dy_q.size()), x_q_t(x_q_.size());
+    emu::transpose(batch, out, dy_q.data(), dy_q_t.data());  // [out, batch]
+    emu::transpose(batch, in, x_q_.data(), x_q_t.data());    // [in, batch]
+    per_tensor_gemm(acc_wgrad_, out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_t.data(), fwd_format_,
+                    sinv_x_, grad_weight.data.data());
     if (dx) {
+      std::vector<std::uint8_t> w_q_t(w_q_.size());
+      emu::transpose(out, in, w_q_.data(), w_q_t.data());  // [in, out]
       dx->resize(batch, in);
-      emu::gemm_fp8_nn(batch, in, out, dy_q.data(), bwd_format_, sinv_dy, w_q_.data(), fwd_format_, sinv_w_,
-                       dx->data.data());
+      per_tensor_gemm(acc_dgrad_, batch, in, out, dy_q.data(), bwd_format_, sinv_dy, w_q_t.data(), fwd_format_,
+                      sinv_w_, dx->data.data());
     }
   }
   have_saved_ = false;
+}
+
+// D [M, N] = A [M, K] . B^T with B given K-major as [N, K]; the accumulation model of the GEMM.
+void Linear::per_tensor_gemm(const emu::GemmAccumulation& acc, int M, int N, int K, const std::uint8_t* A,
+                             Format fa, float sinv_a, const std::uint8_t* B_nk, Format fb, float sinv_b,
+                             float* D) const {
+  if (acc.model == emu::Accumulation::kFp32 && acc.promotion_interval == 0) {
+    // The same numbers as gemm_fp8_tn with kFp32, through the vectorised NN kernel.
+    std::vector<std::uint8_t> b_kn(std::size_t(N) * std::size_t(K));
+    emu::transpose(N, K, B_nk, b_kn.data());
+    emu::gemm_fp8_nn(M, N, K, A, fa, sinv_a, b_kn.data(), fb, sinv_b, D);
+  } else {
+    emu::gemm_fp8_tn(M, N, K, A, fa, sinv_a, B_nk, fb, sinv_b, acc, D);
+  }
+}
+
+void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
+                              const emu::GemmAccumulation& wgrad) {
+  FP8EMU_CHECK(!is_block_recipe() || (fprop.model == emu::Accumulation::kFp32 && dgrad.model == emu::Accumulation::kFp32 &&
+                                      wgrad.model == emu::Accumulation::kFp32),
+               "Linear: the ", scaling::recipe_name(recipe_),
+               " recipe supports only fp32 accumulation (tensor-core models are per-tensor only for now)");
+  acc_fprop_ = fprop;
+  acc_dgrad_ = dgrad;
+  acc_wgrad_ = wgrad;
 }
 
 void Linear::update_forward_scales() {

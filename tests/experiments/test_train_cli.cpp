@@ -205,3 +205,16 @@ TEST_CASE("scale-trace prints TE's scale evolution as CSV", "[cli][trace]") {
   CHECK(mx.code != 0);
   CHECK(mx.output.find("unknown --recipe 'mxfp8'") != std::string::npos);
 }
+
+TEST_CASE("train with a tensor-core accumulation model", "[cli][hopper]") {
+  const fs::path out = scratch("hopper");
+  const Result r = run("train --epochs 1 --train-samples 300 --test-samples 100 --batch-size 50 --quiet "
+                       "--accumulation hopper --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const nlohmann::json s = nlohmann::json::parse(slurp(out / "summary.json"));
+  CHECK(s["config"]["gemm_accumulation"].get<std::string>().rfind("hopper", 0) == 0);
+  const Result bad = run("train --accumulation tf32 --out " + scratch("badacc").string());
+  CHECK(bad.code != 0);
+  CHECK(bad.output.find("unknown accumulation model 'tf32'") != std::string::npos);
+}

@@ -135,3 +135,31 @@ TEST_CASE("is_first_microbatch caches the FP8 weight as TE does", "[nn][linear][
   Linear fresh(16, 4, Precision::kFp8, d);
   CHECK_THROWS_WITH(fresh.forward(x, y1, false, false), Catch::Contains("no FP8 weight is cached"));
 }
+
+TEST_CASE("Linear GEMMs follow the chosen accumulation model (TE's Hopper wrappers)", "[nn][linear][hopper]") {
+  Rng rng(12);
+  Linear fast(64, 8, Precision::kFp8, scaling::CurrentScaling{}), hop(64, 8, Precision::kFp8, scaling::CurrentScaling{});
+  fast.init(rng);
+  hop.weight = fast.weight;
+  hop.bias = fast.bias;
+  hop.set_accumulation(emu::te_fprop(emu::Accumulation::kHopper), emu::te_dgrad(emu::Accumulation::kHopper),
+                       emu::te_wgrad(emu::Accumulation::kHopper));
+  Matrix x = random_matrix(16, 64, rng, 30.0f), y_fast, y_hop;
+  fast.forward(x, y_fast, false);
+  hop.forward(x, y_hop, false);
+  // Reference for the Hopper run: the scaled TN GEMM with the same casts, plus the bias.
+  const float sx = hop.last_scale_input(), sw = hop.last_scale_weight();
+  std::vector<std::uint8_t> xq(x.size()), wq(hop.weight.size());
+  emu::quantize(x.data.data(), x.size(), sx, Format::kE4M3, xq.data(), nullptr);
+  emu::quantize(hop.weight.data.data(), wq.size(), sw, Format::kE4M3, wq.data(), nullptr);
+  std::vector<float> ref(16 * 8);
+  emu::gemm_fp8_tn(16, 8, 64, xq.data(), Format::kE4M3, 1.0f / sx, wq.data(), Format::kE4M3, 1.0f / sw,
+                   {emu::Accumulation::kHopper, 0}, ref.data());
+  for (int i = 0; i < 16; ++i)
+    for (int o = 0; o < 8; ++o) CHECK(y_hop(i, o) == ref[std::size_t(i * 8 + o)] + hop.bias.data[std::size_t(o)]);
+  // The 14-bit tensor-core accumulator loses bits that fp32 keeps somewhere in this product.
+  CHECK(y_hop.data != y_fast.data);
+  Linear block(32, 4, Precision::kFp8, scaling::MXFP8BlockScaling{});
+  CHECK_THROWS_WITH(block.set_accumulation(emu::te_fprop(emu::Accumulation::kHopper), {}, {}),
+                    Catch::Contains("supports only fp32 accumulation"));
+}

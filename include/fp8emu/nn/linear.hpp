@@ -17,7 +17,8 @@
 ///    for fprop, column-wise for dgrad; dy: row-wise for dgrad, column-wise for wgrad).
 ///  - block: 1x128 blocks for x and dy (both directions), one 128x128 tile grid for W; fp32 scales
 ///    (power of two by default).
-/// Per-tensor GEMMs: emu::gemm_fp8_nn; block-scaled GEMMs: emu::gemm_fp8_block_tn.
+/// Per-tensor GEMMs take an accumulation model each (emu::gemm_models.hpp; default fp32 sequential,
+/// see set_accumulation); block-scaled GEMMs: emu::gemm_fp8_block_tn (fp32 accumulation).
 ///
 /// Determinism: bit-identical results for any OpenMP thread count.
 #pragma once
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "fp8emu/emulation/block_quantize.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/nn/matrix.hpp"
 #include "fp8emu/scaling/delayed_scaling.hpp"
@@ -76,6 +78,13 @@ class Linear {
   /// \throws fp8emu::Error on a shape mismatch or when no training forward preceded it.
   void backward(const Matrix& dy, Matrix* dx);
 
+  /// Accumulation models of the three per-tensor FP8 GEMMs. TE's choice on Hopper is
+  /// {te_fprop(kHopper), te_dgrad(kHopper), te_wgrad(kHopper)}: fprop fast accumulation, dgrad and
+  /// wgrad promoted to fp32 every 128. Default: fp32 sequential for all three.
+  /// \throws fp8emu::Error for a tensor-core model with a block recipe.
+  void set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
+                        const emu::GemmAccumulation& wgrad);
+
   /// TE forward update point (after the forward): delayed-scaling update of slots 0..2
   /// (no-op for the other recipes and in FP32).
   void update_forward_scales();
@@ -105,6 +114,8 @@ class Linear {
                         std::vector<std::uint8_t>& q, emu::QuantizeStats& st);
   void cast_weight(std::optional<bool> is_first_microbatch);
   emu::BlockQuantized block_cast(const Matrix& m, emu::BlockAxis axis, Format fmt, emu::QuantizeStats* st) const;
+  void per_tensor_gemm(const emu::GemmAccumulation& acc, int M, int N, int K, const std::uint8_t* A, Format fa,
+                       float sinv_a, const std::uint8_t* B_nk, Format fb, float sinv_b, float* D) const;
   bool is_block_recipe() const { return recipe_.index() >= 2; }
 
   Precision precision_;
@@ -113,6 +124,7 @@ class Linear {
   scaling::DelayedScalingState fwd_state_;
   scaling::DelayedScalingState bwd_state_;
   float last_scale_[3];
+  emu::GemmAccumulation acc_fprop_, acc_dgrad_, acc_wgrad_;
   // Saved by a training forward.
   bool have_saved_ = false;
   int saved_batch_ = 0;
