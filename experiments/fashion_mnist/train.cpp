@@ -24,6 +24,7 @@
 #include "fp8emu/config.hpp"
 #include "fp8emu/io/atomic_file.hpp"
 #include "fp8emu/io/idx.hpp"
+#include "fp8emu/io/plot.hpp"
 #include "fp8emu/nn/mlp.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -33,6 +34,8 @@ namespace {
 using nn::Matrix;
 constexpr int kClasses = 10;
 constexpr int kEvalBatch = 1000;
+constexpr int kMaxWidth = 1 << 16;
+constexpr int kMaxThreads = 1024;
 
 struct Split {
   Matrix x;                          // Shape [n, 784], pixel / 255
@@ -50,8 +53,11 @@ std::string find_idx(const std::string& dir, const std::string& stem) {
 }
 
 Split load_split(const std::string& dir, const std::string& prefix, int limit) {
-  const io::ImageDataset ds = io::read_idx_dataset(find_idx(dir, prefix + "-images-idx3-ubyte"),
-                                                   find_idx(dir, prefix + "-labels-idx1-ubyte"), kClasses);
+  const std::string images = find_idx(dir, prefix + "-images-idx3-ubyte");  // images first: named first
+  const std::string labels = find_idx(dir, prefix + "-labels-idx1-ubyte");
+  const io::ImageDataset ds = io::read_idx_dataset(images, labels, kClasses);
+  FP8EMU_CHECK(ds.count >= 1, images, ": holds no images");
+  FP8EMU_CHECK(ds.rows >= 1 && ds.cols >= 1, images, ": images of size ", ds.rows, "x", ds.cols);
   const int n = std::min(limit, ds.count);
   const int d = ds.rows * ds.cols;
   Split s;
@@ -80,6 +86,7 @@ struct LayerEpoch {
 
 struct RunLog {
   RunResult result;
+  bool diverged = false;                       // a non-finite training loss was seen
   std::vector<double> seconds;                 // cumulative, per epoch
   std::vector<std::vector<LayerEpoch>> layers;  // [epoch][layer], FP8 runs only
 };
@@ -94,11 +101,13 @@ double shortest(float v) {
 double frac(std::uint64_t a, std::uint64_t n) { return n ? double(a) / double(n) : 0.0; }
 
 std::string fmt_g(double v) {
-  if (std::isnan(v)) return "";  // "not applicable" (block-recipe scales)
   std::ostringstream os;
   os << std::setprecision(9) << v;
   return os.str();
 }
+
+// A per-tensor scale, or empty when not applicable (block recipes have one scale per block).
+std::string fmt_scale(float s) { return std::isnan(s) ? std::string() : fmt_g(s); }
 
 class Progress {
  public:
@@ -154,7 +163,9 @@ void evaluate(nn::Mlp& model, const Split& test, bool twin, double& loss, double
   acc = n ? double(correct) / n : 0.0;
   if (rel_error) {
     rel_error->clear();
-    for (auto& s : sums) rel_error->push_back(s.second > 0 ? std::sqrt(s.first / s.second) : 0.0);
+    for (auto& s : sums)  // NaN (a diverged layer) propagates; 0 only for an all-zero reference and error
+      rel_error->push_back(s.second > 0 || std::isnan(s.first) ? std::sqrt(s.first / s.second)
+                                                               : (s.first == 0 ? 0.0 : INFINITY));
   }
 }
 
@@ -171,7 +182,8 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
   nn::Rng shuffle_rng(cfg.seed ^ 0x9E3779B97F4A7C15ull);
   std::vector<int> order(std::size_t(train.x.rows));
   for (int i = 0; i < train.x.rows; ++i) order[std::size_t(i)] = i;
-  const int batches = (train.x.rows + cfg.batch_size - 1) / cfg.batch_size;
+  const int batch_size = std::min(cfg.batch_size, train.x.rows);  // a batch never exceeds the data
+  const int batches = (train.x.rows + batch_size - 1) / batch_size;
   const bool fp8 = precision == nn::Precision::kFp8;
   const auto t0 = std::chrono::steady_clock::now();
   Matrix x, logits, dlogits;
@@ -182,8 +194,8 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
     Progress progress(cfg.progress, name, epoch, cfg.epochs, batches);
     double loss_sum = 0.0;
     for (int b = 0; b < batches; ++b) {
-      const std::size_t begin = std::size_t(b) * std::size_t(cfg.batch_size);
-      const int cnt = int(std::min<std::size_t>(std::size_t(cfg.batch_size), order.size() - begin));
+      const std::size_t begin = std::size_t(b) * std::size_t(batch_size);
+      const int cnt = int(std::min<std::size_t>(std::size_t(batch_size), order.size() - begin));
       gather(train, order, begin, cnt, x, y);
       model.forward(x, logits, true);
       model.update_forward_scales();  // TE: autocast exit, after the forward
@@ -194,6 +206,17 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
       loss_sum += loss;
       progress.update(b + 1, loss_sum / (b + 1));
     }
+    // What the training casts did this epoch, taken before evaluation casts the test set.
+    std::vector<LayerEpoch> le(fp8 ? model.layers.size() : 0);
+    for (std::size_t l = 0; l < le.size(); ++l) {
+      const nn::Linear& L = model.layers[l];
+      le[l].input = L.stats.input;
+      le[l].weight = L.stats.weight;
+      le[l].grad_output = L.stats.grad_output;
+      le[l].scale_input = L.last_scale_input();
+      le[l].scale_weight = L.last_scale_weight();
+      le[l].scale_grad_output = L.last_scale_grad_output();
+    }
     double test_loss = 0, test_acc = 0;
     std::vector<double> rel;
     evaluate(model, test, fp8, test_loss, test_acc, fp8 ? &rel : nullptr);
@@ -203,18 +226,13 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
     log.result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     log.seconds.push_back(log.result.seconds);
     if (fp8) {
-      std::vector<LayerEpoch> le(model.layers.size());
-      for (std::size_t l = 0; l < le.size(); ++l) {
-        const nn::Linear& L = model.layers[l];
-        le[l].rel_error = rel[l];
-        le[l].input = L.stats.input;
-        le[l].weight = L.stats.weight;
-        le[l].grad_output = L.stats.grad_output;
-        le[l].scale_input = L.last_scale_input();
-        le[l].scale_weight = L.last_scale_weight();
-        le[l].scale_grad_output = L.last_scale_grad_output();
-      }
+      for (std::size_t l = 0; l < le.size(); ++l) le[l].rel_error = rel[l];
       log.layers.push_back(std::move(le));
+    }
+    if (!std::isfinite(log.result.train_loss.back()) && !log.diverged) {
+      log.diverged = true;
+      std::fprintf(stderr, "warning: run %s diverged: non-finite training loss in epoch %d "
+                           "(try a smaller --lr)\n", name.c_str(), epoch);
     }
     if (cfg.progress)
       std::fprintf(stderr, "[%s] epoch %d/%d  train_loss %.4f  test_loss %.4f  test_accuracy %.4f  (%.1f s)\n",
@@ -252,8 +270,8 @@ std::string layers_csv(const std::vector<RunLog>& logs) {
            << fmt_g(frac(x.weight.underflow, x.weight.count)) << ','
            << fmt_g(frac(x.grad_output.saturated, x.grad_output.count)) << ','
            << fmt_g(frac(x.grad_output.underflow, x.grad_output.count)) << ','
-           << fmt_g(x.scale_input) << ',' << fmt_g(x.scale_weight) << ','
-           << fmt_g(x.scale_grad_output) << '\n';
+           << fmt_scale(x.scale_input) << ',' << fmt_scale(x.scale_weight) << ','
+           << fmt_scale(x.scale_grad_output) << '\n';
       }
   return os.str();
 }
@@ -307,6 +325,7 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
     r["test_loss"] = l.result.test_loss.empty() ? 0.0 : l.result.test_loss.back();
     r["seconds"] = l.result.seconds;
     r["epochs"] = l.result.train_loss.size();
+    r["diverged"] = l.diverged;
     if (!l.layers.empty()) {
       nlohmann::json layers = nlohmann::json::array();
       for (std::size_t k = 0; k < l.layers.back().size(); ++k) {
@@ -337,19 +356,11 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
   return j;
 }
 
-// Renders curves.png with gnuplot (a well-kept plotting program; Debian's gnuplot-nox).
-// Returns false, with a message, when gnuplot is not installed or fails.
+// curves.png: train loss and test accuracy per epoch for every run.
 bool write_plot(const std::string& out_dir, const std::vector<RunLog>& logs) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::fprintf(stderr, "note: curves.png not written: gnuplot is not installed "
-                         "(apt-get install gnuplot-nox, or run scripts/setup)\n");
-    return false;
-  }
-  namespace fs = std::filesystem;
-  const std::string tmp_png = out_dir + "/curves.png.tmp." + std::to_string(::getpid());
   std::ostringstream script;
   script << "set terminal pngcairo noenhanced size 1200,480 font ',10'\n"
-         << "set output '" << tmp_png << "'\n"
+         << "set output '@OUTPUT@'\n"
          << "set multiplot layout 1,2 title 'fp8emu train: Fashion-MNIST MLP, FP32 vs FP8'\n"
          << "set key top right\nset grid\nset xlabel 'epoch'\n"
          << "set xrange [0.5:" << logs.front().result.train_loss.size() << ".5]\n";
@@ -370,18 +381,20 @@ bool write_plot(const std::string& out_dir, const std::vector<RunLog>& logs) {
   script << "set key bottom right\n";
   panel("test accuracy", 1);
   script << "unset multiplot\n";
-  const std::string gp = out_dir + "/.curves.gp." + std::to_string(::getpid());
-  io::write_file_atomic(gp, script.str());
-  const std::string cmd = "gnuplot '" + gp + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  fs::remove(gp);
-  if (rc != 0 || !fs::exists(tmp_png)) {
-    std::fprintf(stderr, "note: curves.png not written: gnuplot failed (exit %d)\n", rc);
-    fs::remove(tmp_png);
-    return false;
+  return io::render_png(script.str(), out_dir + "/curves.png");
+}
+
+void remove_stale_results(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* f : {"summary.json", "curves.png"}) fs::remove(fs::path(dir) / f, ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.find(".tmp.") != std::string::npos &&
+        (n.rfind("metrics.csv", 0) == 0 || n.rfind("layers.csv", 0) == 0 || n.rfind("summary.json", 0) == 0 ||
+         n.rfind(".curves.png", 0) == 0))
+      fs::remove(e.path(), ec);
   }
-  fs::rename(tmp_png, out_dir + "/curves.png");
-  return true;
 }
 
 // results/<timestamp>, with a -2, -3 ... suffix when a run in the same second took the name.
@@ -409,18 +422,21 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   if (cfg.recipe == "block" || cfg.recipe == "all") recipes.emplace_back(cfg.block);
   FP8EMU_CHECK(!recipes.empty(), "unknown recipe '", cfg.recipe,
                "' (accepted: delayed, current, mxfp8, block, all)");
-  for (const auto& r : recipes) scaling::validate(r);
+  // Every recipe's parameters are checked, whichever recipes run.
+  for (const scaling::Recipe& r : {scaling::Recipe(cfg.delayed), scaling::Recipe(cfg.current),
+                                   scaling::Recipe(cfg.mxfp8), scaling::Recipe(cfg.block)})
+    scaling::validate(r);
+  FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
   FP8EMU_CHECK(cfg.epochs >= 1, "--epochs must be >= 1, got ", cfg.epochs);
   FP8EMU_CHECK(cfg.batch_size >= 1, "--batch-size must be >= 1, got ", cfg.batch_size);
   FP8EMU_CHECK(cfg.train_samples >= 1, "--train-samples must be >= 1, got ", cfg.train_samples);
   FP8EMU_CHECK(cfg.test_samples >= 1, "--test-samples must be >= 1, got ", cfg.test_samples);
   FP8EMU_CHECK(cfg.threads >= 0, "--threads must be >= 0, got ", cfg.threads);
-  for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1, "--hidden sizes must be >= 1, got ", h);
+  for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1 && h <= kMaxWidth, "--hidden sizes must be in [1, ", kMaxWidth, "], got ", h);
+  FP8EMU_CHECK(cfg.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", cfg.threads);
   nn::parse_activation(cfg.activation);
   emu::parse_accumulation(cfg.accumulation);
   nn::Optimizer::parse(cfg.optimizer);
-  if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
-  io::ensure_writable_dir(cfg.out_dir);
 #ifdef _OPENMP
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   const int threads = omp_get_max_threads();
@@ -431,6 +447,15 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   // 2. Data.
   const Split train = load_split(cfg.data_dir, "train", cfg.train_samples);
   const Split test = load_split(cfg.data_dir, "t10k", cfg.test_samples);
+  FP8EMU_CHECK(test.x.cols == train.x.cols, cfg.data_dir, ": test images have ", test.x.cols,
+               " pixels, training images ", train.x.cols);
+
+  // 3. The output folder, once the data is known to be good. A summary.json or plot left by an
+  // earlier run in the same folder is removed first, so summary.json marks a finished run of this
+  // configuration; temporary files of a killed run are removed too.
+  if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
+  io::ensure_writable_dir(cfg.out_dir);
+  remove_stale_results(cfg.out_dir);
   std::vector<int> sizes{train.x.cols};
   sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
   sizes.push_back(kClasses);
@@ -443,7 +468,7 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
                  cfg.out_dir.c_str());
   }
 
-  // 3. The runs; metrics files are rewritten after every epoch.
+  // 4. The runs; metrics files are rewritten after every epoch.
   cfg.train_samples = train.x.rows;  // what was used (the request may exceed the file)
   cfg.test_samples = test.x.rows;
   const nlohmann::json config = config_json(cfg, sizes, threads);
@@ -459,9 +484,9 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
     logs.push_back(train_one(cfg, std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r, train,
                              test, sizes, save));
 
-  // 4. Plot and summary (the summary last: its presence marks a finished run).
+  // 5. Plot and summary (the summary last: its presence marks a finished run).
   const bool plot = write_plot(cfg.out_dir, logs);
-  io::write_file_atomic(cfg.out_dir + "/summary.json", summary_json(logs, config, plot).dump(2) + "\n");
+  io::write_file_atomic(cfg.out_dir + "/summary.json", summary_json(logs, config, plot).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 
   std::printf("%-12s %14s %10s %10s %9s\n", "run", "test_accuracy", "train_loss", "test_loss", "seconds");
   for (const auto& l : logs)

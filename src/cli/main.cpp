@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "accumulation_error/accumulation_error.hpp"
 #include "fashion_mnist/train.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/scaling/scale_trace.hpp"
@@ -97,6 +98,17 @@ int main(int argc, char** argv) {
   trace->add_option("--amax", st_amax, "Comma-separated amax values (decimal, inf, nan, hex floats)")
       ->required();
 
+  experiments::AccumulationErrorConfig ae;
+  bool ae_quiet = false;
+  CLI::App* accerr = app.add_subcommand(
+      "accumulation-error", "FP8 GEMM relative error of each accumulation model vs the exact product, K = 256..k-max");
+  accerr->add_option("--out", ae.out_dir, "Output folder (default results/accumulation-error-<timestamp>)");
+  accerr->add_option("--m", ae.m, "Rows of A")->capture_default_str();
+  accerr->add_option("--n", ae.n, "Rows of B (columns of D)")->capture_default_str();
+  accerr->add_option("--k-max", ae.k_max, "Largest K (K doubles from 256)")->capture_default_str();
+  accerr->add_option("--seed", ae.seed, "Seed of the random inputs")->capture_default_str();
+  accerr->add_flag("--quiet", ae_quiet, "No progress output");
+
   cli::MmaCheckOptions mma;
   CLI::App* check = app.add_subcommand(
       "mma-check", "Replay recorded FP8 tensor-core dot products (32 products per row) through the model");
@@ -127,6 +139,10 @@ int main(int argc, char** argv) {
       else FP8EMU_FAIL("unknown --amax-compute-algo '", algo, "' (accepted: max, most_recent)");
       cfg.progress = !quiet;
       experiments::run_train(cfg);
+    }
+    if (*accerr) {
+      ae.progress = !ae_quiet;
+      experiments::run_accumulation_error(ae);
     }
     if (*trace) {
       Format fmt;

@@ -81,6 +81,8 @@ ImageDataset read_idx_dataset(const std::string& images_path, const std::string&
                               int classes) {
   IdxArray im = read_idx(images_path, 3);
   IdxArray lb = read_idx(labels_path, 1);
+  FP8EMU_CHECK(im.dims[0] <= 0x7FFFFFFFu && std::uint64_t(im.dims[1]) * im.dims[2] <= 0x7FFFFFFFu, images_path,
+               ": implausible image count or size");
   FP8EMU_CHECK(im.dims[0] == lb.dims[0], images_path, " holds ", im.dims[0], " images but ",
                labels_path, " holds ", lb.dims[0], " labels");
   for (std::size_t i = 0; i < lb.data.size(); ++i)

@@ -43,7 +43,8 @@ Format backward_format(RecipeFormat f) {
 }
 
 void DelayedScaling::validate() const {
-  FP8EMU_CHECK(amax_history_len >= 1, "delayed scaling: amax_history_len must be >= 1, got ",
+  FP8EMU_CHECK(amax_history_len >= 1 && amax_history_len <= kMaxAmaxHistoryLen,
+               "delayed scaling: amax_history_len must be >= 1 and <= ", kMaxAmaxHistoryLen, ", got ",
                amax_history_len);
   FP8EMU_CHECK(std::isfinite(margin), "delayed scaling: margin must be finite, got ", margin);
   check_not_e5m2(fp8_format, "delayed scaling");

@@ -218,3 +218,77 @@ TEST_CASE("train with a tensor-core accumulation model", "[cli][hopper]") {
   CHECK(bad.code != 0);
   CHECK(bad.output.find("unknown accumulation model 'tf32'") != std::string::npos);
 }
+
+TEST_CASE("review findings stay fixed", "[cli][errors][regression]") {
+  SECTION("a quote in --out reaches no shell, and the plot is still written") {
+    const fs::path base = scratch("quote");
+    fs::create_directories(base);
+    const fs::path out = base / "x';touch injected;'";
+    const Result r = run("train --epochs 1 --train-samples 200 --test-samples 50 --quiet --out \"" + out.string() + "\"");
+    CHECK(r.code == 0);
+    CHECK(fs::exists(out / "curves.png"));
+    CHECK(!fs::exists(base / "injected"));
+    CHECK(!fs::exists("injected"));
+  }
+  SECTION("a summary.json from an earlier run in the same folder is removed before training") {
+    const fs::path out = scratch("stale");
+    fs::create_directories(out);
+    std::ofstream(out / "summary.json") << "{\"old\": true}";
+    std::ofstream(out / "metrics.csv.tmp.12345") << "partial";
+    const Result r = run("train --epochs 1 --train-samples 200 --test-samples 50 --quiet --recipe bogus --out " +
+                         out.string());
+    CHECK(r.code != 0);  // bad config: nothing touched
+    CHECK(fs::exists(out / "summary.json"));
+    const Result ok = run("train --epochs 1 --train-samples 200 --test-samples 50 --quiet --data-dir /nonexistent --out " +
+                          out.string());
+    CHECK(ok.code != 0);  // bad data: nothing touched either
+    CHECK(fs::exists(out / "summary.json"));
+    const Result good = run("train --epochs 1 --train-samples 200 --test-samples 50 --quiet --out " + out.string());
+    CHECK(good.code == 0);
+    CHECK(slurp(out / "summary.json").find("\"old\"") == std::string::npos);
+    CHECK(!fs::exists(out / "metrics.csv.tmp.12345"));
+  }
+  SECTION("a batch larger than the data is one batch") {
+    const fs::path out = scratch("bigbatch");
+    const Result r = run("train --epochs 1 --train-samples 200 --test-samples 50 --quiet --batch-size 2147483647 --out " +
+                         out.string());
+    CHECK(r.code == 0);
+    const nlohmann::json s = nlohmann::json::parse(slurp(out / "summary.json"));
+    CHECK(s["runs"]["fp32"]["train_loss"].get<double>() > 0.5);  // one step from random weights: about ln 10
+  }
+  SECTION("a diverged run is reported, with nan in the metrics") {
+    const fs::path out = scratch("diverge");
+    const Result r = run("train --epochs 1 --train-samples 200 --test-samples 50 --lr 1e30 --out " + out.string());
+    CHECK(r.output.find("diverged") != std::string::npos);
+    CHECK(slurp(out / "metrics.csv").find("nan") != std::string::npos);
+    const nlohmann::json s = nlohmann::json::parse(slurp(out / "summary.json"));
+    CHECK(s["runs"]["fp32"]["diverged"].get<bool>());
+  }
+  SECTION("parameters of recipes that do not run are still checked") {
+    const Result r = run("train --recipe delayed --amax-epsilon -1 --out " + scratch("eps").string());
+    CHECK(r.code != 0);
+    CHECK(r.output.find("amax_epsilon") != std::string::npos);
+    const Result h = run("train --amax-history-len 2000000000 --out " + scratch("hist").string());
+    CHECK(h.code != 0);
+    CHECK(h.output.find("amax_history_len must be >= 1 and <=") != std::string::npos);
+  }
+  SECTION("empty and mismatched image files are rejected") {
+    using fp8emu::testing::idx_bytes;
+    using fp8emu::testing::write_gz;
+    const fs::path d = scratch("emptyidx");
+    fs::create_directories(d);
+    write_gz((d / "train-images-idx3-ubyte.gz").string(), idx_bytes(0x08, {0, 28, 28}, {}));
+    write_gz((d / "train-labels-idx1-ubyte.gz").string(), idx_bytes(0x08, {0}, {}));
+    Result r = run("train --data-dir " + d.string() + " --out " + scratch("emptyout").string());
+    CHECK(r.code != 0);
+    CHECK(r.output.find("holds no images") != std::string::npos);
+    write_gz((d / "train-images-idx3-ubyte.gz").string(), idx_bytes(0x08, {2, 28, 28}, std::vector<std::uint8_t>(2 * 784, 9)));
+    write_gz((d / "train-labels-idx1-ubyte.gz").string(), idx_bytes(0x08, {2}, {1, 2}));
+    write_gz((d / "t10k-images-idx3-ubyte.gz").string(), idx_bytes(0x08, {2, 14, 14}, std::vector<std::uint8_t>(2 * 196, 9)));
+    write_gz((d / "t10k-labels-idx1-ubyte.gz").string(), idx_bytes(0x08, {2}, {1, 2}));
+    r = run("train --data-dir " + d.string() + " --out " + scratch("mismatchout").string());
+    CHECK(r.code != 0);
+    CHECK(r.output.find("test images have 196 pixels, training images 784") != std::string::npos);
+    CHECK(!fs::exists(scratch("mismatchout")));
+  }
+}

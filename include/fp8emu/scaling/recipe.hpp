@@ -37,8 +37,9 @@ enum class AmaxComputeAlgo : std::uint8_t {
 struct DelayedScaling;
 
 /// A user `amax_compute_algo` callable (TE accepts a callable on the history): receives one tensor's
-/// amax history column, oldest-first as TE stores it (`history[0]` = this step's amax, the staging
-/// row), and returns the amax to scale by. Using one selects TE's unfused update path.
+/// amax history column as TE stores it: `history[0]` is this step's amax (the staging row) and
+/// `history[1..L-1]` are the earlier steps, oldest first. Returns the amax to scale by. Using one
+/// selects TE's unfused update path.
 using AmaxComputeFn = std::function<float(const float* history, int history_len)>;
 /// A user `scaling_factor_compute_algo`: (amax, old scale, fp8_max, recipe) -> new scale. Using one
 /// selects TE's unfused update path.
@@ -47,6 +48,9 @@ using ScalingFactorFn = std::function<float(float amax, float scale, float fp8_m
 /// the buffer of this step's amaxes (one per tensor slot) before the update; must replace each
 /// value by its maximum over the ranks. Absent: single process.
 using AmaxReduceFn = std::function<void(float* amaxes, int count)>;
+
+/// Largest accepted amax_history_len (TE's default is 1024).
+inline constexpr int kMaxAmaxHistoryLen = 1 << 20;
 
 /// TE `DelayedScaling` (defaults as TE). See delayed_scaling.hpp for the update.
 struct DelayedScaling {
@@ -61,7 +65,8 @@ struct DelayedScaling {
   bool fused_update = true;
   AmaxReduceFn reduce_amax;  ///< Optional amax all-reduce (MAX) hook.
 
-  /// \throws fp8emu::Error for history length < 1, a non-finite margin or the E5M2 format.
+  /// \throws fp8emu::Error for a history length outside [1, kMaxAmaxHistoryLen], a non-finite
+  ///         margin or the E5M2 format.
   void validate() const;
   bool uses_fused_update() const { return fused_update && !amax_compute_fn && !scaling_factor_compute_fn; }
 };
