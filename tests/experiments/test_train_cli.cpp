@@ -292,3 +292,20 @@ TEST_CASE("review findings stay fixed", "[cli][errors][regression]") {
     CHECK(!fs::exists(scratch("mismatchout")));
   }
 }
+
+TEST_CASE("accumulation-error writes its CSV, table and plot", "[cli][accumulation]") {
+  const fs::path out = scratch("accerr");
+  const Result r = run("accumulation-error --m 8 --n 8 --k-max 512 --quiet --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  std::stringstream csv(slurp(out / "accumulation_error.csv"));
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "distribution,k,model,mean_rel_error,max_rel_error,normwise_rel_error");
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  CHECK(rows == 2 * 2 * 4);  // 2 distributions x K in {256, 512} x 4 models
+  CHECK(slurp(out / "table.md").find("| hopper_fast |") != std::string::npos);
+  CHECK(fs::exists(out / "accumulation_error.png"));
+  CHECK(run("accumulation-error --k-max 100 --out " + scratch("accerr2").string()).code != 0);
+}
