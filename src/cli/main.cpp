@@ -10,6 +10,7 @@
 #include "fashion_mnist/train.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/scaling/scale_trace.hpp"
+#include "gemm_tools.hpp"
 #include "mma_check.hpp"
 #include <iostream>
 #include "fp8emu/util/error.hpp"
@@ -109,6 +110,24 @@ int main(int argc, char** argv) {
   accerr->add_option("--seed", ae.seed, "Seed of the random inputs")->capture_default_str();
   accerr->add_flag("--quiet", ae_quiet, "No progress output");
 
+  cli::GemmOptions gemm;
+  CLI::App* gemm_cmd = app.add_subcommand("gemm", "Scaled FP8 GEMM on .npy files with a chosen accumulation model");
+  gemm_cmd->add_option("--a", gemm.a, "A.npy: [M, K] uint8 FP8 codes, or float32 (quantized with current scaling)")->required();
+  gemm_cmd->add_option("--b", gemm.b, "B.npy: [N, K] (tn) or [K, N] (nn), uint8 codes or float32")->required();
+  gemm_cmd->add_option("--out", gemm.out, "D.npy to write: [M, N] float32")->required();
+  gemm_cmd->add_option("--layout", gemm.layout, "tn (D = A B^T, Hopper's FP8 layout) or nn (D = A B)")->capture_default_str();
+  gemm_cmd->add_option("--format-a", gemm.format_a, "e4m3 or e5m2")->capture_default_str();
+  gemm_cmd->add_option("--format-b", gemm.format_b, "e4m3 or e5m2 (E5M2 x E5M2 is rejected)")->capture_default_str();
+  gemm_cmd->add_option("--scale-inv-a", gemm.scale_inv_a, "Dequantization scale of uint8 A")->capture_default_str();
+  gemm_cmd->add_option("--scale-inv-b", gemm.scale_inv_b, "Dequantization scale of uint8 B")->capture_default_str();
+  gemm_cmd->add_option("--accumulation", gemm.accumulation, "exact, fp32, hopper or ada")->capture_default_str();
+  gemm_cmd->add_option("--promotion", gemm.promotion, "Promote to fp32 every N K-elements (0: fast accumulation)")
+      ->capture_default_str();
+  std::string cmp_x, cmp_y;
+  CLI::App* compare = app.add_subcommand("compare", "Compare two float32 .npy arrays bit for bit (ULP, errors)");
+  compare->add_option("X", cmp_x, "First .npy (e.g. a GPU dump)")->required();
+  compare->add_option("Y", cmp_y, "Second .npy (e.g. fp8emu gemm output)")->required();
+
   cli::MmaCheckOptions mma;
   CLI::App* check = app.add_subcommand(
       "mma-check", "Replay recorded FP8 tensor-core dot products (32 products per row) through the model");
@@ -127,6 +146,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   if (*check) return cli::run_mma_check(mma, std::cout, std::cerr);
+  if (*gemm_cmd) return cli::run_gemm(gemm, std::cout, std::cerr);
+  if (*compare) return cli::run_compare(cmp_x, cmp_y, std::cout, std::cerr);
   try {
     if (*train) {
       cfg.delayed.fused_update = !unfused;

@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "fp8emu/core/convert.hpp"
+#include "fp8emu/io/npy.hpp"
+#include <cmath>
+#include <cstring>
 
 namespace fs = std::filesystem;
 
@@ -141,4 +144,51 @@ TEST_CASE("mma-check on the full published files (when ../shared is beside the p
     CHECK(r.code == 0);
     CHECK(r.output == "mismatches: 0 of 3500\n");
   }
+}
+
+TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
+  namespace io = fp8emu::io;
+  const fs::path d = fs::temp_directory_path() / ("fp8emu-gemm-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  // A = [[1, 2]] and B = [[1, 1], [2, 0.5]] as E4M3 codes (1 = 0x38, 2 = 0x40, 0.5 = 0x30), with
+  // scale_inv 0.5 and 4: D = A B^T * 0.5 * 4 = [[6, 6]], exactly, in every accumulation model.
+  io::NpyArray A{"|u1", {1, 2}, {0x38, 0x40}}, B{"|u1", {2, 2}, {0x38, 0x38, 0x40, 0x30}};
+  io::write_npy((d / "A.npy").string(), A);
+  io::write_npy((d / "B.npy").string(), B);
+  const std::string common = " --a " + (d / "A.npy").string() + " --b " + (d / "B.npy").string() +
+                             " --scale-inv-a 0.5 --scale-inv-b 4";
+  Result r = run_cli("gemm" + common + " --out " + (d / "D.npy").string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const io::NpyArray D = io::read_npy((d / "D.npy").string());
+  REQUIRE(D.shape == std::vector<std::size_t>{1, 2});
+  float v[2];
+  std::memcpy(v, D.data.data(), 8);
+  CHECK(v[0] == 6.0f);
+  CHECK(v[1] == 6.0f);
+  // compare: identical -> exit 0; one element one ulp away -> exit 1 with max ulp 1.
+  io::NpyArray E = D;
+  io::write_npy((d / "E.npy").string(), E);
+  r = run_cli("compare " + (d / "D.npy").string() + " " + (d / "E.npy").string());
+  CHECK(r.code == 0);
+  CHECK(r.output.find("bitwise mismatches: 0") != std::string::npos);
+  const float next = std::nextafter(6.0f, 7.0f);
+  std::memcpy(E.data.data() + 4, &next, 4);
+  io::write_npy((d / "E.npy").string(), E);
+  r = run_cli("compare " + (d / "D.npy").string() + " " + (d / "E.npy").string());
+  CHECK(r.code == 1);
+  CHECK(r.output.find("bitwise mismatches: 1") != std::string::npos);
+  CHECK(r.output.find("max ulp: 1\n") != std::string::npos);
+  // Bad input: E5M2 x E5M2, shape mismatch.
+  r = run_cli("gemm" + common + " --format-a e5m2 --format-b e5m2 --out " + (d / "X.npy").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("E5M2 x E5M2 is not supported") != std::string::npos);
+  r = run_cli("gemm" + common + " --layout nn --out " + (d / "X.npy").string());
+  CHECK(r.code == 0);  // B [2, 2] is also a valid [K, N] for K = 2
+  io::NpyArray B3{"|u1", {3, 3}, std::vector<std::uint8_t>(9, 0x38)};
+  io::write_npy((d / "B3.npy").string(), B3);
+  r = run_cli("gemm --a " + (d / "A.npy").string() + " --b " + (d / "B3.npy").string() + " --out " + (d / "X.npy").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("shape mismatch") != std::string::npos);
+  fs::remove_all(d);
 }

@@ -1,0 +1,26 @@
+// `fp8emu gemm` and `fp8emu compare`: FP8 GEMM on .npy files, and bitwise comparison of results.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace fp8emu::cli {
+
+struct GemmOptions {
+  std::string a, b, out;
+  std::string layout = "tn";        ///< tn: A [M, K], B [N, K]; nn: A [M, K], B [K, N]
+  std::string format_a = "e4m3", format_b = "e4m3";
+  float scale_inv_a = 1.0f, scale_inv_b = 1.0f;  ///< for uint8 (FP8 code) inputs
+  std::string accumulation = "hopper";
+  int promotion = 0;                ///< 0: fast accumulation
+};
+
+/// D = A B^T (tn) or A B (nn) with the chosen accumulation; float32 inputs are quantized with
+/// current scaling first. Writes D as float32 .npy. \return 0, or 2 with a message on bad input.
+int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err);
+
+/// Compares two float32 .npy arrays of one shape: bitwise mismatches, max ULP distance, max
+/// absolute and relative error. \return 0 if bit-identical, 1 if not, 2 on bad input.
+int run_compare(const std::string& x, const std::string& y, std::ostream& out, std::ostream& err);
+
+}  // namespace fp8emu::cli

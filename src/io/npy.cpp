@@ -1,0 +1,121 @@
+// .npy reader and writer (see include/fp8emu/io/npy.hpp).
+#include "fp8emu/io/npy.hpp"
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "fp8emu/io/atomic_file.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::io {
+namespace {
+
+std::size_t itemsize_of(const std::string& d) {
+  if (d == "<f4") return 4;
+  if (d == "|u1" || d == "<u1") return 1;
+  if (d == "<f2" || d == "<u2") return 2;
+  return 0;
+}
+
+// Value of `key` in the header dict: the text after "'key':" up to the next top-level comma.
+std::string field(const std::string& header, const std::string& key, const std::string& path) {
+  const std::string k = "'" + key + "'";
+  std::size_t at = header.find(k);
+  if (at == std::string::npos) at = header.find("\"" + key + "\"");
+  FP8EMU_CHECK(at != std::string::npos, path, ": malformed .npy header (no '", key, "')");
+  at = header.find(':', at);
+  FP8EMU_CHECK(at != std::string::npos, path, ": malformed .npy header near '", key, "'");
+  ++at;
+  while (at < header.size() && header[at] == ' ') ++at;
+  std::size_t end = at;
+  int depth = 0;
+  for (; end < header.size(); ++end) {
+    const char c = header[end];
+    if (c == '(' || c == '[') ++depth;
+    if (c == ')' || c == ']') --depth;
+    if ((c == ',' || c == '}') && depth == 0) break;
+  }
+  return header.substr(at, end - at);
+}
+
+}  // namespace
+
+std::size_t NpyArray::count() const {
+  std::size_t n = 1;
+  for (std::size_t s : shape) n *= s;
+  return n;
+}
+
+std::size_t NpyArray::itemsize() const { return itemsize_of(dtype); }
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  FP8EMU_CHECK(f.good(), path, ": cannot open");
+  const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  FP8EMU_CHECK(bytes.size() >= 10 && bytes[0] == 0x93 && std::string(bytes.begin() + 1, bytes.begin() + 6) == "NUMPY",
+               path, ": not an .npy file (bad magic)");
+  const int major = bytes[6];
+  FP8EMU_CHECK(major >= 1 && major <= 3, path, ": unsupported .npy version ", major, ".", int(bytes[7]));
+  std::size_t hlen = 0, start = 0;
+  if (major == 1) {
+    hlen = std::size_t(bytes[8]) | (std::size_t(bytes[9]) << 8);
+    start = 10;
+  } else {
+    FP8EMU_CHECK(bytes.size() >= 12, path, ": truncated .npy header");
+    hlen = std::size_t(bytes[8]) | (std::size_t(bytes[9]) << 8) | (std::size_t(bytes[10]) << 16) |
+           (std::size_t(bytes[11]) << 24);
+    start = 12;
+  }
+  FP8EMU_CHECK(bytes.size() >= start + hlen, path, ": truncated .npy header");
+  const std::string header(bytes.begin() + long(start), bytes.begin() + long(start + hlen));
+  NpyArray a;
+  std::string descr = field(header, "descr", path);
+  FP8EMU_CHECK(descr.size() >= 2, path, ": malformed dtype ", descr);
+  a.dtype = descr.substr(1, descr.size() - 2);
+  FP8EMU_CHECK(itemsize_of(a.dtype) != 0, path, ": unsupported dtype '", a.dtype,
+               "' (supported: <f4 float32, |u1 uint8 FP8 codes, <f2 float16, <u2 uint16)");
+  FP8EMU_CHECK(field(header, "fortran_order", path) == "False", path,
+               ": Fortran-order arrays are not supported (save with numpy.ascontiguousarray)");
+  std::string shape = field(header, "shape", path);
+  FP8EMU_CHECK(shape.size() >= 2 && shape.front() == '(' && shape.back() == ')', path, ": malformed shape ", shape);
+  std::stringstream ss(shape.substr(1, shape.size() - 2));
+  for (std::string tok; std::getline(ss, tok, ',');) {
+    if (tok.find_first_not_of(" ") == std::string::npos) continue;
+    std::size_t used = 0;
+    unsigned long long v = 0;
+    try {
+      v = std::stoull(tok, &used);
+    } catch (...) {
+      FP8EMU_FAIL(path, ": malformed shape ", shape);
+    }
+    a.shape.push_back(std::size_t(v));
+  }
+  const std::size_t need = a.count() * a.itemsize();
+  const std::size_t have = bytes.size() - start - hlen;
+  FP8EMU_CHECK(have >= need, path, ": truncated: the header's shape needs ", need, " data bytes, the file has ", have);
+  a.data.assign(bytes.begin() + long(start + hlen), bytes.begin() + long(start + hlen + need));
+  return a;
+}
+
+void write_npy(const std::string& path, const NpyArray& a) {
+  FP8EMU_CHECK(a.itemsize() != 0, "write_npy: unsupported dtype '", a.dtype, "'");
+  FP8EMU_CHECK(a.data.size() == a.count() * a.itemsize(), "write_npy: ", a.data.size(),
+               " data bytes do not match the shape");
+  std::string shape = "(";
+  for (std::size_t i = 0; i < a.shape.size(); ++i) shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : (i + 1 < a.shape.size() ? ", " : ""));
+  shape += ")";
+  std::string header = "{'descr': '" + a.dtype + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += char(1);
+  out += char(0);
+  out += char(header.size() & 0xFF);
+  out += char((header.size() >> 8) & 0xFF);
+  out += header;
+  out.append(reinterpret_cast<const char*>(a.data.data()), a.data.size());
+  write_file_atomic(path, out);
+}
+
+}  // namespace fp8emu::io
