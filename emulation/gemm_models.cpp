@@ -1,7 +1,9 @@
 // Scaled FP8 GEMM with selectable accumulation (see include/fp8emu/emulation/gemm_models.hpp).
 #include "fp8emu/emulation/gemm_models.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "fp8emu/core/mma_model.hpp"
 #include "fp8emu/emulation/quantize.hpp"
@@ -118,6 +120,98 @@ float dot_fp8(const std::uint8_t* a, Format fa, const std::uint8_t* b, Format fb
   return total;
 }
 
+namespace {
+
+// Vectorised tensor-core GEMM (Hopper/Ada models, fp32 accumulator), bit-identical to dot_fp8:
+// for each K-block the alignment exponent E of every output column is the max of e_a + e_b over
+// the block's non-zero products and the running sum's exponent; each exact product p = a*b is
+// scaled by 2^(13-E) (exact) and truncated toward zero by the float->int conversion, which is
+// the model's per-term magnitude truncation; the integer sum is cut to 14 significant bits by
+// masking the low 10 mantissa bits of its (exact) fp32 value, then scaled back by 2^(E-13).
+// Columns run in the innermost loops so the compiler vectorises them. Operands with NaN/Inf take
+// the scalar path.
+constexpr int kColumnChunk = 64;
+constexpr float kNoExponent = -1e30f;  // exponent of a zero operand: never the maximum
+
+struct Decoded {
+  std::vector<float> value, exponent;  // exact value; unnormalised exponent (kNoExponent for zero)
+};
+
+Decoded decode_for_model(const std::uint8_t* codes, std::size_t n, FormatSpec f) {
+  Decoded d;
+  d.value.resize(n);
+  d.exponent.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const core::MmaTerm t = core::decode_fp8_term(codes[i], f);
+    d.value[i] = core::fp8_to_f32(codes[i], f);
+    d.exponent[i] = t.sig ? float(t.exp) : kNoExponent;
+  }
+  return d;
+}
+
+bool all_finite(const std::uint8_t* codes, std::size_t n, FormatSpec f) {
+  for (std::size_t i = 0; i < n; ++i)
+    if ((codes[i] & f.top_code()) > f.max_finite_code()) return false;
+  return true;
+}
+
+// Exponent of the leading bit of a finite fp32 (clamped at -126), kNoExponent for zero.
+inline float exponent_of(float v) {
+  const std::uint32_t b = core::f32_to_bits(v) & 0x7FFFFFFFu;
+  if (b == 0) return kNoExponent;
+  const int e = int(b >> 23);
+  return float(e ? e - 127 : -126);
+}
+
+inline float pow2f(int e) { return core::bits_to_f32(std::uint32_t(e + 127) << 23); }  // normal range only
+
+void gemm_tensor_core_rows(int i0, int i1, int N, int K, const Decoded& a, const Decoded& bt, int block,
+                           int promotion, float s, float* D) {
+  float chain[kColumnChunk], total[kColumnChunk], E[kColumnChunk], sc[kColumnChunk];
+  std::int32_t S[kColumnChunk];
+  for (int i = i0; i < i1; ++i) {
+    const float* av = a.value.data() + std::size_t(i) * std::size_t(K);
+    const float* ae = a.exponent.data() + std::size_t(i) * std::size_t(K);
+    for (int j0 = 0; j0 < N; j0 += kColumnChunk) {
+      const int nj = std::min(kColumnChunk, N - j0);
+      for (int j = 0; j < nj; ++j) chain[j] = total[j] = 0.0f;
+      for (int k0 = 0; k0 < K; k0 += block) {
+        if (promotion > 0 && k0 > 0 && k0 % promotion == 0)
+          for (int j = 0; j < nj; ++j) {  // promote: one RN fp32 add, the chain restarts from zero
+            total[j] += chain[j];
+            chain[j] = 0.0f;
+          }
+        const int k1 = std::min(K, k0 + block);
+        for (int j = 0; j < nj; ++j) E[j] = exponent_of(chain[j]);
+        for (int k = k0; k < k1; ++k) {
+          const float ea = ae[k];
+          const float* eb = bt.exponent.data() + std::size_t(k) * std::size_t(N) + std::size_t(j0);
+          for (int j = 0; j < nj; ++j) E[j] = std::max(E[j], ea + eb[j]);
+        }
+        for (int j = 0; j < nj; ++j) {
+          const bool any = E[j] > kNoExponent / 2;
+          sc[j] = any ? pow2f(core::kMmaFractionBits - int(E[j])) : 0.0f;
+          S[j] = std::int32_t(chain[j] * sc[j]);  // the running sum joins the alignment, truncated
+        }
+        for (int k = k0; k < k1; ++k) {
+          const float va = av[k];
+          const float* vb = bt.value.data() + std::size_t(k) * std::size_t(N) + std::size_t(j0);
+          for (int j = 0; j < nj; ++j) S[j] += std::int32_t((va * vb[j]) * sc[j]);
+        }
+        for (int j = 0; j < nj; ++j) {
+          const float f = float(S[j]);  // exact: |S| < 2^21
+          const float cut = core::bits_to_f32(core::f32_to_bits(f) & 0xFFFFFC00u);  // 14 significant bits, RZ
+          chain[j] = sc[j] != 0.0f ? cut * pow2f(int(E[j]) - core::kMmaFractionBits) : 0.0f;
+        }
+      }
+      float* d = D + std::size_t(i) * std::size_t(N) + std::size_t(j0);
+      for (int j = 0; j < nj; ++j) d[j] = (promotion > 0 ? total[j] + chain[j] : chain[j]) * s;
+    }
+  }
+}
+
+}  // namespace
+
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const GemmAccumulation& acc, float* D) {
   FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "GEMM: negative shape M=", M, " N=", N, " K=", K);
@@ -125,6 +219,23 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
                "GEMM: E5M2 x E5M2 is not supported (cuBLASLt rejects it); use E4M3 for one operand");
   check_accumulation(acc);
   const float s = scale_inv_a * scale_inv_b;
+  const FormatSpec& sa = spec_of(fa);
+  const FormatSpec& sb = spec_of(fb);
+  const std::size_t na = std::size_t(M) * std::size_t(K), nb = std::size_t(N) * std::size_t(K);
+  const bool tensor_core = acc.model == Accumulation::kHopper || acc.model == Accumulation::kAda;
+  if (tensor_core && all_finite(A, na, sa) && all_finite(B, nb, sb)) {
+    const Decoded a = decode_for_model(A, na, sa);
+    std::vector<std::uint8_t> b_t(nb);  // B^T: [K, N], columns contiguous
+    for (int j = 0; j < N; ++j)
+      for (int k = 0; k < K; ++k) b_t[std::size_t(k) * std::size_t(N) + std::size_t(j)] = B[std::size_t(j) * std::size_t(K) + std::size_t(k)];
+    const Decoded bt = decode_for_model(b_t.data(), nb, sb);
+    const int block = block_of(acc.model);
+    const int promotion = acc.promotion_interval >= K ? 0 : acc.promotion_interval;
+    const double work = double(M) * N * K;
+#pragma omp parallel for schedule(dynamic, 1) if (work >= detail::kParallelMinMacs)
+    for (int i = 0; i < M; ++i) gemm_tensor_core_rows(i, i + 1, N, K, a, bt, block, promotion, s, D);
+    return;
+  }
   const double work = double(M) * N * K * (acc.model == Accumulation::kFp32 ? 1.0 : 8.0);
 #pragma omp parallel for schedule(dynamic, 4) if (work >= detail::kParallelMinMacs)
   for (int i = 0; i < M; ++i)
