@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fp8emu/core/mma_model.hpp"
+#include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
 #include "parallel.hpp"
@@ -234,6 +235,13 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     const double work = double(M) * N * K;
 #pragma omp parallel for schedule(dynamic, 1) if (work >= detail::kParallelMinMacs)
     for (int i = 0; i < M; ++i) gemm_tensor_core_rows(i, i + 1, N, K, a, bt, block, promotion, s, D);
+    return;
+  }
+  if (acc.model == Accumulation::kFp32 && (acc.promotion_interval == 0 || acc.promotion_interval >= K)) {
+    // The same sums as dot_fp32 (k ascending, fp32, IEEE specials), through the vectorised NN kernel.
+    std::vector<std::uint8_t> b_kn(nb);
+    transpose(N, K, B, b_kn.data());
+    gemm_fp8_nn(M, N, K, A, fa, scale_inv_a, b_kn.data(), fb, scale_inv_b, D);
     return;
   }
   const double work = double(M) * N * K * (acc.model == Accumulation::kFp32 ? 1.0 : 8.0);

@@ -176,8 +176,13 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
   log.result.name = name;
   nn::Mlp model(sizes, nn::parse_activation(cfg.activation), precision, recipe, cfg.seed);
   const emu::Accumulation acc = emu::parse_accumulation(cfg.accumulation);
-  if (precision == nn::Precision::kFp8 && recipe.index() < 2 && acc != emu::Accumulation::kFp32)
-    for (auto& l : model.layers) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
+  const bool tensor_core = acc == emu::Accumulation::kHopper || acc == emu::Accumulation::kAda;
+  if (precision == nn::Precision::kFp8 && recipe.index() < 2) {
+    for (auto& l : model.layers) {
+      if (tensor_core) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
+      else l.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});
+    }
+  }
   nn::Optimizer opt(nn::Optimizer::parse(cfg.optimizer), cfg.lr);
   nn::Rng shuffle_rng(cfg.seed ^ 0x9E3779B97F4A7C15ull);
   std::vector<int> order(std::size_t(train.x.rows));
@@ -306,9 +311,10 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   c["block"] = {{"fp8_format", scaling::to_string(cfg.block.fp8_format)},
                 {"use_f32_scales", cfg.block.use_f32_scales},
                 {"amax_epsilon", shortest(cfg.block.amax_epsilon)}};
-  c["gemm_accumulation"] = cfg.accumulation == "fp32" ? std::string("exact products, fp32 sequential in k")
-                                                      : cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad "
-                                                                           "promoted every 128; block recipes: fp32)";
+  c["gemm_accumulation"] =
+      cfg.accumulation == "hopper" || cfg.accumulation == "ada"
+          ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"
+          : cfg.accumulation + " (every GEMM; block recipes: fp32)";
   return c;
 }
 

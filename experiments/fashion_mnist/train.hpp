@@ -38,9 +38,10 @@ struct TrainConfig {
   std::string format;              ///< "hybrid"/"e4m3" for every recipe; empty: each recipe's TE default.
   std::vector<int> hidden = {256, 128};
   std::string activation = "relu";
-  /// GEMM accumulation of the per-tensor recipes: "fp32" (sequential), "exact", or a tensor-core
-  /// model "hopper"/"ada" with TE's wrappers (fprop fast accumulation, dgrad/wgrad promoted every 128).
-  std::string accumulation = "fp32";
+  /// GEMM accumulation of the per-tensor recipes: a tensor-core model "hopper" (default: TE on
+  /// Hopper) or "ada" with TE's wrappers (fprop fast accumulation, dgrad/wgrad promoted every 128),
+  /// or "fp32" (sequential) or "exact" for every GEMM.
+  std::string accumulation = "hopper";
   std::string optimizer = "adam";
   float lr = 1e-3f;
   scaling::DelayedScaling delayed;    ///< TE defaults: HYBRID, history 1024, max, margin 0.

@@ -10,6 +10,7 @@
 #include "fashion_mnist/train.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/scaling/scale_trace.hpp"
+#include "bench.hpp"
 #include "gemm_tools.hpp"
 #include "mma_check.hpp"
 #include <iostream>
@@ -128,6 +129,14 @@ int main(int argc, char** argv) {
   compare->add_option("X", cmp_x, "First .npy (e.g. a GPU dump)")->required();
   compare->add_option("Y", cmp_y, "Second .npy (e.g. fp8emu gemm output)")->required();
 
+  std::vector<int> bench_sizes{1024, 4096};
+  int bench_repeat = 3;
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks against a baseline measured in the same run");
+  CLI::App* bench_gemm = bench->add_subcommand("gemm", "FP8 GEMM accumulation models vs Eigen's fp32 GEMM");
+  bench_gemm->add_option("--sizes", bench_sizes, "M = N = K values")->delimiter(',')->capture_default_str();
+  bench_gemm->add_option("--repeat", bench_repeat, "Runs per measurement (best is kept)")->capture_default_str();
+  bench->require_subcommand(1);
+
   cli::MmaCheckOptions mma;
   CLI::App* check = app.add_subcommand(
       "mma-check", "Replay recorded FP8 tensor-core dot products (32 products per row) through the model");
@@ -147,6 +156,7 @@ int main(int argc, char** argv) {
   }
   if (*check) return cli::run_mma_check(mma, std::cout, std::cerr);
   if (*gemm_cmd) return cli::run_gemm(gemm, std::cout, std::cerr);
+  if (*bench_gemm) return cli::run_bench_gemm(bench_sizes, bench_repeat, std::cout);
   if (*compare) return cli::run_compare(cmp_x, cmp_y, std::cout, std::cerr);
   try {
     if (*train) {

@@ -39,6 +39,9 @@ Linear::Linear(int in_features, int out_features, Precision precision, const sca
   fwd_format_ = scaling::forward_format(scaling::recipe_format(recipe_));
   bwd_format_ = scaling::backward_format(scaling::recipe_format(recipe_));
   for (float& s : last_scale_) s = std::numeric_limits<float>::quiet_NaN();
+  if (!is_block_recipe())  // TE's choice on Hopper: fprop fast accumulation, dgrad/wgrad split
+    set_accumulation(emu::te_fprop(emu::Accumulation::kHopper), emu::te_dgrad(emu::Accumulation::kHopper),
+                     emu::te_wgrad(emu::Accumulation::kHopper));
   weight = Matrix(out_features, in_features);
   bias = Matrix(1, out_features);
   grad_weight = Matrix(out_features, in_features);
@@ -189,14 +192,7 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
 void Linear::per_tensor_gemm(const emu::GemmAccumulation& acc, int M, int N, int K, const std::uint8_t* A,
                              Format fa, float sinv_a, const std::uint8_t* B_nk, Format fb, float sinv_b,
                              float* D) const {
-  if (acc.model == emu::Accumulation::kFp32 && acc.promotion_interval == 0) {
-    // The same numbers as gemm_fp8_tn with kFp32, through the vectorised NN kernel.
-    std::vector<std::uint8_t> b_kn(std::size_t(N) * std::size_t(K));
-    emu::transpose(N, K, B_nk, b_kn.data());
-    emu::gemm_fp8_nn(M, N, K, A, fa, sinv_a, b_kn.data(), fb, sinv_b, D);
-  } else {
-    emu::gemm_fp8_tn(M, N, K, A, fa, sinv_a, B_nk, fb, sinv_b, acc, D);
-  }
+  emu::gemm_fp8_tn(M, N, K, A, fa, sinv_a, B_nk, fb, sinv_b, acc, D);
 }
 
 void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,

@@ -17,8 +17,8 @@
 ///    for fprop, column-wise for dgrad; dy: row-wise for dgrad, column-wise for wgrad).
 ///  - block: 1x128 blocks for x and dy (both directions), one 128x128 tile grid for W; fp32 scales
 ///    (power of two by default).
-/// Per-tensor GEMMs take an accumulation model each (emu::gemm_models.hpp; default fp32 sequential,
-/// see set_accumulation); block-scaled GEMMs: emu::gemm_fp8_block_tn (fp32 accumulation).
+/// Per-tensor GEMMs take an accumulation model each (emu::gemm_models.hpp; default TE's choice on
+/// Hopper, see set_accumulation); block-scaled GEMMs: emu::gemm_fp8_block_tn (fp32 accumulation).
 ///
 /// Determinism: bit-identical results for any OpenMP thread count.
 #pragma once
@@ -78,9 +78,9 @@ class Linear {
   /// \throws fp8emu::Error on a shape mismatch or when no training forward preceded it.
   void backward(const Matrix& dy, Matrix* dx);
 
-  /// Accumulation models of the three per-tensor FP8 GEMMs. TE's choice on Hopper is
-  /// {te_fprop(kHopper), te_dgrad(kHopper), te_wgrad(kHopper)}: fprop fast accumulation, dgrad and
-  /// wgrad promoted to fp32 every 128. Default: fp32 sequential for all three.
+  /// Accumulation models of the three per-tensor FP8 GEMMs. Default: TE's choice on Hopper,
+  /// {te_fprop(kHopper), te_dgrad(kHopper), te_wgrad(kHopper)}: the Hopper tensor-core model with
+  /// fast accumulation in fprop, promoted to fp32 every 128 K-elements in dgrad and wgrad.
   /// \throws fp8emu::Error for a tensor-core model with a block recipe.
   void set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
                         const emu::GemmAccumulation& wgrad);
