@@ -22,10 +22,19 @@ void transpose_impl(int rows, int cols, const T* in, T* out) {
           out[std::size_t(c) * rows + r] = in[std::size_t(r) * cols + c];
 }
 
+void rows_f32(int i0, int rows, int N, int K, const float* A, const float* B, float* out) {
+  detail::gemm_rows(i0, rows, N, K, [A, K](int i, int k) { return A[std::size_t(i) * K + k]; }, B, out);
+}
+
+void rows_fp8(int i0, int rows, int N, int K, const std::uint8_t* A, const float* table,
+                        const float* B, float* out) {
+  detail::gemm_rows(i0, rows, N, K, [A, K, table](int i, int k) { return table[A[std::size_t(i) * K + k]]; }, B, out);
+}
+
 }  // namespace
 
 void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* C) {
-  detail::gemm_nn(M, N, K, [A, K](int i, int k) { return A[std::size_t(i) * K + k]; }, B, C);
+  detail::gemm_nn(M, N, K, [=](int i0, int rows, float* out) { rows_f32(i0, rows, N, K, A, B, out); }, C);
 }
 
 void transpose(int rows, int cols, const float* in, float* out) {
@@ -43,7 +52,8 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   const float* tb = decode_table(fb);
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = tb[B[i]];
   const float* ta = decode_table(fa);
-  detail::gemm_nn(M, N, K, [A, K, ta](int i, int k) { return ta[A[std::size_t(i) * K + k]]; }, b.data(), D);
+  const float* bp = b.data();
+  detail::gemm_nn(M, N, K, [=](int i0, int rows, float* out) { rows_fp8(i0, rows, N, K, A, ta, bp, out); }, D);
   const float s = scale_inv_a * scale_inv_b;
   const std::ptrdiff_t n = std::ptrdiff_t(M) * N;
 #pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)

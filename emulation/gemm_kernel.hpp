@@ -13,10 +13,19 @@ namespace fp8emu::emu::detail {
 // additions into each C element is k = 0..K-1 regardless of grouping.
 constexpr int kRowGroup = 4;
 
+// Compiled for AVX2 and for the x86-64 baseline, chosen at load time (GCC target_clones). Both
+// clones compute the same bits: separate IEEE multiplies and adds (-ffp-contract=off, and the AVX2
+// clone has no FMA), in the same order.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FP8EMU_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FP8EMU_TARGET_CLONES
+#endif
+
 // Rows [i0, i0+rows) of A times B, written to `out` (Shape [rows, N], row-major), where a(i, k)
-// yields the fp32 value of A[i,k].
+// yields the fp32 value of A[i,k]. Inlined into the callers' target clones.
 template <class AValue>
-void gemm_rows(int i0, int rows, int N, int K, AValue a, const float* B, float* out) {
+__attribute__((always_inline)) inline void gemm_rows(int i0, int rows, int N, int K, AValue a, const float* B, float* out) {
   float* c[kRowGroup];
   for (int r = 0; r < kRowGroup; ++r) c[r] = out + std::size_t(std::min(r, rows - 1)) * N;
   for (int r = 0; r < rows; ++r) std::fill(c[r], c[r] + N, 0.0f);
@@ -48,13 +57,15 @@ void gemm_rows(int i0, int rows, int N, int K, AValue a, const float* B, float* 
   }
 }
 
-template <class AValue>
-void gemm_nn(int M, int N, int K, AValue a, const float* B, float* C) {
+// C = A B over row groups in parallel; rows(i0, rows, out) computes one group (a target-clones
+// wrapper around gemm_rows).
+template <class RowsFn>
+void gemm_nn(int M, int N, int K, RowsFn rows_fn, float* C) {
   const int groups = (M + kRowGroup - 1) / kRowGroup;
 #pragma omp parallel for schedule(static) if (double(M) * N * K >= kParallelMinMacs)
   for (int g = 0; g < groups; ++g) {
     const int i0 = g * kRowGroup;
-    gemm_rows(i0, std::min(kRowGroup, M - i0), N, K, a, B, C + std::size_t(i0) * N);
+    rows_fn(i0, std::min(kRowGroup, M - i0), C + std::size_t(i0) * N);
   }
 }
 

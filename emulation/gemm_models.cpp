@@ -9,6 +9,7 @@
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
+#include "gemm_kernel.hpp"
 #include "parallel.hpp"
 
 namespace fp8emu::emu {
@@ -131,7 +132,7 @@ namespace {
 // masking the low 10 mantissa bits of its (exact) fp32 value, then scaled back by 2^(E-13).
 // Columns run in the innermost loops so the compiler vectorises them. Operands with NaN/Inf take
 // the scalar path.
-constexpr int kColumnChunk = 64;
+constexpr int kColumnChunk = 128;
 constexpr float kNoExponent = -1e30f;  // exponent of a zero operand: never the maximum
 
 struct Decoded {
@@ -156,59 +157,85 @@ bool all_finite(const std::uint8_t* codes, std::size_t n, FormatSpec f) {
   return true;
 }
 
-// Exponent of the leading bit of a finite fp32 (clamped at -126), kNoExponent for zero.
-inline float exponent_of(float v) {
-  const std::uint32_t b = core::f32_to_bits(v) & 0x7FFFFFFFu;
-  if (b == 0) return kNoExponent;
-  const int e = int(b >> 23);
-  return float(e ? e - 127 : -126);
-}
-
 inline float pow2f(int e) { return core::bits_to_f32(std::uint32_t(e + 127) << 23); }  // normal range only
 
-void gemm_tensor_core_rows(int i0, int i1, int N, int K, const Decoded& a, const Decoded& bt, int block,
-                           int promotion, float s, float* D) {
-  float chain[kColumnChunk], total[kColumnChunk], E[kColumnChunk], sc[kColumnChunk];
-  std::int32_t S[kColumnChunk];
-  for (int i = i0; i < i1; ++i) {
-    const float* av = a.value.data() + std::size_t(i) * std::size_t(K);
-    const float* ae = a.exponent.data() + std::size_t(i) * std::size_t(K);
-    for (int j0 = 0; j0 < N; j0 += kColumnChunk) {
-      const int nj = std::min(kColumnChunk, N - j0);
-      for (int j = 0; j < nj; ++j) chain[j] = total[j] = 0.0f;
-      for (int k0 = 0; k0 < K; k0 += block) {
-        if (promotion > 0 && k0 > 0 && k0 % promotion == 0)
+// R rows of D (i0 .. i0+R-1) share every load of B.
+template <int R>
+__attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block, int promotion,
+                           float s, float* D) {
+  float chain[R][kColumnChunk], total[R][kColumnChunk], E[R][kColumnChunk], sc[R][kColumnChunk];
+  std::int32_t S[R][kColumnChunk];
+  const float* av[R];
+  const float* ae[R];
+  for (int r = 0; r < R; ++r) {
+    av[r] = a.value.data() + std::size_t(i0 + r) * std::size_t(K);
+    ae[r] = a.exponent.data() + std::size_t(i0 + r) * std::size_t(K);
+  }
+  for (int j0 = 0; j0 < N; j0 += kColumnChunk) {
+    const int nj = std::min(kColumnChunk, N - j0);
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < nj; ++j) chain[r][j] = total[r][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += block) {
+      if (promotion > 0 && k0 > 0 && k0 % promotion == 0)
+        for (int r = 0; r < R; ++r)
           for (int j = 0; j < nj; ++j) {  // promote: one RN fp32 add, the chain restarts from zero
-            total[j] += chain[j];
-            chain[j] = 0.0f;
+            total[r][j] += chain[r][j];
+            chain[r][j] = 0.0f;
           }
-        const int k1 = std::min(K, k0 + block);
-        for (int j = 0; j < nj; ++j) E[j] = exponent_of(chain[j]);
-        for (int k = k0; k < k1; ++k) {
-          const float ea = ae[k];
-          const float* eb = bt.exponent.data() + std::size_t(k) * std::size_t(N) + std::size_t(j0);
-          for (int j = 0; j < nj; ++j) E[j] = std::max(E[j], ea + eb[j]);
+      const int k1 = std::min(K, k0 + block);
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < nj; ++j) {  // exponent of the running sum (clamped at -126), branch-free
+          const std::uint32_t b = core::f32_to_bits(chain[r][j]) & 0x7FFFFFFFu;
+          const std::int32_t e = std::int32_t(b >> 23);
+          const float ef = float(e > 0 ? e - 127 : -126);
+          E[r][j] = b == 0 ? kNoExponent : ef;
         }
-        for (int j = 0; j < nj; ++j) {
-          const bool any = E[j] > kNoExponent / 2;
-          sc[j] = any ? pow2f(core::kMmaFractionBits - int(E[j])) : 0.0f;
-          S[j] = std::int32_t(chain[j] * sc[j]);  // the running sum joins the alignment, truncated
-        }
-        for (int k = k0; k < k1; ++k) {
-          const float va = av[k];
-          const float* vb = bt.value.data() + std::size_t(k) * std::size_t(N) + std::size_t(j0);
-          for (int j = 0; j < nj; ++j) S[j] += std::int32_t((va * vb[j]) * sc[j]);
-        }
-        for (int j = 0; j < nj; ++j) {
-          const float f = float(S[j]);  // exact: |S| < 2^21
-          const float cut = core::bits_to_f32(core::f32_to_bits(f) & 0xFFFFFC00u);  // 14 significant bits, RZ
-          chain[j] = sc[j] != 0.0f ? cut * pow2f(int(E[j]) - core::kMmaFractionBits) : 0.0f;
+      for (int k = k0; k < k1; ++k) {
+        const float* eb = bt.exponent.data() + std::size_t(k) * std::size_t(N) + std::size_t(j0);
+        for (int r = 0; r < R; ++r) {
+          const float ea = ae[r][k];
+          float* __restrict er = E[r];
+          for (int j = 0; j < nj; ++j) er[j] = std::max(er[j], ea + eb[j]);
         }
       }
-      float* d = D + std::size_t(i) * std::size_t(N) + std::size_t(j0);
-      for (int j = 0; j < nj; ++j) d[j] = (promotion > 0 ? total[j] + chain[j] : chain[j]) * s;
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < nj; ++j) {
+          const bool any = E[r][j] > kNoExponent / 2;
+          sc[r][j] = any ? pow2f(core::kMmaFractionBits - int(E[r][j])) : 0.0f;
+          S[r][j] = std::int32_t(chain[r][j] * sc[r][j]);  // the running sum joins the alignment, truncated
+        }
+      for (int k = k0; k < k1; ++k) {
+        const float* vb = bt.value.data() + std::size_t(k) * std::size_t(N) + std::size_t(j0);
+        for (int r = 0; r < R; ++r) {
+          const float va = av[r][k];
+          std::int32_t* __restrict sr = S[r];
+          const float* __restrict scr = sc[r];
+          for (int j = 0; j < nj; ++j) sr[j] += std::int32_t((va * vb[j]) * scr[j]);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < nj; ++j) {
+          const float f = float(S[r][j]);  // exact: |S| < 2^21
+          const float cut = core::bits_to_f32(core::f32_to_bits(f) & 0xFFFFFC00u);  // 14 significant bits, RZ
+          chain[r][j] = sc[r][j] != 0.0f ? cut * pow2f(int(E[r][j]) - core::kMmaFractionBits) : 0.0f;
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+      float* d = D + std::size_t(i0 + r) * std::size_t(N) + std::size_t(j0);
+      for (int j = 0; j < nj; ++j) d[j] = (promotion > 0 ? total[r][j] + chain[r][j] : chain[r][j]) * s;
     }
   }
+}
+
+// AVX2 and baseline clones (see gemm_kernel.hpp): the same IEEE operations and truncating
+// conversions in both, so the same bits.
+FP8EMU_TARGET_CLONES void tensor_core_rows4(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block,
+                                            int promotion, float s, float* D) {
+  gemm_tensor_core_rows<4>(i0, N, K, a, bt, block, promotion, s, D);
+}
+FP8EMU_TARGET_CLONES void tensor_core_rows1(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block,
+                                            int promotion, float s, float* D) {
+  gemm_tensor_core_rows<1>(i0, N, K, a, bt, block, promotion, s, D);
 }
 
 }  // namespace
@@ -233,8 +260,16 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     const int block = block_of(acc.model);
     const int promotion = acc.promotion_interval >= K ? 0 : acc.promotion_interval;
     const double work = double(M) * N * K;
+    const int groups = (M + 3) / 4;
 #pragma omp parallel for schedule(dynamic, 1) if (work >= detail::kParallelMinMacs)
-    for (int i = 0; i < M; ++i) gemm_tensor_core_rows(i, i + 1, N, K, a, bt, block, promotion, s, D);
+    for (int g = 0; g < groups; ++g) {
+      const int i0 = 4 * g;
+      if (i0 + 4 <= M) {
+        tensor_core_rows4(i0, N, K, a, bt, block, promotion, s, D);
+      } else {
+        for (int i = i0; i < M; ++i) tensor_core_rows1(i, N, K, a, bt, block, promotion, s, D);
+      }
+    }
     return;
   }
   if (acc.model == Accumulation::kFp32 && (acc.promotion_interval == 0 || acc.promotion_interval >= K)) {

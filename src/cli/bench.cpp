@@ -17,14 +17,10 @@
 namespace fp8emu::cli {
 namespace {
 
-double best_seconds(int repeat, const std::function<void()>& f) {
-  double best = 1e300;
-  for (int r = 0; r < repeat; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
+double seconds(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -50,15 +46,20 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
     for (auto& c : qb) c = std::uint8_t(g() & 0x77);
     std::vector<float> D(qa.size());
     const double flop = 2.0 * n * double(n) * n;
-    const double t_eigen = best_seconds(repeat, [&] { C.noalias() = A * B; });
-    const double t_fp32 = best_seconds(repeat, [&] {
-      emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1, {emu::Accumulation::kFp32, 0},
-                       D.data());
-    });
-    const double t_hopper = best_seconds(repeat, [&] {
-      emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1,
-                       {emu::Accumulation::kHopper, 0}, D.data());
-    });
+    // Rounds interleave the baseline and the models, so that all three see the same machine
+    // conditions; the best time of each is kept.
+    double t_eigen = 1e300, t_fp32 = 1e300, t_hopper = 1e300;
+    for (int r = 0; r < repeat; ++r) {
+      t_eigen = std::min(t_eigen, seconds([&] { C.noalias() = A * B; }));
+      t_fp32 = std::min(t_fp32, seconds([&] {
+        emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1,
+                         {emu::Accumulation::kFp32, 0}, D.data());
+      }));
+      t_hopper = std::min(t_hopper, seconds([&] {
+        emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1,
+                         {emu::Accumulation::kHopper, 0}, D.data());
+      }));
+    }
     const double ge = flop / t_eigen / 1e9, gf = flop / t_fp32 / 1e9, gh = flop / t_hopper / 1e9;
     std::snprintf(line, sizeof line, "%6d %12.2f %11.2f %13.2f %11.3f %13.3f\n", n, ge, gf, gh, gf / ge, gh / ge);
     out << line << std::flush;

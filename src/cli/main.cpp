@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   compare->add_option("Y", cmp_y, "Second .npy (e.g. fp8emu gemm output)")->required();
 
   std::vector<int> bench_sizes{1024, 4096};
-  int bench_repeat = 3;
+  int bench_repeat = 5;
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks against a baseline measured in the same run");
   CLI::App* bench_gemm = bench->add_subcommand("gemm", "FP8 GEMM accumulation models vs Eigen's fp32 GEMM");
   bench_gemm->add_option("--sizes", bench_sizes, "M = N = K values")->delimiter(',')->capture_default_str();
