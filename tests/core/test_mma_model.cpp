@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/bits.hpp"
 #include "fp8emu/core/mma_model.hpp"
 
 using namespace fp8emu;
@@ -50,11 +51,7 @@ std::vector<Row> load(const std::string& name) {
   return rows;
 }
 
-std::uint32_t bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using testing::bits;
 }  // namespace
 
 TEST_CASE("Hopper wgmma model reproduces every recorded H100 row", "[mma][hopper]") {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "support/bits.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/mma_model.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
@@ -34,11 +35,7 @@ std::uint8_t random_finite(std::mt19937& g, Format f) {
   }
 }
 
-std::uint32_t bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using testing::bits;
 }  // namespace
 
 TEST_CASE("exact accumulation equals Boost.Multiprecision", "[emulation][gemm][exact]") {

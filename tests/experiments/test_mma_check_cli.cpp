@@ -15,27 +15,15 @@
 
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/io/npy.hpp"
+#include "support/cli_runner.hpp"
 #include <cmath>
 #include <cstring>
 
 namespace fs = std::filesystem;
 
 namespace {
-struct Result {
-  int code;
-  std::string output;
-};
-
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(FP8EMU_CLI_PATH) + " " + args + " 2>&1";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Result = fp8emu::testing::CliResult;
+using fp8emu::testing::run_cli;
 
 // Rewrites the first `rows` packed Ada rows (tests/data) in the published text layout.
 fs::path write_published_layout(int rows) {

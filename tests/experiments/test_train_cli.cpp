@@ -11,26 +11,14 @@
 #include <sstream>
 #include <string>
 
+#include "support/cli_runner.hpp"
 #include "support/idx_writer.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
-struct Result {
-  int code;
-  std::string output;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(FP8EMU_CLI_PATH) + " " + args + " 2>&1";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Result = fp8emu::testing::CliResult;
+Result run(const std::string& args) { return fp8emu::testing::run_cli(args); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);

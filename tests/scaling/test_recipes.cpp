@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "support/bits.hpp"
 #include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/scaling/delayed_scaling.hpp"
@@ -19,11 +20,7 @@ namespace {
 constexpr float kE4M3Max = 0x1.cp8f;
 constexpr float kE5M2Max = 0x1.cp15f;
 
-std::uint32_t bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using testing::bits;
 
 std::vector<float> scales(const std::vector<ScaleTraceRow>& rows) {
   std::vector<float> s;
