@@ -287,4 +287,48 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
           dot_fp8(A + std::size_t(i) * std::size_t(K), fa, B + std::size_t(j) * std::size_t(K), fb, K, acc) * s;
 }
 
+std::uint16_t f32_to_bf16_bits(float x) {
+  const std::uint32_t b = core::f32_to_bits(x);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return std::uint16_t(((b >> 16) & 0x8000u) | 0x7FC0u);
+  const std::uint32_t lsb = (b >> 16) & 1u;
+  return std::uint16_t((b + 0x7FFFu + lsb) >> 16);  // RNE; overflow rounds to Inf as it should
+}
+
+void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
+                 Format fb, float scale_inv_b, const GemmAccumulation& acc, const GemmEpilogue& ep, void* D) {
+  FP8EMU_CHECK(ep.beta == 0.0f || ep.C != nullptr, "GEMM: beta = ", ep.beta, " needs a C matrix");
+  std::vector<float> t(std::size_t(M) * std::size_t(N));
+  gemm_fp8_tn(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc, t.data());
+  float amax = 0.0f;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      const std::size_t idx = std::size_t(i) * std::size_t(N) + std::size_t(j);
+      float v = t[idx];
+      if (ep.alpha != 1.0f) v = ep.alpha * v;
+      if (ep.beta != 0.0f) v = v + ep.beta * ep.C[idx];
+      if (ep.bias) v = v + ep.bias[j];
+      amax = std::fmax(amax, std::fabs(v));
+      t[idx] = v;
+    }
+  if (ep.amax_d) *ep.amax_d = std::fmax(*ep.amax_d, amax);
+  const std::size_t n = t.size();
+  switch (ep.output) {
+    case GemmOutput::kFp32:
+      std::copy(t.begin(), t.end(), static_cast<float*>(D));
+      break;
+    case GemmOutput::kBf16:
+      for (std::size_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(D)[i] = f32_to_bf16_bits(t[i]);
+      break;
+    case GemmOutput::kFp16:
+      for (std::size_t i = 0; i < n; ++i)
+        static_cast<std::uint16_t*>(D)[i] = std::uint16_t(core::f32_to_f16_bits_rne(core::f32_to_bits(t[i])));
+      break;
+    case GemmOutput::kE4M3:
+    case GemmOutput::kE5M2:
+      quantize(t.data(), n, ep.d_scale, ep.output == GemmOutput::kE4M3 ? Format::kE4M3 : Format::kE5M2,
+               static_cast<std::uint8_t*>(D), nullptr);
+      break;
+  }
+}
+
 }  // namespace fp8emu::emu

@@ -70,18 +70,43 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
       emu::transpose(int(K), int(N), qb.data(), t.data());
       qb.swap(t);
     }
-    std::vector<float> d(M * N);
-    emu::gemm_fp8_tn(int(M), int(N), int(K), qa.data(), fa, sa, qb.data(), fb, sb, acc, d.data());
+    emu::GemmEpilogue ep;
+    ep.alpha = o.alpha;
+    ep.beta = o.beta;
+    ep.d_scale = o.d_scale;
+    float amax_d = 0.0f;
+    ep.amax_d = &amax_d;
+    std::vector<float> cbuf, biasbuf;
+    auto load_f32 = [](const std::string& path, std::size_t count, const char* what, std::vector<float>& dst) {
+      const io::NpyArray x = io::read_npy(path);
+      FP8EMU_CHECK(x.dtype == "<f4" && x.count() == count, path, ": ", what, " must be float32 with ", count,
+                   " elements");
+      dst.resize(count);
+      std::memcpy(dst.data(), x.data.data(), count * 4);
+    };
+    if (!o.c.empty()) {
+      load_f32(o.c, M * N, "C", cbuf);
+      ep.C = cbuf.data();
+    }
+    if (!o.bias.empty()) {
+      load_f32(o.bias, N, "bias", biasbuf);
+      ep.bias = biasbuf.data();
+    }
     io::NpyArray D;
-    D.dtype = "<f4";
     D.shape = {M, N};
-    D.data.resize(d.size() * 4);
-    std::memcpy(D.data.data(), d.data(), D.data.size());
+    if (o.output == "fp32") ep.output = emu::GemmOutput::kFp32, D.dtype = "<f4";
+    else if (o.output == "bf16") ep.output = emu::GemmOutput::kBf16, D.dtype = "<u2";
+    else if (o.output == "fp16") ep.output = emu::GemmOutput::kFp16, D.dtype = "<f2";
+    else if (o.output == "e4m3") ep.output = emu::GemmOutput::kE4M3, D.dtype = "|u1";
+    else if (o.output == "e5m2") ep.output = emu::GemmOutput::kE5M2, D.dtype = "|u1";
+    else FP8EMU_FAIL("unknown --output '", o.output, "' (accepted: fp32, bf16, fp16, e4m3, e5m2)");
+    D.data.resize(M * N * D.itemsize());
+    emu::gemm_fp8_tn(int(M), int(N), int(K), qa.data(), fa, sa, qb.data(), fb, sb, acc, ep, D.data.data());
     io::write_npy(o.out, D);
     out << "D = A" << (o.layout == "tn" ? " B^T" : " B") << ": [" << M << ", " << N << "], K = " << K << ", "
         << emu::to_string(acc.model)
         << (acc.promotion_interval ? " promoted every " + std::to_string(acc.promotion_interval) : std::string(" fast"))
-        << ", written to " << o.out << "\n";
+        << ", " << o.output << " written to " << o.out << "; amax of D " << amax_d << "\n";
     return 0;
   } catch (const std::exception& e) {
     err << "fp8emu gemm: error: " << e.what() << "\n";

@@ -124,6 +124,13 @@ int main(int argc, char** argv) {
   gemm_cmd->add_option("--accumulation", gemm.accumulation, "exact, fp32, hopper or ada")->capture_default_str();
   gemm_cmd->add_option("--promotion", gemm.promotion, "Promote to fp32 every N K-elements (0: fast accumulation)")
       ->capture_default_str();
+  gemm_cmd->add_option("--output", gemm.output, "D type: fp32, bf16 (uint16 bits), fp16, e4m3, e5m2 (uint8 codes)")
+      ->capture_default_str();
+  gemm_cmd->add_option("--d-scale", gemm.d_scale, "FP8 outputs: D = Q(t * d_scale)")->capture_default_str();
+  gemm_cmd->add_option("--alpha", gemm.alpha, "D = alpha * (A B) * scales + beta * C + bias")->capture_default_str();
+  gemm_cmd->add_option("--beta", gemm.beta, "Weight of C (needs --c)")->capture_default_str();
+  gemm_cmd->add_option("--c", gemm.c, "C.npy: [M, N] float32");
+  gemm_cmd->add_option("--bias", gemm.bias, "bias.npy: [N] float32");
   std::string cmp_x, cmp_y;
   CLI::App* compare = app.add_subcommand("compare", "Compare two float32 .npy arrays bit for bit (ULP, errors)");
   compare->add_option("X", cmp_x, "First .npy (e.g. a GPU dump)")->required();

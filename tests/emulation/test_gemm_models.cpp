@@ -160,3 +160,51 @@ TEST_CASE("vectorised tensor-core GEMM equals the scalar model element by elemen
     }
   }
 }
+
+TEST_CASE("epilogue: alpha, beta*C, bias, amax of D and the output types, worked by hand", "[emulation][gemm][epilogue]") {
+  // acc = A B^T = [[3, 3]] for A = [[1, 2]], B = [[1, 1], [2, 0.5]] (E4M3 0x38 = 1, 0x40 = 2, 0x30 = 0.5);
+  // scale_inv 0.5 * 4 -> t = [[6, 6]]; alpha 0.5 -> [[3, 3]]; + 2 * C with C = [[1, -1]] -> [[5, 1]];
+  // + bias [0.25, 0] -> [[5.25, 1]].
+  const std::uint8_t A[2] = {0x38, 0x40}, B[4] = {0x38, 0x38, 0x40, 0x30};
+  const float C[2] = {1.0f, -1.0f}, bias[2] = {0.25f, 0.0f};
+  GemmEpilogue ep;
+  ep.alpha = 0.5f;
+  ep.beta = 2.0f;
+  ep.C = C;
+  ep.bias = bias;
+  float amax = 0.0f;
+  ep.amax_d = &amax;
+  const GemmAccumulation acc{Accumulation::kHopper, 0};
+  float d32[2];
+  gemm_fp8_tn(1, 2, 2, A, Format::kE4M3, 0.5f, B, Format::kE4M3, 4.0f, acc, ep, d32);
+  CHECK(d32[0] == 5.25f);
+  CHECK(d32[1] == 1.0f);
+  CHECK(amax == 5.25f);
+  std::uint16_t d16[2];
+  ep.output = GemmOutput::kBf16;
+  gemm_fp8_tn(1, 2, 2, A, Format::kE4M3, 0.5f, B, Format::kE4M3, 4.0f, acc, ep, d16);
+  CHECK(d16[0] == 0x40A8);  // 5.25 = 1.3125 * 2^2
+  CHECK(d16[1] == 0x3F80);
+  ep.output = GemmOutput::kFp16;
+  gemm_fp8_tn(1, 2, 2, A, Format::kE4M3, 0.5f, B, Format::kE4M3, 4.0f, acc, ep, d16);
+  CHECK(d16[0] == 0x4540);  // 0.10001.0101000000
+  CHECK(d16[1] == 0x3C00);
+  // E4M3 output with D scale 2: 10.5 = 1.3125 * 8 ties between 1.25 and 1.375 -> even 1.25: 0x52;
+  // 2 -> 0x40. amax of D is taken before the D scale: still 5.25.
+  std::uint8_t d8[2];
+  ep.output = GemmOutput::kE4M3;
+  ep.d_scale = 2.0f;
+  amax = 0.0f;
+  gemm_fp8_tn(1, 2, 2, A, Format::kE4M3, 0.5f, B, Format::kE4M3, 4.0f, acc, ep, d8);
+  CHECK(d8[0] == 0x52);
+  CHECK(d8[1] == 0x40);
+  CHECK(amax == 5.25f);
+  GemmEpilogue no_c;
+  no_c.beta = 1.0f;
+  CHECK_THROWS_WITH(gemm_fp8_tn(1, 2, 2, A, Format::kE4M3, 1, B, Format::kE4M3, 1, acc, no_c, d32),
+                    Catch::Contains("needs a C matrix"));
+  // bf16 rounding: 1 + 2^-8 ties to even 1.0; 1 + 3*2^-8 goes up to 1 + 2^-6; NaN stays NaN.
+  CHECK(f32_to_bf16_bits(1.0f + 0x1p-8f) == 0x3F80);
+  CHECK(f32_to_bf16_bits(1.0f + 3 * 0x1p-8f) == 0x3F82);
+  CHECK(f32_to_bf16_bits(NAN) == 0x7FC0);
+}

@@ -167,6 +167,16 @@ TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
   CHECK(r.code == 1);
   CHECK(r.output.find("bitwise mismatches: 1") != std::string::npos);
   CHECK(r.output.find("max ulp: 1\n") != std::string::npos);
+  // FP8 output with a D scale: 6 * 2 = 12 = 1.5 * 2^3 -> E4M3 0.1010.100 = 0x54; amax of D is 6.
+  r = run_cli("gemm" + common + " --output e4m3 --d-scale 2 --out " + (d / "D8.npy").string());
+  CHECK(r.code == 0);
+  CHECK(r.output.find("amax of D 6") != std::string::npos);
+  const io::NpyArray D8 = io::read_npy((d / "D8.npy").string());
+  CHECK(D8.dtype == "|u1");
+  CHECK(D8.data == std::vector<std::uint8_t>{0x54, 0x54});
+  r = run_cli("gemm" + common + " --output int8 --out " + (d / "X.npy").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("unknown --output 'int8'") != std::string::npos);
   // Bad input: E5M2 x E5M2, shape mismatch.
   r = run_cli("gemm" + common + " --format-a e5m2 --format-b e5m2 --out " + (d / "X.npy").string());
   CHECK(r.code == 2);

@@ -54,6 +54,34 @@ inline GemmAccumulation te_wgrad(Accumulation m) { return {m, 128}; }
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const GemmAccumulation& acc, float* D);
 
+/// Element type of D (cuBLASLt's D type).
+enum class GemmOutput : std::uint8_t { kFp32, kBf16, kFp16, kE4M3, kE5M2 };
+
+/// cuBLASLt-style epilogue of the FP8 matmul, applied to each element t of the scaled product:
+///   t = RN(acc * RN(scale_inv_a * scale_inv_b))
+///   if alpha != 1:  t = RN(alpha * t)
+///   if beta != 0:   t = RN(t + RN(beta * C[i,j]))       (C is not read when beta == 0, as cuBLAS)
+///   if bias:        t = RN(t + bias[j])
+///   amax_d = max(amax_d, |t|)  (NaN ignored; before d_scale, as CUBLASLT_MATMUL_DESC_AMAX_D_POINTER)
+///   D = t (fp32), RNE to bf16 / fp16, or Q(RN(t * d_scale)) with __NV_SATFINITE for FP8 outputs.
+/// The order of these roundings inside cuBLASLt is not documented; this is fp8emu's choice.
+struct GemmEpilogue {
+  float alpha = 1.0f, beta = 0.0f;
+  const float* C = nullptr;     ///< Shape: [M, N] row-major fp32; needed when beta != 0.
+  const float* bias = nullptr;  ///< Shape: [N] fp32, or null.
+  GemmOutput output = GemmOutput::kFp32;
+  float d_scale = 1.0f;         ///< FP8 outputs only (the D scale; D's scale_inv is RN(1/d_scale)).
+  float* amax_d = nullptr;      ///< If set, max-accumulated with |t| (not reset first).
+};
+
+/// The scaled GEMM with an epilogue. D points to M*N elements of the output type: float, uint16
+/// bits (bf16, fp16) or uint8 codes (FP8). 	hrows as gemm_fp8_tn, and when beta != 0 without C.
+void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
+                 Format fb, float scale_inv_b, const GemmAccumulation& acc, const GemmEpilogue& epilogue, void* D);
+
+/// bf16 bits of an fp32, round to nearest even (NaN -> 0x7FC0 with the sign kept).
+std::uint16_t f32_to_bf16_bits(float x);
+
 /// One output element's accumulation (no scales): the dot product of a[0..K) and b[0..K).
 float dot_fp8(const std::uint8_t* a, Format fa, const std::uint8_t* b, Format fb, int K, const GemmAccumulation& acc);
 
