@@ -159,7 +159,7 @@ bool all_finite(const std::uint8_t* codes, std::size_t n, FormatSpec f) {
 
 inline float pow2f(int e) { return core::bits_to_f32(std::uint32_t(e + 127) << 23); }  // normal range only
 
-// R rows of D (i0 .. i0+R-1) share every load of B.
+// R rows of D (i0 .. i0+R-1) share every load of B (R = 8 measured fastest on the dev machine).
 template <int R>
 __attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block, int promotion,
                            float s, float* D) {
@@ -229,9 +229,9 @@ __attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, 
 
 // AVX2 and baseline clones (see gemm_kernel.hpp): the same IEEE operations and truncating
 // conversions in both, so the same bits.
-FP8EMU_TARGET_CLONES void tensor_core_rows4(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block,
+FP8EMU_TARGET_CLONES void tensor_core_rows8(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block,
                                             int promotion, float s, float* D) {
-  gemm_tensor_core_rows<4>(i0, N, K, a, bt, block, promotion, s, D);
+  gemm_tensor_core_rows<8>(i0, N, K, a, bt, block, promotion, s, D);
 }
 FP8EMU_TARGET_CLONES void tensor_core_rows1(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block,
                                             int promotion, float s, float* D) {
@@ -260,12 +260,12 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     const int block = block_of(acc.model);
     const int promotion = acc.promotion_interval >= K ? 0 : acc.promotion_interval;
     const double work = double(M) * N * K;
-    const int groups = (M + 3) / 4;
+    const int groups = (M + 7) / 8;
 #pragma omp parallel for schedule(dynamic, 1) if (work >= detail::kParallelMinMacs)
     for (int g = 0; g < groups; ++g) {
-      const int i0 = 4 * g;
-      if (i0 + 4 <= M) {
-        tensor_core_rows4(i0, N, K, a, bt, block, promotion, s, D);
+      const int i0 = 8 * g;
+      if (i0 + 8 <= M) {
+        tensor_core_rows8(i0, N, K, a, bt, block, promotion, s, D);
       } else {
         for (int i = i0; i < M; ++i) tensor_core_rows1(i, N, K, a, bt, block, promotion, s, D);
       }
