@@ -26,8 +26,8 @@ void rows_f32(int i0, int rows, int N, int K, const float* A, const float* B, fl
   detail::gemm_rows(i0, rows, N, K, [A, K](int i, int k) { return A[std::size_t(i) * K + k]; }, B, out);
 }
 
-void rows_fp8(int i0, int rows, int N, int K, const std::uint8_t* A, const float* table,
-                        const float* B, float* out) {
+void rows_fp8(int i0, int rows, int N, int K, const std::uint8_t* A, const float* table, const float* B,
+              float* out) {
   detail::gemm_rows(i0, rows, N, K, [A, K, table](int i, int k) { return table[A[std::size_t(i) * K + k]]; }, B, out);
 }
 

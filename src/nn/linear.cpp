@@ -133,8 +133,8 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
     cast_weight(is_first_microbatch);
     sinv_x_ = per_tensor_cast(x, fwd_format_, true, kInput, 0, x_q_, stats.input);
     y.resize(batch, out);
-    per_tensor_gemm(acc_fprop_, batch, out, in, x_q_.data(), fwd_format_, sinv_x_, w_q_.data(), fwd_format_,
-                    sinv_w_, y.data.data());  // x [batch, in] . W [out, in]^T
+    emu::gemm_fp8_tn(batch, out, in, x_q_.data(), fwd_format_, sinv_x_, w_q_.data(), fwd_format_, sinv_w_,
+                     acc_fprop_, y.data.data());  // x [batch, in] . W [out, in]^T
     add_bias(y, bias);
   }
   have_saved_ = training;
@@ -175,24 +175,17 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
     std::vector<std::uint8_t> dy_q_t(dy_q.size()), x_q_t(x_q_.size());
     emu::transpose(batch, out, dy_q.data(), dy_q_t.data());  // [out, batch]
     emu::transpose(batch, in, x_q_.data(), x_q_t.data());    // [in, batch]
-    per_tensor_gemm(acc_wgrad_, out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_t.data(), fwd_format_,
-                    sinv_x_, grad_weight.data.data());
+    emu::gemm_fp8_tn(out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_t.data(), fwd_format_, sinv_x_,
+                     acc_wgrad_, grad_weight.data.data());
     if (dx) {
       std::vector<std::uint8_t> w_q_t(w_q_.size());
       emu::transpose(out, in, w_q_.data(), w_q_t.data());  // [in, out]
       dx->resize(batch, in);
-      per_tensor_gemm(acc_dgrad_, batch, in, out, dy_q.data(), bwd_format_, sinv_dy, w_q_t.data(), fwd_format_,
-                      sinv_w_, dx->data.data());
+      emu::gemm_fp8_tn(batch, in, out, dy_q.data(), bwd_format_, sinv_dy, w_q_t.data(), fwd_format_, sinv_w_,
+                       acc_dgrad_, dx->data.data());
     }
   }
   have_saved_ = false;
-}
-
-// D [M, N] = A [M, K] . B^T with B given K-major as [N, K]; the accumulation model of the GEMM.
-void Linear::per_tensor_gemm(const emu::GemmAccumulation& acc, int M, int N, int K, const std::uint8_t* A,
-                             Format fa, float sinv_a, const std::uint8_t* B_nk, Format fb, float sinv_b,
-                             float* D) const {
-  emu::gemm_fp8_tn(M, N, K, A, fa, sinv_a, B_nk, fb, sinv_b, acc, D);
 }
 
 void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,

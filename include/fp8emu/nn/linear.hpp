@@ -114,8 +114,6 @@ class Linear {
                         std::vector<std::uint8_t>& q, emu::QuantizeStats& st);
   void cast_weight(std::optional<bool> is_first_microbatch);
   emu::BlockQuantized block_cast(const Matrix& m, emu::BlockAxis axis, Format fmt, emu::QuantizeStats* st) const;
-  void per_tensor_gemm(const emu::GemmAccumulation& acc, int M, int N, int K, const std::uint8_t* A, Format fa,
-                       float sinv_a, const std::uint8_t* B_nk, Format fb, float sinv_b, float* D) const;
   bool is_block_recipe() const { return recipe_.index() >= 2; }
 
   Precision precision_;
