@@ -2,6 +2,7 @@
 #include "fp8emu/emulation/gemm_models.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <vector>
 
@@ -133,11 +134,12 @@ namespace {
 // Columns run in the innermost loops so the compiler vectorises them. Operands with NaN/Inf take
 // the scalar path.
 constexpr int kColumnChunk = 128;
-constexpr float kNoExponent = -1e30f;  // exponent of a zero operand: never the maximum
 
 struct Decoded {
-  std::vector<float> value, exponent;  // exact value; unnormalised exponent (kNoExponent for zero)
+  std::vector<float> value;             // exact value
+  std::vector<std::int32_t> exponent;   // unnormalised exponent, kNoExponentInt for zero
 };
+constexpr std::int32_t kNoExponentInt = -100000;  // never the maximum
 
 Decoded decode_for_model(const std::uint8_t* codes, std::size_t n, FormatSpec f) {
   Decoded d;
@@ -146,7 +148,7 @@ Decoded decode_for_model(const std::uint8_t* codes, std::size_t n, FormatSpec f)
   for (std::size_t i = 0; i < n; ++i) {
     const core::MmaTerm t = core::decode_fp8_term(codes[i], f);
     d.value[i] = core::fp8_to_f32(codes[i], f);
-    d.exponent[i] = t.sig ? float(t.exp) : kNoExponent;
+    d.exponent[i] = t.sig ? t.exp : kNoExponentInt;
   }
   return d;
 }
@@ -160,82 +162,99 @@ bool all_finite(const std::uint8_t* codes, std::size_t n, FormatSpec f) {
 inline float pow2f(int e) { return core::bits_to_f32(std::uint32_t(e + 127) << 23); }  // normal range only
 
 // R rows of D (i0 .. i0+R-1) share every load of B (R = 8 measured fastest on the dev machine).
+// Columns are processed 8 at a time in vector registers (GCC vector extensions; two SSE halves in
+// the baseline clone): for each K-block the exponent maximum and the integer sum of one row and
+// 8 columns stay in registers across the block's k. B is stored in 8-column panels, padded with
+// zeros (value 0, exponent kNoExponentInt), which never change a result.
+#pragma GCC diagnostic ignored "-Wpsabi"  // the 32-byte vectors never cross a non-inlined call
+typedef float v8f __attribute__((vector_size(32)));
+typedef std::int32_t v8i __attribute__((vector_size(32)));
+constexpr int kLanes = 8;
+
+__attribute__((always_inline)) inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+
 template <int R>
-__attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block, int promotion,
-                           float s, float* D) {
-  float chain[R][kColumnChunk], total[R][kColumnChunk], E[R][kColumnChunk], sc[R][kColumnChunk];
-  std::int32_t S[R][kColumnChunk];
-  const float* av[R];
-  const float* ae[R];
-  for (int r = 0; r < R; ++r) {
-    av[r] = a.value.data() + std::size_t(i0 + r) * std::size_t(K);
-    ae[r] = a.exponent.data() + std::size_t(i0 + r) * std::size_t(K);
-  }
-  for (int j0 = 0; j0 < N; j0 += kColumnChunk) {
-    const int nj = std::min(kColumnChunk, N - j0);
+__attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, int Npad, int K, const Decoded& a,
+                                                                const Decoded& bt, int block, int promotion, float s,
+                                                                float* D) {
+  constexpr int kVecPerChunk = kColumnChunk / kLanes;
+  alignas(32) float chain[R][kColumnChunk], total[R][kColumnChunk];
+  const v8i no_exp = {kNoExponentInt, kNoExponentInt, kNoExponentInt, kNoExponentInt,
+                      kNoExponentInt, kNoExponentInt, kNoExponentInt, kNoExponentInt};
+  const v8i exp_mask = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  for (int j0 = 0; j0 < Npad; j0 += kColumnChunk) {
+    const int nv = std::min(kColumnChunk, Npad - j0) / kLanes;
     for (int r = 0; r < R; ++r)
-      for (int j = 0; j < nj; ++j) chain[r][j] = total[r][j] = 0.0f;
+      for (int j = 0; j < kColumnChunk; ++j) chain[r][j] = total[r][j] = 0.0f;
     for (int k0 = 0; k0 < K; k0 += block) {
       if (promotion > 0 && k0 > 0 && k0 % promotion == 0)
         for (int r = 0; r < R; ++r)
-          for (int j = 0; j < nj; ++j) {  // promote: one RN fp32 add, the chain restarts from zero
+          for (int j = 0; j < kColumnChunk; ++j) {  // promote: one RN fp32 add, the chain restarts from zero
             total[r][j] += chain[r][j];
             chain[r][j] = 0.0f;
           }
       const int k1 = std::min(K, k0 + block);
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < nj; ++j) {  // exponent of the running sum (clamped at -126), branch-free
-          const std::uint32_t b = core::f32_to_bits(chain[r][j]) & 0x7FFFFFFFu;
-          const std::int32_t e = std::int32_t(b >> 23);
-          const float ef = float(e > 0 ? e - 127 : -126);
-          E[r][j] = b == 0 ? kNoExponent : ef;
-        }
-      for (int k = k0; k < k1; ++k) {
-        const float* eb = bt.exponent.data() + std::size_t(k) * std::size_t(N) + std::size_t(j0);
-        for (int r = 0; r < R; ++r) {
-          const float ea = ae[r][k];
-          float* __restrict er = E[r];
-          for (int j = 0; j < nj; ++j) er[j] = std::max(er[j], ea + eb[j]);
+      for (int r = 0; r < R; ++r) {
+        const float* av = a.value.data() + std::size_t(i0 + r) * std::size_t(K);
+        const std::int32_t* ae = a.exponent.data() + std::size_t(i0 + r) * std::size_t(K);
+        for (int v = 0; v < nv && v < kVecPerChunk; ++v) {
+          const int j = j0 + v * kLanes;
+          const v8f c = load8(&chain[r][v * kLanes]);
+          // Exponent of the running sum (clamped at -126), or kNoExponentInt when it is zero.
+          const v8i cb = (v8i)(c) & 0x7FFFFFFF;
+          const v8i ce = (cb >> 23) & exp_mask;
+          v8i E = cb == 0 ? no_exp : (ce > 0 ? ce - 127 : ce * 0 - 126);
+          for (int k = k0; k < k1; ++k) {
+            v8i eb;
+            std::memcpy(&eb, bt.exponent.data() + (std::size_t(j / kLanes) * std::size_t(K) + std::size_t(k)) * kLanes,
+                        sizeof eb);
+            const v8i t = ae[k] + eb;
+            E = t > E ? t : E;
+          }
+          const v8i any = E > kNoExponentInt / 2;
+          const v8i Ei = any ? E : E * 0;
+          const v8i sc_bits = (127 + 13 - Ei) << 23;   // 2^(13 - E)
+          const v8i inv_bits = (127 - 13 + Ei) << 23;  // 2^(E - 13)
+          const v8f sc = (v8f)(sc_bits);
+          v8i S = __builtin_convertvector(c * sc, v8i);  // the running sum joins the alignment, truncated
+          for (int k = k0; k < k1; ++k) {
+            const v8f vb = load8(bt.value.data() + (std::size_t(j / kLanes) * std::size_t(K) + std::size_t(k)) * kLanes);
+            S += __builtin_convertvector((av[k] * vb) * sc, v8i);
+          }
+          const v8f f = __builtin_convertvector(S, v8f);  // exact: |S| < 2^21
+          const v8i cut_bits = (v8i)(f) & static_cast<std::int32_t>(0xFFFFFC00u);
+          const v8f cut = (v8f)(cut_bits);
+          const v8f next = cut * (v8f)(inv_bits);
+          const v8i keep = any;
+          const v8i next_bits = (v8i)(next) & keep;
+          store8(&chain[r][v * kLanes], (v8f)(next_bits));
         }
       }
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < nj; ++j) {
-          const bool any = E[r][j] > kNoExponent / 2;
-          sc[r][j] = any ? pow2f(core::kMmaFractionBits - int(E[r][j])) : 0.0f;
-          S[r][j] = std::int32_t(chain[r][j] * sc[r][j]);  // the running sum joins the alignment, truncated
-        }
-      for (int k = k0; k < k1; ++k) {
-        const float* vb = bt.value.data() + std::size_t(k) * std::size_t(N) + std::size_t(j0);
-        for (int r = 0; r < R; ++r) {
-          const float va = av[r][k];
-          std::int32_t* __restrict sr = S[r];
-          const float* __restrict scr = sc[r];
-          for (int j = 0; j < nj; ++j) sr[j] += std::int32_t((va * vb[j]) * scr[j]);
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < nj; ++j) {
-          const float f = float(S[r][j]);  // exact: |S| < 2^21
-          const float cut = core::bits_to_f32(core::f32_to_bits(f) & 0xFFFFFC00u);  // 14 significant bits, RZ
-          chain[r][j] = sc[r][j] != 0.0f ? cut * pow2f(int(E[r][j]) - core::kMmaFractionBits) : 0.0f;
-        }
     }
     for (int r = 0; r < R; ++r) {
-      float* d = D + std::size_t(i0 + r) * std::size_t(N) + std::size_t(j0);
-      for (int j = 0; j < nj; ++j) d[j] = (promotion > 0 ? total[r][j] + chain[r][j] : chain[r][j]) * s;
+      float* d = D + std::size_t(i0 + r) * std::size_t(N);
+      for (int j = j0; j < std::min(N, j0 + kColumnChunk); ++j) {
+        const int jj = j - j0;
+        d[j] = (promotion > 0 ? total[r][jj] + chain[r][jj] : chain[r][jj]) * s;
+      }
     }
   }
 }
 
 // AVX2 and baseline clones (see gemm_kernel.hpp): the same IEEE operations and truncating
 // conversions in both, so the same bits.
-FP8EMU_TARGET_CLONES void tensor_core_rows8(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block,
-                                            int promotion, float s, float* D) {
-  gemm_tensor_core_rows<8>(i0, N, K, a, bt, block, promotion, s, D);
+FP8EMU_TARGET_CLONES void tensor_core_rows8(int i0, int N, int Npad, int K, const Decoded& a, const Decoded& bt,
+                                            int block, int promotion, float s, float* D) {
+  gemm_tensor_core_rows<8>(i0, N, Npad, K, a, bt, block, promotion, s, D);
 }
-FP8EMU_TARGET_CLONES void tensor_core_rows1(int i0, int N, int K, const Decoded& a, const Decoded& bt, int block,
-                                            int promotion, float s, float* D) {
-  gemm_tensor_core_rows<1>(i0, N, K, a, bt, block, promotion, s, D);
+FP8EMU_TARGET_CLONES void tensor_core_rows1(int i0, int N, int Npad, int K, const Decoded& a, const Decoded& bt,
+                                            int block, int promotion, float s, float* D) {
+  gemm_tensor_core_rows<1>(i0, N, Npad, K, a, bt, block, promotion, s, D);
 }
 
 }  // namespace
@@ -253,10 +272,14 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   const bool tensor_core = acc.model == Accumulation::kHopper || acc.model == Accumulation::kAda;
   if (tensor_core && all_finite(A, na, sa) && all_finite(B, nb, sb)) {
     const Decoded a = decode_for_model(A, na, sa);
-    std::vector<std::uint8_t> b_t(nb);  // B^T: [K, N], columns contiguous
+    const int Npad = (N + kLanes - 1) / kLanes * kLanes;
+    // B in 8-column panels, [Npad / 8][K][8]: for one panel the K-loop reads consecutive vectors.
+    std::vector<std::uint8_t> b_t(std::size_t(K) * std::size_t(Npad), 0);
     for (int j = 0; j < N; ++j)
-      for (int k = 0; k < K; ++k) b_t[std::size_t(k) * std::size_t(N) + std::size_t(j)] = B[std::size_t(j) * std::size_t(K) + std::size_t(k)];
-    const Decoded bt = decode_for_model(b_t.data(), nb, sb);
+      for (int k = 0; k < K; ++k)
+        b_t[(std::size_t(j / kLanes) * std::size_t(K) + std::size_t(k)) * kLanes + std::size_t(j % kLanes)] =
+            B[std::size_t(j) * std::size_t(K) + std::size_t(k)];
+    const Decoded bt = decode_for_model(b_t.data(), b_t.size(), sb);
     const int block = block_of(acc.model);
     const int promotion = acc.promotion_interval >= K ? 0 : acc.promotion_interval;
     const double work = double(M) * N * K;
@@ -265,9 +288,9 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     for (int g = 0; g < groups; ++g) {
       const int i0 = 8 * g;
       if (i0 + 8 <= M) {
-        tensor_core_rows8(i0, N, K, a, bt, block, promotion, s, D);
+        tensor_core_rows8(i0, N, Npad, K, a, bt, block, promotion, s, D);
       } else {
-        for (int i = i0; i < M; ++i) tensor_core_rows1(i, N, K, a, bt, block, promotion, s, D);
+        for (int i = i0; i < M; ++i) tensor_core_rows1(i, N, Npad, K, a, bt, block, promotion, s, D);
       }
     }
     return;
