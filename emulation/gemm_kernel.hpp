@@ -1,4 +1,5 @@
-// Private: the fp32-sequential GEMM kernel shared by the CPU GEMMs (see gemm.hpp for the order).
+// Private: the fp32-sequential row kernel (used by the block-scaled GEMM) and the target-clones
+// macro of the CPU GEMMs (see gemm.hpp for the accumulation order).
 #pragma once
 
 #include <algorithm>
@@ -54,18 +55,6 @@ __attribute__((always_inline)) inline void gemm_rows(int i0, int rows, int N, in
         for (int j = 0; j < N; ++j) cr[j] += ak * b[j];
       }
     }
-  }
-}
-
-// C = A B over row groups in parallel; rows(i0, rows, out) computes one group (a target-clones
-// wrapper around gemm_rows).
-template <class RowsFn>
-void gemm_nn(int M, int N, int K, RowsFn rows_fn, float* C) {
-  const int groups = (M + kRowGroup - 1) / kRowGroup;
-#pragma omp parallel for schedule(static) if (double(M) * N * K >= kParallelMinMacs)
-  for (int g = 0; g < groups; ++g) {
-    const int i0 = g * kRowGroup;
-    rows_fn(i0, std::min(kRowGroup, M - i0), C + std::size_t(i0) * N);
   }
 }
 
