@@ -49,6 +49,24 @@ TEST_CASE("GEMM layouts: C[i,j] = sum_k A[i,k] B[k,j], row-major, and transpose"
   CHECK(At == std::vector<float>{1, 4, 2, 5, 3, 6});
 }
 
+TEST_CASE("fp32 GEMM equals a plain k-ordered loop for odd shapes", "[emulation][gemm]") {
+  // The documented order, written out: c = 0; for k: c = c + a*b (separate roundings).
+  const int M = 13, N = 21, K = 37;
+  std::vector<float> A(std::size_t(M) * K), B(std::size_t(K) * N), C(std::size_t(M) * N);
+  for (std::size_t i = 0; i < A.size(); ++i) A[i] = std::sin(float(i) * 1.7f) * 1e3f;
+  for (std::size_t i = 0; i < B.size(); ++i) B[i] = std::cos(float(i) * 0.9f) * 1e-2f;
+  emu::gemm_f32_nn(M, N, K, A.data(), B.data(), C.data());
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float c = 0.0f;
+      for (int k = 0; k < K; ++k) {
+        const volatile float p = A[std::size_t(i) * K + k] * B[std::size_t(k) * N + j];  // no contraction
+        c = c + p;
+      }
+      CHECK(std::memcmp(&c, &C[std::size_t(i) * N + j], 4) == 0);
+    }
+}
+
 TEST_CASE("GEMMs are identical for 1 and 2 threads", "[emulation][gemm][determinism]") {
   const int M = 37, N = 29, K = 301;
   std::vector<float> A(std::size_t(M) * K), B(std::size_t(K) * N);

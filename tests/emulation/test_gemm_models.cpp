@@ -147,7 +147,8 @@ TEST_CASE("vectorised tensor-core GEMM equals the scalar model element by elemen
     for (auto& c : a) c = (g() % 5 == 0) ? std::uint8_t(g() % 8) : random_finite(g, fmts.first);  // zeros, subnormals
     for (auto& c : b) c = (g() % 7 == 0) ? std::uint8_t(0x80) : random_finite(g, fmts.second);
     for (const GemmAccumulation acc : {GemmAccumulation{Accumulation::kHopper, 0}, GemmAccumulation{Accumulation::kHopper, 64},
-                                       GemmAccumulation{Accumulation::kAda, 0}, GemmAccumulation{Accumulation::kAda, 128}}) {
+                                       GemmAccumulation{Accumulation::kAda, 0}, GemmAccumulation{Accumulation::kAda, 128},
+                                       GemmAccumulation{Accumulation::kFp32, 0}}) {
       std::vector<float> d(std::size_t(M) * N);
       gemm_fp8_tn(M, N, K, a.data(), fmts.first, 1.0f, b.data(), fmts.second, 1.0f, acc, d.data());
       int mismatches = 0;
