@@ -5,10 +5,11 @@
 ///     c = +0; for k = 0 .. K-1: c = RN(c + RN(a[i,k] * b[k,j]))
 /// i.e. products rounded to fp32, added in increasing k, no FMA (the build uses -ffp-contract=off).
 /// For FP8 operands every product is exact in fp32 (at most 4+4 significant bits, exponents within
-/// fp32's normal range), so there the order is the only rounding choice. Hardware accumulation
-/// models (Hopper/Ada tensor cores) are separate and come later.
+/// fp32's normal range), so there the order is the only rounding choice. The tensor-core
+/// accumulation models (Hopper/Ada) and cuBLASLt's epilogue are in gemm_models.hpp.
 ///
-/// Determinism: work is split over rows of C only, so results are bit-identical for any thread count.
+/// Determinism: work is split over blocks of rows and columns of C, never over k, so results are
+/// bit-identical for any thread count (and for the AVX2 and baseline builds of the kernels).
 #pragma once
 
 #include <cstddef>
