@@ -85,6 +85,8 @@ float dot_run(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, Forma
 }
 
 void check_accumulation(const GemmAccumulation& acc) {
+  FP8EMU_CHECK(acc.model != Accumulation::kExact || acc.promotion_interval == 0,
+               "GEMM: the exact model takes no promotion interval (it would no longer be exact)");
   FP8EMU_CHECK(acc.promotion_interval >= 0, "GEMM: promotion interval must be >= 0, got ", acc.promotion_interval);
   FP8EMU_CHECK(acc.promotion_interval % block_of(acc.model) == 0, "GEMM: promotion interval ",
                acc.promotion_interval, " is not a multiple of the ", to_string(acc.model), " block (",

@@ -26,6 +26,15 @@ double seconds(const std::function<void()>& f) {
 }  // namespace
 
 int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out) {
+  for (int n : sizes)
+    if (n < 1 || n > 16384) {
+      out << "fp8emu bench gemm: error: --sizes must be in [1, 16384], got " << n << "\n";
+      return 2;
+    }
+  if (repeat < 1 || sizes.empty()) {
+    out << "fp8emu bench gemm: error: --repeat must be >= 1 and --sizes not empty\n";
+    return 2;
+  }
 #ifdef _OPENMP
   Eigen::setNbThreads(omp_get_max_threads());
   const int threads = omp_get_max_threads();

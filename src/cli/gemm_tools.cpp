@@ -29,6 +29,7 @@ std::vector<std::uint8_t> operand(const io::NpyArray& a, const std::string& path
   FP8EMU_CHECK(a.shape.size() == 2, path, ": expected a 2-D array, got ", a.shape.size(), " dimensions");
   if (a.dtype == "|u1" || a.dtype == "<u1") return a.data;
   FP8EMU_CHECK(a.dtype == "<f4", path, ": dtype ", a.dtype, " is neither uint8 (FP8 codes) nor float32");
+  if (scale_inv != 1.0f) out << "note: " << path << " is float32, so its --scale-inv is replaced by the current-scaling one\n";
   std::vector<float> x(a.count());
   std::memcpy(x.data(), a.data.data(), a.data.size());
   const float amax = emu::compute_amax(x.data(), x.size());
@@ -77,19 +78,22 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
     float amax_d = 0.0f;
     ep.amax_d = &amax_d;
     std::vector<float> cbuf, biasbuf;
-    auto load_f32 = [](const std::string& path, std::size_t count, const char* what, std::vector<float>& dst) {
+    auto load_f32 = [](const std::string& path, const std::vector<std::size_t>& shape, const char* what,
+                       std::vector<float>& dst) {
       const io::NpyArray x = io::read_npy(path);
-      FP8EMU_CHECK(x.dtype == "<f4" && x.count() == count, path, ": ", what, " must be float32 with ", count,
-                   " elements");
-      dst.resize(count);
-      std::memcpy(dst.data(), x.data.data(), count * 4);
+      FP8EMU_CHECK(x.dtype == "<f4" && x.shape == shape, path, ": ", what, " must be float32 of shape ",
+                   shape.size() == 1 ? "[" + std::to_string(shape[0]) + "]"
+                                     : "[" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]");
+      dst.resize(x.count());
+      std::memcpy(dst.data(), x.data.data(), x.data.size());
     };
     if (!o.c.empty()) {
-      load_f32(o.c, M * N, "C", cbuf);
+      load_f32(o.c, {M, N}, "C", cbuf);
       ep.C = cbuf.data();
+      if (o.beta == 0.0f) out << "note: --c is not read with --beta 0 (as cuBLAS)\n";
     }
     if (!o.bias.empty()) {
-      load_f32(o.bias, N, "bias", biasbuf);
+      load_f32(o.bias, {N}, "bias", biasbuf);
       ep.bias = biasbuf.data();
     }
     io::NpyArray D;
@@ -119,7 +123,12 @@ int run_compare(const std::string& x, const std::string& y, std::ostream& out, s
     const io::NpyArray X = io::read_npy(x), Y = io::read_npy(y);
     FP8EMU_CHECK(X.dtype == "<f4" && Y.dtype == "<f4", "compare: both arrays must be float32, got ", X.dtype,
                  " and ", Y.dtype);
-    FP8EMU_CHECK(X.shape == Y.shape, "compare: shapes differ (", X.count(), " vs ", Y.count(), " elements)");
+    auto shape_str = [](const std::vector<std::size_t>& s) {
+      std::string r = "[";
+      for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+      return r + "]";
+    };
+    FP8EMU_CHECK(X.shape == Y.shape, "compare: shapes differ: ", shape_str(X.shape), " vs ", shape_str(Y.shape));
     const std::size_t n = X.count();
     std::vector<float> a(n), b(n);
     std::memcpy(a.data(), X.data.data(), n * 4);

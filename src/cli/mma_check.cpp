@@ -2,6 +2,7 @@
 #include "mma_check.hpp"
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -17,6 +18,8 @@ struct Malformed {
 };
 
 std::vector<std::string> read_lines(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Malformed{path + ": not found or not a regular file"};
   std::ifstream f(path);
   if (!f) throw Malformed{path + ": cannot open"};
   std::vector<std::string> lines;
@@ -38,16 +41,10 @@ std::vector<std::vector<std::uint8_t>> read_operands(const std::string& path, Fo
     std::string w;
     std::vector<std::uint8_t> row;
     while (in >> w) {
-      std::size_t used = 0;
-      unsigned long v = 0;
-      try {
-        v = std::stoul(w, &used, 16);
-      } catch (...) {
-        used = 0;
-      }
-      if (used != w.size() || w.size() > 8)
-        throw Malformed{path + ":" + std::to_string(i + 1) + ": '" + w + "' is not a hex fp32 bit pattern"};
-      const std::uint32_t bits = std::uint32_t(v);
+      if (w.size() != 8 || w.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+        throw Malformed{path + ":" + std::to_string(i + 1) + ": '" + w +
+                        "' is not a hex fp32 bit pattern (8 hex digits)"};
+      const std::uint32_t bits = std::uint32_t(std::stoul(w, nullptr, 16));
       const std::uint8_t code = core::encode_f32_bits(bits, f, Saturation::kNoSat);
       if (core::decode_to_f32_bits(code, f) != bits)
         throw Malformed{path + ":" + std::to_string(i + 1) + ": 0x" + w + " is not exactly an " + fname + " value"};
@@ -108,6 +105,7 @@ int run_mma_check(const MmaCheckOptions& o, std::ostream& out, std::ostream& err
       if (n != a.size())
         throw Malformed{path + ": " + std::to_string(n) + " rows, but " + o.a + " has " + std::to_string(a.size())};
     };
+    if (a.empty()) throw Malformed{o.a + ": no rows"};
     same_count(b.size(), o.b);
     same_count(d.size(), o.d);
     if (!o.c.empty()) same_count(c.size(), o.c);

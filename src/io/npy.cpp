@@ -80,16 +80,18 @@ NpyArray read_npy(const std::string& path) {
   std::string shape = field(header, "shape", path);
   FP8EMU_CHECK(shape.size() >= 2 && shape.front() == '(' && shape.back() == ')', path, ": malformed shape ", shape);
   std::stringstream ss(shape.substr(1, shape.size() - 2));
+  std::size_t elements = 1;
   for (std::string tok; std::getline(ss, tok, ',');) {
-    if (tok.find_first_not_of(" ") == std::string::npos) continue;
-    std::size_t used = 0;
-    unsigned long long v = 0;
-    try {
-      v = std::stoull(tok, &used);
-    } catch (...) {
-      FP8EMU_FAIL(path, ": malformed shape ", shape);
-    }
-    a.shape.push_back(std::size_t(v));
+    const std::size_t b = tok.find_first_not_of(' ');
+    if (b == std::string::npos) continue;
+    const std::size_t e = tok.find_last_not_of(' ');
+    const std::string num = tok.substr(b, e - b + 1);
+    FP8EMU_CHECK(!num.empty() && num.size() <= 18 && num.find_first_not_of("0123456789") == std::string::npos, path,
+                 ": malformed shape ", shape);
+    const std::size_t v = std::size_t(std::stoull(num));
+    FP8EMU_CHECK(v == 0 || elements <= (std::size_t(1) << 40) / v, path, ": implausible shape ", shape);
+    elements *= v;
+    a.shape.push_back(v);
   }
   const std::size_t need = a.count() * a.itemsize();
   const std::size_t have = bytes.size() - start - hlen;

@@ -118,6 +118,8 @@ TEST_CASE("scaled GEMM: layout, scales, argument checks, thread invariance", "[e
   CHECK_THROWS_WITH(gemm_fp8_tn(1, 1, 1, A, Format::kE4M3, 1, B, Format::kE4M3, 1, {Accumulation::kHopper, 48}, D),
                     Catch::Contains("not a multiple of the hopper block (32)"));
   CHECK_THROWS_WITH(parse_accumulation("tf32"), Catch::Contains("accepted: exact, fp32, hopper, ada"));
+  CHECK_THROWS_WITH(gemm_fp8_tn(1, 1, 1, A, Format::kE4M3, 1, B, Format::kE4M3, 1, {Accumulation::kExact, 32}, D),
+                    Catch::Contains("exact model takes no promotion"));
   const int M = 40, N = 30, K = 256;
   std::mt19937 g(3);
   std::vector<std::uint8_t> a(std::size_t(M) * K), b(std::size_t(N) * K);
@@ -127,9 +129,10 @@ TEST_CASE("scaled GEMM: layout, scales, argument checks, thread invariance", "[e
     std::vector<float> d1(std::size_t(M) * N), d2(d1.size());
     const int saved = omp_get_max_threads();
     omp_set_num_threads(1);
-    gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.25f, b.data(), Format::kE5M2, 3.0f, {m, 128}, d1.data());
+    const GemmAccumulation acc{m, m == Accumulation::kExact ? 0 : 128};
+    gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.25f, b.data(), Format::kE5M2, 3.0f, acc, d1.data());
     omp_set_num_threads(2);
-    gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.25f, b.data(), Format::kE5M2, 3.0f, {m, 128}, d2.data());
+    gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.25f, b.data(), Format::kE5M2, 3.0f, acc, d2.data());
     omp_set_num_threads(saved);
     INFO(to_string(m));
     CHECK(std::memcmp(d1.data(), d2.data(), d1.size() * 4) == 0);

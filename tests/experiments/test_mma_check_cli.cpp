@@ -112,7 +112,16 @@ TEST_CASE("mma-check names the file and line of malformed input and exits 2", "[
   CHECK(r.output.find("few_d.txt: 1 rows, but") != std::string::npos);
   r = run_cli("mma-check --arch ada --format e4m3 --a /nonexistent/a.txt" + b + dd);
   CHECK(r.code == 2);
-  CHECK(r.output.find("/nonexistent/a.txt: cannot open") != std::string::npos);
+  CHECK(r.output.find("/nonexistent/a.txt: not found or not a regular file") != std::string::npos);
+  r = run_cli("mma-check --arch ada --format e4m3 --a " + d.string() + b + dd);  // a folder
+  CHECK(r.code == 2);
+  {
+    std::ofstream(d / "empty.txt").flush();
+  }
+  const std::string e = (d / "empty.txt").string();
+  r = run_cli("mma-check --arch ada --format e4m3 --a " + e + " --b " + e + " --d " + e);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("empty.txt: no rows") != std::string::npos);
   fs::remove_all(d);
 }
 

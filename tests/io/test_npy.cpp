@@ -78,3 +78,13 @@ TEST_CASE("malformed .npy files give errors naming the file", "[io][npy]") {
   CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("truncated") && Catch::Contains("needs 24 data bytes"));
   CHECK_THROWS_WITH(io::read_npy(tmp("missing.npy")), Catch::Contains("missing.npy: cannot open"));
 }
+
+TEST_CASE("malformed .npy shapes are rejected", "[io][npy]") {
+  const std::string p = tmp("shape.npy");
+  testing::write_plain(p, npy_v1("{'descr': '|u1', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", {}));
+  CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("implausible shape"));
+  testing::write_plain(p, npy_v1("{'descr': '|u1', 'fortran_order': False, 'shape': (2x, 3), }", std::vector<std::uint8_t>(6)));
+  CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("malformed shape"));
+  testing::write_plain(p, npy_v1("{'descr': '|u1', 'fortran_order': False, 'shape': (0, -1), }", {}));
+  CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("malformed shape"));
+}

@@ -17,7 +17,8 @@
 ///       K stays in the tensor-core chain;
 ///   N - split accumulator (TE use_split_accumulator; CUTLASS's default 128 = 4 wgmma): each run of N
 ///       K-elements is chained from zero and added to an fp32 accumulator with one RN fp32 add, in
-///       increasing K. N must be a multiple of the model's block.
+///       increasing K. N must be a multiple of the model's block. With kFp32 the same two-level sum
+///       applies (runs of N summed in fp32, then added); kExact takes no promotion.
 /// NaN/Inf inputs follow core/mma_model.hpp for the tensor-core models and IEEE fp32 arithmetic for
 /// kFp32/kExact (kExact: any NaN, Inf*0 or +Inf with -Inf -> NaN, else the Inf).
 /// Determinism: output elements are independent; results are identical for any thread count.
@@ -75,7 +76,7 @@ struct GemmEpilogue {
 };
 
 /// The scaled GEMM with an epilogue. D points to M*N elements of the output type: float, uint16
-/// bits (bf16, fp16) or uint8 codes (FP8). 	hrows as gemm_fp8_tn, and when beta != 0 without C.
+/// bits (bf16, fp16) or uint8 codes (FP8). \throws as gemm_fp8_tn, and when beta != 0 without C.
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const GemmAccumulation& acc, const GemmEpilogue& epilogue, void* D);
 
