@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -11,7 +12,10 @@
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <zlib.h>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -98,6 +102,248 @@ double shortest(float v) {
   return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
+// ---- Checkpoints: a flat little-endian byte stream ending in a CRC-32 (zlib) of what precedes it.
+constexpr char kCheckpointMagic[] = "FP8EMU-CHECKPOINT-1";
+
+class Writer {
+ public:
+  template <class T>
+  void pod(const T& v) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
+    bytes.insert(bytes.end(), p, p + sizeof v);
+  }
+  template <class T>
+  void vec(const std::vector<T>& v) {
+    pod(std::uint64_t(v.size()));
+    const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
+    bytes.insert(bytes.end(), p, p + v.size() * sizeof(T));
+  }
+  void str(const std::string& s) { vec(std::vector<char>(s.begin(), s.end())); }
+  std::vector<std::uint8_t> bytes;
+};
+
+class Reader {
+ public:
+  Reader(const std::vector<std::uint8_t>& b, std::string path) : b_(b), path_(std::move(path)) {}
+  template <class T>
+  T pod() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, b_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return v;
+  }
+  template <class T>
+  std::vector<T> vec() {
+    const std::uint64_t n = pod<std::uint64_t>();
+    FP8EMU_CHECK(n <= (b_.size() - at_) / sizeof(T), path_, ": corrupt checkpoint (bad length)");
+    std::vector<T> v(n);
+    std::memcpy(v.data(), b_.data() + at_, n * sizeof(T));
+    at_ += n * sizeof(T);
+    return v;
+  }
+  std::string str() {
+    const std::vector<char> c = vec<char>();
+    return std::string(c.begin(), c.end());
+  }
+
+ private:
+  void need(std::size_t n) { FP8EMU_CHECK(b_.size() - at_ >= n, path_, ": corrupt checkpoint (truncated)"); }
+  const std::vector<std::uint8_t>& b_;
+  std::string path_;
+  std::size_t at_ = 0;
+};
+
+void put_stats(Writer& w, const emu::QuantizeStats& s) {
+  w.pod(s.count);
+  w.pod(s.saturated);
+  w.pod(s.underflow);
+  w.pod(s.nan);
+}
+emu::QuantizeStats get_stats(Reader& r) {
+  emu::QuantizeStats s;
+  s.count = r.pod<std::uint64_t>();
+  s.saturated = r.pod<std::uint64_t>();
+  s.underflow = r.pod<std::uint64_t>();
+  s.nan = r.pod<std::uint64_t>();
+  return s;
+}
+
+void put_log(Writer& w, const RunLog& l) {
+  w.str(l.result.name);
+  w.pod(std::uint8_t(l.diverged));
+  w.vec(l.result.train_loss);
+  w.vec(l.result.test_loss);
+  w.vec(l.result.test_accuracy);
+  w.pod(l.result.seconds);
+  w.vec(l.seconds);
+  w.pod(std::uint64_t(l.layers.size()));
+  for (const auto& epoch : l.layers) {
+    w.pod(std::uint64_t(epoch.size()));
+    for (const LayerEpoch& e : epoch) {
+      w.pod(e.rel_error);
+      put_stats(w, e.input);
+      put_stats(w, e.weight);
+      put_stats(w, e.grad_output);
+      w.pod(e.scale_input);
+      w.pod(e.scale_weight);
+      w.pod(e.scale_grad_output);
+    }
+  }
+}
+
+RunLog get_log(Reader& r, const std::string& path) {
+  RunLog l;
+  l.result.name = r.str();
+  l.diverged = r.pod<std::uint8_t>() != 0;
+  l.result.train_loss = r.vec<double>();
+  l.result.test_loss = r.vec<double>();
+  l.result.test_accuracy = r.vec<double>();
+  l.result.seconds = r.pod<double>();
+  l.seconds = r.vec<double>();
+  const std::uint64_t epochs = r.pod<std::uint64_t>();
+  FP8EMU_CHECK(epochs <= 1000000, path, ": corrupt checkpoint (epochs)");
+  for (std::uint64_t e = 0; e < epochs; ++e) {
+    const std::uint64_t n = r.pod<std::uint64_t>();
+    FP8EMU_CHECK(n <= 100000, path, ": corrupt checkpoint (layers)");
+    std::vector<LayerEpoch> le(n);
+    for (LayerEpoch& x : le) {
+      x.rel_error = r.pod<double>();
+      x.input = get_stats(r);
+      x.weight = get_stats(r);
+      x.grad_output = get_stats(r);
+      x.scale_input = r.pod<float>();
+      x.scale_weight = r.pod<float>();
+      x.scale_grad_output = r.pod<float>();
+    }
+    l.layers.push_back(std::move(le));
+  }
+  return l;
+}
+
+// The state of the run in progress at an epoch boundary.
+struct RunState {
+  RunLog log;
+  int epochs_done = 0;
+  std::vector<std::vector<float>> weights, biases, fwd_scales, fwd_hist, bwd_scales, bwd_hist;
+  long opt_steps = 0;
+  std::vector<std::vector<float>> opt_m, opt_v;
+  std::string rng;
+  std::vector<int> order;
+};
+
+struct Checkpoint {
+  std::string fingerprint;
+  std::vector<RunLog> completed;
+  std::uint32_t current_run = 0;  // index into fp32, then the recipes
+  bool has_state = false;         // false at a run boundary
+  RunState state;
+};
+
+void write_checkpoint(const std::string& path, const Checkpoint& c) {
+  Writer w;
+  w.str(kCheckpointMagic);
+  w.str(c.fingerprint);
+  w.pod(std::uint64_t(c.completed.size()));
+  for (const RunLog& l : c.completed) put_log(w, l);
+  w.pod(c.current_run);
+  w.pod(std::uint8_t(c.has_state));
+  if (c.has_state) {
+    const RunState& s = c.state;
+    put_log(w, s.log);
+    w.pod(std::int32_t(s.epochs_done));
+    for (const auto* group : {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist,
+                              &s.opt_m, &s.opt_v}) {
+      w.pod(std::uint64_t(group->size()));
+      for (const auto& v : *group) w.vec(v);
+    }
+    w.pod(std::int64_t(s.opt_steps));
+    w.str(s.rng);
+    w.vec(s.order);
+  }
+  const std::uint32_t crc = std::uint32_t(crc32(0L, w.bytes.data(), uInt(w.bytes.size())));
+  w.pod(crc);
+  io::write_file_atomic(path, std::string(w.bytes.begin(), w.bytes.end()));
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  FP8EMU_CHECK(f.good(), path, ": no checkpoint to resume from (run with --checkpoint-every N first)");
+  const std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  FP8EMU_CHECK(b.size() >= 4, path, ": corrupt checkpoint (truncated)");
+  std::uint32_t crc;
+  std::memcpy(&crc, b.data() + b.size() - 4, 4);
+  FP8EMU_CHECK(crc == std::uint32_t(crc32(0L, b.data(), uInt(b.size() - 4))), path,
+               ": corrupt checkpoint (checksum mismatch)");
+  Reader r(b, path);
+  FP8EMU_CHECK(r.str() == kCheckpointMagic, path, ": not an fp8emu checkpoint");
+  Checkpoint c;
+  c.fingerprint = r.str();
+  const std::uint64_t n = r.pod<std::uint64_t>();
+  FP8EMU_CHECK(n <= 16, path, ": corrupt checkpoint (runs)");
+  for (std::uint64_t i = 0; i < n; ++i) c.completed.push_back(get_log(r, path));
+  c.current_run = r.pod<std::uint32_t>();
+  c.has_state = r.pod<std::uint8_t>() != 0;
+  if (c.has_state) {
+    RunState& s = c.state;
+    s.log = get_log(r, path);
+    s.epochs_done = r.pod<std::int32_t>();
+    for (auto* group : {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m,
+                        &s.opt_v}) {
+      const std::uint64_t g = r.pod<std::uint64_t>();
+      FP8EMU_CHECK(g <= 100000, path, ": corrupt checkpoint (tensors)");
+      for (std::uint64_t i = 0; i < g; ++i) group->push_back(r.vec<float>());
+    }
+    s.opt_steps = long(r.pod<std::int64_t>());
+    s.rng = r.str();
+    s.order = r.vec<int>();
+  }
+  return c;
+}
+
+RunState capture(const RunLog& log, int epochs_done, const nn::Mlp& model, const nn::Optimizer& opt,
+                 const nn::Rng& rng, const std::vector<int>& order) {
+  RunState s;
+  s.log = log;
+  s.epochs_done = epochs_done;
+  for (const nn::Linear& l : model.layers) {
+    s.weights.push_back(l.weight.data);
+    s.biases.push_back(l.bias.data);
+    s.fwd_scales.push_back(l.forward_state().scales());
+    s.fwd_hist.push_back(l.forward_state().history_values());
+    s.bwd_scales.push_back(l.backward_state().scales());
+    s.bwd_hist.push_back(l.backward_state().history_values());
+  }
+  s.opt_steps = opt.steps();
+  s.opt_m = opt.first_moments();
+  s.opt_v = opt.second_moments();
+  s.rng = rng.state();
+  s.order = order;
+  return s;
+}
+
+void restore(const RunState& s, nn::Mlp& model, nn::Optimizer& opt, nn::Rng& rng, std::vector<int>& order,
+             const std::string& path) {
+  FP8EMU_CHECK(s.weights.size() == model.layers.size() && s.order.size() == order.size(), path,
+               ": the checkpoint's model or data does not match this configuration");
+  for (std::size_t i = 0; i < model.layers.size(); ++i) {
+    nn::Linear& l = model.layers[i];
+    FP8EMU_CHECK(s.weights[i].size() == l.weight.size() && s.biases[i].size() == l.bias.size(), path,
+                 ": checkpointed layer ", i, " has a different shape");
+    l.weight.data = s.weights[i];
+    l.bias.data = s.biases[i];
+    l.forward_state().restore(s.fwd_scales[i], s.fwd_hist[i]);
+    l.backward_state().restore(s.bwd_scales[i], s.bwd_hist[i]);
+  }
+  opt.restore(s.opt_steps, s.opt_m, s.opt_v);
+  try {
+    rng.set_state(s.rng);
+  } catch (const std::exception&) {
+    FP8EMU_FAIL(path, ": corrupt checkpoint (generator state)");
+  }
+  order = s.order;
+}
+
 double frac(std::uint64_t a, std::uint64_t n) { return n ? double(a) / double(n) : 0.0; }
 
 std::string fmt_g(double v) {
@@ -171,7 +417,8 @@ void evaluate(nn::Mlp& model, const Split& test, bool twin, double& loss, double
 
 RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision precision,
                  const scaling::Recipe& recipe, const Split& train, const Split& test,
-                 const std::vector<int>& sizes, const std::function<void(const RunLog&)>& on_epoch) {
+                 const std::vector<int>& sizes, const std::function<void(const RunLog&)>& on_epoch,
+                 const RunState* resume, const std::function<void(const RunState&)>& checkpoint) {
   RunLog log;
   log.result.name = name;
   nn::Mlp model(sizes, nn::parse_activation(cfg.activation), precision, recipe, cfg.seed);
@@ -190,10 +437,18 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
   const int batch_size = std::min(cfg.batch_size, train.x.rows);  // a batch never exceeds the data
   const int batches = (train.x.rows + batch_size - 1) / batch_size;
   const bool fp8 = precision == nn::Precision::kFp8;
+  int first_epoch = 1;
+  double seconds_before = 0.0;  // training time before a resume
+  if (resume) {
+    restore(*resume, model, opt, shuffle_rng, order, cfg.resume + "/checkpoint.bin");
+    log = resume->log;
+    first_epoch = resume->epochs_done + 1;
+    seconds_before = log.result.seconds;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Matrix x, logits, dlogits;
   std::vector<std::uint8_t> y;
-  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
     shuffle_rng.shuffle(order);
     for (auto& l : model.layers) l.stats = {};
     Progress progress(cfg.progress, name, epoch, cfg.epochs, batches);
@@ -228,7 +483,8 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
     log.result.train_loss.push_back(batches ? loss_sum / batches : 0.0);
     log.result.test_loss.push_back(test_loss);
     log.result.test_accuracy.push_back(test_acc);
-    log.result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log.result.seconds =
+        seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     log.seconds.push_back(log.result.seconds);
     if (fp8) {
       for (std::size_t l = 0; l < le.size(); ++l) le[l].rel_error = rel[l];
@@ -244,6 +500,8 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
                    name.c_str(), epoch, cfg.epochs, log.result.train_loss.back(), test_loss, test_acc,
                    log.result.seconds);
     on_epoch(log);
+    if (cfg.checkpoint_every > 0 && epoch % cfg.checkpoint_every == 0 && epoch < cfg.epochs)
+      checkpoint(capture(log, epoch, model, opt, shuffle_rng, order));
   }
   return log;
 }
@@ -438,6 +696,7 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   FP8EMU_CHECK(cfg.train_samples >= 1, "--train-samples must be >= 1, got ", cfg.train_samples);
   FP8EMU_CHECK(cfg.test_samples >= 1, "--test-samples must be >= 1, got ", cfg.test_samples);
   FP8EMU_CHECK(cfg.threads >= 0, "--threads must be >= 0, got ", cfg.threads);
+  FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
   for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1 && h <= kMaxWidth, "--hidden sizes must be in [1, ", kMaxWidth, "], got ", h);
   FP8EMU_CHECK(cfg.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", cfg.threads);
   nn::parse_activation(cfg.activation);
@@ -456,39 +715,81 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   FP8EMU_CHECK(test.x.cols == train.x.cols, cfg.data_dir, ": test images have ", test.x.cols,
                " pixels, training images ", train.x.cols);
 
-  // 3. The output folder, once the data is known to be good. A summary.json or plot left by an
-  // earlier run in the same folder is removed first, so summary.json marks a finished run of this
-  // configuration; temporary files of a killed run are removed too.
-  if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
-  io::ensure_writable_dir(cfg.out_dir);
-  remove_stale_results(cfg.out_dir);
+  // 3. The output folder, once the data is known to be good. On --resume the checkpoint is read and
+  // checked first, so a bad resume touches nothing. Then a summary.json or plot left by an earlier
+  // run in the folder is removed, so summary.json marks a finished run of this configuration, and
+  // temporary files of a killed run are removed too.
+  if (!cfg.resume.empty()) {
+    FP8EMU_CHECK(cfg.out_dir.empty() || std::filesystem::equivalent(cfg.out_dir, cfg.resume), "--resume ",
+                 cfg.resume, " continues in that folder; --out must be omitted or the same folder");
+    cfg.out_dir = cfg.resume;
+  }
   std::vector<int> sizes{train.x.cols};
   sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
   sizes.push_back(kClasses);
-  if (cfg.progress)
-    std::fprintf(stderr, "fp8emu train: %d train / %d test images from %s, MLP", train.x.rows,
-                 test.x.rows, cfg.data_dir.c_str());
+  cfg.train_samples = train.x.rows;  // what was used (the request may exceed the file)
+  cfg.test_samples = test.x.rows;
+  if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
+  const nlohmann::json config = config_json(cfg, sizes, threads);
+  nlohmann::json fingerprint_json = config;
+  fingerprint_json.erase("threads");  // results do not depend on it
+  const std::string fingerprint = fingerprint_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string checkpoint_path = cfg.out_dir + "/checkpoint.bin";
+  Checkpoint resumed;
+  if (!cfg.resume.empty()) {
+    resumed = read_checkpoint(checkpoint_path);
+    FP8EMU_CHECK(resumed.fingerprint == fingerprint, checkpoint_path,
+                 " was written by a run with other settings; resume with the same flags as that run (its "
+                 "configuration: ", resumed.fingerprint, ")");
+  }
+  io::ensure_writable_dir(cfg.out_dir);
+  remove_stale_results(cfg.out_dir);
+  if (cfg.resume.empty()) std::filesystem::remove(checkpoint_path);  // a fresh run: an old checkpoint is stale
   if (cfg.progress) {
+    std::fprintf(stderr, "fp8emu train: %d train / %d test images from %s, MLP", train.x.rows, test.x.rows,
+                 cfg.data_dir.c_str());
     for (std::size_t i = 0; i < sizes.size(); ++i) std::fprintf(stderr, "%s%d", i ? "-" : " ", sizes[i]);
-    std::fprintf(stderr, ", %d epochs, %d threads, results in %s\n", cfg.epochs, threads,
-                 cfg.out_dir.c_str());
+    std::fprintf(stderr, ", %d epochs, %d threads, results in %s\n", cfg.epochs, threads, cfg.out_dir.c_str());
+    if (!cfg.resume.empty())
+      std::fprintf(stderr, "resuming from %s: %zu run(s) done, run %u at epoch %d\n", checkpoint_path.c_str(),
+                   resumed.completed.size(), resumed.current_run + 1,
+                   resumed.has_state ? resumed.state.epochs_done + 1 : 1);
   }
 
   // 4. The runs; metrics files are rewritten after every epoch.
-  cfg.train_samples = train.x.rows;  // what was used (the request may exceed the file)
-  cfg.test_samples = test.x.rows;
-  const nlohmann::json config = config_json(cfg, sizes, threads);
-  std::vector<RunLog> logs;
+  std::vector<RunLog> logs = resumed.completed;
   auto save = [&](const RunLog& current) {
     std::vector<RunLog> all = logs;
     all.push_back(current);
     io::write_file_atomic(cfg.out_dir + "/metrics.csv", metrics_csv(all));
     io::write_file_atomic(cfg.out_dir + "/layers.csv", layers_csv(all));
   };
-  logs.push_back(train_one(cfg, "fp32", nn::Precision::kFp32, scaling::DelayedScaling{}, train, test, sizes, save));
-  for (const auto& r : recipes)
-    logs.push_back(train_one(cfg, std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r, train,
-                             test, sizes, save));
+  std::vector<std::pair<std::string, scaling::Recipe>> runs{{"fp32", scaling::DelayedScaling{}}};
+  for (const auto& r : recipes) runs.emplace_back(std::string("fp8_") + scaling::recipe_name(r), r);
+  FP8EMU_CHECK(resumed.current_run <= runs.size() && resumed.completed.size() == resumed.current_run,
+               checkpoint_path, ": corrupt checkpoint (run index)");
+  for (std::size_t i = resumed.current_run; i < runs.size(); ++i) {
+    const bool resume_here = i == resumed.current_run && resumed.has_state;
+    auto checkpoint = [&](const RunState& st) {
+      Checkpoint c;
+      c.fingerprint = fingerprint;
+      c.completed = logs;
+      c.current_run = std::uint32_t(i);
+      c.has_state = true;
+      c.state = st;
+      write_checkpoint(checkpoint_path, c);
+    };
+    logs.push_back(train_one(cfg, runs[i].first, i == 0 ? nn::Precision::kFp32 : nn::Precision::kFp8,
+                             runs[i].second, train, test, sizes, save, resume_here ? &resumed.state : nullptr,
+                             checkpoint));
+    if (cfg.checkpoint_every > 0) {  // run boundary
+      Checkpoint c;
+      c.fingerprint = fingerprint;
+      c.completed = logs;
+      c.current_run = std::uint32_t(i + 1);
+      write_checkpoint(checkpoint_path, c);
+    }
+  }
 
   // 5. Plot and summary (the summary last: its presence marks a finished run).
   const bool plot = write_plot(cfg.out_dir, logs);

@@ -49,6 +49,14 @@ struct TrainConfig {
   scaling::MXFP8BlockScaling mxfp8;   ///< TE defaults: E4M3, TE's E8M0 rule.
   scaling::Float8BlockScaling block;  ///< TE defaults: E4M3, pow2 scales, epsilon 0.
   bool progress = true;
+  /// Write <out>/checkpoint.bin (atomically) after every N epochs of a run and at the end of each
+  /// run; 0: never. A checkpoint holds the whole state: weights, optimizer moments, every scale and
+  /// amax history, the shuffle generator and order, and the metrics so far.
+  int checkpoint_every = 0;
+  /// Continue the run whose checkpoint.bin is in this folder (also the output folder). The other
+  /// flags must be the ones of the interrupted run; the result is bit-identical to an uninterrupted
+  /// run (timings aside).
+  std::string resume;
 };
 
 /// Outcome of one run, for callers and tests.

@@ -81,6 +81,10 @@ int main(int argc, char** argv) {
   train->add_option("--optimizer", cfg.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
   train->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
   train->add_flag("--quiet", quiet, "No progress output");
+  train->add_option("--checkpoint-every", cfg.checkpoint_every,
+                    "Write <out>/checkpoint.bin every N epochs and at the end of each run (0: never)")
+      ->capture_default_str();
+  train->add_option("--resume", cfg.resume, "Continue the interrupted run in this folder (same flags as that run)");
 
   std::string st_recipe, st_format = "e4m3", st_algo = "max", st_amax;
   scaling::DelayedScaling st_delayed;

@@ -16,6 +16,14 @@ DelayedScalingState::DelayedScalingState(int num_slots, int history_len)
   history_.assign(std::size_t(num_slots) * std::size_t(history_len), 0.0f);
 }
 
+void DelayedScalingState::restore(const std::vector<float>& scales, const std::vector<float>& history) {
+  FP8EMU_CHECK(scales.size() == scale_.size() && history.size() == history_.size(),
+               "delayed scaling: checkpointed state has ", scales.size(), " scales and ", history.size(),
+               " history values, this state has ", scale_.size(), " and ", history_.size());
+  scale_ = scales;
+  history_ = history;
+}
+
 void DelayedScalingState::record_amax(int slot, float amax) {
   float& a = *amax_ptr(slot);
   a = std::fmax(a, amax);

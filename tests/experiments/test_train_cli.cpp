@@ -1,5 +1,6 @@
 // The fp8emu CLI end to end: a short training smoke run on the real Fashion-MNIST files, identical
 // metrics for 1 and 2 threads, and clear errors with a non-zero exit for bad input.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -296,4 +297,76 @@ TEST_CASE("accumulation-error writes its CSV, table and plot", "[cli][accumulati
   CHECK(slurp(out / "table.md").find("| hopper_fast |") != std::string::npos);
   CHECK(fs::exists(out / "accumulation_error.png"));
   CHECK(run("accumulation-error --k-max 100 --out " + scratch("accerr2").string()).code != 0);
+}
+
+namespace {
+// Starts the CLI in the background (output discarded) and returns its pid.
+pid_t spawn_cli(const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv{const_cast<char*>(FP8EMU_CLI_PATH)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    execv(FP8EMU_CLI_PATH, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+}  // namespace
+
+TEST_CASE("a run killed with SIGKILL and resumed ends bit-identical to an uninterrupted run", "[cli][checkpoint]") {
+  const std::vector<std::string> common{"train", "--epochs", "3", "--train-samples", "2000", "--test-samples", "300",
+                                        "--recipe", "all", "--quiet"};
+  const fs::path ref = scratch("ck-ref"), out = scratch("ck-run");
+  std::string flags;
+  for (std::size_t i = 1; i < common.size(); ++i) flags += " " + common[i];
+  REQUIRE(run("train" + flags + " --out " + ref.string()).code == 0);
+
+  std::vector<std::string> args = common;
+  for (const char* a : {"--checkpoint-every", "1", "--out"}) args.push_back(a);
+  args.push_back(out.string());
+  const pid_t pid = spawn_cli(args);
+  // Kill once a checkpoint exists and an FP8 run has begun (or let it finish on a fast machine).
+  for (int i = 0; i < 600; ++i) {
+    if (fs::exists(out / "checkpoint.bin") && slurp(out / "metrics.csv").find("fp8_") != std::string::npos) break;
+    usleep(50000);
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const Result r = run("train" + flags + " --checkpoint-every 1 --resume " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(metrics_without_seconds(out / "metrics.csv") == metrics_without_seconds(ref / "metrics.csv"));
+  CHECK(slurp(out / "layers.csv") == slurp(ref / "layers.csv"));
+  const nlohmann::json a = nlohmann::json::parse(slurp(out / "summary.json")),
+                       b = nlohmann::json::parse(slurp(ref / "summary.json"));
+  CHECK(a["fp8_minus_fp32_accuracy_pp"] == b["fp8_minus_fp32_accuracy_pp"]);
+}
+
+TEST_CASE("corrupt checkpoints and mismatched resumes give clear errors", "[cli][checkpoint][errors]") {
+  const fs::path out = scratch("ck-bad");
+  const std::string flags = " --epochs 2 --train-samples 300 --test-samples 100 --quiet";
+  REQUIRE(run("train" + flags + " --checkpoint-every 1 --out " + out.string()).code == 0);
+  // Other settings than the checkpointed run.
+  Result r = run("train --epochs 3 --train-samples 300 --test-samples 100 --quiet --resume " + out.string());
+  CHECK(r.code != 0);
+  CHECK(r.output.find("was written by a run with other settings") != std::string::npos);
+  // A flipped byte.
+  std::vector<std::uint8_t> bytes = fp8emu::testing::read_all((out / "checkpoint.bin").string());
+  REQUIRE(bytes.size() > 100);
+  bytes[bytes.size() / 2] ^= 0x40;
+  fp8emu::testing::write_plain((out / "checkpoint.bin").string(), bytes);
+  r = run("train" + flags + " --resume " + out.string());
+  CHECK(r.code != 0);
+  CHECK(r.output.find("corrupt checkpoint (checksum mismatch)") != std::string::npos);
+  CHECK(fs::exists(out / "summary.json"));  // a failed resume loses nothing
+  // Nothing to resume from.
+  const fs::path none = scratch("ck-none");
+  r = run("train" + flags + " --resume " + none.string());
+  CHECK(r.code != 0);
+  CHECK(r.output.find("no checkpoint to resume from") != std::string::npos);
+  CHECK(!fs::exists(none));  // nothing created
 }

@@ -102,6 +102,9 @@ class Linear {
   Precision precision() const { return precision_; }
   const scaling::DelayedScalingState& forward_state() const { return fwd_state_; }
   const scaling::DelayedScalingState& backward_state() const { return bwd_state_; }
+  /// Checkpoint access to the delayed-scaling states.
+  scaling::DelayedScalingState& forward_state() { return fwd_state_; }
+  scaling::DelayedScalingState& backward_state() { return bwd_state_; }
 
   Matrix weight;       ///< Shape: [out, in].
   Matrix bias;         ///< Shape: [1, out].

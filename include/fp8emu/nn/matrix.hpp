@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace fp8emu::nn {
@@ -46,6 +49,18 @@ class Rng {
     std::uint64_t v;
     do v = gen_(); while (v >= limit);
     return v % n;
+  }
+  /// The generator's state as text (std::mt19937_64's standard stream format), for checkpoints.
+  std::string state() const {
+    std::ostringstream os;
+    os << gen_;
+    return os.str();
+  }
+  /// Restore a state from state(). \throws std::runtime_error when the text is not a state.
+  void set_state(const std::string& s) {
+    std::istringstream is(s);
+    is >> gen_;
+    if (!is) throw std::runtime_error("corrupt random-generator state");
   }
   /// Fisher-Yates shuffle.
   template <class T>

@@ -68,6 +68,17 @@ class Optimizer {
   void step(Mlp& model);
   static Kind parse(const std::string& s);
 
+  /// Checkpoint access: step count and moment buffers (one per parameter tensor, in layer order:
+  /// weight, bias, ...; empty before the first step).
+  long steps() const { return t_; }
+  const std::vector<std::vector<float>>& first_moments() const { return m_; }
+  const std::vector<std::vector<float>>& second_moments() const { return v_; }
+  void restore(long steps, std::vector<std::vector<float>> m, std::vector<std::vector<float>> v) {
+    t_ = steps;
+    m_ = std::move(m);
+    v_ = std::move(v);
+  }
+
  private:
   Kind kind_;
   float lr_, momentum_;

@@ -41,6 +41,12 @@ class DelayedScalingState {
   /// Overwrite the staging slot, as TE's amax all-reduce writes back the reduced value.
   void set_amax(int slot, float amax) { *amax_ptr(slot) = amax; }
 
+  /// Checkpoint access: scales Shape [num_slots]; history Shape [history_len, num_slots].
+  const std::vector<float>& scales() const { return scale_; }
+  const std::vector<float>& history_values() const { return history_; }
+  /// Restore from scales() and history_values(). \throws fp8emu::Error on a size mismatch.
+  void restore(const std::vector<float>& scales, const std::vector<float>& history);
+
   /// History value: row `row` (0 = staging), column `slot`.
   float history(int row, int slot) const {
     return history_[std::size_t(row) * std::size_t(num_slots_) + std::size_t(slot)];
