@@ -161,7 +161,6 @@ bool all_finite(const std::uint8_t* codes, std::size_t n, FormatSpec f) {
   return true;
 }
 
-inline float pow2f(int e) { return core::bits_to_f32(std::uint32_t(e + 127) << 23); }  // normal range only
 
 // R rows of D (i0 .. i0+R-1) share every load of B (R = 8 measured fastest on the dev machine).
 // Columns are processed 8 at a time in vector registers (GCC vector extensions; two SSE halves in
@@ -232,8 +231,7 @@ __attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, 
           const v8i cut_bits = (v8i)(f) & static_cast<std::int32_t>(0xFFFFFC00u);
           const v8f cut = (v8f)(cut_bits);
           const v8f next = cut * (v8f)(inv_bits);
-          const v8i keep = any;
-          const v8i next_bits = (v8i)(next) & keep;
+          const v8i next_bits = (v8i)(next) & any;  // no term at all: +0
           store8(&chain[r][v * kLanes], (v8f)(next_bits));
         }
       }

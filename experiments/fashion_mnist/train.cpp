@@ -770,25 +770,21 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
                checkpoint_path, ": corrupt checkpoint (run index)");
   for (std::size_t i = resumed.current_run; i < runs.size(); ++i) {
     const bool resume_here = i == resumed.current_run && resumed.has_state;
-    auto checkpoint = [&](const RunState& st) {
+    // Writes the checkpoint of run i: mid-run with its state, or at the boundary before run i.
+    auto write_at = [&](std::size_t run, const RunState* st) {
       Checkpoint c;
       c.fingerprint = fingerprint;
       c.completed = logs;
-      c.current_run = std::uint32_t(i);
-      c.has_state = true;
-      c.state = st;
+      c.current_run = std::uint32_t(run);
+      c.has_state = st != nullptr;
+      if (st) c.state = *st;
       write_checkpoint(checkpoint_path, c);
     };
+    auto checkpoint = [&](const RunState& st) { write_at(i, &st); };
     logs.push_back(train_one(cfg, runs[i].first, i == 0 ? nn::Precision::kFp32 : nn::Precision::kFp8,
                              runs[i].second, train, test, sizes, save, resume_here ? &resumed.state : nullptr,
                              checkpoint));
-    if (cfg.checkpoint_every > 0) {  // run boundary
-      Checkpoint c;
-      c.fingerprint = fingerprint;
-      c.completed = logs;
-      c.current_run = std::uint32_t(i + 1);
-      write_checkpoint(checkpoint_path, c);
-    }
+    if (cfg.checkpoint_every > 0) write_at(i + 1, nullptr);  // run boundary
   }
 
   // 5. Plot and summary (the summary last: its presence marks a finished run).

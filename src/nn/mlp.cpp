@@ -14,6 +14,8 @@ Activation parse_activation(const std::string& s) {
 }
 
 namespace {
+// Elementwise optimizer loops fork threads only from this size (as the emulation kernels).
+constexpr std::ptrdiff_t kParallelMinElements = std::ptrdiff_t(1) << 15;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
@@ -168,14 +170,14 @@ void Optimizer::step(Mlp& model) {
     if (kind_ == Kind::kAdam) {
       const float step = lr_ / bc1;
       const float sqrt_bc2 = std::sqrt(bc2);
-#pragma omp parallel for schedule(static) if (n >= std::ptrdiff_t(1) << 15)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
       for (std::ptrdiff_t i = 0; i < n; ++i) {
         m[i] = b1 * m[i] + (1.0f - b1) * g[i];
         v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
         w[i] -= step * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
       }
     } else {
-#pragma omp parallel for schedule(static) if (n >= std::ptrdiff_t(1) << 15)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
       for (std::ptrdiff_t i = 0; i < n; ++i) {
         m[i] = momentum_ * m[i] + g[i];
         w[i] -= lr_ * m[i];
