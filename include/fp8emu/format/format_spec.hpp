@@ -38,6 +38,8 @@ struct FormatSpec {
   int bias;           ///< Exponent bias.
   bool has_inf;       ///< True when the code below the NaNs at the top exponent is +-Inf.
   int nan_codes;      ///< NaN codes per sign, at the top of the code space (S.1..1.1..1 downwards).
+  bool fnuz = false;  ///< "fnuz" layout (AMD/Graphcore): no -0 and no Inf; the one NaN is the code
+                      ///< of -0 (sign bit only); all other codes are finite.
 
   /// Total width in bits (sign included).
   FP8EMU_HD constexpr int bits() const { return 1 + exponent_bits + mantissa_bits; }
@@ -45,8 +47,11 @@ struct FormatSpec {
   FP8EMU_HD constexpr std::uint32_t sign_mask() const { return 1u << (exponent_bits + mantissa_bits); }
   /// Largest magnitude code (all exponent and mantissa bits set).
   FP8EMU_HD constexpr std::uint32_t top_code() const { return sign_mask() - 1u; }
-  /// Canonical NaN code, positive sign (CUDA's float entry point returns this for every NaN).
-  FP8EMU_HD constexpr std::uint32_t nan_code() const { return top_code(); }
+  /// Whether the format has a NaN code at all (the OCP FP6/FP4 element formats have none).
+  FP8EMU_HD constexpr bool has_nan() const { return fnuz || nan_codes > 0; }
+  /// Canonical NaN code, positive sign (CUDA's float entry point returns this for every NaN); for
+  /// fnuz formats the -0 code. Only meaningful when has_nan().
+  FP8EMU_HD constexpr std::uint32_t nan_code() const { return fnuz ? sign_mask() : top_code(); }
   /// Infinity code, positive sign; only meaningful when has_inf.
   FP8EMU_HD constexpr std::uint32_t inf_code() const { return top_code() - std::uint32_t(nan_codes); }
   /// Code of the largest finite magnitude.
@@ -89,6 +94,17 @@ inline constexpr FormatSpec kSpecE4M3{"e4m3fn", 4, 3, 7, false, 1};
 /// OCP E5M2: IEEE-like, +-Inf and three NaN codes per sign.
 inline constexpr FormatSpec kSpecE5M2{"e5m2", 5, 2, 15, true, 3};
 
+/// ml_dtypes float8_e4m3fnuz (Graphcore/AMD): bias 8, no Inf, no -0, NaN = 0x80.
+inline constexpr FormatSpec kSpecE4M3FNUZ{"e4m3fnuz", 4, 3, 8, false, 0, true};
+/// ml_dtypes float8_e5m2fnuz: bias 16, no Inf, no -0, NaN = 0x80.
+inline constexpr FormatSpec kSpecE5M2FNUZ{"e5m2fnuz", 5, 2, 16, false, 0, true};
+/// OCP MX v1.0 FP6 E2M3 (ml_dtypes float6_e2m3fn, CUDA __NV_E2M3): bias 1, no Inf, no NaN.
+inline constexpr FormatSpec kSpecE2M3{"e2m3fn", 2, 3, 1, false, 0};
+/// OCP MX v1.0 FP6 E3M2 (ml_dtypes float6_e3m2fn, CUDA __NV_E3M2): bias 3, no Inf, no NaN.
+inline constexpr FormatSpec kSpecE3M2{"e3m2fn", 3, 2, 3, false, 0};
+/// OCP MX v1.0 FP4 E2M1 (ml_dtypes float4_e2m1fn, CUDA __NV_E2M1): bias 1, no Inf, no NaN.
+inline constexpr FormatSpec kSpecE2M1{"e2m1fn", 2, 1, 1, false, 0};
+
 /// Run-time selector of an FP8 format.
 enum class Format : std::uint8_t { kE4M3, kE5M2 };
 
@@ -115,5 +131,26 @@ static_assert(kSpecE5M2.inf_code() == 0b0'11111'00, "OCP: E5M2 Inf is S.11111.00
 static_assert(kSpecE5M2.emax() == 15, "OCP: E5M2 emax = 15");
 static_assert(kSpecE5M2.overflow_threshold() == 61440.0 && kSpecE5M2.overflow_at_threshold(),
               "E5M2: 61440 = 57344 + 4096 ties to even 2^16, which overflows");
+
+// OCP Microscaling Formats (MX) v1.0, Tables 3-5 (FP6 and FP4 element formats).
+static_assert(kSpecE2M3.max_finite() == 7.5 && kSpecE2M3.min_normal() == 1.0 &&
+                  kSpecE2M3.min_subnormal() == 0.125 && kSpecE2M3.bits() == 6 && !kSpecE2M3.has_nan(),
+              "OCP MX: FP6 E2M3 max 7.5, min normal 1, min subnormal 2^-3, no Inf/NaN");
+static_assert(kSpecE3M2.max_finite() == 28.0 && kSpecE3M2.min_normal() == 0.25 &&
+                  kSpecE3M2.min_subnormal() == 0.0625 && kSpecE3M2.bits() == 6 && !kSpecE3M2.has_nan(),
+              "OCP MX: FP6 E3M2 max 28, min normal 2^-2, min subnormal 2^-4, no Inf/NaN");
+static_assert(kSpecE2M1.max_finite() == 6.0 && kSpecE2M1.min_normal() == 1.0 &&
+                  kSpecE2M1.min_subnormal() == 0.5 && kSpecE2M1.bits() == 4 && !kSpecE2M1.has_nan(),
+              "OCP MX: FP4 E2M1 max 6, min normal 1, min subnormal 2^-1, no Inf/NaN");
+// fnuz formats: Noune et al., "8-bit Numerical Formats for Deep Neural Networks" (2022), and the
+// ml_dtypes README (float8_e4m3fnuz max 240, float8_e5m2fnuz max 57344, NaN = 0x80).
+static_assert(kSpecE4M3FNUZ.max_finite() == 240.0 && kSpecE4M3FNUZ.max_finite_code() == 0x7F &&
+                  kSpecE4M3FNUZ.min_normal() == 1.0 / 128 && kSpecE4M3FNUZ.min_subnormal() == 1.0 / 1024 &&
+                  kSpecE4M3FNUZ.nan_code() == 0x80,
+              "e4m3fnuz: max 240 at 0x7F, min normal 2^-7, min subnormal 2^-10, NaN 0x80");
+static_assert(kSpecE5M2FNUZ.max_finite() == 57344.0 && kSpecE5M2FNUZ.max_finite_code() == 0x7F &&
+                  kSpecE5M2FNUZ.min_normal() == 1.0 / 32768 && kSpecE5M2FNUZ.min_subnormal() == 1.0 / 131072 &&
+                  kSpecE5M2FNUZ.nan_code() == 0x80,
+              "e5m2fnuz: max 57344 at 0x7F, min normal 2^-15, min subnormal 2^-17, NaN 0x80");
 
 }  // namespace fp8emu

@@ -1,0 +1,415 @@
+// fp8emu::nv (the CUDA mirror API) and the general encoder against CUDA's own host code in
+// cuda_fp8.h / cuda_fp6.h / cuda_fp4.h (CUDA 13; they compile with plain g++ and run without a
+// GPU): every float entry over all 2^32 inputs, every half/bfloat16 entry over all 2^16, every
+// decoder over every code, the double entries over millions of structured and random doubles.
+#include <cuda_fp4.h>
+#include <cuda_fp6.h>
+#include <cuda_fp8.h>
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fp8emu/core/encode.hpp"
+#include "fp8emu/nv.hpp"
+
+using namespace fp8emu;
+namespace fnv = fp8emu::nv;  // CUDA headers declare a global namespace nv
+
+namespace {
+
+float f32(std::uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+double f64(std::uint64_t b) {
+  double x;
+  std::memcpy(&x, &b, 8);
+  return x;
+}
+
+/// Runs `body(bits, x, bad)` on all 2^32 fp32 bit patterns (OpenMP over the top 16 bits); body
+/// sets bad[k] when check k mismatches. Reports each check's mismatch count and first input.
+template <class Body>
+void sweep_all_floats(const std::vector<std::string>& names, Body body) {
+  const std::size_t n = names.size();
+  std::vector<std::uint64_t> bad(n, 0);
+  std::vector<std::uint32_t> first(n, 0);
+  std::uint64_t checked = 0;
+#pragma omp parallel
+  {
+    std::vector<std::uint64_t> lbad(n, 0);
+    std::vector<std::uint32_t> lfirst(n, 0);
+    std::vector<char> flags(n, 0);
+    std::uint64_t lchecked = 0;
+#pragma omp for schedule(dynamic, 64)
+    for (std::int64_t hi = 0; hi < (std::int64_t(1) << 16); ++hi) {
+      for (std::uint32_t lo = 0; lo < (1u << 16); ++lo) {
+        const std::uint32_t bits = (std::uint32_t(hi) << 16) | lo;
+        body(bits, f32(bits), flags.data());
+        for (std::size_t k = 0; k < n; ++k) {
+          if (flags[k]) {
+            if (lbad[k] == 0 || bits < lfirst[k]) lfirst[k] = bits;
+            ++lbad[k];
+            flags[k] = 0;
+          }
+        }
+        ++lchecked;
+      }
+    }
+#pragma omp critical
+    {
+      for (std::size_t k = 0; k < n; ++k) {
+        if (lbad[k] && (bad[k] == 0 || lfirst[k] < first[k])) first[k] = lfirst[k];
+        bad[k] += lbad[k];
+      }
+      checked += lchecked;
+    }
+  }
+  CHECK(checked == (std::uint64_t(1) << 32));
+  for (std::size_t k = 0; k < n; ++k) {
+    INFO(names[k] << ": " << bad[k] << " mismatches; first input bits 0x" << std::hex << first[k]);
+    CHECK(bad[k] == 0);
+  }
+}
+
+const fnv::Saturation kSats[] = {fnv::Saturation::kSatFinite, fnv::Saturation::kNoSat};
+const __nv_saturation_t kNvSats[] = {__NV_SATFINITE, __NV_NOSAT};
+const fnv::Fp8Interpretation kFp8[] = {fnv::Fp8Interpretation::kE4M3, fnv::Fp8Interpretation::kE5M2};
+const __nv_fp8_interpretation_t kNvFp8[] = {__NV_E4M3, __NV_E5M2};
+const fnv::Fp6Interpretation kFp6[] = {fnv::Fp6Interpretation::kE2M3, fnv::Fp6Interpretation::kE3M2};
+const __nv_fp6_interpretation_t kNvFp6[] = {__NV_E2M3, __NV_E3M2};
+const fnv::RoundMode kRn[] = {fnv::RoundMode::kNearest, fnv::RoundMode::kZero};
+const cudaRoundMode kNvRn[] = {cudaRoundNearest, cudaRoundZero};
+const fnv::RoundMode kE8Rn[] = {fnv::RoundMode::kZero, fnv::RoundMode::kPosInf};
+const cudaRoundMode kNvE8Rn[] = {cudaRoundZero, cudaRoundPosInf};
+const char* kSatName[] = {"satfinite", "nosat"};
+const char* kFp8Name[] = {"e4m3", "e5m2"};
+const char* kFp6Name[] = {"e2m3", "e3m2"};
+const char* kRnName[] = {"rn", "rz"};
+const char* kE8RnName[] = {"rz", "rp"};
+const FormatSpec* kFp8Spec[] = {&kSpecE4M3, &kSpecE5M2};
+
+}  // namespace
+
+TEST_CASE("nv fp8: float entry and the general encoder equal __nv_cvt_float_to_fp8 for all 2^32 inputs",
+          "[exhaustive][cuda-oracle]") {
+  std::vector<std::string> names;
+  for (int f = 0; f < 2; ++f)
+    for (int s = 0; s < 2; ++s)
+      for (const char* what : {"fnv::cvt_float_to_fp8 ", "core::encode_f32_bits_with(Policy::cuda_float) "})
+        names.push_back(std::string(what) + kFp8Name[f] + " " + kSatName[s]);
+  sweep_all_floats(names, [](std::uint32_t bits, float x, char* bad) {
+    int k = 0;
+    for (int f = 0; f < 2; ++f) {
+      for (int s = 0; s < 2; ++s) {
+        const std::uint8_t cuda = __nv_cvt_float_to_fp8(x, kNvSats[s], kNvFp8[f]);
+        bad[k++] = fnv::cvt_float_to_fp8(x, kSats[s], kFp8[f]) != cuda;
+        bad[k++] = core::encode_f32_bits_with(bits, *kFp8Spec[f], Policy::cuda_float(s == 0)) != cuda;
+      }
+    }
+  });
+}
+
+TEST_CASE("nv fp6: cvt_float_to_fp6 equals CUDA for all 2^32 inputs, both formats, rn and rz",
+          "[exhaustive][cuda-oracle]") {
+  std::vector<std::string> names;
+  for (int f = 0; f < 2; ++f)
+    for (int r = 0; r < 2; ++r) names.push_back(std::string("cvt_float_to_fp6 ") + kFp6Name[f] + " " + kRnName[r]);
+  sweep_all_floats(names, [](std::uint32_t, float x, char* bad) {
+    int k = 0;
+    for (int f = 0; f < 2; ++f)
+      for (int r = 0; r < 2; ++r)
+        bad[k++] = fnv::cvt_float_to_fp6(x, kFp6[f], kRn[r]) != __nv_cvt_float_to_fp6(x, kNvFp6[f], kNvRn[r]);
+  });
+}
+
+TEST_CASE("nv fp4 and e8m0: float entries equal CUDA for all 2^32 inputs, every mode", "[exhaustive][cuda-oracle]") {
+  std::vector<std::string> names;
+  for (int r = 0; r < 2; ++r) names.push_back(std::string("cvt_float_to_fp4 e2m1 ") + kRnName[r]);
+  for (int s = 0; s < 2; ++s)
+    for (int r = 0; r < 2; ++r) names.push_back(std::string("cvt_float_to_e8m0 ") + kSatName[s] + " " + kE8RnName[r]);
+  sweep_all_floats(names, [](std::uint32_t, float x, char* bad) {
+    int k = 0;
+    for (int r = 0; r < 2; ++r)
+      bad[k++] = fnv::cvt_float_to_fp4(x, fnv::Fp4Interpretation::kE2M1, kRn[r]) != __nv_cvt_float_to_fp4(x, __NV_E2M1, kNvRn[r]);
+    for (int s = 0; s < 2; ++s)
+      for (int r = 0; r < 2; ++r)
+        bad[k++] = fnv::cvt_float_to_e8m0(x, kSats[s], kE8Rn[r]) != __nv_cvt_float_to_e8m0(x, kNvSats[s], kNvE8Rn[r]);
+  });
+}
+
+TEST_CASE("nv: every half and bfloat16 entry equals CUDA for all 2^16 inputs", "[cuda-oracle]") {
+  std::uint64_t bad = 0;
+  for (std::uint32_t v = 0; v < 65536; ++v) {
+    __half_raw h;
+    h.x = std::uint16_t(v);
+    __nv_bfloat16_raw b;
+    b.x = std::uint16_t(v);
+    const std::uint16_t u = std::uint16_t(v);
+    for (int f = 0; f < 2; ++f) {
+      for (int s = 0; s < 2; ++s) {
+        INFO("fp8 " << kFp8Name[f] << " " << kSatName[s] << " input 0x" << std::hex << v);
+        bad += fnv::cvt_halfraw_to_fp8(u, kSats[s], kFp8[f]) != __nv_cvt_halfraw_to_fp8(h, kNvSats[s], kNvFp8[f]);
+        bad += fnv::cvt_bfloat16raw_to_fp8(u, kSats[s], kFp8[f]) != __nv_cvt_bfloat16raw_to_fp8(b, kNvSats[s], kNvFp8[f]);
+      }
+    }
+    for (int f = 0; f < 2; ++f) {
+      for (int r = 0; r < 2; ++r) {
+        bad += fnv::cvt_halfraw_to_fp6(u, kFp6[f], kRn[r]) != __nv_cvt_halfraw_to_fp6(h, kNvFp6[f], kNvRn[r]);
+        bad += fnv::cvt_bfloat16raw_to_fp6(u, kFp6[f], kRn[r]) != __nv_cvt_bfloat16raw_to_fp6(b, kNvFp6[f], kNvRn[r]);
+      }
+    }
+    for (int r = 0; r < 2; ++r) {
+      bad += fnv::cvt_halfraw_to_fp4(u, fnv::Fp4Interpretation::kE2M1, kRn[r]) != __nv_cvt_halfraw_to_fp4(h, __NV_E2M1, kNvRn[r]);
+      bad += fnv::cvt_bfloat16raw_to_fp4(u, fnv::Fp4Interpretation::kE2M1, kRn[r]) !=
+             __nv_cvt_bfloat16raw_to_fp4(b, __NV_E2M1, kNvRn[r]);
+    }
+    for (int s = 0; s < 2; ++s)
+      for (int r = 0; r < 2; ++r)
+        bad += fnv::cvt_bfloat16raw_to_e8m0(u, kSats[s], kE8Rn[r]) != __nv_cvt_bfloat16raw_to_e8m0(b, kNvSats[s], kNvE8Rn[r]);
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("nv: every decoder equals CUDA on every storage value", "[cuda-oracle]") {
+  for (std::uint32_t c = 0; c < 256; ++c) {
+    INFO("storage 0x" << std::hex << c);
+    for (int f = 0; f < 2; ++f)
+      CHECK(fnv::cvt_fp8_to_halfraw(std::uint8_t(c), kFp8[f]) == __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(c), kNvFp8[f]).x);
+    for (int f = 0; f < 2; ++f)
+      CHECK(fnv::cvt_fp6_to_halfraw(std::uint8_t(c), kFp6[f]) == __nv_cvt_fp6_to_halfraw(__nv_fp6_storage_t(c), kNvFp6[f]).x);
+    CHECK(fnv::cvt_fp4_to_halfraw(std::uint8_t(c), fnv::Fp4Interpretation::kE2M1) ==
+          __nv_cvt_fp4_to_halfraw(__nv_fp4_storage_t(c), __NV_E2M1).x);
+    CHECK(fnv::cvt_e8m0_to_bf16raw(std::uint8_t(c)) == __nv_cvt_e8m0_to_bf16raw(__nv_fp8_storage_t(c)).x);
+    const fnv::Half2Raw h4 = fnv::cvt_fp4x2_to_halfraw2(std::uint8_t(c), fnv::Fp4Interpretation::kE2M1);
+    const __half2_raw w4 = __nv_cvt_fp4x2_to_halfraw2(__nv_fp4x2_storage_t(c), __NV_E2M1);
+    CHECK((h4.x == w4.x && h4.y == w4.y));
+  }
+  std::uint64_t bad = 0;
+  for (std::uint32_t c = 0; c < 65536; ++c) {
+    const std::uint16_t u = std::uint16_t(c);
+    for (int f = 0; f < 2; ++f) {
+      const fnv::Half2Raw a = fnv::cvt_fp8x2_to_halfraw2(u, kFp8[f]);
+      const __half2_raw w = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u), kNvFp8[f]);
+      bad += a.x != w.x || a.y != w.y;
+      const fnv::Half2Raw a6 = fnv::cvt_fp6x2_to_halfraw2(u, kFp6[f]);
+      const __half2_raw w6 = __nv_cvt_fp6x2_to_halfraw2(__nv_fp6x2_storage_t(u), kNvFp6[f]);
+      bad += a6.x != w6.x || a6.y != w6.y;
+    }
+    const fnv::Bfloat162Raw e = fnv::cvt_e8m0x2_to_bf162raw(u);
+    const __nv_bfloat162_raw we = __nv_cvt_e8m0x2_to_bf162raw(__nv_fp8x2_storage_t(u));
+    bad += e.x != we.x || e.y != we.y;
+  }
+  CHECK(bad == 0);
+}
+
+namespace {
+
+/// Doubles that probe single rounding: around every rounding boundary of `f` (midpoints between
+/// neighbours, half the smallest subnormal, the overflow threshold, and every finite value) at
+/// offsets of 0..40 double ulps and 2^j ulps (j < 52), both signs; plus NaNs with varied payloads,
+/// infinities, zeros and double subnormals.
+std::vector<double> structured_doubles(const FormatSpec& f) {
+  std::vector<double> points;
+  const std::uint32_t maxc = f.max_finite_code();
+  for (std::uint32_t c = 0; c <= maxc; ++c) {
+    const double v = f.value_of_code(c);
+    const double next = c < maxc ? f.value_of_code(c + 1) : f.max_finite() + 2 * (f.overflow_threshold() - f.max_finite());
+    points.push_back(v);
+    points.push_back((v + next) / 2);  // exact: both are short dyadics
+  }
+  std::vector<double> out;
+  for (double m : points) {
+    std::uint64_t b;
+    std::memcpy(&b, &m, 8);
+    for (int sgn = 0; sgn < 2; ++sgn) {
+      const std::uint64_t sb = sgn ? (b | 0x8000000000000000ull) : b;
+      for (std::uint64_t k = 0; k <= 40; ++k) {
+        out.push_back(f64(sb + k));
+        if (m != 0) out.push_back(f64(sb - k));
+      }
+      for (int j = 6; j < 52; ++j) {
+        out.push_back(f64(sb + (std::uint64_t(1) << j)));
+        if (m != 0) out.push_back(f64(sb - (std::uint64_t(1) << j)));
+      }
+    }
+  }
+  for (std::uint64_t payload : {1ull, 2ull, 0x4000000000000ull, 0x8000000000000ull, 0xC000000000000ull,
+                                0x3FFFFFFFFFFFFull, 0xFFFFFFFFFFFFFull, 0x123456789ABCull}) {
+    out.push_back(f64(0x7FF0000000000000ull | payload));
+    out.push_back(f64(0xFFF0000000000000ull | payload));
+  }
+  for (std::uint64_t b : {0x7FF0000000000000ull, 0xFFF0000000000000ull, 0ull, 0x8000000000000000ull, 1ull,
+                          0x8000000000000001ull, 0x000FFFFFFFFFFFFFull, 0x7FEFFFFFFFFFFFFFull})
+    out.push_back(f64(b));
+  return out;
+}
+
+/// Random doubles: uniform bit patterns (every class), and values with exponents in the formats'
+/// range (-160..140) and random mantissas.
+std::vector<double> random_doubles(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t b = rng();
+    if (i % 2) {
+      const std::uint64_t e = std::uint64_t(1023 - 160 + std::int64_t(rng() % 300));
+      b = (b & 0x800FFFFFFFFFFFFFull) | (e << 52);
+    }
+    out[i] = f64(b);
+  }
+  return out;
+}
+
+template <class Ours, class Cuda>
+std::uint64_t count_mismatches(const std::vector<double>& xs, Ours ours, Cuda cuda, double* first) {
+  std::uint64_t bad = 0;
+  for (double x : xs) {
+    if (ours(x) != cuda(x)) {
+      if (!bad) *first = x;
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("nv: double entries equal CUDA on millions of structured and random doubles", "[cuda-oracle]") {
+  const std::vector<double> rnd = random_doubles(std::size_t(1) << 22, 2026);
+  std::uint64_t total = 0;
+  double first = 0;
+  for (int f = 0; f < 2; ++f) {
+    std::vector<double> xs = structured_doubles(*kFp8Spec[f]);
+    xs.insert(xs.end(), rnd.begin(), rnd.end());
+    total += xs.size();
+    for (int s = 0; s < 2; ++s) {
+      const auto of = kFp8[f];
+      const auto os = kSats[s];
+      const auto nf = kNvFp8[f];
+      const auto ns = kNvSats[s];
+      INFO("cvt_double_to_fp8 " << kFp8Name[f] << " " << kSatName[s]);
+      CHECK(count_mismatches(
+                xs, [&](double x) { return fnv::cvt_double_to_fp8(x, os, of); },
+                [&](double x) { return __nv_cvt_double_to_fp8(x, ns, nf); }, &first) == 0);
+      INFO("first mismatch " << first);
+    }
+  }
+  for (int f = 0; f < 2; ++f) {
+    std::vector<double> xs = structured_doubles(f == 0 ? kSpecE2M3 : kSpecE3M2);
+    xs.insert(xs.end(), rnd.begin(), rnd.end());
+    total += xs.size();
+    for (int r = 0; r < 2; ++r) {
+      INFO("cvt_double_to_fp6 " << kFp6Name[f] << " " << kRnName[r]);
+      CHECK(count_mismatches(
+                xs, [&](double x) { return fnv::cvt_double_to_fp6(x, kFp6[f], kRn[r]); },
+                [&](double x) { return __nv_cvt_double_to_fp6(x, kNvFp6[f], kNvRn[r]); }, &first) == 0);
+      INFO("first mismatch " << first);
+    }
+  }
+  {
+    std::vector<double> xs = structured_doubles(kSpecE2M1);
+    xs.insert(xs.end(), rnd.begin(), rnd.end());
+    total += xs.size();
+    for (int r = 0; r < 2; ++r) {
+      INFO("cvt_double_to_fp4 " << kRnName[r]);
+      CHECK(count_mismatches(
+                xs, [&](double x) { return fnv::cvt_double_to_fp4(x, fnv::Fp4Interpretation::kE2M1, kRn[r]); },
+                [&](double x) { return __nv_cvt_double_to_fp4(x, __NV_E2M1, kNvRn[r]); }, &first) == 0);
+      INFO("first mismatch " << first);
+    }
+  }
+  {
+    // E8M0 boundaries are the powers of two (and the fp32 rounding of the double): 2^k +- ulps.
+    std::vector<double> xs = rnd;
+    for (int k = -1080; k <= 1030; ++k) {
+      const double p = std::ldexp(1.0, k);
+      std::uint64_t b;
+      std::memcpy(&b, &p, 8);
+      for (std::uint64_t d = 0; d <= 40; ++d) {
+        for (std::uint64_t sb : {b, std::uint64_t(b | 0x8000000000000000ull)}) {
+          xs.push_back(f64(sb + d));
+          if (p != 0) xs.push_back(f64(sb - d));
+          xs.push_back(f64(sb + (std::uint64_t(1) << (d % 52))));
+          xs.push_back(f64(sb + (std::uint64_t(1) << 29) - d));  // one fp32 ulp away
+        }
+      }
+    }
+    total += xs.size();
+    for (int s = 0; s < 2; ++s) {
+      for (int r = 0; r < 2; ++r) {
+        INFO("cvt_double_to_e8m0 " << kSatName[s] << " " << kE8RnName[r]);
+        CHECK(count_mismatches(
+                  xs, [&](double x) { return fnv::cvt_double_to_e8m0(x, kSats[s], kE8Rn[r]); },
+                  [&](double x) { return __nv_cvt_double_to_e8m0(x, kNvSats[s], kNvE8Rn[r]); }, &first) == 0);
+        INFO("first mismatch " << first);
+      }
+    }
+  }
+  CHECK(total > 10'000'000);
+}
+
+TEST_CASE("nv: x2 entry points pack .x low and .y high as CUDA", "[cuda-oracle]") {
+  std::mt19937_64 rng(7);
+  std::uint64_t bad = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const std::uint64_t r = rng();
+    const float fx = f32(std::uint32_t(r)), fy = f32(std::uint32_t(r >> 32));
+    const double dx = f64(rng()), dy = double(fx) * 1.5;
+    float2 cf;
+    cf.x = fx;
+    cf.y = fy;
+    double2 cd;
+    cd.x = dx;
+    cd.y = dy;
+    __half2_raw ch;
+    ch.x = std::uint16_t(r);
+    ch.y = std::uint16_t(r >> 16);
+    __nv_bfloat162_raw cb;
+    cb.x = std::uint16_t(r >> 32);
+    cb.y = std::uint16_t(r >> 48);
+    const fnv::Float2 of{fx, fy};
+    const fnv::Double2 od{dx, dy};
+    const fnv::Half2Raw oh{ch.x, ch.y};
+    const fnv::Bfloat162Raw ob{cb.x, cb.y};
+    for (int f = 0; f < 2; ++f) {
+      for (int s = 0; s < 2; ++s) {
+        bad += fnv::cvt_float2_to_fp8x2(of, kSats[s], kFp8[f]) != __nv_cvt_float2_to_fp8x2(cf, kNvSats[s], kNvFp8[f]);
+        bad += fnv::cvt_double2_to_fp8x2(od, kSats[s], kFp8[f]) != __nv_cvt_double2_to_fp8x2(cd, kNvSats[s], kNvFp8[f]);
+        bad += fnv::cvt_halfraw2_to_fp8x2(oh, kSats[s], kFp8[f]) != __nv_cvt_halfraw2_to_fp8x2(ch, kNvSats[s], kNvFp8[f]);
+        bad += fnv::cvt_bfloat16raw2_to_fp8x2(ob, kSats[s], kFp8[f]) !=
+               __nv_cvt_bfloat16raw2_to_fp8x2(cb, kNvSats[s], kNvFp8[f]);
+      }
+      for (int rr = 0; rr < 2; ++rr) {
+        bad += fnv::cvt_float2_to_fp6x2(of, kFp6[f], kRn[rr]) != __nv_cvt_float2_to_fp6x2(cf, kNvFp6[f], kNvRn[rr]);
+        bad += fnv::cvt_double2_to_fp6x2(od, kFp6[f], kRn[rr]) != __nv_cvt_double2_to_fp6x2(cd, kNvFp6[f], kNvRn[rr]);
+        bad += fnv::cvt_halfraw2_to_fp6x2(oh, kFp6[f], kRn[rr]) != __nv_cvt_halfraw2_to_fp6x2(ch, kNvFp6[f], kNvRn[rr]);
+        bad += fnv::cvt_bfloat16raw2_to_fp6x2(ob, kFp6[f], kRn[rr]) !=
+               __nv_cvt_bfloat16raw2_to_fp6x2(cb, kNvFp6[f], kNvRn[rr]);
+      }
+    }
+    for (int rr = 0; rr < 2; ++rr) {
+      const auto e = fnv::Fp4Interpretation::kE2M1;
+      bad += fnv::cvt_float2_to_fp4x2(of, e, kRn[rr]) != __nv_cvt_float2_to_fp4x2(cf, __NV_E2M1, kNvRn[rr]);
+      bad += fnv::cvt_double2_to_fp4x2(od, e, kRn[rr]) != __nv_cvt_double2_to_fp4x2(cd, __NV_E2M1, kNvRn[rr]);
+      bad += fnv::cvt_halfraw2_to_fp4x2(oh, e, kRn[rr]) != __nv_cvt_halfraw2_to_fp4x2(ch, __NV_E2M1, kNvRn[rr]);
+      bad += fnv::cvt_bfloat16raw2_to_fp4x2(ob, e, kRn[rr]) != __nv_cvt_bfloat16raw2_to_fp4x2(cb, __NV_E2M1, kNvRn[rr]);
+    }
+    for (int s = 0; s < 2; ++s) {
+      for (int rr = 0; rr < 2; ++rr) {
+        bad += fnv::cvt_float2_to_e8m0x2(of, kSats[s], kE8Rn[rr]) != __nv_cvt_float2_to_e8m0x2(cf, kNvSats[s], kNvE8Rn[rr]);
+        bad += fnv::cvt_double2_to_e8m0x2(od, kSats[s], kE8Rn[rr]) != __nv_cvt_double2_to_e8m0x2(cd, kNvSats[s], kNvE8Rn[rr]);
+        bad += fnv::cvt_bfloat162raw_to_e8m0x2(ob, kSats[s], kE8Rn[rr]) !=
+               __nv_cvt_bfloat162raw_to_e8m0x2(cb, kNvSats[s], kNvE8Rn[rr]);
+      }
+    }
+  }
+  CHECK(bad == 0);
+}
