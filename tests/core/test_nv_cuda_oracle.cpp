@@ -17,6 +17,7 @@
 
 #include "fp8emu/core/encode.hpp"
 #include "fp8emu/nv.hpp"
+#include "fp8emu/types.hpp"
 
 using namespace fp8emu;
 namespace fnv = fp8emu::nv;  // CUDA headers declare a global namespace nv
@@ -410,6 +411,28 @@ TEST_CASE("nv: x2 entry points pack .x low and .y high as CUDA", "[cuda-oracle]"
                __nv_cvt_bfloat162raw_to_e8m0x2(cb, kNvSats[s], kNvE8Rn[rr]);
       }
     }
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("value types: T(float) and T(double) equal CUDA's class constructors", "[cuda-oracle]") {
+  std::mt19937_64 rng(99);
+  std::uint64_t bad = 0;
+  for (int i = 0; i < 1000000; ++i) {
+    const std::uint64_t r = rng();
+    const float x = f32(std::uint32_t(r));
+    const double d = (i % 2) ? f64(rng()) : double(x) * (1.0 + std::ldexp(1.0, -40));
+    bad += float8_e4m3fn(x).bits() != __nv_fp8_e4m3(x).__x;
+    bad += float8_e5m2(x).bits() != __nv_fp8_e5m2(x).__x;
+    bad += float8_e4m3fn(d).bits() != __nv_fp8_e4m3(d).__x;
+    bad += float8_e5m2(d).bits() != __nv_fp8_e5m2(d).__x;
+    bad += float6_e2m3fn(x).bits() != __nv_fp6_e2m3(x).__x;
+    bad += float6_e3m2fn(x).bits() != __nv_fp6_e3m2(x).__x;
+    bad += float6_e2m3fn(d).bits() != __nv_fp6_e2m3(d).__x;
+    bad += float4_e2m1fn(x).bits() != __nv_fp4_e2m1(x).__x;
+    bad += float4_e2m1fn(d).bits() != __nv_fp4_e2m1(d).__x;
+    bad += float8_e8m0fnu(x).bits() != __nv_fp8_e8m0(x).__x;
+    bad += float8_e8m0fnu(d).bits() != __nv_fp8_e8m0(d).__x;
   }
   CHECK(bad == 0);
 }
