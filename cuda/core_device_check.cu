@@ -17,3 +17,27 @@ __global__ void core_encode_decode_kernel(const float* x, std::uint8_t* q4, std:
 }
 
 }  // namespace fp8emu::cuda
+
+// The CUDA mirror API and the general encoder (nv.hpp, core/encode.hpp, core/e8m0.hpp,
+// core/half.hpp) as device code: one conversion of each family per element.
+#include "fp8emu/nv.hpp"
+
+namespace fp8emu::cuda {
+
+__global__ void nv_mirror_kernel(const float* x, const double* d, std::uint8_t* out, std::uint16_t* half,
+                                 int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  namespace m = fp8emu::nv;
+  out[6 * i + 0] = m::cvt_double_to_fp8(d[i], m::Saturation::kNoSat, m::Fp8Interpretation::kE5M2);
+  out[6 * i + 1] = m::cvt_float_to_fp6(x[i], m::Fp6Interpretation::kE2M3, m::RoundMode::kZero);
+  out[6 * i + 2] = m::cvt_double_to_fp4(d[i], m::Fp4Interpretation::kE2M1, m::RoundMode::kNearest);
+  out[6 * i + 3] = m::cvt_double_to_e8m0(d[i], m::Saturation::kSatFinite, m::RoundMode::kPosInf);
+  out[6 * i + 4] = core::encode_f32_bits_with(core::f32_to_bits(x[i]), kSpecE4M3FNUZ,
+                                              Policy{Rounding::kStochastic, Overflow::kNoSat, NanEncoding::kSigned},
+                                              std::uint32_t(i) * 2654435761u);
+  out[6 * i + 5] = m::cvt_bfloat16raw_to_fp8(half[i], m::Saturation::kSatFinite, m::Fp8Interpretation::kE4M3);
+  half[i] = m::cvt_fp6_to_halfraw(out[6 * i + 1], m::Fp6Interpretation::kE2M3);
+}
+
+}  // namespace fp8emu::cuda

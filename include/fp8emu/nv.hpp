@@ -64,13 +64,16 @@ FP8EMU_HD std::uint64_t f64_bits(double x) {
   std::memcpy(&u, &x, sizeof u);
   return u;
 }
-FP8EMU_HD constexpr const FormatSpec& spec(Fp8Interpretation i) {
-  return i == Fp8Interpretation::kE4M3 ? kSpecE4M3 : kSpecE5M2;
+// (if/return rather than ?: so that device code copies the constexpr records, never binds them)
+FP8EMU_HD constexpr FormatSpec spec(Fp8Interpretation i) {
+  if (i == Fp8Interpretation::kE4M3) return kSpecE4M3;
+  return kSpecE5M2;
 }
-FP8EMU_HD constexpr const FormatSpec& spec(Fp6Interpretation i) {
-  return i == Fp6Interpretation::kE2M3 ? kSpecE2M3 : kSpecE3M2;
+FP8EMU_HD constexpr FormatSpec spec(Fp6Interpretation i) {
+  if (i == Fp6Interpretation::kE2M3) return kSpecE2M3;
+  return kSpecE3M2;
 }
-FP8EMU_HD constexpr const FormatSpec& spec(Fp4Interpretation) { return kSpecE2M1; }
+FP8EMU_HD constexpr FormatSpec spec(Fp4Interpretation) { return kSpecE2M1; }
 FP8EMU_HD constexpr bool sat(Saturation s) { return s == Saturation::kSatFinite; }
 /// FP6/FP4 rounding: nearest, else toward zero (CUDA's host code with NDEBUG).
 FP8EMU_HD constexpr Policy small_policy(RoundMode r) {
@@ -80,7 +83,7 @@ FP8EMU_HD constexpr Policy small_policy(RoundMode r) {
 /// E8M0 rounding: toward zero, else up (CUDA's host code with NDEBUG).
 FP8EMU_HD constexpr bool e8m0_up(RoundMode r) { return r != RoundMode::kZero; }
 /// Any small format's code -> half bits (exact; NaN -> 0x7FFF).
-FP8EMU_HD constexpr std::uint16_t to_half(std::uint32_t code, const FormatSpec& f) {
+FP8EMU_HD constexpr std::uint16_t to_half(std::uint32_t code, FormatSpec f) {
   return core::f32_bits_to_half_rne(core::decode_code_to_f32_bits(code, f));
 }
 }  // namespace detail

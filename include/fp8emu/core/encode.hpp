@@ -108,7 +108,7 @@ FP8EMU_HD constexpr std::uint64_t f32_bits_to_f64_bits(std::uint32_t u) {
 }
 
 /// The code of a NaN input under policy `nan` (formats with a NaN code).
-FP8EMU_HD constexpr std::uint8_t nan_code_for(std::uint64_t bits, const FormatSpec& f, NanEncoding nan) {
+FP8EMU_HD constexpr std::uint8_t nan_code_for(std::uint64_t bits, FormatSpec f, NanEncoding nan) {
   if (f.fnuz) return std::uint8_t(f.nan_code());
   const std::uint32_t sign = (bits >> 63) ? f.sign_mask() : 0u;
   switch (nan) {
@@ -141,7 +141,7 @@ FP8EMU_HD constexpr std::uint8_t nan_code_for(std::uint64_t bits, const FormatSp
 ///     exactly when at most 32 bits are discarded, else truncated to 32 bits (bias < 2^-32 ulp).
 ///  4. A rounded magnitude above max finite overflows per p.overflow (see Overflow).
 ///  5. Zero results keep the sign (-0), except in fnuz formats, which have no -0 (code 0).
-FP8EMU_HD constexpr std::uint8_t encode_f64_bits(std::uint64_t bits, const FormatSpec& f, Policy p,
+FP8EMU_HD constexpr std::uint8_t encode_f64_bits(std::uint64_t bits, FormatSpec f, Policy p,
                                                  std::uint32_t random_bits = 0) {
   const bool neg = (bits >> 63) != 0;
   const std::uint32_t sign = neg ? f.sign_mask() : 0u;
@@ -214,7 +214,7 @@ FP8EMU_HD constexpr std::uint8_t encode_f64_bits(std::uint64_t bits, const Forma
 
 /// fp32 bits -> code of `f` under `p`: the same result as encode_f64_bits of the exactly widened
 /// value (tested for all 2^32 inputs), computed in 32-bit arithmetic.
-FP8EMU_HD constexpr std::uint8_t encode_f32_bits_with(std::uint32_t bits, const FormatSpec& f, Policy p,
+FP8EMU_HD constexpr std::uint8_t encode_f32_bits_with(std::uint32_t bits, FormatSpec f, Policy p,
                                                       std::uint32_t random_bits = 0) {
   const bool neg = (bits >> 31) != 0;
   const std::uint32_t sign = neg ? f.sign_mask() : 0u;
@@ -267,7 +267,7 @@ FP8EMU_HD constexpr std::uint8_t encode_f32_bits_with(std::uint32_t bits, const 
 /// Code of `f` -> fp32 bits, exact for every finite code (every value of these formats is an fp32
 /// value). NaN codes give the canonical 0x7FFFFFFF (sign dropped, as CUDA's decoders), Inf codes
 /// +-Inf. Bits above bits() are ignored.
-FP8EMU_HD constexpr std::uint32_t decode_code_to_f32_bits(std::uint32_t code, const FormatSpec& f) {
+FP8EMU_HD constexpr std::uint32_t decode_code_to_f32_bits(std::uint32_t code, FormatSpec f) {
   code &= (f.sign_mask() << 1) - 1u;
   if (f.fnuz && code == f.nan_code()) return 0x7FFFFFFFu;
   const std::uint32_t sign = (code & f.sign_mask()) ? 0x80000000u : 0u;
