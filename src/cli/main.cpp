@@ -11,6 +11,7 @@
 #include "fp8emu/config.hpp"
 #include "fp8emu/scaling/scale_trace.hpp"
 #include "bench.hpp"
+#include "doctor.hpp"
 #include "gemm_tools.hpp"
 #include "mma_check.hpp"
 #include <iostream>
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
 
   std::vector<int> bench_sizes{1024, 4096};
   int bench_repeat = 5;
+  CLI::App* doctor = app.add_subcommand("doctor", "What this machine offers: CUDA, GPUs, FP8 features, backends");
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks against a baseline measured in the same run");
   CLI::App* bench_gemm = bench->add_subcommand("gemm", "FP8 GEMM accumulation models vs Eigen's fp32 GEMM");
   bench_gemm->add_option("--sizes", bench_sizes, "M = N = K values")->delimiter(',')->capture_default_str();
@@ -167,6 +169,7 @@ int main(int argc, char** argv) {
   }
   if (*check) return cli::run_mma_check(mma, std::cout, std::cerr);
   if (*gemm_cmd) return cli::run_gemm(gemm, std::cout, std::cerr);
+  if (*doctor) return cli::run_doctor(std::cout);
   if (*bench_gemm) return cli::run_bench_gemm(bench_sizes, bench_repeat, std::cout);
   if (*compare) return cli::run_compare(cmp_x, cmp_y, std::cout, std::cerr);
   try {

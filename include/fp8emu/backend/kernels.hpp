@@ -1,0 +1,116 @@
+/// \file kernels.hpp
+/// \brief Where a layer's FP8 work runs: the kernel set a layer calls, with two implementations
+/// that give the same bits, the CPU emulator (`emulated`) and the GPU (`cuda`), plus the selection
+/// and fallback rules of `--backend`.
+///
+/// Backends (per layer, or for the whole model):
+///   - `reference`: FP32, no quantization (the layer's FP32 twin);
+///   - `emulated`: FP8 on the CPU, the bit-exact emulator (emulation/);
+///   - `cuda`: FP8 on the GPU; every kernel is the twin of an emulation kernel and calls the same
+///     integer-only core functions (include/fp8emu/core), so results are bit-identical to
+///     `emulated` (checked on a GPU by `fp8emu validate`).
+/// When `cuda` is requested but cannot run (no CUDA in this build, no driver, no GPU, compute
+/// capability below 8.9), the layer falls back to `emulated` and one line says why and how to fix
+/// it; with `strict` it is an error instead.
+///
+/// All pointers are host pointers; shapes and layouts are those of the emu:: function each method
+/// mirrors (named in its comment). Methods throw fp8emu::Error on bad shapes (as emu::) and, for
+/// `cuda`, on CUDA errors, naming the CUDA call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "fp8emu/emulation/block_quantize.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/scaling/recipe.hpp"
+
+namespace fp8emu::backend {
+
+/// Where a layer runs.
+enum class Kind : std::uint8_t { kReference, kEmulated, kCuda };
+/// "reference" | "emulated" | "cuda". \throws fp8emu::Error naming the accepted values.
+Kind parse_kind(const std::string& s);
+const char* to_string(Kind k);
+
+/// The FP8 kernels a layer calls. Implementations must agree bit for bit.
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  virtual const char* name() const = 0;
+  /// emu::compute_amax.
+  virtual float compute_amax(const float* x, std::size_t n) const = 0;
+  /// emu::quantize (per-tensor scale, satfinite; amax max-accumulated if non-null).
+  virtual emu::QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
+                                      float* amax) const = 0;
+  /// emu::dequantize.
+  virtual void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) const = 0;
+  /// emu::transpose (codes).
+  virtual void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const = 0;
+  /// emu::gemm_fp8_tn (any accumulation model).
+  virtual void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
+                           const std::uint8_t* B, Format fb, float scale_inv_b, const emu::GemmAccumulation& acc,
+                           float* D) const = 0;
+  /// emu::quantize_mxfp8.
+  virtual emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
+                                             scaling::E8M0Rule rule, emu::QuantizeStats* stats) const = 0;
+  /// emu::quantize_block_1d.
+  virtual emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis,
+                                                Format fmt, int block, bool pow2, float epsilon,
+                                                emu::QuantizeStats* stats) const = 0;
+  /// emu::quantize_block_2d.
+  virtual emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile,
+                                                  bool pow2, float epsilon, emu::QuantizeStats* stats) const = 0;
+  /// emu::gemm_fp8_block_tn.
+  virtual void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const = 0;
+};
+
+/// The CPU emulator's kernels (always available).
+const Kernels& emulated_kernels();
+
+/// What the machine offers for the `cuda` backend (never throws; probed once, then cached).
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;  ///< Compute capability.
+  std::size_t memory_bytes = 0;
+  bool fp8_mma() const { return cc_major * 10 + cc_minor >= 89; }  ///< FP8 mma.sync (sm_89+).
+  bool wgmma() const { return cc_major == 9 && cc_minor == 0; }    ///< wgmma (sm_90a).
+  bool mxfp8() const { return cc_major >= 10; }                    ///< block-scaled MMA (sm_100+).
+};
+struct CudaStatus {
+  bool built = false;            ///< This fp8emu was compiled with CUDA (nvcc found at configure).
+  int runtime_version = 0;       ///< cudaRuntimeGetVersion (e.g. 13000), 0 if not built.
+  int driver_version = 0;        ///< cudaDriverGetVersion, 0 without a driver.
+  std::size_t cublaslt_version = 0;  ///< cublasLtGetVersion, 0 if not built.
+  std::vector<GpuInfo> gpus;
+  std::string error;             ///< The CUDA error met while probing, if any.
+  /// True when the `cuda` backend can run: built, and some GPU has compute capability >= 8.9.
+  bool usable() const;
+  /// Why `cuda` cannot run, and how to fix it (one sentence each); empty when usable().
+  std::string why_not() const;
+};
+const CudaStatus& cuda_status();
+
+/// The GPU kernels. \throws fp8emu::Error (with why_not()) when !cuda_status().usable().
+const Kernels& cuda_kernels();
+
+/// Per-layer backends from a spec: one kind for all ("cuda"), or "name=kind" pairs separated by
+/// commas ("fc1=cuda,fc2=emulated"); layers not named get `fallback_default`.
+/// \throws fp8emu::Error on an unknown layer name or kind, naming the valid ones.
+std::vector<Kind> parse_layer_backends(const std::string& spec, const std::vector<std::string>& layer_names,
+                                       Kind fallback_default);
+
+/// Replaces `cuda` by `emulated` when the GPU cannot run it, writing one line to `log` that says
+/// why and how to fix it; with `strict` throws fp8emu::Error instead. Returns the kinds to use.
+std::vector<Kind> resolve(std::vector<Kind> kinds, bool strict, std::ostream& log);
+
+/// The kernels of a resolved kind (kReference has none: the layer runs FP32).
+const Kernels& kernels_of(Kind k);
+
+}  // namespace fp8emu::backend

@@ -1,0 +1,153 @@
+// Backend selection and the emulated kernel set (see include/fp8emu/backend/kernels.hpp).
+#include "fp8emu/backend/kernels.hpp"
+
+#include <ostream>
+#include <sstream>
+
+#include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/util/error.hpp"
+#include "detail.hpp"
+
+namespace fp8emu::backend {
+
+Kind parse_kind(const std::string& s) {
+  if (s == "reference") return Kind::kReference;
+  if (s == "emulated") return Kind::kEmulated;
+  if (s == "cuda") return Kind::kCuda;
+  FP8EMU_FAIL("unknown backend '", s, "' (expected reference, emulated or cuda)");
+}
+
+const char* to_string(Kind k) {
+  switch (k) {
+    case Kind::kReference: return "reference";
+    case Kind::kEmulated: return "emulated";
+    case Kind::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+namespace {
+
+class EmulatedKernels final : public Kernels {
+ public:
+  const char* name() const override { return "emulated"; }
+  float compute_amax(const float* x, std::size_t n) const override { return emu::compute_amax(x, n); }
+  emu::QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
+                              float* amax) const override {
+    return emu::quantize(x, n, scale, fmt, q, amax);
+  }
+  void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) const override {
+    emu::dequantize(q, n, scale_inv, fmt, y);
+  }
+  void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const override {
+    emu::transpose(rows, cols, in, out);
+  }
+  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
+                   Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D) const override {
+    emu::gemm_fp8_tn(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc, D);
+  }
+  emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
+                                     scaling::E8M0Rule rule, emu::QuantizeStats* stats) const override {
+    return emu::quantize_mxfp8(x, rows, cols, axis, fmt, rule, stats);
+  }
+  emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
+                                        int block, bool pow2, float epsilon,
+                                        emu::QuantizeStats* stats) const override {
+    return emu::quantize_block_1d(x, rows, cols, axis, fmt, block, pow2, epsilon, stats);
+  }
+  emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
+                                          float epsilon, emu::QuantizeStats* stats) const override {
+    return emu::quantize_block_2d(x, rows, cols, fmt, tile, pow2, epsilon, stats);
+  }
+  void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const override {
+    emu::gemm_fp8_block_tn(A, B, D);
+  }
+};
+
+}  // namespace
+
+const Kernels& emulated_kernels() {
+  static const EmulatedKernels k;
+  return k;
+}
+
+bool CudaStatus::usable() const {
+  if (!built) return false;
+  for (const GpuInfo& g : gpus)
+    if (g.fp8_mma()) return true;
+  return false;
+}
+
+std::string CudaStatus::why_not() const {
+  if (usable()) return "";
+  if (!built)
+    return "this fp8emu was built without CUDA (nvcc was not found when it was configured); install the CUDA "
+           "toolkit (12.1 or newer) and reconfigure with -DFP8EMU_ENABLE_CUDA=ON";
+  if (driver_version == 0)
+    return "no NVIDIA driver was found (" + (error.empty() ? std::string("cudaDriverGetVersion gave 0") : error) +
+           "); install the NVIDIA driver and run on a machine with an sm_89+ GPU";
+  if (gpus.empty())
+    return "the NVIDIA driver sees no GPU (" + (error.empty() ? std::string("cudaGetDeviceCount gave 0") : error) +
+           "); check CUDA_VISIBLE_DEVICES and nvidia-smi";
+  std::ostringstream os;
+  os << "no GPU supports FP8 (compute capability 8.9 or newer is needed; found";
+  for (const GpuInfo& g : gpus) os << " " << g.name << " sm_" << g.cc_major << g.cc_minor;
+  os << "); run on an Ada (sm_89), Hopper (sm_90) or newer GPU";
+  return os.str();
+}
+
+const CudaStatus& cuda_status() {
+  static const CudaStatus s = detail::probe_cuda();
+  return s;
+}
+
+const Kernels& cuda_kernels() {
+  const CudaStatus& s = cuda_status();
+  FP8EMU_CHECK(s.usable(), "the cuda backend cannot run: ", s.why_not());
+  return detail::gpu_kernels();
+}
+
+const Kernels& kernels_of(Kind k) {
+  FP8EMU_CHECK(k != Kind::kReference, "the reference backend runs FP32 and has no FP8 kernels");
+  return k == Kind::kCuda ? cuda_kernels() : emulated_kernels();
+}
+
+std::vector<Kind> parse_layer_backends(const std::string& spec, const std::vector<std::string>& layer_names,
+                                       Kind fallback_default) {
+  std::vector<Kind> kinds(layer_names.size(), fallback_default);
+  if (spec.find('=') == std::string::npos) {
+    std::fill(kinds.begin(), kinds.end(), parse_kind(spec));
+    return kinds;
+  }
+  std::istringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const std::size_t eq = item.find('=');
+    FP8EMU_CHECK(eq != std::string::npos && eq > 0, "--backend: expected name=kind, got '", item, "'");
+    const std::string name = item.substr(0, eq);
+    std::size_t i = 0;
+    while (i < layer_names.size() && layer_names[i] != name) ++i;
+    if (i == layer_names.size()) {
+      std::string valid;
+      for (const std::string& n : layer_names) valid += (valid.empty() ? "" : ", ") + n;
+      FP8EMU_FAIL("--backend: unknown layer '", name, "' (this model's layers are ", valid, ")");
+    }
+    kinds[i] = parse_kind(item.substr(eq + 1));
+  }
+  return kinds;
+}
+
+std::vector<Kind> resolve(std::vector<Kind> kinds, bool strict, std::ostream& log) {
+  bool wants_cuda = false;
+  for (Kind k : kinds) wants_cuda |= k == Kind::kCuda;
+  if (!wants_cuda || cuda_status().usable()) return kinds;
+  const std::string why = cuda_status().why_not();
+  FP8EMU_CHECK(!strict, "--backend cuda cannot run (--strict): ", why);
+  log << "fp8emu: the cuda backend cannot run, using the bit-exact CPU emulator (emulated) instead: " << why
+      << " (`fp8emu doctor` shows the details; --strict makes this an error)\n";
+  for (Kind& k : kinds)
+    if (k == Kind::kCuda) k = Kind::kEmulated;
+  return kinds;
+}
+
+}  // namespace fp8emu::backend
