@@ -1,6 +1,8 @@
 // The main experiment: FP32 vs emulated FP8 (delayed scaling) on Fashion-MNIST.
 #include "train.hpp"
 
+#include "fp8emu/backend/kernels.hpp"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -415,6 +417,13 @@ void evaluate(nn::Mlp& model, const Split& test, bool twin, double& loss, double
   }
 }
 
+// "fc1".."fcN", the names of the Linear layers in --backend.
+std::vector<std::string> layer_names(const std::vector<int>& sizes) {
+  std::vector<std::string> names;
+  for (std::size_t i = 1; i < sizes.size(); ++i) names.push_back("fc" + std::to_string(i));
+  return names;
+}
+
 RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision precision,
                  const scaling::Recipe& recipe, const Split& train, const Split& test,
                  const std::vector<int>& sizes, const std::function<void(const RunLog&)>& on_epoch,
@@ -428,6 +437,15 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
     for (auto& l : model.layers) {
       if (tensor_core) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
       else l.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});
+    }
+  }
+  if (precision == nn::Precision::kFp8) {
+    std::ostringstream quiet;  // the fallback line was printed once when the flags were checked
+    const std::vector<backend::Kind> kinds = backend::resolve(
+        backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated), cfg.strict, quiet);
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      if (kinds[i] == backend::Kind::kReference) model.layers[i].set_precision(nn::Precision::kFp32);
+      else model.layers[i].set_kernels(backend::kernels_of(kinds[i]));
     }
   }
   nn::Optimizer opt(nn::Optimizer::parse(cfg.optimizer), cfg.lr);
@@ -569,6 +587,7 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   c["block"] = {{"fp8_format", scaling::to_string(cfg.block.fp8_format)},
                 {"use_f32_scales", cfg.block.use_f32_scales},
                 {"amax_epsilon", shortest(cfg.block.amax_epsilon)}};
+  c["backend"] = cfg.backend;
   c["gemm_accumulation"] =
       cfg.accumulation == "hopper" || cfg.accumulation == "ada"
           ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"
@@ -702,6 +721,13 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   nn::parse_activation(cfg.activation);
   emu::parse_accumulation(cfg.accumulation);
   nn::Optimizer::parse(cfg.optimizer);
+  {
+    std::vector<int> sizes{1};  // only the layer count matters for the names
+    sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
+    sizes.push_back(1);
+    backend::resolve(backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated),
+                     cfg.strict, std::cerr);
+  }
 #ifdef _OPENMP
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   const int threads = omp_get_max_threads();

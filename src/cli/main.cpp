@@ -82,6 +82,11 @@ int main(int argc, char** argv) {
   train->add_option("--optimizer", cfg.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
   train->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
   train->add_flag("--quiet", quiet, "No progress output");
+  train->add_option("--backend", cfg.backend,
+                    "Where the Linear layers run: emulated, cuda (falls back to emulated without a usable GPU) or "
+                    "reference (FP32); for all layers or per layer, e.g. fc1=cuda,fc3=reference")
+      ->capture_default_str();
+  train->add_flag("--strict", cfg.strict, "With --backend cuda: fail instead of falling back to the emulator");
   train->add_option("--checkpoint-every", cfg.checkpoint_every,
                     "Write <out>/checkpoint.bin every N epochs and at the end of each run (0: never)")
       ->capture_default_str();

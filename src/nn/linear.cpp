@@ -71,7 +71,7 @@ float Linear::per_tensor_cast(const Matrix& m, Format fmt, bool forward, int slo
   float* amax = nullptr;  // current scaling: TE casts with a null amax pointer after its amax kernel
   float scale;
   if (const auto* cur = std::get_if<scaling::CurrentScaling>(&recipe_)) {
-    scale = core::compute_scale_from_amax(emu::compute_amax(m.data.data(), m.size()), max_finite_f32(fmt),
+    scale = core::compute_scale_from_amax(kernels_->compute_amax(m.data.data(), m.size()), max_finite_f32(fmt),
                                           cur->use_power_2_scales, cur->amax_epsilon, FLT_MAX);
   } else {
     scaling::DelayedScalingState& state = forward ? fwd_state_ : bwd_state_;
@@ -79,7 +79,7 @@ float Linear::per_tensor_cast(const Matrix& m, Format fmt, bool forward, int slo
     scale = state.scale(slot);
   }
   q.resize(m.size());
-  st += emu::quantize(m.data.data(), m.size(), scale, fmt, q.data(), amax);
+  st += kernels_->quantize(m.data.data(), m.size(), scale, fmt, q.data(), amax);
   last_scale_[role] = scale;
   return emu::scale_inv_of(scale);
 }
@@ -88,9 +88,9 @@ float Linear::per_tensor_cast(const Matrix& m, Format fmt, bool forward, int slo
 emu::BlockQuantized Linear::block_cast(const Matrix& m, emu::BlockAxis axis, Format fmt,
                                        emu::QuantizeStats* st) const {
   if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_))
-    return emu::quantize_mxfp8(m.data.data(), m.rows, m.cols, axis, fmt, mx->rule, st);
+    return kernels_->quantize_mxfp8(m.data.data(), m.rows, m.cols, axis, fmt, mx->rule, st);
   const auto& bl = std::get<scaling::Float8BlockScaling>(recipe_);
-  return emu::quantize_block_1d(m.data.data(), m.rows, m.cols, axis, fmt, kFloat8Block, !bl.use_f32_scales,
+  return kernels_->quantize_block_1d(m.data.data(), m.rows, m.cols, axis, fmt, kFloat8Block, !bl.use_f32_scales,
                                 bl.amax_epsilon, st);
 }
 
@@ -105,7 +105,7 @@ void Linear::cast_weight(std::optional<bool> is_first_microbatch) {
     w_row_ = block_cast(weight, emu::BlockAxis::kRowwise, fwd_format_, &stats.weight);
     w_col_ = block_cast(weight, emu::BlockAxis::kColumnwise, fwd_format_, nullptr);
   } else if (const auto* bl = std::get_if<scaling::Float8BlockScaling>(&recipe_)) {
-    emu::BlockQuantized2D w = emu::quantize_block_2d(weight.data.data(), out, in, fwd_format_, kFloat8Block,
+    emu::BlockQuantized2D w = kernels_->quantize_block_2d(weight.data.data(), out, in, fwd_format_, kFloat8Block,
                                                      !bl->use_f32_scales, bl->amax_epsilon, &stats.weight);
     w_row_ = std::move(w.rowwise);
     w_col_ = std::move(w.columnwise);
@@ -127,13 +127,13 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
     const emu::BlockQuantized x_row = block_cast(x, emu::BlockAxis::kRowwise, fwd_format_, &stats.input);
     if (training) x_col_ = block_cast(x, emu::BlockAxis::kColumnwise, fwd_format_, nullptr);
     y.resize(batch, out);
-    emu::gemm_fp8_block_tn(x_row, w_row_, y.data.data());
+    kernels_->gemm_fp8_block_tn(x_row, w_row_, y.data.data());
     add_bias(y, bias);
   } else {
     cast_weight(is_first_microbatch);
     sinv_x_ = per_tensor_cast(x, fwd_format_, true, kInput, 0, x_q_, stats.input);
     y.resize(batch, out);
-    emu::gemm_fp8_tn(batch, out, in, x_q_.data(), fwd_format_, sinv_x_, w_q_.data(), fwd_format_, sinv_w_,
+    kernels_->gemm_fp8_tn(batch, out, in, x_q_.data(), fwd_format_, sinv_x_, w_q_.data(), fwd_format_, sinv_w_,
                      acc_fprop_, y.data.data());  // x [batch, in] . W [out, in]^T
     add_bias(y, bias);
   }
@@ -163,25 +163,25 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
   } else if (is_block_recipe()) {
     const emu::BlockQuantized dy_row = block_cast(dy, emu::BlockAxis::kRowwise, bwd_format_, &stats.grad_output);
     const emu::BlockQuantized dy_col = block_cast(dy, emu::BlockAxis::kColumnwise, bwd_format_, nullptr);
-    emu::gemm_fp8_block_tn(dy_col, x_col_, grad_weight.data.data());  // [out, K=batch] x [in, K=batch]
+    kernels_->gemm_fp8_block_tn(dy_col, x_col_, grad_weight.data.data());  // [out, K=batch] x [in, K=batch]
     if (dx) {
       dx->resize(batch, in);
-      emu::gemm_fp8_block_tn(dy_row, w_col_, dx->data.data());  // [batch, K=out] x [in, K=out]
+      kernels_->gemm_fp8_block_tn(dy_row, w_col_, dx->data.data());  // [batch, K=out] x [in, K=out]
     }
   } else {
     std::vector<std::uint8_t> dy_q;
     const float sinv_dy = per_tensor_cast(dy, bwd_format_, false, kGradOutput, 2, dy_q, stats.grad_output);
     // TE's transposed FP8 copies (Hopper/Ada take only the TN layout): dy^T, x^T, W^T.
     std::vector<std::uint8_t> dy_q_t(dy_q.size()), x_q_t(x_q_.size());
-    emu::transpose(batch, out, dy_q.data(), dy_q_t.data());  // [out, batch]
-    emu::transpose(batch, in, x_q_.data(), x_q_t.data());    // [in, batch]
-    emu::gemm_fp8_tn(out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_t.data(), fwd_format_, sinv_x_,
+    kernels_->transpose(batch, out, dy_q.data(), dy_q_t.data());  // [out, batch]
+    kernels_->transpose(batch, in, x_q_.data(), x_q_t.data());    // [in, batch]
+    kernels_->gemm_fp8_tn(out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_t.data(), fwd_format_, sinv_x_,
                      acc_wgrad_, grad_weight.data.data());
     if (dx) {
       std::vector<std::uint8_t> w_q_t(w_q_.size());
-      emu::transpose(out, in, w_q_.data(), w_q_t.data());  // [in, out]
+      kernels_->transpose(out, in, w_q_.data(), w_q_t.data());  // [in, out]
       dx->resize(batch, in);
-      emu::gemm_fp8_tn(batch, in, out, dy_q.data(), bwd_format_, sinv_dy, w_q_t.data(), fwd_format_, sinv_w_,
+      kernels_->gemm_fp8_tn(batch, in, out, dy_q.data(), bwd_format_, sinv_dy, w_q_t.data(), fwd_format_, sinv_w_,
                        acc_dgrad_, dx->data.data());
     }
   }

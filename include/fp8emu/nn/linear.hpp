@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fp8emu/emulation/block_quantize.hpp"
+#include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/nn/matrix.hpp"
@@ -85,6 +86,13 @@ class Linear {
   void set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
                         const emu::GemmAccumulation& wgrad);
 
+  /// Where the FP8 kernels of this layer run (backend/kernels.hpp): emulated_kernels() (default)
+  /// or cuda_kernels(); both give the same bits. The reference backend is Precision::kFp32.
+  void set_kernels(const backend::Kernels& k) { kernels_ = &k; }
+  /// Runs this layer in FP32 (the `reference` backend) or FP8 from now on.
+  void set_precision(Precision p) { precision_ = p; }
+  const backend::Kernels& kernels() const { return *kernels_; }
+
   /// TE forward update point (after the forward): delayed-scaling update of slots 0..2
   /// (no-op for the other recipes and in FP32).
   void update_forward_scales();
@@ -120,6 +128,7 @@ class Linear {
   bool is_block_recipe() const { return recipe_.index() >= 2; }
 
   Precision precision_;
+  const backend::Kernels* kernels_ = &backend::emulated_kernels();
   scaling::Recipe recipe_;
   Format fwd_format_ = Format::kE4M3, bwd_format_ = Format::kE5M2;
   scaling::DelayedScalingState fwd_state_;

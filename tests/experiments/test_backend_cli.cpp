@@ -1,0 +1,100 @@
+// --backend, --strict and `fp8emu doctor` (include/fp8emu/backend/kernels.hpp). Without a usable
+// GPU (CI) `--backend cuda` must fall back to the emulator with one line and give exactly the
+// emulated results; --strict must refuse. On a machine with a usable GPU the same flags run the GPU
+// kernels, which must also give the emulated results (the bit-exactness claim of the backend).
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "support/cli_runner.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+using Result = fp8emu::testing::CliResult;
+Result run(const std::string& args) { return fp8emu::testing::run_cli(args); }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string metrics_without_seconds(const fs::path& p) {
+  std::stringstream in(slurp(p)), out;
+  std::string line;
+  while (std::getline(in, line)) out << line.substr(0, line.rfind(',')) << '\n';
+  return out.str();
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("fp8emu-backend-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  return d;
+}
+
+const std::string kSmall = " --epochs 1 --train-samples 600 --test-samples 200 --batch-size 50 --quiet";
+
+bool gpu_usable() { return run("doctor").output.find("cuda       yes") != std::string::npos; }
+}  // namespace
+
+TEST_CASE("doctor inspects the machine and says which backends can run", "[cli][backend]") {
+  const Result r = run("doctor");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("emulated   yes") != std::string::npos);
+  CHECK(r.output.find("OpenMP:") != std::string::npos);
+  const bool usable = r.output.find("cuda       yes") != std::string::npos;
+  if (!usable) CHECK(r.output.find("cuda       no: ") != std::string::npos);  // and why
+}
+
+TEST_CASE("--backend cuda gives exactly the emulated results (fallback without a GPU)", "[cli][backend]") {
+  const fs::path e = scratch("emulated"), c = scratch("cuda");
+  const Result re = run("train" + kSmall + " --backend emulated --out " + e.string());
+  const Result rc = run("train" + kSmall + " --backend cuda --out " + c.string());
+  REQUIRE(re.code == 0);
+  REQUIRE(rc.code == 0);
+  CHECK(metrics_without_seconds(e / "metrics.csv") == metrics_without_seconds(c / "metrics.csv"));
+  CHECK(slurp(e / "layers.csv") == slurp(c / "layers.csv"));
+  const std::string fallback = "the cuda backend cannot run, using the bit-exact CPU emulator";
+  if (!gpu_usable()) {
+    CHECK(rc.output.find(fallback) != std::string::npos);
+    CHECK(re.output.find(fallback) == std::string::npos);
+  } else {
+    CHECK(rc.output.find(fallback) == std::string::npos);
+  }
+}
+
+TEST_CASE("--strict refuses a cuda backend that cannot run, before writing anything", "[cli][backend]") {
+  if (gpu_usable()) {
+    WARN("a usable GPU is present: nothing to refuse");
+    return;
+  }
+  const fs::path d = scratch("strict");
+  const Result r = run("train" + kSmall + " --backend cuda --strict --out " + d.string());
+  CHECK(r.code != 0);
+  CHECK(r.output.find("--backend cuda cannot run (--strict)") != std::string::npos);
+  CHECK(!fs::exists(d));
+  // Per layer too.
+  CHECK(run("train" + kSmall + " --backend fc2=cuda --strict --out " + d.string()).code != 0);
+}
+
+TEST_CASE("per-layer backends: a reference (FP32) layer changes the FP8 run, names are checked", "[cli][backend]") {
+  const fs::path e = scratch("all-emulated"), r = scratch("fc2-reference");
+  REQUIRE(run("train" + kSmall + " --out " + e.string()).code == 0);
+  REQUIRE(run("train" + kSmall + " --backend fc2=reference --out " + r.string()).code == 0);
+  const std::string me = metrics_without_seconds(e / "metrics.csv"), mr = metrics_without_seconds(r / "metrics.csv");
+  // The FP32 run is the same; the FP8 run differs because fc2 ran in FP32.
+  CHECK(me.substr(0, me.find("fp8_")) == mr.substr(0, mr.find("fp8_")));
+  CHECK(me != mr);
+  const Result bad = run("train" + kSmall + " --backend fc9=cuda --out " + scratch("bad").string());
+  CHECK(bad.code != 0);
+  CHECK(bad.output.find("unknown layer 'fc9' (this model's layers are fc1, fc2, fc3)") != std::string::npos);
+  const Result bad_kind = run("train" + kSmall + " --backend fc1=gpu --out " + scratch("bad2").string());
+  CHECK(bad_kind.code != 0);
+  CHECK(bad_kind.output.find("unknown backend 'gpu'") != std::string::npos);
+}
