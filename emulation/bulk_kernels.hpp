@@ -20,6 +20,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/format/format_spec.hpp"
@@ -141,5 +145,58 @@ __attribute__((always_inline)) inline void cast_span(const typename W::T* __rest
     counts->nan += nans;
   }
 }
+
+// B x B byte blocks: dst[j * ld_dst + r] = src[r * ld_src + j] for r, j < B.
+//  - transpose_block_u64 (B = 8, portable): the rows as little-endian 64-bit words (byte j = bits
+//    8j..8j+7), three rounds of masked swaps exchanging the off-diagonal halves of the 4 x 4, 2 x 2
+//    and 1 x 1 sub-blocks.
+//  - transpose_block_sse2 (B = 16, x86-64): four rounds of byte interleaves of rows i and i + 8
+//    (unpacklo/unpackhi_epi8 into rows 2i, 2i + 1); four perfect shuffles of the 16 row indices are
+//    the identity and move every byte (r, c) to (c, r).
+inline void transpose_block_u64(const std::uint8_t* src, std::size_t ld_src, std::uint8_t* dst, std::size_t ld_dst) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "transpose_block_u64 assumes little-endian words");
+  std::uint64_t m[8];
+  for (std::size_t i = 0; i < 8; ++i) std::memcpy(&m[i], src + i * ld_src, 8);
+  for (std::size_t i : {0, 1, 2, 3}) {
+    const std::uint64_t t = ((m[i] >> 32) ^ m[i + 4]) & 0x00000000'FFFFFFFFu;
+    m[i] ^= t << 32;
+    m[i + 4] ^= t;
+  }
+  for (std::size_t i : {0, 1, 4, 5}) {
+    const std::uint64_t t = ((m[i] >> 16) ^ m[i + 2]) & 0x0000FFFF'0000FFFFu;
+    m[i] ^= t << 16;
+    m[i + 2] ^= t;
+  }
+  for (std::size_t i : {0, 2, 4, 6}) {
+    const std::uint64_t t = ((m[i] >> 8) ^ m[i + 1]) & 0x00FF00FF'00FF00FFu;
+    m[i] ^= t << 8;
+    m[i + 1] ^= t;
+  }
+  for (std::size_t i = 0; i < 8; ++i) std::memcpy(dst + i * ld_dst, &m[i], 8);
+}
+
+#if defined(__SSE2__)
+inline void transpose_block_sse2(const std::uint8_t* src, std::size_t ld_src, std::uint8_t* dst, std::size_t ld_dst) {
+  __m128i a[16], b[16];
+  for (std::size_t i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * ld_src));
+  for (int round = 0; round < 4; ++round) {
+    for (std::size_t i = 0; i < 8; ++i) {
+      b[2 * i] = _mm_unpacklo_epi8(a[i], a[i + 8]);
+      b[2 * i + 1] = _mm_unpackhi_epi8(a[i], a[i + 8]);
+    }
+    for (std::size_t i = 0; i < 16; ++i) a[i] = b[i];
+  }
+  for (std::size_t i = 0; i < 16; ++i) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i * ld_dst), a[i]);
+}
+inline constexpr std::size_t kTransposeBlock = 16;
+inline void transpose_block(const std::uint8_t* src, std::size_t ld_src, std::uint8_t* dst, std::size_t ld_dst) {
+  transpose_block_sse2(src, ld_src, dst, ld_dst);
+}
+#else
+inline constexpr std::size_t kTransposeBlock = 8;
+inline void transpose_block(const std::uint8_t* src, std::size_t ld_src, std::uint8_t* dst, std::size_t ld_dst) {
+  transpose_block_u64(src, ld_src, dst, ld_dst);
+}
+#endif
 
 }  // namespace fp8emu::emu::detail

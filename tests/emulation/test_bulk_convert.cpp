@@ -307,6 +307,28 @@ TEST_CASE("2-D cast: column-wise output is the transpose of the row-wise output"
   omp_set_num_threads(saved);
 }
 
+TEST_CASE("byte block transposes of the 2-D cast: the portable 8 x 8 and the SSE2 16 x 16", "[emulation][bulk][2d]") {
+  std::mt19937 g(3);
+  std::vector<std::uint8_t> src(16 * 37);
+  for (auto& b : src) b = std::uint8_t(g());
+  for (std::size_t ld_dst : {std::size_t(16), std::size_t(21), std::size_t(40)}) {
+    std::vector<std::uint8_t> dst(16 * ld_dst, 0xAA);
+    emu::detail::transpose_block_u64(src.data() + 5, 37, dst.data() + 1, ld_dst);
+    bool ok = true;
+    for (std::size_t r = 0; r < 8; ++r)
+      for (std::size_t c = 0; c < 8; ++c) ok = ok && dst[1 + c * ld_dst + r] == src[5 + r * 37 + c];
+    CHECK(ok);
+#if defined(__SSE2__)
+    std::fill(dst.begin(), dst.end(), 0xAA);
+    emu::detail::transpose_block_sse2(src.data() + 3, 37, dst.data(), ld_dst);
+    ok = true;
+    for (std::size_t r = 0; r < 16; ++r)
+      for (std::size_t c = 0; c < 16; ++c) ok = ok && dst[c * ld_dst + r] == src[3 + r * 37 + c];
+    CHECK(ok);
+#endif
+  }
+}
+
 TEST_CASE("2-D cast rejects a call with no output and a size that overflows", "[emulation][bulk][2d][errors]") {
   const float x[4] = {1, 2, 3, 4};
   std::uint8_t q[4];
