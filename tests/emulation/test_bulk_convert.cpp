@@ -76,9 +76,9 @@ long first_mismatch(const T* a, const std::vector<T>& b) {
 }
 
 // Scales: plain, inexact, subnormal, huge (products overflow to Inf), zero and signed, Inf, NaN.
-const float kScales[] = {1.0f,          0.3f,          1.0f / 3.0f, 7.77e-3f,         6.1e4f,
-                         448.0f / 3.7f, 0x1p-20f,      0x1p-149f,   0x1.fffffep127f, 0.0f,
-                         -0.0f,         -1.0f,         -2.5e-3f,    INFINITY,         NAN};
+const float kScales[] = {1.0f,     0.3f,     1.0f / 3.0f,     7.77e-3f, 6.1e4f, max_finite_f32(Format::kE4M3) / 3.7f,
+                         0x1p-20f, 0x1p-149f, 0x1.fffffep127f, 0.0f,    -0.0f,  -1.0f,
+                         -2.5e-3f, INFINITY, NAN};
 
 // fp32 inputs: the top 16 bits through all 2^16 values with low halves that are zero, one, just
 // below and at the half-way point of bit 16 and all ones; specials; random patterns.
@@ -86,9 +86,10 @@ std::vector<std::uint32_t> structured_f32() {
   std::vector<std::uint32_t> v;
   for (std::uint32_t lo : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu})
     for (std::uint32_t hi = 0; hi < 0x10000u; ++hi) v.push_back((hi << 16) | lo);
+  const float e4m3_max = max_finite_f32(Format::kE4M3), e5m2_max = max_finite_f32(Format::kE5M2);
   for (float s : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, std::numeric_limits<float>::denorm_min(),
-                  std::numeric_limits<float>::max(), std::numeric_limits<float>::min(), 448.0f, 464.0f,
-                  464.00003f, 57344.0f, 61440.0f, 61439.996f, 0x1p-10f, 0x1.8p-10f, 0x1p-17f, 0x1.8p-17f})
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::min(), e4m3_max, 464.0f,
+                  464.00003f, e5m2_max, 61440.0f, 61439.996f, 0x1p-10f, 0x1.8p-10f, 0x1p-17f, 0x1.8p-17f})
     v.push_back(bits(s));
   std::mt19937 g(12345);
   for (int i = 0; i < 100000; ++i) v.push_back(std::uint32_t(g()));

@@ -16,7 +16,7 @@ using namespace fp8emu;
 
 namespace {
 
-const float kScales[] = {1.0f, 0.3f, 1.0f / 3.0f, 448.0f / 3.7f, 7.77e-3f, 6.1e4f, 0x1p-20f, -2.5e-3f};
+const float kScales[] = {1.0f, 0.3f, 1.0f / 3.0f, max_finite_f32(Format::kE4M3) / 3.7f, 7.77e-3f, 6.1e4f, 0x1p-20f, -2.5e-3f};
 
 __nv_fp8_interpretation_t nv_format(Format f) { return f == Format::kE4M3 ? __NV_E4M3 : __NV_E5M2; }
 
