@@ -1,4 +1,4 @@
-// `fp8emu bench gemm` (see bench.hpp).
+// `fp8emu bench gemm` and `fp8emu bench convert` (see bench.hpp).
 #include "bench.hpp"
 
 #include <Eigen/Dense>
@@ -100,10 +100,6 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
   out << line;
   return 0;
 }
-
-}  // namespace fp8emu::cli
-
-namespace fp8emu::cli {
 
 int run_bench_convert(std::size_t elements, int repeat, std::ostream& out) {
   if (elements < 1 || elements > (std::size_t(1) << 32) || repeat < 1) {
