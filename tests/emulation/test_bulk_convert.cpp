@@ -7,6 +7,7 @@
 // ones at unaligned addresses; 1 and 2 OpenMP threads; every instruction-set build of the kernel.
 #include <omp.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>

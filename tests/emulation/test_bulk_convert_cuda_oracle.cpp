@@ -3,6 +3,7 @@
 // bf16 / fp16 inputs widened to fp32 by CUDA's __bfloat162float / __half2float first.
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
