@@ -18,9 +18,11 @@
 /// `core::encode_f32_bits(core::f32_to_bits(xf * scale), spec_of(fmt), Saturation::kSatFinite)` for
 /// every input and scale (tests/emulation/test_bulk_convert.cpp sweeps structured sets of all fp32
 /// patterns, all 2^16 bf16 and fp16 inputs, and checks CUDA's host code directly when cuda_fp8.h is
-/// available), and the amax and counts equal emu::quantize's. Overflow policy: __NV_SATFINITE only
+/// available), and the amax and counts equal emu::quantize's (which runs on these kernels). Overflow policy: __NV_SATFINITE only
 /// (finite overflow and +-Inf go to +-max finite, every NaN to the positive NaN code 0x7F).
-/// Rounding: round to nearest, ties to even, once (the fp32 product is itself RN).
+/// Rounding: round to nearest, ties to even, once (the fp32 product is itself RN). Assumes the
+/// default floating-point environment (round to nearest, no FTZ/DAZ), as TE's fp32 product does: the
+/// kernel also rounds the FP8 subnormal range with an (exact-in-that-mode) fp32 addition.
 ///
 /// Determinism: every output (codes, amax, counts) is independent of the OpenMP thread count and of
 /// the instruction set chosen at load time (the work is elementwise, the amax an exact max, the
