@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "fp8emu/core/convert.hpp"
+#include "fp8emu/emulation/bulk_convert.hpp"
 #include "parallel.hpp"
 
 namespace fp8emu::emu {
@@ -16,39 +17,6 @@ std::array<float, 256> make_table(FormatSpec f) {
   return t;
 }
 
-// The body of quantize for a format known at compile time, so the core conversion is inlined
-// with constant field widths.
-template <const FormatSpec& F>
-QuantizeStats quantize_impl(const float* x, std::size_t n, float scale, std::uint8_t* q,
-                            float* amax) {
-  const std::uint8_t mag_mask = std::uint8_t(F.top_code());
-  float local_amax_total = 0.0f;
-  std::uint64_t sat = 0, under = 0, nans = 0;
-  const std::ptrdiff_t count = std::ptrdiff_t(n);
-#pragma omp parallel for schedule(static) if (count >= detail::kParallelMinElements) \
-    reduction(max : local_amax_total) \
-    reduction(+ : sat, under, nans)
-  for (std::ptrdiff_t i = 0; i < count; ++i) {
-    const float v = x[i];
-    const float s = v * scale;
-    const std::uint8_t c = core::f32_to_fp8(s, F, Saturation::kSatFinite);
-    q[i] = c;
-    const float a = std::fabs(v);
-    local_amax_total = std::fmax(local_amax_total, a);  // fmax drops NaN, as fmaxf
-    const bool is_nan = std::isnan(v);
-    nans += is_nan;
-    sat += F.overflows(std::fabs(s));  // false for NaN
-    under += (!is_nan && v != 0.0f && std::isfinite(v) && (c & mag_mask) == 0);
-  }
-  if (amax) *amax = std::fmax(*amax, local_amax_total);
-  QuantizeStats st;
-  st.count = n;
-  st.saturated = sat;
-  st.underflow = under;
-  st.nan = nans;
-  return st;
-}
-
 }  // namespace
 
 const float* decode_table(Format fmt) {
@@ -57,17 +25,17 @@ const float* decode_table(Format fmt) {
   return fmt == Format::kE4M3 ? e4m3.data() : e5m2.data();
 }
 
+// The per-tensor cast is the bulk kernel (bulk_convert.hpp), which computes the same bytes, amax
+// and counts (tests/emulation/test_bulk_convert.cpp).
 QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
                        float* amax) {
-  return fmt == Format::kE4M3 ? quantize_impl<kSpecE4M3>(x, n, scale, q, amax)
-                              : quantize_impl<kSpecE5M2>(x, n, scale, q, amax);
+  QuantizeStats st;
+  quantize_f32(x, n, scale, fmt, q, amax, &st);
+  return st;
 }
 
 void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) {
-  const float* table = decode_table(fmt);
-  const std::ptrdiff_t count = std::ptrdiff_t(n);
-#pragma omp parallel for schedule(static) if (count >= detail::kParallelMinElements)
-  for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = table[q[i]] * scale_inv;
+  dequantize_to_f32(q, n, scale_inv, fmt, y);
 }
 
 float compute_amax(const float* x, std::size_t n) {

@@ -1,10 +1,12 @@
-// `fp8emu bench gemm` (see bench.hpp).
+// `fp8emu bench gemm` and `fp8emu bench convert` (see bench.hpp).
 #include "bench.hpp"
 
 #include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 
@@ -12,6 +14,9 @@
 #include <omp.h>
 #endif
 
+#include "cuda_host_baseline.hpp"
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 
 namespace fp8emu::cli {
@@ -21,6 +26,20 @@ double seconds(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Runs f with `threads` OpenMP threads (the kernels' parallel regions follow the ICV).
+double seconds_with_threads(int threads, const std::function<void()>& f) {
+#ifdef _OPENMP
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const double t = seconds(f);
+  omp_set_num_threads(saved);
+  return t;
+#else
+  (void)threads;
+  return seconds(f);
+#endif
 }
 
 }  // namespace
@@ -79,6 +98,106 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
   }
   std::snprintf(line, sizeof line, "hopper_vs_eigen_sgemm: %.3f\nfp32_vs_eigen_sgemm: %.3f\n", first_hopper, first_fp32);
   out << line;
+  return 0;
+}
+
+int run_bench_convert(std::size_t elements, int repeat, std::ostream& out) {
+  if (elements < 1 || elements > (std::size_t(1) << 32) || repeat < 1) {
+    out << "fp8emu bench convert: error: --elements must be in [1, 2^32] and --repeat >= 1\n";
+    return 2;
+  }
+  const std::size_t n = elements;
+  const Format fmt = Format::kE4M3;
+  const FormatSpec& spec = spec_of(fmt);
+  // Input: N(0, 1) floats from a fixed seed per 64 Ki block (the same array for any thread count),
+  // cast with scale fp8_max / 2, so the |x| > 2.07 tail (about 3.8 %) saturates.
+  const float scale = max_finite_f32(fmt) / 2.0f;
+  std::vector<float> x(n);
+  const std::ptrdiff_t gen_blocks = std::ptrdiff_t((n + 0xFFFF) >> 16);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t b = 0; b < gen_blocks; ++b) {
+    std::mt19937 g(std::uint32_t(b) * 2654435761u + 1u);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const std::size_t i0 = std::size_t(b) << 16, i1 = std::min(n, i0 + 0x10000);
+    for (std::size_t i = i0; i < i1; ++i) x[i] = normal(g);
+  }
+  const bool have_cuda = cuda_host_baseline_available();
+  // One output per path, written before timing (page faults are not measured).
+  std::vector<std::uint8_t> q_cuda(have_cuda ? n : 0, 1), q_scalar(n, 1), q_bulk1(n, 1), q_bulk2(n, 1), q_copy(n, 1);
+  float a_cuda = 0, a_scalar = 0, a_bulk1 = 0, a_bulk2 = 0;
+  double t_cuda = 1e300, t_scalar = 1e300, t_bulk1 = 1e300, t_bulk2 = 1e300, t_copy = 1e300;
+  emu::QuantizeStats stats;
+  // Rounds interleave all paths, so that each sees the same machine conditions; best time kept.
+  for (int r = 0; r < repeat; ++r) {
+    if (have_cuda) {
+      t_cuda = std::min(t_cuda, seconds([&] {
+        a_cuda = 0;
+        cuda_host_cast(x.data(), n, scale, fmt, q_cuda.data(), &a_cuda);
+      }));
+    }
+    t_scalar = std::min(t_scalar, seconds([&] {
+      float m = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        q_scalar[i] = core::encode_f32_bits(core::f32_to_bits(x[i] * scale), spec, Saturation::kSatFinite);
+        m = std::fmax(m, std::fabs(x[i]));
+      }
+      a_scalar = m;
+    }));
+    t_bulk1 = std::min(t_bulk1, seconds_with_threads(1, [&] {
+      a_bulk1 = 0;
+      emu::quantize_f32(x.data(), n, scale, fmt, q_bulk1.data(), &a_bulk1);
+    }));
+    t_bulk2 = std::min(t_bulk2, seconds_with_threads(2, [&] {
+      a_bulk2 = 0;
+      emu::quantize_f32(x.data(), n, scale, fmt, q_bulk2.data(), &a_bulk2);
+    }));
+    t_copy = std::min(t_copy, seconds([&] {
+      const float* in = x.data();
+      std::uint8_t* o = q_copy.data();
+      const std::ptrdiff_t count = std::ptrdiff_t(n);
+#pragma omp parallel for schedule(static) num_threads(2)
+      for (std::ptrdiff_t i = 0; i < count; ++i) {
+        std::uint32_t u;
+        std::memcpy(&u, in + i, sizeof u);
+        o[i] = std::uint8_t(u >> 24);
+      }
+    }));
+  }
+  {  // The saturated fraction, for the header (counting is not part of the timed cast).
+    std::vector<std::uint8_t> q_stats(n);
+    emu::quantize_f32(x.data(), n, scale, fmt, q_stats.data(), nullptr, &stats);
+  }
+  // Every path must have computed the same thing.
+  const auto same = [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+  const bool ok = q_scalar == q_bulk1 && q_scalar == q_bulk2 && same(a_scalar, a_bulk1) && same(a_scalar, a_bulk2) &&
+                  (!have_cuda || (q_cuda == q_scalar && same(a_cuda, a_scalar)));
+  if (!ok) {
+    out << "fp8emu bench convert: error: the paths disagree (bytes or amax differ between "
+        << (have_cuda ? "cuda_host, " : "") << "core_scalar and bulk)\n";
+    return 1;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "fp32 -> E4M3 (satfinite), scale %g, amax %.6g, %zu elements (%.2f %% saturate), best of %d\n",
+                double(scale), double(a_bulk2), n, 100.0 * double(stats.saturated) / double(n), repeat);
+  out << line << "  path         threads  ns/element      GB/s   M elem/s\n";
+  const auto row = [&](const char* name, int threads, double t) {
+    std::snprintf(line, sizeof line, "  %-12s %7d %11.3f %9.2f %10.1f\n", name, threads, t / double(n) * 1e9,
+                  5.0 * double(n) / t / 1e9, double(n) / t / 1e6);
+    out << line;
+  };
+  if (have_cuda) row("cuda_host", 1, t_cuda);
+  else out << "  cuda_host    unavailable: cuda_fp8.h was not found at build time (no speedup line)\n";
+  row("core_scalar", 1, t_scalar);
+  row("bulk", 1, t_bulk1);
+  row("bulk", 2, t_bulk2);
+  row("copy", 2, t_copy);
+  if (have_cuda) {
+    std::snprintf(line, sizeof line, "speedup_vs_cuda_host_per_thread: %.2f\n", t_cuda / t_bulk1);
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "fraction_of_copy_bandwidth: %.3f\n", t_copy / t_bulk2);
+  out << line << std::flush;
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // `fp8emu bench gemm`: GEMM throughput of the accumulation models against Eigen's fp32 GEMM.
+// `fp8emu bench convert`: the bulk fp32 -> FP8 cast against CUDA's host code and a copy pass.
 #pragma once
 
+#include <cstddef>
 #include <ostream>
 #include <vector>
 
@@ -10,5 +12,20 @@ namespace fp8emu::cli {
 /// model (fast accumulation) at M = N = K = each size; best of `repeat` runs. Prints a table and,
 /// last, `hopper_vs_eigen_sgemm: X` and `fp32_vs_eigen_sgemm: Y` (GFLOP/s ratios at the first size).
 int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out);
+
+/// fp32 -> E4M3 (__NV_SATFINITE) with a per-tensor scale and the amax, over `elements` values
+/// (deterministic normal-distributed floats times a scale that makes about 4 % of them saturate),
+/// timed in one run, best of `repeat` interleaved rounds:
+///   cuda_host    CUDA's __nv_cvt_float_to_fp8(x * scale) and fmaxf amax, scalar loop, 1 thread
+///                (only when cuda_fp8.h was found at build time);
+///   core_scalar  core::encode_f32_bits of the product in a plain loop, 1 thread;
+///   bulk         emu::quantize_f32 at 1 and at 2 threads;
+///   copy         a pass reading the same floats and writing one byte each (the top byte), 2 threads.
+/// Checks that cuda_host, core_scalar and bulk give identical bytes and amax (else prints an error
+/// and returns 1). Prints a table (ns/element, GB/s counting 4 bytes read and 1 written per element,
+/// M elements/s) and, last, `speedup_vs_cuda_host_per_thread: X` (cuda_host time / bulk time at 1
+/// thread; omitted when CUDA's header is unavailable) and `fraction_of_copy_bandwidth: Y` (copy
+/// time / bulk time at 2 threads). Returns 2 for bad arguments.
+int run_bench_convert(std::size_t elements, int repeat, std::ostream& out);
 
 }  // namespace fp8emu::cli

@@ -153,6 +153,12 @@ int main(int argc, char** argv) {
   CLI::App* bench_gemm = bench->add_subcommand("gemm", "FP8 GEMM accumulation models vs Eigen's fp32 GEMM");
   bench_gemm->add_option("--sizes", bench_sizes, "M = N = K values")->delimiter(',')->capture_default_str();
   bench_gemm->add_option("--repeat", bench_repeat, "Runs per measurement (best is kept)")->capture_default_str();
+  std::size_t convert_elements = std::size_t(1) << 26;
+  int convert_repeat = 5;
+  CLI::App* bench_convert =
+      bench->add_subcommand("convert", "fp32 -> E4M3 cast with scale and amax: bulk kernel vs CUDA's host code and a copy");
+  bench_convert->add_option("--elements", convert_elements, "Array length")->capture_default_str();
+  bench_convert->add_option("--repeat", convert_repeat, "Runs per measurement (best is kept)")->capture_default_str();
   bench->require_subcommand(1);
 
   cli::MmaCheckOptions mma;
@@ -176,6 +182,7 @@ int main(int argc, char** argv) {
   if (*gemm_cmd) return cli::run_gemm(gemm, std::cout, std::cerr);
   if (*doctor) return cli::run_doctor(std::cout);
   if (*bench_gemm) return cli::run_bench_gemm(bench_sizes, bench_repeat, std::cout);
+  if (*bench_convert) return cli::run_bench_convert(convert_elements, convert_repeat, std::cout);
   if (*compare) return cli::run_compare(cmp_x, cmp_y, std::cout, std::cerr);
   try {
     if (*train) {

@@ -52,7 +52,7 @@ TEST_CASE("doctor inspects the machine and says which backends can run", "[cli][
   if (!usable) CHECK(r.output.find("cuda       no: ") != std::string::npos);  // and why
 }
 
-TEST_CASE("--backend cuda gives exactly the emulated results (fallback without a GPU)", "[cli][backend]") {
+TEST_CASE("backend cuda gives exactly the emulated results (fallback without a GPU)", "[cli][backend]") {
   const fs::path e = scratch("emulated"), c = scratch("cuda");
   const Result re = run("train" + kSmall + " --backend emulated --out " + e.string());
   const Result rc = run("train" + kSmall + " --backend cuda --out " + c.string());
@@ -69,7 +69,7 @@ TEST_CASE("--backend cuda gives exactly the emulated results (fallback without a
   }
 }
 
-TEST_CASE("--strict refuses a cuda backend that cannot run, before writing anything", "[cli][backend]") {
+TEST_CASE("strict mode refuses a cuda backend that cannot run, before writing anything", "[cli][backend]") {
   if (gpu_usable()) {
     WARN("a usable GPU is present: nothing to refuse");
     return;

@@ -5,10 +5,14 @@
 /// common/util/vectorized_pointwise.h; ../shared/reference/transformer-engine-fp8.md §0):
 ///   q[i]      = Q(RN(x[i] * scale))           one fp32 multiply (no FMA), then fp32 -> FP8 with
 ///                                              round-to-nearest-even and CUDA __NV_SATFINITE
-///   amax      = max(amax, |x[i]|)             fmaxf semantics: NaN elements are ignored, +Inf kept;
-///                                              max-accumulates into the value already at *amax
+///   amax      = max(amax, |x[i]|)             CUDA fmaxf semantics: NaN elements (quiet or
+///                                              signalling) are ignored, +Inf kept; max-accumulates
+///                                              into the value already at *amax
 ///   scale_inv = RN(1 / scale)                 __frcp_rn
 /// Dequantize: y[i] = RN(decode(q[i]) * scale_inv).
+///
+/// quantize and dequantize run on the vectorised kernels of bulk_convert.hpp (which also take bf16
+/// and fp16 input, give bf16 output and cast row-wise and column-wise in one pass).
 ///
 /// Determinism: every output is independent of the thread count (elementwise work; amax is an
 /// exact max; counts are integer sums).

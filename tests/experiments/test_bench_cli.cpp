@@ -1,0 +1,58 @@
+// `fp8emu bench convert` end to end on a small array: it runs, its paths agree (else it exits 1),
+// and it ends with the two ratio lines (their values depend on the machine and are not checked).
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/cli_runner.hpp"
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> v;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+// The number after "key: ", parsed in full; fails the test if the line is not exactly that.
+double value_of(const std::string& line, const std::string& key) {
+  INFO("line: " << line);
+  REQUIRE(line.rfind(key + ": ", 0) == 0);
+  const std::string num = line.substr(key.size() + 2);
+  char* end = nullptr;
+  const double v = std::strtod(num.c_str(), &end);
+  REQUIRE(!num.empty());
+  CHECK(*end == '\0');
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("bench convert prints the table and ends with the two ratio lines", "[cli][bench]") {
+  const fp8emu::testing::CliResult r = fp8emu::testing::run_cli("bench convert --elements 100000 --repeat 1");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const std::vector<std::string> lines = lines_of(r.output);
+  REQUIRE(lines.size() >= 2);
+  CHECK(r.output.find("bulk") != std::string::npos);
+  CHECK(r.output.find("copy") != std::string::npos);
+  CHECK(value_of(lines.back(), "fraction_of_copy_bandwidth") > 0.0);
+#ifdef FP8EMU_BENCH_CUDA_BASELINE
+  CHECK(value_of(lines[lines.size() - 2], "speedup_vs_cuda_host_per_thread") > 0.0);
+#else
+  CHECK(r.output.find("cuda_host    unavailable") != std::string::npos);
+  CHECK(r.output.find("speedup_vs_cuda_host_per_thread") == std::string::npos);
+#endif
+}
+
+TEST_CASE("bench convert rejects bad arguments with exit 2", "[cli][bench][errors]") {
+  for (const char* args : {"bench convert --elements 0", "bench convert --repeat 0"}) {
+    const fp8emu::testing::CliResult r = fp8emu::testing::run_cli(args);
+    INFO(args << ": " << r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("error") != std::string::npos);
+  }
+}
