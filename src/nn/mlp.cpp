@@ -19,20 +19,21 @@ constexpr std::ptrdiff_t kParallelMinElements = std::ptrdiff_t(1) << 15;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
-float act_fwd(Activation a, float x) {
+}  // namespace
+
+float activation_forward(Activation a, float x) {
   if (a == Activation::kReLU) return x > 0.0f ? x : 0.0f;
   const float t = std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
   return 0.5f * x * (1.0f + t);
 }
 
-float act_grad(Activation a, float x) {
+float activation_grad(Activation a, float x) {
   if (a == Activation::kReLU) return x > 0.0f ? 1.0f : 0.0f;
   const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
   const float t = std::tanh(u);
   const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
-}  // namespace
 
 Mlp::Mlp(const std::vector<int>& sizes, Activation act, Precision precision,
          const scaling::Recipe& recipe, std::uint64_t seed)
@@ -69,7 +70,7 @@ void Mlp::forward(const Matrix& x, Matrix& logits, bool training,
     if (l + 1 < n) {
       Matrix& next = inputs_[l + 1];
       next.resize(y.rows, y.cols);
-      for (std::size_t i = 0; i < y.size(); ++i) next.data[i] = act_fwd(act_, y.data[i]);
+      for (std::size_t i = 0; i < y.size(); ++i) next.data[i] = activation_forward(act_, y.data[i]);
     }
   }
 }
@@ -80,7 +81,7 @@ void Mlp::backward(const Matrix& dlogits) {
     layers[l].backward(grad, l > 0 ? &dx : nullptr);
     if (l > 0) {
       const Matrix& pre = preacts_[l - 1];
-      for (std::size_t i = 0; i < dx.size(); ++i) dx.data[i] *= act_grad(act_, pre.data[i]);
+      for (std::size_t i = 0; i < dx.size(); ++i) dx.data[i] *= activation_grad(act_, pre.data[i]);
       std::swap(grad, dx);
     }
   }
@@ -151,6 +152,10 @@ void Optimizer::step(Mlp& model) {
     params.emplace_back(&l.weight, &l.grad_weight);
     params.emplace_back(&l.bias, &l.grad_bias);
   }
+  step(params);
+}
+
+void Optimizer::step(const std::vector<std::pair<Matrix*, Matrix*>>& params) {
   if (m_.empty()) {
     for (auto& pg : params) {
       m_.emplace_back(pg.first->size(), 0.0f);

@@ -20,6 +20,11 @@ enum class Activation : std::uint8_t {
   kGELU,  ///< tanh form, as TE's gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 };
 
+/// The activation of x (GELU: tanh form, fp32 tanhf).
+float activation_forward(Activation a, float x);
+/// Its derivative at x.
+float activation_grad(Activation a, float x);
+
 /// Parse "relu" / "gelu". \throws fp8emu::Error naming the accepted values.
 Activation parse_activation(const std::string& s);
 
@@ -66,6 +71,8 @@ class Optimizer {
   /// as torch.optim.SGD (v = mu v + g; p -= lr v).
   Optimizer(Kind kind, float lr, float momentum = 0.9f);
   void step(Mlp& model);
+  /// One step over (parameter, gradient) pairs; the same list, in the same order, every step.
+  void step(const std::vector<std::pair<Matrix*, Matrix*>>& params);
   static Kind parse(const std::string& s);
 
   /// Checkpoint access: step count and moment buffers (one per parameter tensor, in layer order:

@@ -1,0 +1,156 @@
+// Transformer layers in FP32 mode: backward (dx and parameter gradients) against central finite
+// differences of a random linear functional of the output; attention against a direct evaluation
+// of the formula in double; causality.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "fp8emu/nn/transformer.hpp"
+#include "support/nn_helpers.hpp"
+
+using namespace fp8emu;
+using nn::Matrix;
+
+namespace {
+
+double dot(const Matrix& a, const Matrix& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += double(a.data[i]) * double(b.data[i]);
+  return s;
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(2e-2, std::abs(b)); }
+
+/// Checks analytic gradients against central differences of L = sum(forward(x) * w): every element
+/// of dx (up to `max_checks`) and of each listed parameter tensor.
+void check_fd(const std::function<void(const Matrix&, Matrix&, bool)>& fwd,
+              const std::function<void(const Matrix&, Matrix&)>& bwd, Matrix x, const nn::ParamList& params,
+              double tol, int stride = 1) {
+  Matrix y, dx;
+  fwd(x, y, true);
+  nn::Rng rng(11);
+  const Matrix w = testing::random_matrix(y.rows, y.cols, rng, 1.0f);
+  bwd(w, dx);
+  // Snapshot the parameter gradients before the finite-difference forwards.
+  std::vector<std::vector<float>> grads;
+  for (const auto& pg : params) grads.push_back(pg.second->data);
+  const float h = 1e-2f;
+  auto L = [&](const Matrix& xx) {
+    Matrix yy;
+    fwd(xx, yy, false);
+    return dot(yy, w);
+  };
+  for (std::size_t i = 0; i < x.size(); i += std::size_t(stride)) {
+    Matrix xp = x, xm = x;
+    xp.data[i] += h;
+    xm.data[i] -= h;
+    const double fd = (L(xp) - L(xm)) / (double(xp.data[i]) - double(xm.data[i]));
+    INFO("dx[" << i << "]");
+    CHECK(rel(dx.data[i], fd) < tol);
+  }
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    Matrix* v = params[p].first;
+    for (std::size_t i = 0; i < v->size(); i += std::size_t(stride) * 3 + 1) {
+      const float keep = v->data[i];
+      v->data[i] = keep + h;
+      const double lp = L(x);
+      v->data[i] = keep - h;
+      const double lm = L(x);
+      v->data[i] = keep;
+      INFO("param " << p << " [" << i << "]");
+      CHECK(rel(grads[p][i], (lp - lm) / (2.0 * h)) < tol);
+    }
+  }
+}
+
+nn::LinearSpec fp32() { return {nn::Precision::kFp32, scaling::DelayedScaling{}}; }
+
+void init(nn::Linear& l, nn::Rng& rng) { l.init(rng); }
+
+}  // namespace
+
+TEST_CASE("LayerNormLinear backward matches finite differences (FP32)", "[nn][transformer]") {
+  for (nn::NormKind kind : {nn::NormKind::kLayerNorm, nn::NormKind::kRMSNorm}) {
+    nn::Rng rng(1);
+    nn::LayerNormLinear m(kind, 12, 7, fp32());
+    init(m.linear, rng);
+    nn::ParamList ps;
+    m.params(ps);
+    check_fd([&](const Matrix& x, Matrix& y, bool t) { m.forward(x, y, t); },
+             [&](const Matrix& dy, Matrix& dx) { m.backward(dy, dx); }, testing::random_matrix(4, 12, rng, 1.5f), ps,
+             2e-2);
+  }
+}
+
+TEST_CASE("LayerNormMLP backward matches finite differences (FP32, GELU and SwiGLU)", "[nn][transformer]") {
+  for (nn::MlpActivation act : {nn::MlpActivation::kGelu, nn::MlpActivation::kSwiGlu}) {
+    nn::Rng rng(2);
+    nn::LayerNormMLP m(nn::NormKind::kLayerNorm, 10, 16, act, fp32());
+    init(m.fc1, rng);
+    init(m.fc2, rng);
+    nn::ParamList ps;
+    m.params(ps);
+    check_fd([&](const Matrix& x, Matrix& y, bool t) { m.forward(x, y, t); },
+             [&](const Matrix& dy, Matrix& dx) { m.backward(dy, dx); }, testing::random_matrix(3, 10, rng, 1.5f), ps,
+             2e-2);
+  }
+}
+
+TEST_CASE("attention: forward equals the formula in double; causal; backward matches finite differences",
+          "[nn][transformer]") {
+  const int B = 2, T = 5, H = 2, d = 3, D = H * d;
+  nn::Rng rng(3);
+  const Matrix qkv = testing::random_matrix(B * T, 3 * D, rng, 1.0f);
+  nn::DotProductAttention att(H, d);
+  Matrix out;
+  att.forward(qkv, T, out, false);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> s(static_cast<std::size_t>(i + 1));
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j <= i; ++j) {
+          double v = 0;
+          for (int c = 0; c < d; ++c) v += double(qkv(b * T + i, h * d + c)) * qkv(b * T + j, D + h * d + c);
+          s[std::size_t(j)] = v / std::sqrt(double(d));
+          mx = std::max(mx, s[std::size_t(j)]);
+        }
+        for (double& v : s) sum += (v = std::exp(v - mx));
+        for (int c = 0; c < d; ++c) {
+          double o = 0;
+          for (int j = 0; j <= i; ++j) o += s[std::size_t(j)] / sum * qkv(b * T + j, 2 * D + h * d + c);
+          CHECK(std::abs(out(b * T + i, h * d + c) - o) < 1e-5);
+        }
+      }
+  // Causality: changing token 3 of sequence 0 changes no output before position 3.
+  Matrix q2 = qkv, out2;
+  for (int c = 0; c < 3 * D; ++c) q2(3, c) += 0.5f;
+  att.forward(q2, T, out2, false);
+  for (int i = 0; i < 3; ++i)
+    for (int c = 0; c < D; ++c) CHECK(out2(i, c) == out(i, c));
+  check_fd([&](const Matrix& x, Matrix& y, bool t) { att.forward(x, T, y, t); },
+           [&](const Matrix& dy, Matrix& dx) { att.backward(dy, dx); }, qkv, {}, 2e-2);
+}
+
+TEST_CASE("TransformerLayer backward matches finite differences (FP32)", "[nn][transformer]") {
+  nn::Rng rng(4);
+  nn::TransformerLayer layer(8, 2, 16, nn::NormKind::kLayerNorm, nn::MlpActivation::kGelu, fp32());
+  for (nn::Linear* l : layer.linears()) init(*l, rng);
+  nn::ParamList ps;
+  layer.params(ps);
+  const int T = 4;
+  check_fd([&](const Matrix& x, Matrix& y, bool t) { layer.forward(x, T, y, t); },
+           [&](const Matrix& dy, Matrix& dx) { layer.backward(dy, dx); }, testing::random_matrix(2 * T, 8, rng, 1.0f),
+           ps, 3e-2, 2);
+}
+
+TEST_CASE("layer errors: shapes and names", "[nn][transformer]") {
+  CHECK_THROWS_WITH(nn::TransformerLayer(10, 3, 8, nn::NormKind::kLayerNorm, nn::MlpActivation::kGelu, fp32()),
+                    Catch::Contains("not a multiple of the number of heads"));
+  CHECK_THROWS_WITH(nn::parse_mlp_activation("relu6"), Catch::Contains("accepted: gelu, swiglu"));
+  nn::DotProductAttention att(2, 4);
+  Matrix out;
+  CHECK_THROWS_WITH(att.forward(Matrix(6, 24), 4, out, false), Catch::Contains("not a whole number of sequences"));
+  CHECK_THROWS_WITH(att.forward(Matrix(8, 20), 4, out, false), Catch::Contains("packed QKV has 20 columns"));
+}
