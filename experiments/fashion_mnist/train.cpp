@@ -1,6 +1,8 @@
 // The main experiment: FP32 vs emulated FP8 (delayed scaling) on Fashion-MNIST.
 #include "train.hpp"
 
+#include "common/checkpoint_io.hpp"
+
 #include "fp8emu/backend/kernels.hpp"
 
 #include <unistd.h>
@@ -104,57 +106,10 @@ double shortest(float v) {
   return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
-// ---- Checkpoints: a flat little-endian byte stream ending in a CRC-32 (zlib) of what precedes it.
+// ---- Checkpoints: a flat little-endian byte stream ending in a CRC-32 (common/checkpoint_io.hpp).
 constexpr char kCheckpointMagic[] = "FP8EMU-CHECKPOINT-1";
-
-class Writer {
- public:
-  template <class T>
-  void pod(const T& v) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
-    bytes.insert(bytes.end(), p, p + sizeof v);
-  }
-  template <class T>
-  void vec(const std::vector<T>& v) {
-    pod(std::uint64_t(v.size()));
-    const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
-    bytes.insert(bytes.end(), p, p + v.size() * sizeof(T));
-  }
-  void str(const std::string& s) { vec(std::vector<char>(s.begin(), s.end())); }
-  std::vector<std::uint8_t> bytes;
-};
-
-class Reader {
- public:
-  Reader(const std::vector<std::uint8_t>& b, std::string path) : b_(b), path_(std::move(path)) {}
-  template <class T>
-  T pod() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, b_.data() + at_, sizeof v);
-    at_ += sizeof v;
-    return v;
-  }
-  template <class T>
-  std::vector<T> vec() {
-    const std::uint64_t n = pod<std::uint64_t>();
-    FP8EMU_CHECK(n <= (b_.size() - at_) / sizeof(T), path_, ": corrupt checkpoint (bad length)");
-    std::vector<T> v(n);
-    std::memcpy(v.data(), b_.data() + at_, n * sizeof(T));
-    at_ += n * sizeof(T);
-    return v;
-  }
-  std::string str() {
-    const std::vector<char> c = vec<char>();
-    return std::string(c.begin(), c.end());
-  }
-
- private:
-  void need(std::size_t n) { FP8EMU_CHECK(b_.size() - at_ >= n, path_, ": corrupt checkpoint (truncated)"); }
-  const std::vector<std::uint8_t>& b_;
-  std::string path_;
-  std::size_t at_ = 0;
-};
+using common::Reader;
+using common::Writer;
 
 void put_stats(Writer& w, const emu::QuantizeStats& s) {
   w.pod(s.count);
@@ -263,20 +218,11 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     w.str(s.rng);
     w.vec(s.order);
   }
-  const std::uint32_t crc = std::uint32_t(crc32(0L, w.bytes.data(), uInt(w.bytes.size())));
-  w.pod(crc);
-  io::write_file_atomic(path, std::string(w.bytes.begin(), w.bytes.end()));
+  common::write_checksummed(path, w);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  FP8EMU_CHECK(f.good(), path, ": no checkpoint to resume from (run with --checkpoint-every N first)");
-  const std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  FP8EMU_CHECK(b.size() >= 4, path, ": corrupt checkpoint (truncated)");
-  std::uint32_t crc;
-  std::memcpy(&crc, b.data() + b.size() - 4, 4);
-  FP8EMU_CHECK(crc == std::uint32_t(crc32(0L, b.data(), uInt(b.size() - 4))), path,
-               ": corrupt checkpoint (checksum mismatch)");
+  const std::vector<std::uint8_t> b = common::read_checksummed(path);
   Reader r(b, path);
   FP8EMU_CHECK(r.str() == kCheckpointMagic, path, ": not an fp8emu checkpoint");
   Checkpoint c;
