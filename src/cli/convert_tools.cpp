@@ -330,7 +330,10 @@ void explain_one(const FormatInfo& f, double d, const std::string& input_line, s
   } else if (double(x) == d) {
     put("fp32", exact_decimal(x) + " (exact)");
   } else {
-    put("fp32", exact_decimal(x) + (std::isinf(x) ? " (the double overflows fp32)" : " (the double is not exact in fp32)") +
+    const char* why = std::isinf(x) ? " (the double overflows fp32)"
+                      : x == 0.0f   ? " (the double underflows fp32)"
+                                    : " (the double is not exact in fp32)";
+    put("fp32", exact_decimal(x) + why +
                     "; every row but the CUDA double entry starts from this fp32 value");
   }
   put("stored", hex_code(code, f) + " = " + fields(code, f) + " = " + code_value_text(code, f) +
