@@ -153,6 +153,12 @@ std::string code_value_text(std::uint32_t code, const FormatInfo& f) {
   return exact_decimal(code_value(code, f));
 }
 
+/// code_value_text, with E8M0 values also written as powers of two ("2^-3 = 0.125"), for explain.
+std::string shown_value(std::uint32_t code, const FormatInfo& f) {
+  if (f.spec || is_nan_code(code, f)) return code_value_text(code, f);
+  return "2^" + std::to_string(int(code) - core::kE8M0Bias) + " = " + code_value_text(code, f);
+}
+
 /// One line describing the format, every number derived from its record.
 std::string describe(const FormatInfo& f) {
   std::ostringstream os;
@@ -205,10 +211,10 @@ std::vector<Finite> finite_values(const FormatInfo& f) {
 std::string value_and_code(const Finite& n, const FormatInfo& f, bool negative_zero) {
   std::uint32_t c = n.code;
   if (n.value == 0 && negative_zero && f.spec && !f.spec->fnuz) c |= f.spec->sign_mask();
-  return (c == n.code ? exact_decimal(n.value) : "-0") + " (" + hex_code(c, f) + ")";
+  return (c == n.code ? shown_value(c, f) : "-0") + " (" + hex_code(c, f) + ")";
 }
 
-/// "below X (code), above Y (code)": the nearest representable values on either side of x.
+/// "next down X (code), next up Y (code)": the nearest representable values on either side of x.
 std::string neighbours(double x, const FormatInfo& f) {
   if (std::isnan(x)) return "none (NaN)";
   const std::vector<Finite> v = finite_values(f);
@@ -219,13 +225,13 @@ std::string neighbours(double x, const FormatInfo& f) {
     if (n.value > x && !above) above = &n;
   }
   const bool neg = std::signbit(x);
-  std::string s = "below ";
+  std::string s = "next down ";
   if (below) {
     s += value_and_code(*below, f, neg);
   } else {
     s += f.spec ? "none (below the most negative finite value)" : "none (E8M0 has nothing below 2^-127)";
   }
-  s += ", above ";
+  s += ", next up ";
   s += above ? value_and_code(*above, f, neg) : "none (above the max finite)";
   return s;
 }
@@ -238,7 +244,9 @@ std::string exponent_text(std::uint32_t code, const FormatInfo& f) {
   std::ostringstream os;
   if (!f.spec) {
     os << int(code) - core::kE8M0Bias << " = field " << binary(code, 8) << " (" << code << ") - bias "
-       << core::kE8M0Bias << (cls == "max" ? "; the max (2^127)" : code == 0 ? "; the min (2^-127)" : "");
+       << core::kE8M0Bias;
+    if (cls == "max") os << "; the max";
+    if (code == 0) os << "; the min (E8M0 has no zero)";
     return os.str();
   }
   const FormatSpec& s = *f.spec;
@@ -294,9 +302,10 @@ std::vector<Row> system_rows(const FormatInfo& f, std::uint32_t fb, std::uint64_
     // PyTorch 2.12 (pytorch#178817) changed e4m3fn's finite overflow only.
     rows.push_back({"PyTorch >= 2.12", f32(e4m3fn ? Policy::pytorch_2_12() : Policy::pytorch())});
   }
-  rows.push_back({"round toward zero", f32({Rounding::kTowardZero, Overflow::kNoSat, NanEncoding::kCanonical})});
-  rows.push_back({"round up (toward +Inf)", f32({Rounding::kTowardPositive, Overflow::kNoSat, NanEncoding::kCanonical})});
-  rows.push_back({"round down (toward -Inf)", f32({Rounding::kTowardNegative, Overflow::kNoSat, NanEncoding::kCanonical})});
+  auto directed = [&](Rounding r) { return f32({r, Overflow::kNoSat, NanEncoding::kCanonical}); };
+  rows.push_back({"round toward zero", directed(Rounding::kTowardZero)});
+  rows.push_back({"round up (toward +Inf)", directed(Rounding::kTowardPositive)});
+  rows.push_back({"round down (toward -Inf)", directed(Rounding::kTowardNegative)});
   if (s.fnuz) {
     notes.push_back(std::string("CUDA has no ") + f.name +
                     " type: the CUDA rows apply CUDA's rules to this format (as fp8emu's value type does); "
@@ -336,7 +345,7 @@ void explain_one(const FormatInfo& f, double d, const std::string& input_line, s
     put("fp32", exact_decimal(x) + why +
                     "; every row but the CUDA double entry starts from this fp32 value");
   }
-  put("stored", hex_code(code, f) + " = " + fields(code, f) + " = " + code_value_text(code, f) +
+  put("stored", hex_code(code, f) + " = " + fields(code, f) + " = " + shown_value(code, f) +
                     (f.spec ? "   (round to nearest even, CUDA satfinite)" : "   (round up, CUDA satfinite)"));
   put("exponent", exponent_text(code, f));
   put("class", code_class(code, f));
@@ -350,15 +359,18 @@ void explain_one(const FormatInfo& f, double d, const std::string& input_line, s
   } else {
     const double e = sv - xv;
     char b[128];
-    if (xv != 0) std::snprintf(b, sizeof b, "%.9g (stored - fp32 input), relative %.3g %%", e, 100.0 * e / std::fabs(xv));
-    else std::snprintf(b, sizeof b, "%.9g (stored - fp32 input)", e);
+    if (xv != 0) {
+      std::snprintf(b, sizeof b, "%.9g (stored - fp32 input), relative %.3g %%", e, 100.0 * e / std::fabs(xv));
+    } else {
+      std::snprintf(b, sizeof b, "%.9g (stored - fp32 input)", e);
+    }
     put("error", b);
   }
   out << "what each system stores (* = differs from the first row):\n";
   for (const Row& r : rows) {
     std::snprintf(line, sizeof line, "  %c %-40s %-5s ", r.code == code ? ' ' : '*', r.label.c_str(),
                   hex_code(r.code, f).c_str());
-    out << line << code_value_text(r.code, f) << "\n";
+    out << line << shown_value(r.code, f) << "\n";
   }
   for (const std::string& n : notes) out << "  note: " << n << "\n";
 }
@@ -533,7 +545,8 @@ int convert(const ConvertOptions& o, std::ostream& out) {
     else if (a.dtype == "<u2") in = {Kind::kBF16, nullptr};
     else in = {Kind::kCodes, nullptr};  // |u1 (read_npy accepts no other descr)
     if (from_given) {
-      FP8EMU_CHECK(from.kind == in.kind, o.in, " holds ", in.name(), " (descr ", a.dtype, "), which contradicts --from ",
+      FP8EMU_CHECK(from.kind == in.kind, o.in, " holds ", in.name(), " (descr ", a.dtype,
+                   "), which contradicts --from ",
                    o.from, " (", from.name(), " is stored as ", from.descr(), ")");
       in.fmt = from.fmt;
     }
@@ -661,7 +674,8 @@ int run_explain(const ExplainOptions& o, std::ostream& out, std::ostream& err) {
         const std::uint32_t c = parse_code(o.value, f);
         double d = code_value(c, f);
         if (is_nan_code(c, f) && f.spec && !f.spec->fnuz && (c & f.spec->sign_mask())) d = -d;
-        explain_one(f, d, "input         code " + hex_code(c, f) + " = " + fields(c, f) + " = " + code_value_text(c, f) + "\n", text);
+        const std::string input = hex_code(c, f) + " = " + fields(c, f) + " = " + shown_value(c, f);
+        explain_one(f, d, "input         code " + input + "\n", text);
       } else {
         const double d = parse_value(o.value);
         std::string line = "input         " + o.value;
@@ -713,7 +727,8 @@ int run_table(const TableOptions& o, std::ostream& out, std::ostream& err) {
     if (o.csv) {
       text << "code,sign,exponent,mantissa,value,class\n";
       for (const Line& l : lines)
-        text << l.code << "," << l.sign << "," << l.exponent << "," << l.mantissa << "," << l.value << "," << l.cls << "\n";
+        text << l.code << "," << l.sign << "," << l.exponent << "," << l.mantissa << "," << l.value << "," << l.cls
+             << "\n";
     } else {
       std::size_t wv = 5;
       for (const Line& l : lines) wv = std::max(wv, l.value.size());

@@ -135,7 +135,7 @@ TEST_CASE("explain: values worked by hand from the OCP FP8 tables", "[cli][expla
   CHECK(line_with(r.output, "exponent").find("0 = field 0111 (7) - bias 7") != std::string::npos);
   CHECK(line_with(r.output, "class") == "class         normal");
   // Neighbours 1 - 2^-4 (0x37: below 1 the ulp is 2^-4) and 1 + 2^-3 (0x39).
-  CHECK(line_with(r.output, "neighbours") == "neighbours    below 0.9375 (0x37), above 1.125 (0x39)");
+  CHECK(line_with(r.output, "neighbours") == "neighbours    next down 0.9375 (0x37), next up 1.125 (0x39)");
   CHECK(line_with(r.output, "error") == "error         0 (exact)");
   CHECK(r.output.find("  * ") == std::string::npos);  // every system stores 0x38
 
@@ -203,9 +203,9 @@ TEST_CASE("explain: other formats, raw codes and --format all", "[cli][explain]"
   // E8M0: 3 lies between 2^1 (0x80) and 2^2 (0x81); CUDA rounds up, toward zero gives 2.
   r = run_cli("explain 3 --format e8m0");
   REQUIRE(r.code == 0);
-  CHECK(line_with(r.output, "stored").find("0x81 = 10000001 = 4 ") != std::string::npos);
-  CHECK(line_with(r.output, "  * CUDA round toward zero, satfinite").find("0x80  2") != std::string::npos);
-  CHECK(line_with(r.output, "neighbours") == "neighbours    below 2 (0x80), above 4 (0x81)");
+  CHECK(line_with(r.output, "stored").find("0x81 = 10000001 = 2^2 = 4 ") != std::string::npos);
+  CHECK(line_with(r.output, "  * CUDA round toward zero, satfinite").find("0x80  2^1 = 2") != std::string::npos);
+  CHECK(line_with(r.output, "neighbours") == "neighbours    next down 2^1 = 2 (0x80), next up 2^2 = 4 (0x81)");
 
   // --code reads a raw code; without it 0x38 is the hex number 56.
   r = run_cli("explain 0x38 --code");
@@ -393,7 +393,7 @@ TEST_CASE("convert: bfloat16 and float16 .npy in, float16 and bfloat16 out", "[c
 
 TEST_CASE("convert: raw files in and out", "[cli][convert]") {
   const std::string in = path("x.f32"), codes = path("x.e4m3"), back = path("back.npy");
-  const std::vector<float> x{1.0f, -448.0f, 0.015625f, 3.5f};
+  const std::vector<float> x{1.0f, -0x1.cp8f, 0.015625f, 3.5f};  // -0x1.cp8 = -max finite (0xFE)
   write_bytes(in, std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4));
   auto r = run_cli("convert " + in + " " + codes + " --from float32 --to e4m3fn");
   INFO(r.output);
@@ -482,7 +482,8 @@ TEST_CASE("convert: each bad input is rejected by name, with no output", "[cli][
   write_bytes(path("five.raw"), "abcde");
   check_rejected(path("five.raw") + " " + out + " --from float32 --to e4m3fn", out,
                  "five.raw: 5 bytes is not a whole number of float32 items (4 bytes each)");
-  check_rejected(path("five.raw") + " " + out + " --to e4m3fn", out, "is a raw file (no .npy suffix): give its type with --from");
+  check_rejected(path("five.raw") + " " + out + " --to e4m3fn", out,
+                 "is a raw file (no .npy suffix): give its type with --from");
 
   fp8emu::io::write_npy(path("codes.npy"), array<std::uint8_t>("|u1", {2}, {0x03, 0x1F}));
   check_rejected(path("codes.npy") + " " + out + " --to float32", out,
@@ -490,8 +491,11 @@ TEST_CASE("convert: each bad input is rejected by name, with no output", "[cli][
   check_rejected(path("codes.npy") + " " + out + " --format fp4 --to float32", out,
                  "element 1 is 0x1F, not a code of e2m1fn (4 bits: 0x0..0xF)");
 
-  check_rejected(x + " " + out + " --to e4m4", out, "unknown --to 'e4m4' (accepted: float32, float16, bfloat16, e4m3fn");
-  check_rejected(x + " " + out + " --to e2m1 --policy pytorch", out, "--policy pytorch applies to e4m3fn and e5m2 only");
+  check_rejected(x + " " + out + " --to e4m4", out,
+                 "unknown --to 'e4m4' (accepted: float32, float16, bfloat16, e4m3fn");
+  check_rejected(x + " " + out + " --to e2m1 --policy pytorch", out,
+                 "--policy pytorch applies to e4m3fn and e5m2 only");
   check_rejected(x + " " + out + " --to e8m0 --rounding nearest", out, "does not apply to e8m0fnu");
-  check_rejected(x + " " + out + " --to float16 --rounding zero", out, "--policy and --rounding apply to conversions to a small format");
+  check_rejected(x + " " + out + " --to float16 --rounding zero", out,
+                 "--policy and --rounding apply to conversions to a small format");
 }
