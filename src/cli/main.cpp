@@ -12,6 +12,7 @@
 #include "fp8emu/scaling/scale_trace.hpp"
 #include "bench.hpp"
 #include "doctor.hpp"
+#include "convert_tools.hpp"
 #include "gemm_tools.hpp"
 #include "mma_check.hpp"
 #include <iostream>
@@ -173,11 +174,49 @@ int main(int argc, char** argv) {
   check->add_option("--d", mma.d, "d file: the recorded results, binary fp32 per line")->required();
   mma.output = "fp32";
 
+  cli::ExplainOptions explain;
+  CLI::App* explain_cmd = app.add_subcommand(
+      "explain", "Show how one value is stored in a small format: code, fields, error, and what each system stores");
+  explain_cmd->add_option("VALUE", explain.value,
+                          "Decimal, hex float (0x1.8p3), inf, -inf, nan, -nan; with --code, a raw code (0x38)")
+      ->required();
+  explain_cmd->add_option("--format", explain.format, "Format, or all: " + cli::format_names())->capture_default_str();
+  explain_cmd->add_flag("--code", explain.code, "Read VALUE as a raw code of --format");
+
+  cli::TableOptions table;
+  CLI::App* table_cmd = app.add_subcommand("table", "Every code of a small format: fields, exact value, class");
+  table_cmd->add_option("--format", table.format, cli::format_names())->required();
+  table_cmd->add_flag("--csv", table.csv, "CSV with a header instead of aligned text");
+
+  cli::ConvertOptions conv;
+  CLI::App* convert_cmd = app.add_subcommand(
+      "convert", "Convert raw binary or .npy files between float32, float16, bfloat16 and the small formats");
+  convert_cmd->add_option("IN", conv.in, "Input: .npy (type from its descr) or raw little-endian (needs --from)")
+      ->required();
+  convert_cmd->add_option("OUT", conv.out, "Output: .npy (keeps the input's shape) or raw (flat)")->required();
+  convert_cmd->add_option("--to", conv.to, "Output type: float32, float16, bfloat16 or a format name")->required();
+  convert_cmd->add_option("--from", conv.from, "Input type (required for raw input)");
+  convert_cmd->add_option("--format", conv.format, "Format of uint8 (|u1) .npy input codes");
+  convert_cmd->add_option("--scale", conv.scale,
+                          "To a small format: code = Q(x * scale); from one: value * fp32(1/scale) (default 1)");
+  convert_cmd->add_option("--policy", conv.policy,
+                          "cuda (default), cuda-nosat, ml_dtypes, ml_dtypes-saturate, pytorch, pytorch-2.12");
+  convert_cmd->add_option("--rounding", conv.rounding,
+                          "nearest (default; E8M0: up), zero, up, down, stochastic (needs --seed)");
+  convert_cmd->add_option("--seed", conv.seed, "Seed of std::mt19937 for stochastic rounding (32 bits per element)");
+  convert_cmd->add_flag("--amax", conv.amax, "Print the input's amax (max |x|, NaN ignored)");
+
+  const std::vector<std::string> args = cli::protect_negative_values(argc, argv);
+  std::vector<const char*> arg_ptrs;
+  for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(int(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (*explain_cmd) return cli::run_explain(explain, std::cout, std::cerr);
+  if (*table_cmd) return cli::run_table(table, std::cout, std::cerr);
+  if (*convert_cmd) return cli::run_convert(conv, std::cout, std::cerr);
   if (*check) return cli::run_mma_check(mma, std::cout, std::cerr);
   if (*gemm_cmd) return cli::run_gemm(gemm, std::cout, std::cerr);
   if (*doctor) return cli::run_doctor(std::cout);
