@@ -7,6 +7,7 @@
 #include <string>
 
 #include "accumulation_error/accumulation_error.hpp"
+#include "char_lm/train_lm.hpp"
 #include "fashion_mnist/train.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/scaling/scale_trace.hpp"
@@ -206,6 +207,43 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("--seed", conv.seed, "Seed of std::mt19937 for stochastic rounding (32 bits per element)");
   convert_cmd->add_flag("--amax", conv.amax, "Print the input's amax (max |x|, NaN ignored)");
 
+  experiments::TrainLmConfig lm;
+  bool lm_quiet = false;
+  CLI::App* train_lm = app.add_subcommand(
+      "train-lm", "Train a character-level transformer LM on real text in FP32 and FP8 side by side");
+  train_lm->add_option("--text", lm.text, "Text file, or folder of text files (default: Debian's fortunes)")
+      ->capture_default_str();
+  train_lm->add_option("--out", lm.out_dir, "Output folder (default results/lm-<timestamp>)");
+  train_lm->add_option("--steps", lm.steps, "Optimizer steps per run")->capture_default_str();
+  train_lm->add_option("--batch-size", lm.batch_size, "Sequences per step")->capture_default_str();
+  train_lm->add_option("--seq-len", lm.seq_len, "Tokens (bytes) per sequence")->capture_default_str();
+  train_lm->add_option("--d-model", lm.d_model, "Hidden size")->capture_default_str();
+  train_lm->add_option("--heads", lm.heads, "Attention heads")->capture_default_str();
+  train_lm->add_option("--layers", lm.layers, "Transformer layers")->capture_default_str();
+  train_lm->add_option("--ffn", lm.ffn, "MLP hidden size")->capture_default_str();
+  train_lm->add_option("--norm", lm.norm, "layernorm or rmsnorm")->capture_default_str();
+  train_lm->add_option("--mlp-activation", lm.mlp_activation, "gelu or swiglu")->capture_default_str();
+  train_lm->add_option("--activation-dtype", lm.activation_dtype, "fp32 or bf16 (activations stored in bf16, as TE)")
+      ->capture_default_str();
+  train_lm->add_option("--recipe", lm.recipe, "FP8 recipe: delayed, current, mxfp8, block, or all")->capture_default_str();
+  train_lm->add_option("--format", lm.format, "hybrid or e4m3 (default: each recipe's TE default)");
+  train_lm->add_option("--accumulation", lm.accumulation, "fp32, exact, hopper or ada")->capture_default_str();
+  train_lm->add_option("--backend", lm.backend,
+                       "emulated, cuda or reference, for all or per layer (l0.qkv, l0.proj, l0.fc1, l0.fc2, ..., head)")
+      ->capture_default_str();
+  train_lm->add_flag("--strict", lm.strict, "With --backend cuda: fail instead of falling back to the emulator");
+  train_lm->add_flag("--fp8-head", lm.fp8_head, "Run the LM head in FP8 too (default: FP32, as TE practice)");
+  train_lm->add_option("--lr", lm.lr, "Adam learning rate")->capture_default_str();
+  train_lm->add_option("--seed", lm.seed, "Seed of the initial weights and the batches")->capture_default_str();
+  train_lm->add_option("--eval-every", lm.eval_every, "Validation loss every N steps")->capture_default_str();
+  train_lm->add_option("--eval-batches", lm.eval_batches, "Fixed validation batches")->capture_default_str();
+  train_lm->add_option("--sample-chars", lm.sample_chars, "Length of each run's generated sample")->capture_default_str();
+  train_lm->add_option("--threads", lm.threads, "OpenMP threads (0: default)")->capture_default_str();
+  train_lm->add_option("--checkpoint-every", lm.checkpoint_every, "Write checkpoint.bin every N steps (0: never)")
+      ->capture_default_str();
+  train_lm->add_option("--resume", lm.resume, "Continue the run whose checkpoint.bin is in this folder");
+  train_lm->add_flag("--quiet", lm_quiet, "No progress output");
+
   const std::vector<std::string> args = cli::protect_negative_values(argc, argv);
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
@@ -235,6 +273,10 @@ int main(int argc, char** argv) {
       else FP8EMU_FAIL("unknown --amax-compute-algo '", algo, "' (accepted: max, most_recent)");
       cfg.progress = !quiet;
       experiments::run_train(cfg);
+    }
+    if (*train_lm) {
+      lm.progress = !lm_quiet;
+      experiments::run_train_lm(lm);
     }
     if (*accerr) {
       ae.progress = !ae_quiet;

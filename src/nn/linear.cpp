@@ -137,6 +137,15 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
                      acc_fprop_, y.data.data());  // x [batch, in] . W [out, in]^T
     add_bias(y, bias);
   }
+  if (twin_error && precision_ == Precision::kFp8) {
+    Matrix twin;
+    forward_fp32(x, twin);
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const double d = double(y.data[i]) - double(twin.data[i]);
+      twin_error->err += d * d;
+      twin_error->ref += double(twin.data[i]) * double(twin.data[i]);
+    }
+  }
   have_saved_ = training;
   saved_batch_ = batch;
 }

@@ -49,6 +49,12 @@ struct LinearFp8Stats {
   emu::QuantizeStats input, weight, grad_output;
 };
 
+/// Output error of an FP8 layer against its FP32 twin fed the same input (see Linear::twin_error).
+struct TwinError {
+  double err = 0.0;  ///< sum((y - y_fp32)^2)
+  double ref = 0.0;  ///< sum(y_fp32^2)
+};
+
 class Linear {
  public:
   static constexpr int kInput = 0, kWeight = 1, kOutput = 2;  ///< TE forward slots.
@@ -119,6 +125,9 @@ class Linear {
   Matrix grad_weight;  ///< Shape: [out, in].
   Matrix grad_bias;    ///< Shape: [1, out].
   LinearFp8Stats stats;  ///< Accumulated by FP8 casts; reset by the caller.
+  /// When non-null, every FP8 forward also runs the FP32 twin on the same input and accumulates
+  /// the squared error and the squared reference here (costs one FP32 GEMM per forward).
+  TwinError* twin_error = nullptr;
 
  private:
   float per_tensor_cast(const Matrix& m, Format fmt, bool forward, int slot, int role,

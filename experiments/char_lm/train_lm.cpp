@@ -1,0 +1,842 @@
+// `fp8emu train-lm` (see train_lm.hpp).
+#include "char_lm/train_lm.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "common/checkpoint_io.hpp"
+#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/config.hpp"
+#include "fp8emu/io/atomic_file.hpp"
+#include "fp8emu/io/plot.hpp"
+#include "fp8emu/nn/transformer.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::experiments {
+namespace {
+
+using nn::Matrix;
+
+constexpr char kLmCheckpointMagic[] = "FP8EMU-LM-CHECKPOINT-1";
+constexpr int kMaxDim = 4096;
+
+// ---------------------------------------------------------------- corpus
+
+struct Corpus {
+  std::vector<std::uint8_t> vocab;  // byte value of each token id
+  std::vector<std::uint8_t> train, val;
+  std::size_t files = 0;
+};
+
+Corpus load_corpus(const std::string& path, int seq_len, double val_fraction) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  FP8EMU_CHECK(fs::exists(path, ec), path,
+               ": no such text file or folder (the default corpus comes from Debian's fortunes package: "
+               "apt-get install fortunes, or give a text file with --text)");
+  std::vector<fs::path> files;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      if (e.is_symlink() || !e.is_regular_file() || e.path().extension() == ".dat") continue;
+      files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::string text;
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    FP8EMU_CHECK(in.good(), f.string(), ": cannot be read");
+    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  FP8EMU_CHECK(!text.empty(), path, ": the corpus is empty");
+  Corpus c;
+  c.files = files.size();
+  bool seen[256] = {};
+  for (unsigned char ch : text) seen[ch] = true;
+  std::uint8_t id_of[256] = {};
+  for (int b = 0; b < 256; ++b) {
+    if (!seen[b]) continue;
+    id_of[b] = std::uint8_t(c.vocab.size());
+    c.vocab.push_back(std::uint8_t(b));
+  }
+  const std::size_t n = text.size();
+  const std::size_t need = std::size_t(seq_len) + 1;
+  std::size_t n_val = std::size_t(double(n) * val_fraction);
+  n_val = std::max(n_val, need);
+  FP8EMU_CHECK(n >= n_val + need, path, ": the corpus is too short (", n, " bytes; --seq-len ", seq_len,
+               " needs at least ", n_val + need, " for a training and a validation split)");
+  c.train.reserve(n - n_val);
+  for (std::size_t i = 0; i < n; ++i) (i < n - n_val ? c.train : c.val).push_back(id_of[(unsigned char)text[i]]);
+  return c;
+}
+
+// ---------------------------------------------------------------- model
+
+struct LmSpec {
+  int vocab, d_model, heads, layers, ffn, seq_len;
+  nn::NormKind norm;
+  nn::MlpActivation act;
+  nn::ActivationDtype act_dtype;
+};
+
+class CharLm {
+ public:
+  CharLm(const LmSpec& s, const nn::LinearSpec& linear_spec, bool fp8_head, std::uint64_t seed)
+      : spec_(s),
+        tok_emb_(s.vocab, s.d_model),
+        pos_emb_(s.seq_len, s.d_model),
+        grad_tok_(s.vocab, s.d_model),
+        grad_pos_(s.seq_len, s.d_model),
+        final_norm_(s.norm, s.d_model),
+        head_(s.d_model, s.vocab, fp8_head ? linear_spec.precision : nn::Precision::kFp32, linear_spec.recipe) {
+    nn::Rng rng(seed);
+    for (float& v : tok_emb_.data) v = rng.uniform(0.1f);
+    for (float& v : pos_emb_.data) v = rng.uniform(0.02f);
+    for (int l = 0; l < s.layers; ++l) {
+      blocks_.push_back(std::make_unique<nn::TransformerLayer>(s.d_model, s.heads, s.ffn, s.norm, s.act, linear_spec));
+      blocks_.back()->act_dtype = s.act_dtype;
+      for (nn::Linear* lin : blocks_.back()->linears()) lin->init(rng);
+    }
+    head_.init(rng);
+  }
+
+  /// Linear layers with their --backend names.
+  std::vector<std::pair<std::string, nn::Linear*>> linears() {
+    std::vector<std::pair<std::string, nn::Linear*>> out;
+    const char* names[] = {"qkv", "proj", "fc1", "fc2"};
+    for (std::size_t l = 0; l < blocks_.size(); ++l) {
+      const std::vector<nn::Linear*> ls = blocks_[l]->linears();
+      for (std::size_t k = 0; k < ls.size(); ++k) out.emplace_back("l" + std::to_string(l) + "." + names[k], ls[k]);
+    }
+    out.emplace_back("head", &head_);
+    return out;
+  }
+
+  nn::ParamList params() {
+    nn::ParamList p;
+    p.emplace_back(&tok_emb_, &grad_tok_);
+    p.emplace_back(&pos_emb_, &grad_pos_);
+    for (auto& b : blocks_) b->params(p);
+    p.emplace_back(&final_norm_.gamma, &final_norm_.grad_gamma);
+    if (final_norm_.kind() == nn::NormKind::kLayerNorm) p.emplace_back(&final_norm_.beta, &final_norm_.grad_beta);
+    p.emplace_back(&head_.weight, &head_.grad_weight);
+    p.emplace_back(&head_.bias, &head_.grad_bias);
+    return p;
+  }
+
+  /// logits [B*T, V] for tokens [B*T] (B sequences of length T <= seq_len).
+  void forward(const std::vector<std::uint8_t>& tokens, int T, Matrix& logits, bool training) {
+    const int rows = int(tokens.size()), D = spec_.d_model;
+    Matrix x(rows, D);
+    for (int r = 0; r < rows; ++r) {
+      const float* te = tok_emb_.row(tokens[std::size_t(r)]);
+      const float* pe = pos_emb_.row(r % T);
+      float* xr = x.row(r);
+      for (int c = 0; c < D; ++c) xr[c] = te[c] + pe[c];
+    }
+    if (spec_.act_dtype == nn::ActivationDtype::kBf16) nn::round_to_bf16(x);
+    Matrix y;
+    for (auto& b : blocks_) {
+      b->forward(x, T, y, training);
+      std::swap(x, y);
+    }
+    final_norm_.forward(x, y, training);
+    if (spec_.act_dtype == nn::ActivationDtype::kBf16) nn::round_to_bf16(y);
+    head_.forward(y, logits, training);
+    if (training) {
+      tokens_ = tokens;
+      seq_ = T;
+    }
+  }
+
+  void backward(const Matrix& dlogits) {
+    Matrix dy, dx;
+    head_.backward(dlogits, &dy);
+    final_norm_.backward(dy, dx);
+    for (std::size_t l = blocks_.size(); l-- > 0;) {
+      blocks_[l]->backward(dx, dy);
+      std::swap(dx, dy);
+    }
+    std::fill(grad_tok_.data.begin(), grad_tok_.data.end(), 0.0f);
+    std::fill(grad_pos_.data.begin(), grad_pos_.data.end(), 0.0f);
+    const int D = spec_.d_model;
+    for (int r = 0; r < dx.rows; ++r) {  // in row order: deterministic
+      float* gt = grad_tok_.row(tokens_[std::size_t(r)]);
+      float* gp = grad_pos_.row(r % seq_);
+      const float* g = dx.row(r);
+      for (int c = 0; c < D; ++c) {
+        gt[c] += g[c];
+        gp[c] += g[c];
+      }
+    }
+  }
+
+ private:
+  LmSpec spec_;
+  Matrix tok_emb_, pos_emb_, grad_tok_, grad_pos_;
+  std::vector<std::unique_ptr<nn::TransformerLayer>> blocks_;
+  nn::Norm final_norm_;
+  nn::Linear head_;
+  std::vector<std::uint8_t> tokens_;
+  int seq_ = 1;
+};
+
+// ---------------------------------------------------------------- logs and state
+
+struct LayerPoint {  // one Linear at one evaluation
+  std::string layer;
+  double rel_error = 0.0;
+  float scale_x = NAN, scale_w = NAN, scale_dy = NAN;
+  emu::QuantizeStats x, w, dy;
+};
+
+struct LmLog {
+  std::string name;
+  std::vector<int> steps;  // evaluation steps
+  std::vector<double> train_loss, val_loss, seconds;
+  std::vector<std::vector<LayerPoint>> layers;
+  std::string sample;
+  bool diverged = false;
+};
+
+struct LmState {  // a run at a step boundary
+  LmLog log;
+  int step = 0;
+  double loss_sum = 0.0;
+  int loss_count = 0;
+  std::vector<std::vector<float>> params, fwd_scales, fwd_hist, bwd_scales, bwd_hist, opt_m, opt_v;
+  std::vector<emu::QuantizeStats> stats;  // 3 per Linear
+  long opt_steps = 0;
+  std::string rng;
+};
+
+struct LmCheckpoint {
+  std::string fingerprint;
+  std::vector<LmLog> completed;
+  std::uint32_t current_run = 0;
+  bool has_state = false;
+  LmState state;
+};
+
+void put_stats(common::Writer& w, const emu::QuantizeStats& s) {
+  w.pod(s.count);
+  w.pod(s.saturated);
+  w.pod(s.underflow);
+  w.pod(s.nan);
+}
+emu::QuantizeStats get_stats(common::Reader& r) {
+  emu::QuantizeStats s;
+  s.count = r.pod<std::uint64_t>();
+  s.saturated = r.pod<std::uint64_t>();
+  s.underflow = r.pod<std::uint64_t>();
+  s.nan = r.pod<std::uint64_t>();
+  return s;
+}
+
+void put_log(common::Writer& w, const LmLog& l) {
+  w.str(l.name);
+  w.vec(l.steps);
+  w.vec(l.train_loss);
+  w.vec(l.val_loss);
+  w.vec(l.seconds);
+  w.pod(std::uint64_t(l.layers.size()));
+  for (const auto& pts : l.layers) {
+    w.pod(std::uint64_t(pts.size()));
+    for (const LayerPoint& p : pts) {
+      w.str(p.layer);
+      w.pod(p.rel_error);
+      w.pod(p.scale_x);
+      w.pod(p.scale_w);
+      w.pod(p.scale_dy);
+      put_stats(w, p.x);
+      put_stats(w, p.w);
+      put_stats(w, p.dy);
+    }
+  }
+  w.str(l.sample);
+  w.pod(std::uint8_t(l.diverged));
+}
+
+LmLog get_log(common::Reader& r, const std::string& path) {
+  LmLog l;
+  l.name = r.str();
+  l.steps = r.vec<int>();
+  l.train_loss = r.vec<double>();
+  l.val_loss = r.vec<double>();
+  l.seconds = r.vec<double>();
+  const std::uint64_t n = r.pod<std::uint64_t>();
+  FP8EMU_CHECK(n <= 1000000, path, ": corrupt checkpoint (evaluations)");
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t m = r.pod<std::uint64_t>();
+    FP8EMU_CHECK(m <= 10000, path, ": corrupt checkpoint (layers)");
+    std::vector<LayerPoint> pts;
+    for (std::uint64_t k = 0; k < m; ++k) {
+      LayerPoint p;
+      p.layer = r.str();
+      p.rel_error = r.pod<double>();
+      p.scale_x = r.pod<float>();
+      p.scale_w = r.pod<float>();
+      p.scale_dy = r.pod<float>();
+      p.x = get_stats(r);
+      p.w = get_stats(r);
+      p.dy = get_stats(r);
+      pts.push_back(p);
+    }
+    l.layers.push_back(std::move(pts));
+  }
+  l.sample = r.str();
+  l.diverged = r.pod<std::uint8_t>() != 0;
+  return l;
+}
+
+void write_checkpoint(const std::string& path, const LmCheckpoint& c) {
+  common::Writer w;
+  w.str(kLmCheckpointMagic);
+  w.str(c.fingerprint);
+  w.pod(std::uint64_t(c.completed.size()));
+  for (const LmLog& l : c.completed) put_log(w, l);
+  w.pod(c.current_run);
+  w.pod(std::uint8_t(c.has_state));
+  if (c.has_state) {
+    const LmState& s = c.state;
+    put_log(w, s.log);
+    w.pod(std::int32_t(s.step));
+    w.pod(s.loss_sum);
+    w.pod(std::int32_t(s.loss_count));
+    for (const auto* g : {&s.params, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m, &s.opt_v}) {
+      w.pod(std::uint64_t(g->size()));
+      for (const auto& v : *g) w.vec(v);
+    }
+    w.pod(std::uint64_t(s.stats.size()));
+    for (const auto& st : s.stats) put_stats(w, st);
+    w.pod(std::int64_t(s.opt_steps));
+    w.str(s.rng);
+  }
+  common::write_checksummed(path, w);
+}
+
+LmCheckpoint read_checkpoint(const std::string& path) {
+  const std::vector<std::uint8_t> b = common::read_checksummed(path);
+  common::Reader r(b, path);
+  FP8EMU_CHECK(r.str() == kLmCheckpointMagic, path, ": not an fp8emu train-lm checkpoint");
+  LmCheckpoint c;
+  c.fingerprint = r.str();
+  const std::uint64_t n = r.pod<std::uint64_t>();
+  FP8EMU_CHECK(n <= 16, path, ": corrupt checkpoint (runs)");
+  for (std::uint64_t i = 0; i < n; ++i) c.completed.push_back(get_log(r, path));
+  c.current_run = r.pod<std::uint32_t>();
+  c.has_state = r.pod<std::uint8_t>() != 0;
+  if (c.has_state) {
+    LmState& s = c.state;
+    s.log = get_log(r, path);
+    s.step = r.pod<std::int32_t>();
+    s.loss_sum = r.pod<double>();
+    s.loss_count = r.pod<std::int32_t>();
+    for (auto* g : {&s.params, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m, &s.opt_v}) {
+      const std::uint64_t k = r.pod<std::uint64_t>();
+      FP8EMU_CHECK(k <= 100000, path, ": corrupt checkpoint (tensors)");
+      for (std::uint64_t i = 0; i < k; ++i) g->push_back(r.vec<float>());
+    }
+    const std::uint64_t k = r.pod<std::uint64_t>();
+    FP8EMU_CHECK(k <= 100000, path, ": corrupt checkpoint (stats)");
+    for (std::uint64_t i = 0; i < k; ++i) s.stats.push_back(get_stats(r));
+    s.opt_steps = long(r.pod<std::int64_t>());
+    s.rng = r.str();
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------- training
+
+std::string fmt_g(double v) {
+  std::ostringstream os;
+  os << std::setprecision(9) << v;
+  return os.str();
+}
+
+struct Batch {
+  std::vector<std::uint8_t> input, target;  // [B*T]
+};
+
+Batch window_batch(const std::vector<std::uint8_t>& data, const std::vector<std::size_t>& starts, int T) {
+  Batch b;
+  for (std::size_t s : starts) {
+    for (int t = 0; t < T; ++t) {
+      b.input.push_back(data[s + std::size_t(t)]);
+      b.target.push_back(data[s + std::size_t(t) + 1]);
+    }
+  }
+  return b;
+}
+
+class Progress {
+ public:
+  Progress(bool on, std::string run, int steps) : on_(on), tty_(::isatty(2) != 0), run_(std::move(run)), steps_(steps) {}
+  void update(int step, double loss, double val) {
+    if (!on_) return;
+    const int pct = int(100.0 * step / steps_);
+    const bool eval = !std::isnan(val);
+    if (!tty_ && !eval) return;  // a log file gets one line per evaluation
+    if (tty_ && step % 5 != 0 && !eval && step != steps_) return;
+    std::fprintf(stderr, "%s[%s] step %d/%d %3d%%  loss %.4f", tty_ ? "\r" : "", run_.c_str(), step, steps_, pct, loss);
+    if (eval) std::fprintf(stderr, "  val %.4f%s", val, tty_ ? "\n" : "");
+    if (!tty_) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool on_, tty_;
+  std::string run_;
+  int steps_;
+};
+
+struct RunSpec {
+  std::string name;
+  nn::Precision precision;
+  scaling::Recipe recipe;
+};
+
+struct Context {
+  const TrainLmConfig& cfg;
+  LmSpec spec;
+  const Corpus& corpus;
+  std::vector<Batch> val_batches;
+  std::string checkpoint_path;
+  std::string fingerprint;
+};
+
+double mean_val_loss(CharLm& model, const Context& ctx) {
+  double sum = 0.0;
+  for (const Batch& b : ctx.val_batches) {
+    Matrix logits;
+    model.forward(b.input, ctx.cfg.seq_len, logits, false);
+    sum += nn::softmax_cross_entropy(logits, b.target, nullptr);
+  }
+  return sum / double(ctx.val_batches.size());
+}
+
+std::string generate(CharLm& model, const Corpus& c, int T, int n) {
+  // Greedy decoding from a newline (or the first token of the vocabulary when there is none).
+  std::vector<std::uint8_t> ctx;
+  const auto nl = std::find(c.vocab.begin(), c.vocab.end(), std::uint8_t('\n'));
+  ctx.push_back(std::uint8_t(nl == c.vocab.end() ? 0 : nl - c.vocab.begin()));
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    const int t = std::min<int>(int(ctx.size()), T);
+    const std::vector<std::uint8_t> window(ctx.end() - t, ctx.end());
+    Matrix logits;
+    model.forward(window, t, logits, false);
+    const std::vector<int> am = nn::argmax_rows(logits);
+    const std::uint8_t next = std::uint8_t(am.back());
+    ctx.push_back(next);
+    out.push_back(char(c.vocab[next]));
+  }
+  return out;
+}
+
+LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
+                const std::function<void(const LmState&)>& checkpoint) {
+  const TrainLmConfig& cfg = ctx.cfg;
+  CharLm model(ctx.spec, {run.precision, run.recipe}, cfg.fp8_head, cfg.seed);
+  auto named = model.linears();
+  std::vector<nn::Linear*> lins;
+  for (auto& nl : named) lins.push_back(nl.second);
+  const bool fp8 = run.precision == nn::Precision::kFp8;
+  if (fp8) {
+    const emu::Accumulation acc = emu::parse_accumulation(cfg.accumulation);
+    const bool tensor_core = acc == emu::Accumulation::kHopper || acc == emu::Accumulation::kAda;
+    std::vector<std::string> names;
+    for (auto& nl : named) names.push_back(nl.first);
+    std::ostringstream quiet;
+    const std::vector<backend::Kind> kinds = backend::resolve(
+        backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), cfg.strict, quiet);
+    for (std::size_t i = 0; i < lins.size(); ++i) {
+      nn::Linear& l = *lins[i];
+      if (l.precision() != nn::Precision::kFp8) continue;  // the FP32 head
+      if (run.recipe.index() < 2) {
+        if (tensor_core) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
+        else l.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});
+      }
+      if (kinds[i] == backend::Kind::kReference) l.set_precision(nn::Precision::kFp32);
+      else l.set_kernels(backend::kernels_of(kinds[i]));
+    }
+  }
+  nn::ParamList params = model.params();
+  nn::Optimizer opt(nn::Optimizer::Kind::kAdam, cfg.lr);
+  nn::Rng sampler(cfg.seed ^ 0x5DEECE66Dull);
+  LmLog log;
+  log.name = run.name;
+  int first = 0;
+  double loss_sum = 0.0;
+  int loss_count = 0;
+  if (resume) {
+    const LmState& s = *resume;
+    FP8EMU_CHECK(s.params.size() == params.size() && s.fwd_scales.size() == lins.size() &&
+                     s.stats.size() == 3 * lins.size(),
+                 ctx.checkpoint_path, ": the checkpoint's model does not match this configuration");
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      FP8EMU_CHECK(s.params[i].size() == params[i].first->size(), ctx.checkpoint_path,
+                   ": checkpointed tensor ", i, " has a different shape");
+      params[i].first->data = s.params[i];
+    }
+    for (std::size_t i = 0; i < lins.size(); ++i) {
+      lins[i]->forward_state().restore(s.fwd_scales[i], s.fwd_hist[i]);
+      lins[i]->backward_state().restore(s.bwd_scales[i], s.bwd_hist[i]);
+      lins[i]->stats.input = s.stats[3 * i];
+      lins[i]->stats.weight = s.stats[3 * i + 1];
+      lins[i]->stats.grad_output = s.stats[3 * i + 2];
+    }
+    opt.restore(s.opt_steps, s.opt_m, s.opt_v);
+    try {
+      sampler.set_state(s.rng);
+    } catch (const std::exception&) {
+      FP8EMU_FAIL(ctx.checkpoint_path, ": corrupt checkpoint (generator state)");
+    }
+    log = s.log;
+    first = s.step;
+    loss_sum = s.loss_sum;
+    loss_count = s.loss_count;
+  }
+  auto capture = [&](int step) {
+    LmState s;
+    s.log = log;
+    s.step = step;
+    s.loss_sum = loss_sum;
+    s.loss_count = loss_count;
+    for (auto& p : params) s.params.push_back(p.first->data);
+    for (nn::Linear* l : lins) {
+      s.fwd_scales.push_back(l->forward_state().scales());
+      s.fwd_hist.push_back(l->forward_state().history_values());
+      s.bwd_scales.push_back(l->backward_state().scales());
+      s.bwd_hist.push_back(l->backward_state().history_values());
+      s.stats.push_back(l->stats.input);
+      s.stats.push_back(l->stats.weight);
+      s.stats.push_back(l->stats.grad_output);
+    }
+    s.opt_steps = opt.steps();
+    s.opt_m = opt.first_moments();
+    s.opt_v = opt.second_moments();
+    s.rng = sampler.state();
+    return s;
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const double seconds_before = log.seconds.empty() ? 0.0 : log.seconds.back();
+  Progress progress(cfg.progress, run.name, cfg.steps);
+  const std::size_t max_start = ctx.corpus.train.size() - std::size_t(cfg.seq_len) - 1;
+  for (int step = first + 1; step <= cfg.steps; ++step) {
+    std::vector<std::size_t> starts;
+    for (int b = 0; b < cfg.batch_size; ++b) starts.push_back(std::size_t(sampler.below(max_start + 1)));
+    const Batch batch = window_batch(ctx.corpus.train, starts, cfg.seq_len);
+    Matrix logits, dlogits;
+    model.forward(batch.input, cfg.seq_len, logits, true);
+    for (nn::Linear* l : lins) l->update_forward_scales();
+    const double loss = nn::softmax_cross_entropy(logits, batch.target, &dlogits);
+    model.backward(dlogits);
+    for (nn::Linear* l : lins) l->update_backward_scales();
+    opt.step(params);
+    loss_sum += loss;
+    ++loss_count;
+    double val = NAN;
+    if (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss)) {
+      std::vector<nn::TwinError> twins(lins.size());
+      for (std::size_t i = 0; i < lins.size(); ++i) lins[i]->twin_error = fp8 ? &twins[i] : nullptr;
+      val = mean_val_loss(model, ctx);
+      for (nn::Linear* l : lins) l->twin_error = nullptr;
+      log.steps.push_back(step);
+      log.train_loss.push_back(loss_sum / loss_count);
+      log.val_loss.push_back(val);
+      log.seconds.push_back(seconds_before +
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      std::vector<LayerPoint> pts;
+      for (std::size_t i = 0; i < lins.size(); ++i) {
+        LayerPoint p;
+        p.layer = named[i].first;
+        p.rel_error = twins[i].ref > 0 ? std::sqrt(twins[i].err / twins[i].ref) : 0.0;
+        p.scale_x = lins[i]->last_scale_input();
+        p.scale_w = lins[i]->last_scale_weight();
+        p.scale_dy = lins[i]->last_scale_grad_output();
+        p.x = lins[i]->stats.input;
+        p.w = lins[i]->stats.weight;
+        p.dy = lins[i]->stats.grad_output;
+        lins[i]->stats = nn::LinearFp8Stats{};
+        pts.push_back(p);
+      }
+      log.layers.push_back(std::move(pts));
+      loss_sum = 0.0;
+      loss_count = 0;
+      if (!std::isfinite(loss) || !std::isfinite(val)) {
+        log.diverged = true;
+        progress.update(step, loss, val);
+        break;
+      }
+    }
+    progress.update(step, loss, val);
+    if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps) checkpoint(capture(step));
+  }
+  if (!log.diverged) log.sample = generate(model, ctx.corpus, cfg.seq_len, cfg.sample_chars);
+  return log;
+}
+
+// ---------------------------------------------------------------- outputs
+
+std::string metrics_csv(const std::vector<LmLog>& logs) {
+  std::ostringstream os;
+  os << "run,step,train_loss,val_loss,val_perplexity,seconds\n";
+  for (const LmLog& l : logs)
+    for (std::size_t i = 0; i < l.steps.size(); ++i)
+      os << l.name << ',' << l.steps[i] << ',' << fmt_g(l.train_loss[i]) << ',' << fmt_g(l.val_loss[i]) << ','
+         << fmt_g(std::exp(l.val_loss[i])) << ',' << std::fixed << std::setprecision(3) << l.seconds[i]
+         << std::defaultfloat << '\n';
+  return os.str();
+}
+
+std::string layers_csv(const std::vector<LmLog>& logs) {
+  std::ostringstream os;
+  os << "run,step,layer,rel_error_vs_fp32,scale_x,scale_w,scale_dy,x_saturated,x_underflow,w_saturated,"
+        "dy_saturated,dy_underflow,casts\n";
+  auto sc = [](float s) { return std::isnan(s) ? std::string() : fmt_g(s); };
+  for (const LmLog& l : logs)
+    for (std::size_t i = 0; i < l.layers.size(); ++i)
+      for (const LayerPoint& p : l.layers[i])
+        os << l.name << ',' << l.steps[i] << ',' << p.layer << ',' << fmt_g(p.rel_error) << ',' << sc(p.scale_x) << ','
+           << sc(p.scale_w) << ',' << sc(p.scale_dy) << ',' << p.x.saturated << ',' << p.x.underflow << ','
+           << p.w.saturated << ',' << p.dy.saturated << ',' << p.dy.underflow << ','
+           << p.x.count + p.w.count + p.dy.count << '\n';
+  return os.str();
+}
+
+bool write_plot(const std::string& dir, const std::vector<LmLog>& logs) {
+  std::ostringstream s;
+  s << "set terminal pngcairo size 1100,450\nset output '@OUTPUT@'\nset multiplot layout 1,2\n"
+       "set grid\nset xlabel 'step'\n";
+  for (int panel = 0; panel < 2; ++panel) {
+    s << "set title '" << (panel == 0 ? "train loss (mean since last evaluation)" : "validation loss") << "'\n"
+      << "plot ";
+    for (std::size_t r = 0; r < logs.size(); ++r)
+      s << (r ? ", " : "") << "'-' using 1:2 with linespoints lw 2 title '" << logs[r].name << "'";
+    s << '\n';
+    for (const LmLog& l : logs) {
+      const auto& v = panel == 0 ? l.train_loss : l.val_loss;
+      for (std::size_t i = 0; i < v.size(); ++i) s << l.steps[i] << ' ' << fmt_g(v[i]) << '\n';
+      s << "e\n";
+    }
+  }
+  s << "unset multiplot\n";
+  return io::render_png(s.str(), dir + "/curves.png");
+}
+
+std::string timestamp_dir() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "results/lm-%Y%m%d-%H%M%S", std::localtime(&t));
+  std::string dir = buf;
+  for (int k = 2; std::filesystem::exists(dir); ++k) dir = std::string(buf) + "-" + std::to_string(k);
+  return dir;
+}
+
+}  // namespace
+
+std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
+  // 1. Flags, before touching data or disk.
+  scaling::DelayedScaling delayed;
+  scaling::CurrentScaling current;
+  scaling::MXFP8BlockScaling mxfp8;
+  scaling::Float8BlockScaling block;
+  if (!cfg.format.empty()) {
+    const scaling::RecipeFormat f = scaling::parse_recipe_format(cfg.format);
+    delayed.fp8_format = current.fp8_format = mxfp8.fp8_format = block.fp8_format = f;
+  }
+  std::vector<RunSpec> runs{{"fp32", nn::Precision::kFp32, delayed}};
+  for (const auto& [name, r] : std::vector<std::pair<std::string, scaling::Recipe>>{
+           {"delayed", delayed}, {"current", current}, {"mxfp8", mxfp8}, {"block", block}})
+    if (cfg.recipe == name || cfg.recipe == "all") runs.push_back({"fp8_" + name, nn::Precision::kFp8, r});
+  FP8EMU_CHECK(runs.size() > 1, "unknown recipe '", cfg.recipe, "' (accepted: delayed, current, mxfp8, block, all)");
+  for (const RunSpec& r : runs) scaling::validate(r.recipe);
+  FP8EMU_CHECK(cfg.steps >= 1, "--steps must be >= 1, got ", cfg.steps);
+  FP8EMU_CHECK(cfg.batch_size >= 1 && cfg.batch_size <= kMaxDim, "--batch-size must be in [1, ", kMaxDim, "], got ",
+               cfg.batch_size);
+  FP8EMU_CHECK(cfg.seq_len >= 2 && cfg.seq_len <= kMaxDim, "--seq-len must be in [2, ", kMaxDim, "], got ",
+               cfg.seq_len);
+  FP8EMU_CHECK(cfg.d_model >= 1 && cfg.d_model <= kMaxDim, "--d-model must be in [1, ", kMaxDim, "]");
+  FP8EMU_CHECK(cfg.heads >= 1 && cfg.d_model % cfg.heads == 0, "--d-model ", cfg.d_model,
+               " must be a multiple of --heads ", cfg.heads);
+  FP8EMU_CHECK(cfg.layers >= 1 && cfg.layers <= 64, "--layers must be in [1, 64], got ", cfg.layers);
+  FP8EMU_CHECK(cfg.ffn >= 1 && cfg.ffn <= 4 * kMaxDim, "--ffn must be in [1, ", 4 * kMaxDim, "], got ", cfg.ffn);
+  FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
+  FP8EMU_CHECK(cfg.eval_every >= 1, "--eval-every must be >= 1, got ", cfg.eval_every);
+  FP8EMU_CHECK(cfg.eval_batches >= 1 && cfg.eval_batches <= 1000, "--eval-batches must be in [1, 1000]");
+  FP8EMU_CHECK(cfg.val_fraction > 0.0 && cfg.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
+  FP8EMU_CHECK(cfg.sample_chars >= 0 && cfg.sample_chars <= 100000, "--sample-chars must be in [0, 100000]");
+  FP8EMU_CHECK(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be in [0, 1024]");
+  FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
+  LmSpec spec{0,
+              cfg.d_model,
+              cfg.heads,
+              cfg.layers,
+              cfg.ffn,
+              cfg.seq_len,
+              cfg.norm == "rmsnorm" ? nn::NormKind::kRMSNorm : nn::NormKind::kLayerNorm,
+              nn::parse_mlp_activation(cfg.mlp_activation),
+              cfg.activation_dtype == "bf16" ? nn::ActivationDtype::kBf16 : nn::ActivationDtype::kFp32};
+  FP8EMU_CHECK(cfg.norm == "layernorm" || cfg.norm == "rmsnorm", "unknown --norm '", cfg.norm,
+               "' (accepted: layernorm, rmsnorm)");
+  FP8EMU_CHECK(cfg.activation_dtype == "fp32" || cfg.activation_dtype == "bf16", "unknown --activation-dtype '",
+               cfg.activation_dtype, "' (accepted: fp32, bf16)");
+  emu::parse_accumulation(cfg.accumulation);
+  {
+    std::vector<std::string> names;
+    for (int l = 0; l < cfg.layers; ++l)
+      for (const char* k : {"qkv", "proj", "fc1", "fc2"}) names.push_back("l" + std::to_string(l) + "." + k);
+    names.push_back("head");
+    backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), cfg.strict,
+                     std::cerr);
+  }
+#ifdef _OPENMP
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+#endif
+
+  // 2. The corpus.
+  const Corpus corpus = load_corpus(cfg.text, cfg.seq_len, cfg.val_fraction);
+  spec.vocab = int(corpus.vocab.size());
+
+  // 3. The output folder (after a resume's checkpoint has been read and checked).
+  std::ostringstream fp;
+  fp << "text=" << cfg.text << " bytes=" << corpus.train.size() + corpus.val.size() << " vocab=" << spec.vocab
+     << " steps=" << cfg.steps << " batch=" << cfg.batch_size << " seq=" << cfg.seq_len << " d=" << cfg.d_model
+     << " heads=" << cfg.heads << " layers=" << cfg.layers << " ffn=" << cfg.ffn << " norm=" << cfg.norm
+     << " act=" << cfg.mlp_activation << " dtype=" << cfg.activation_dtype << " recipe=" << cfg.recipe
+     << " format=" << cfg.format << " acc=" << cfg.accumulation << " head=" << cfg.fp8_head
+     << " lr=" << fmt_g(cfg.lr) << " seed=" << cfg.seed << " eval=" << cfg.eval_every << "x" << cfg.eval_batches
+     << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars;
+  LmCheckpoint ck;
+  if (!cfg.resume.empty()) {
+    FP8EMU_CHECK(cfg.out_dir.empty() || std::filesystem::equivalent(cfg.out_dir, cfg.resume), "--resume ",
+                 cfg.resume, " continues in that folder; --out must be omitted or the same folder");
+    cfg.out_dir = cfg.resume;
+    ck = read_checkpoint(cfg.resume + "/checkpoint.bin");
+    FP8EMU_CHECK(ck.fingerprint == fp.str(), cfg.resume,
+                 "/checkpoint.bin was written with different flags or data; resume with the same flags:\n  checkpoint: ",
+                 ck.fingerprint, "\n  now:        ", fp.str());
+    FP8EMU_CHECK(ck.current_run <= runs.size() && ck.completed.size() == ck.current_run, cfg.resume,
+                 "/checkpoint.bin: corrupt checkpoint (run index)");
+  }
+  if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
+  io::ensure_writable_dir(cfg.out_dir);
+  {
+    std::error_code ec;
+    for (const char* f : {"summary.json", "curves.png"}) std::filesystem::remove(cfg.out_dir + "/" + f, ec);
+  }
+
+  Context ctx{cfg, spec, corpus, {}, cfg.out_dir + "/checkpoint.bin", fp.str()};
+  {
+    // Fixed validation windows, evenly spaced over the validation split (the same for every run).
+    const std::size_t span = corpus.val.size() - std::size_t(cfg.seq_len) - 1;
+    for (int b = 0; b < cfg.eval_batches; ++b) {
+      std::vector<std::size_t> starts;
+      for (int i = 0; i < cfg.batch_size; ++i) {
+        const std::size_t k = std::size_t(b) * std::size_t(cfg.batch_size) + std::size_t(i);
+        starts.push_back(span * k / std::max<std::size_t>(1, std::size_t(cfg.eval_batches * cfg.batch_size)));
+      }
+      ctx.val_batches.push_back(window_batch(corpus.val, starts, cfg.seq_len));
+    }
+  }
+  if (cfg.progress)
+    std::fprintf(stderr,
+                 "fp8emu train-lm: %zu bytes of text from %s (%zu files, %d distinct bytes), transformer %d x "
+                 "(d %d, %d heads, ffn %d), %d steps of %d x %d tokens, results in %s\n",
+                 corpus.train.size() + corpus.val.size(), cfg.text.c_str(), corpus.files, spec.vocab, cfg.layers,
+                 cfg.d_model, cfg.heads, cfg.ffn, cfg.steps, cfg.batch_size, cfg.seq_len, cfg.out_dir.c_str());
+
+  // 4. The runs: FP32, then each FP8 recipe, from the same initial weights and batches.
+  std::vector<LmLog> logs = ck.completed;
+  for (std::size_t r = logs.size(); r < runs.size(); ++r) {
+    const LmState* resume = (ck.has_state && ck.current_run == r) ? &ck.state : nullptr;
+    auto save = [&](const LmState& s) {
+      LmCheckpoint c;
+      c.fingerprint = fp.str();
+      c.completed = logs;
+      c.current_run = std::uint32_t(r);
+      c.has_state = true;
+      c.state = s;
+      write_checkpoint(ctx.checkpoint_path, c);
+    };
+    logs.push_back(train_run(ctx, runs[r], resume, save));
+    io::write_file_atomic(cfg.out_dir + "/metrics.csv", metrics_csv(logs));
+    io::write_file_atomic(cfg.out_dir + "/layers.csv", layers_csv(logs));
+    if (cfg.checkpoint_every > 0) {
+      LmCheckpoint c;
+      c.fingerprint = fp.str();
+      c.completed = logs;
+      c.current_run = std::uint32_t(r + 1);
+      write_checkpoint(ctx.checkpoint_path, c);
+    }
+  }
+
+  // 5. Samples, summary, plot.
+  std::ostringstream samples;
+  for (const LmLog& l : logs) samples << "=== " << l.name << " (greedy, from a newline)\n" << l.sample << "\n\n";
+  io::write_file_atomic(cfg.out_dir + "/samples.txt", samples.str());
+  const bool plot = write_plot(cfg.out_dir, logs);
+  nlohmann::json j;
+  j["fp8emu_version"] = FP8EMU_VERSION_STRING;
+  j["config"] = {{"text", cfg.text},          {"bytes", corpus.train.size() + corpus.val.size()},
+                 {"vocab", spec.vocab},       {"steps", cfg.steps},
+                 {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len},
+                 {"d_model", cfg.d_model},    {"heads", cfg.heads},
+                 {"layers", cfg.layers},      {"ffn", cfg.ffn},
+                 {"norm", cfg.norm},          {"mlp_activation", cfg.mlp_activation},
+                 {"activation_dtype", cfg.activation_dtype}, {"recipe", cfg.recipe},
+                 {"format", cfg.format},      {"accumulation", cfg.accumulation},
+                 {"backend", cfg.backend},    {"fp8_head", cfg.fp8_head},
+                 {"lr", cfg.lr},              {"seed", cfg.seed},
+                 {"eval_every", cfg.eval_every}, {"eval_batches", cfg.eval_batches}};
+  nlohmann::json rj = nlohmann::json::object();
+  std::vector<LmRunResult> results;
+  for (const LmLog& l : logs) {
+    nlohmann::json x;
+    x["val_loss"] = l.val_loss.empty() ? 0.0 : l.val_loss.back();
+    x["val_perplexity"] = l.val_loss.empty() ? 0.0 : std::exp(l.val_loss.back());
+    x["train_loss"] = l.train_loss.empty() ? 0.0 : l.train_loss.back();
+    x["steps"] = l.steps.empty() ? 0 : l.steps.back();
+    x["seconds"] = l.seconds.empty() ? 0.0 : l.seconds.back();
+    x["diverged"] = l.diverged;
+    x["sample"] = l.sample;
+    rj[l.name] = x;
+    results.push_back({l.name, l.val_loss.empty() ? 0.0 : l.val_loss.back(),
+                       l.train_loss.empty() ? 0.0 : l.train_loss.back()});
+  }
+  j["runs"] = rj;
+  if (logs.size() > 1 && !logs[0].val_loss.empty() && !logs[1].val_loss.empty())
+    j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[1].val_loss.back() / logs[0].val_loss.back() - 1.0);
+  j["plot"] = plot ? "curves.png" : nullptr;
+  io::write_file_atomic(cfg.out_dir + "/summary.json", j.dump(1) + "\n");
+  if (cfg.progress) {
+    for (const LmRunResult& r : results)
+      std::fprintf(stderr, "  %-12s val loss %.4f (perplexity %.3f)\n", r.name.c_str(), r.final_val_loss,
+                   std::exp(r.final_val_loss));
+    std::fprintf(stderr, "results: %s\n", cfg.out_dir.c_str());
+  }
+  return results;
+}
+
+}  // namespace fp8emu::experiments

@@ -1,0 +1,62 @@
+// `fp8emu train-lm`: a small decoder-only transformer trained on characters (bytes) of real text,
+// in FP32 and in FP8 side by side from the same initial weights and batches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fp8emu/scaling/recipe.hpp"
+
+namespace fp8emu::experiments {
+
+struct TrainLmConfig {
+  /// A text file, or a folder whose regular files (sorted by name, `.dat` index files and
+  /// symbolic links skipped) are concatenated. Default: Debian's `fortunes` package.
+  std::string text = "/usr/share/games/fortunes";
+  std::string out_dir;         ///< Empty: results/lm-<timestamp>.
+  int steps = 400;             ///< Optimizer steps per run.
+  int batch_size = 16;         ///< Sequences per step.
+  int seq_len = 64;            ///< Tokens per sequence.
+  int d_model = 128;
+  int heads = 4;
+  int layers = 2;
+  int ffn = 512;               ///< MLP hidden size.
+  std::string norm = "layernorm";        ///< "layernorm" | "rmsnorm".
+  std::string mlp_activation = "gelu";   ///< "gelu" | "swiglu".
+  std::string activation_dtype = "fp32"; ///< "fp32" | "bf16" (TE's usual activations).
+  std::string recipe = "delayed";        ///< "delayed", "current", "mxfp8", "block" or "all".
+  std::string format;                    ///< "hybrid"/"e4m3"; empty: each recipe's TE default.
+  std::string accumulation = "hopper";   ///< As `fp8emu train`.
+  /// Where the FP8 Linears run: emulated | cuda | reference, for all or per layer
+  /// ("l0.qkv=reference,l1.fc2=cuda"); layers l<i>.qkv, l<i>.proj, l<i>.fc1, l<i>.fc2, head.
+  std::string backend = "emulated";
+  bool strict = false;
+  /// The LM head runs FP32 unless this is set (TE practice: first and last layers stay in higher
+  /// precision); per-layer --backend can still choose for it when set.
+  bool fp8_head = false;
+  float lr = 2e-3f;
+  std::uint64_t seed = 1;
+  int eval_every = 50;         ///< Validation loss every N steps (and at the end).
+  int eval_batches = 8;        ///< Fixed validation batches (same for every run).
+  double val_fraction = 0.1;   ///< The last fraction of the corpus is the validation split.
+  int sample_chars = 300;      ///< Length of the generated sample per run (greedy from "\n").
+  int threads = 0;
+  int checkpoint_every = 0;    ///< Steps between checkpoints (0: none).
+  std::string resume;          ///< Continue from <dir>/checkpoint.bin.
+  bool progress = true;
+};
+
+struct LmRunResult {
+  std::string name;
+  double final_val_loss = 0.0;
+  double final_train_loss = 0.0;
+};
+
+/// Trains FP32 and the FP8 recipe(s), writing metrics.csv, layers.csv, samples.txt, summary.json
+/// and curves.png to the output folder (atomically). \throws fp8emu::Error on bad flags, a missing,
+/// empty or too-short corpus, a corrupt or mismatched checkpoint; nothing is written before the
+/// configuration and the corpus are known to be good.
+std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg);
+
+}  // namespace fp8emu::experiments
