@@ -1,0 +1,191 @@
+// `fp8emu train-lm` end to end on a small generated corpus: outputs, determinism across thread
+// counts, SIGKILL + resume bit-identical, and every bad-input error (nothing written).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/cli_runner.hpp"
+#include "support/idx_writer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+using Result = fp8emu::testing::CliResult;
+Result run(const std::string& args) { return fp8emu::testing::run_cli(args); }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string without_seconds(const fs::path& p) {
+  std::stringstream in(slurp(p)), out;
+  std::string line;
+  while (std::getline(in, line)) out << line.substr(0, line.rfind(',')) << '\n';
+  return out.str();
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("fp8emu-lm-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  return d;
+}
+
+// About 40 KB of word salad with line breaks: deterministic, enough structure to learn a little.
+fs::path corpus() {
+  const fs::path p = fs::temp_directory_path() / ("fp8emu-lm-corpus-" + std::to_string(::getpid()) + ".txt");
+  if (fs::exists(p)) return p;
+  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then",
+                         "sleeps", "under", "old", "tree", "while", "birds", "sing"};
+  std::ofstream f(p);
+  std::uint32_t s = 1;
+  for (int i = 0; i < 8000; ++i) {
+    s = s * 1664525u + 1013904223u;
+    f << words[(s >> 16) % 18] << ((s >> 8) % 9 == 0 ? ".\n" : " ");
+  }
+  return p;
+}
+
+const std::string kShape = " --heads 2 --layers 1 --ffn 32 --seq-len 16 --batch-size 4 --eval-batches 2 --sample-chars 20 --quiet";
+const std::string kTiny = " --d-model 16 --steps 12 --eval-every 4" + kShape;
+
+std::string tiny(int steps = 12, int eval_every = 4) {
+  return "train-lm --text " + corpus().string() + " --d-model 16 --steps " + std::to_string(steps) + " --eval-every " +
+         std::to_string(eval_every) + kShape;
+}
+
+pid_t spawn(const std::string& cmdline) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    execl("/bin/sh", "sh", "-c", ("exec " + std::string(FP8EMU_CLI_PATH) + " " + cmdline).c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+}  // namespace
+
+TEST_CASE("train-lm writes metrics, layers, samples, summary for FP32 and FP8", "[cli][lm]") {
+  const fs::path out = scratch("smoke");
+  const Result r = run(tiny() + " --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const std::string m = slurp(out / "metrics.csv");
+  CHECK(m.rfind("run,step,train_loss,val_loss,val_perplexity,seconds\n", 0) == 0);
+  CHECK(m.find("fp32,12,") != std::string::npos);
+  CHECK(m.find("fp8_delayed,12,") != std::string::npos);
+  const std::string l = slurp(out / "layers.csv");
+  CHECK(l.find("fp8_delayed,12,l0.qkv,") != std::string::npos);
+  CHECK(l.find("fp8_delayed,12,head,") != std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(slurp(out / "summary.json"));
+  CHECK(j["runs"]["fp32"]["val_loss"].get<double>() > 0.0);
+  CHECK(j["runs"]["fp8_delayed"]["val_loss"].get<double>() > 0.0);
+  CHECK(j.contains("fp8_vs_fp32_val_loss_percent"));
+  CHECK(j["runs"]["fp8_delayed"]["sample"].get<std::string>().size() == 20);
+  CHECK(slurp(out / "samples.txt").find("=== fp8_delayed") != std::string::npos);
+  // An FP8 layer differs from its FP32 twin, but not by much; the FP32 head has no FP8 error.
+  std::stringstream rows(l);
+  std::string row;
+  bool saw_fp8_error = false;
+  while (std::getline(rows, row)) {
+    if (row.rfind("fp8_delayed,12,l0.fc1,", 0) == 0) {
+      const double e = std::stod(row.substr(std::string("fp8_delayed,12,l0.fc1,").size()));
+      saw_fp8_error = e > 0.0 && e < 0.2;
+    }
+    if (row.rfind("fp8_delayed,12,head,", 0) == 0) CHECK(row.find(",head,0,") != std::string::npos);
+  }
+  CHECK(saw_fp8_error);
+}
+
+TEST_CASE("train-lm: bit-identical results with 1 and 2 threads; other recipes run", "[cli][lm][determinism]") {
+  const fs::path a = scratch("t1"), b = scratch("t2");
+  REQUIRE(run(tiny() + " --threads 1 --out " + a.string()).code == 0);
+  REQUIRE(run(tiny() + " --threads 2 --out " + b.string()).code == 0);
+  CHECK(without_seconds(a / "metrics.csv") == without_seconds(b / "metrics.csv"));
+  CHECK(slurp(a / "layers.csv") == slurp(b / "layers.csv"));
+  const fs::path c = scratch("all");
+  const Result r = run(tiny() + " --recipe all --norm rmsnorm --mlp-activation swiglu --activation-dtype bf16 --out " +
+                       c.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  for (const char* run_name : {"fp8_delayed,", "fp8_current,", "fp8_mxfp8,", "fp8_block,"})
+    CHECK(slurp(c / "metrics.csv").find(run_name) != std::string::npos);
+}
+
+TEST_CASE("train-lm killed with SIGKILL and resumed ends bit-identical", "[cli][lm][checkpoint]") {
+  const std::string flags = tiny(300, 50) + " --recipe all";
+  const fs::path ref = scratch("ck-ref"), out = scratch("ck-run");
+  REQUIRE(run(flags + " --out " + ref.string()).code == 0);
+  const pid_t pid = spawn(flags + " --checkpoint-every 3 --out " + out.string());
+  for (int i = 0; i < 1200; ++i) {  // kill once an FP8 run has checkpointed
+    if (fs::exists(out / "checkpoint.bin") && slurp(out / "metrics.csv").find("fp8_") != std::string::npos) break;
+    usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status));  // killed mid-way, not finished
+  CHECK(!fs::exists(out / "summary.json"));
+  const Result r = run(flags + " --checkpoint-every 3 --resume " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(without_seconds(out / "metrics.csv") == without_seconds(ref / "metrics.csv"));
+  CHECK(slurp(out / "layers.csv") == slurp(ref / "layers.csv"));
+  CHECK(slurp(out / "samples.txt") == slurp(ref / "samples.txt"));
+}
+
+TEST_CASE("train-lm: bad corpus, flags and checkpoints give clear errors and write nothing", "[cli][lm][errors]") {
+  const fs::path out = scratch("bad");
+  const fs::path empty = fs::temp_directory_path() / ("fp8emu-lm-empty-" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(empty).close();
+  const fs::path shortf = fs::temp_directory_path() / ("fp8emu-lm-short-" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(shortf) << "too short";
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases{
+      {"train-lm --text /nonexistent/corpus" + kTiny, "no such text file or folder"},
+      {"train-lm --text " + empty.string() + kTiny, "the corpus is empty"},
+      {"train-lm --text " + shortf.string() + kTiny, "the corpus is too short"},
+      {"train-lm --text " + corpus().string() + " --d-model 15" + kShape, "must be a multiple of --heads"},
+      {tiny() + " --recipe fp4", "unknown recipe 'fp4'"},
+      {tiny() + " --norm batchnorm", "unknown --norm 'batchnorm'"},
+      {tiny() + " --backend l7.qkv=cuda", "unknown layer 'l7.qkv'"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.args + " --out " + out.string());
+    INFO(c.args << "\n" << r.output);
+    CHECK(r.code != 0);
+    CHECK(r.output.find(c.message) != std::string::npos);
+    CHECK(!fs::exists(out));
+  }
+  // Checkpoints: a flipped byte, other flags, nothing to resume.
+  const fs::path ck = scratch("ck-bad");
+  REQUIRE(run(tiny() + " --checkpoint-every 4 --out " + ck.string()).code == 0);
+  Result r = run(tiny(13) + " --resume " + ck.string());
+  CHECK(r.code != 0);
+  CHECK(r.output.find("written with different flags or data") != std::string::npos);
+  std::vector<std::uint8_t> bytes = fp8emu::testing::read_all((ck / "checkpoint.bin").string());
+  REQUIRE(bytes.size() > 100);
+  bytes[bytes.size() / 2] ^= 0x40;
+  fp8emu::testing::write_plain((ck / "checkpoint.bin").string(), bytes);
+  r = run(tiny() + " --resume " + ck.string());
+  CHECK(r.code != 0);
+  CHECK(r.output.find("corrupt checkpoint (checksum mismatch)") != std::string::npos);
+  CHECK(fs::exists(ck / "summary.json"));  // a failed resume loses nothing
+  r = run(tiny() + " --resume " + scratch("nothing").string());
+  CHECK(r.code != 0);
+  CHECK(r.output.find("no checkpoint to resume from") != std::string::npos);
+}
