@@ -2,10 +2,14 @@
 // differences of a random linear functional of the output; attention against a direct evaluation
 // of the formula in double; causality.
 #include <catch2/catch.hpp>
+#include <cfloat>
 #include <cmath>
 #include <functional>
 #include <vector>
 
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/scale.hpp"
+#include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/nn/transformer.hpp"
 #include "support/nn_helpers.hpp"
 
@@ -153,4 +157,81 @@ TEST_CASE("layer errors: shapes and names", "[nn][transformer]") {
   Matrix out;
   CHECK_THROWS_WITH(att.forward(Matrix(6, 24), 4, out, false), Catch::Contains("not a whole number of sequences"));
   CHECK_THROWS_WITH(att.forward(Matrix(8, 20), 4, out, false), Catch::Contains("packed QKV has 20 columns"));
+}
+
+namespace {
+// The dequantized operand of a per-tensor cast: decode(Q(v * scale)) / scale, in double.
+std::vector<double> dequantized(const Matrix& m, float scale, Format fmt) {
+  std::vector<std::uint8_t> q(m.size());
+  emu::quantize(m.data.data(), m.size(), scale, fmt, q.data(), nullptr);
+  std::vector<double> out(m.size());
+  for (std::size_t i = 0; i < m.size(); ++i)
+    out[i] = double(core::fp8_to_f32(q[i], spec_of(fmt))) * double(1.0f / scale);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("FP8 LayerNormLinear equals a reference from the dequantized operands; TE's cast placement",
+          "[nn][transformer][fp8]") {
+  // Delayed scaling (first step: every scale is 1) casts the fp32 norm output; current scaling
+  // rounds it to bf16 first (TE's LN kernel writes bf16 there) and scales from its amax.
+  for (int recipe = 0; recipe < 2; ++recipe) {
+    nn::Rng rng(5);
+    const nn::LinearSpec spec{nn::Precision::kFp8, recipe == 0 ? scaling::Recipe(scaling::DelayedScaling{})
+                                                               : scaling::Recipe(scaling::CurrentScaling{})};
+    nn::LayerNormLinear m(nn::NormKind::kLayerNorm, 40, 24, spec);
+    m.linear.init(rng);
+    const emu::GemmAccumulation exact{emu::Accumulation::kExact, 0};
+    m.linear.set_accumulation(exact, exact, exact);
+    const Matrix x = testing::random_matrix(6, 40, rng, 3.0f);
+    Matrix y, ln;
+    m.forward(x, y, false);
+    m.norm.forward(x, ln, false);
+    if (recipe == 1) nn::round_to_bf16(ln);
+    const float fmax = max_finite_f32(Format::kE4M3);
+    const float sx = recipe == 0 ? 1.0f : core::compute_scale_from_amax(emu::compute_amax(ln.data.data(), ln.size()), fmax, false, 0.0f, FLT_MAX);
+    const float sw = recipe == 0 ? 1.0f : core::compute_scale_from_amax(emu::compute_amax(m.linear.weight.data.data(), m.linear.weight.size()), fmax, false, 0.0f, FLT_MAX);
+    const std::vector<double> xq = dequantized(ln, sx, Format::kE4M3), wq = dequantized(m.linear.weight, sw, Format::kE4M3);
+    double err = 0, ref = 0;
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 24; ++j) {
+        double s = 0;
+        for (int k = 0; k < 40; ++k) s += xq[std::size_t(i * 40 + k)] * wq[std::size_t(j * 40 + k)];
+        s += m.linear.bias(0, j);
+        err = std::max(err, std::abs(double(y(i, j)) - s));
+        ref = std::max(ref, std::abs(s));
+      }
+    INFO("recipe " << recipe);
+    CHECK(err <= 1e-6 * ref);
+  }
+}
+
+TEST_CASE("FP8 TransformerLayer stays close to its FP32 twin (same weights)", "[nn][transformer][fp8]") {
+  nn::Rng r1(9), r2(9);
+  nn::TransformerLayer f32(16, 2, 32, nn::NormKind::kRMSNorm, nn::MlpActivation::kSwiGlu, fp32());
+  nn::TransformerLayer f8(16, 2, 32, nn::NormKind::kRMSNorm, nn::MlpActivation::kSwiGlu,
+                          {nn::Precision::kFp8, scaling::CurrentScaling{}});
+  for (nn::Linear* l : f32.linears()) l->init(r1);
+  for (nn::Linear* l : f8.linears()) l->init(r2);
+  nn::Rng rx(10);
+  const Matrix x = testing::random_matrix(8, 16, rx, 1.0f);
+  Matrix y32, y8, dx32, dx8;
+  f32.forward(x, 4, y32, true);
+  f8.forward(x, 4, y8, true);
+  double e = 0, n = 0;
+  for (std::size_t i = 0; i < y32.size(); ++i) {
+    e += (y8.data[i] - y32.data[i]) * (y8.data[i] - y32.data[i]);
+    n += y32.data[i] * y32.data[i];
+  }
+  CHECK(std::sqrt(e / n) < 0.05);  // E4M3 has 3 mantissa bits: a few percent per GEMM at most
+  CHECK(std::sqrt(e / n) > 0.0);   // and it is really FP8
+  const Matrix dy = testing::random_matrix(8, 16, rx, 1.0f);
+  f32.backward(dy, dx32);
+  f8.backward(dy, dx8);
+  e = n = 0;
+  for (std::size_t i = 0; i < dx32.size(); ++i) {
+    e += (dx8.data[i] - dx32.data[i]) * (dx8.data[i] - dx32.data[i]);
+    n += dx32.data[i] * dx32.data[i];
+  }
+  CHECK(std::sqrt(e / n) < 0.2);  // E5M2 gradients: 2 mantissa bits
 }
