@@ -434,21 +434,35 @@ double mean_val_loss(CharLm& model, const Context& ctx) {
   return sum / double(ctx.val_batches.size());
 }
 
-std::string generate(CharLm& model, const Corpus& c, int T, int n) {
-  // Greedy decoding from a newline (or the first token of the vocabulary when there is none).
+std::string generate(CharLm& model, const Corpus& c, int T, int n, std::uint64_t seed) {
+  // Sampling at temperature 0.8 from a seeded generator (the same draws for every run), starting
+  // from a newline (or the first token of the vocabulary when there is none).
   std::vector<std::uint8_t> ctx;
   const auto nl = std::find(c.vocab.begin(), c.vocab.end(), std::uint8_t('\n'));
   ctx.push_back(std::uint8_t(nl == c.vocab.end() ? 0 : nl - c.vocab.begin()));
+  nn::Rng rng(seed ^ 0xA5A5A5A5ull);
   std::string out;
   for (int i = 0; i < n; ++i) {
     const int t = std::min<int>(int(ctx.size()), T);
     const std::vector<std::uint8_t> window(ctx.end() - t, ctx.end());
     Matrix logits;
     model.forward(window, t, logits, false);
-    const std::vector<int> am = nn::argmax_rows(logits);
-    const std::uint8_t next = std::uint8_t(am.back());
-    ctx.push_back(next);
-    out.push_back(char(c.vocab[next]));
+    const float* z = logits.row(logits.rows - 1);
+    float mx = -INFINITY;
+    for (int v = 0; v < logits.cols; ++v) mx = std::fmax(mx, z[v]);
+    std::vector<double> p(static_cast<std::size_t>(logits.cols));
+    double sum = 0.0;
+    for (int v = 0; v < logits.cols; ++v) sum += (p[std::size_t(v)] = std::exp((double(z[v]) - mx) / 0.8));
+    double u = double(rng.uniform()) * sum;
+    int next = logits.cols - 1;
+    for (int v = 0; v < logits.cols; ++v) {
+      if ((u -= p[std::size_t(v)]) < 0) {
+        next = v;
+        break;
+      }
+    }
+    ctx.push_back(std::uint8_t(next));
+    out.push_back(char(c.vocab[std::size_t(next)]));
   }
   return out;
 }
@@ -593,7 +607,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
     progress.update(step, loss, val);
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps) checkpoint(capture(step));
   }
-  if (!log.diverged) log.sample = generate(model, ctx.corpus, cfg.seq_len, cfg.sample_chars);
+  if (!log.diverged) log.sample = generate(model, ctx.corpus, cfg.seq_len, cfg.sample_chars, cfg.seed);
   return log;
 }
 
@@ -794,7 +808,7 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
 
   // 5. Samples, summary, plot.
   std::ostringstream samples;
-  for (const LmLog& l : logs) samples << "=== " << l.name << " (greedy, from a newline)\n" << l.sample << "\n\n";
+  for (const LmLog& l : logs) samples << "=== " << l.name << " (temperature 0.8, from a newline)\n" << l.sample << "\n\n";
   io::write_file_atomic(cfg.out_dir + "/samples.txt", samples.str());
   const bool plot = write_plot(cfg.out_dir, logs);
   nlohmann::json j;

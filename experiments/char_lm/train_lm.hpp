@@ -15,7 +15,7 @@ struct TrainLmConfig {
   /// symbolic links skipped) are concatenated. Default: Debian's `fortunes` package.
   std::string text = "/usr/share/games/fortunes";
   std::string out_dir;         ///< Empty: results/lm-<timestamp>.
-  int steps = 400;             ///< Optimizer steps per run.
+  int steps = 1200;            ///< Optimizer steps per run.
   int batch_size = 16;         ///< Sequences per step.
   int seq_len = 64;            ///< Tokens per sequence.
   int d_model = 128;
@@ -35,12 +35,12 @@ struct TrainLmConfig {
   /// The LM head runs FP32 unless this is set (TE practice: first and last layers stay in higher
   /// precision); per-layer --backend can still choose for it when set.
   bool fp8_head = false;
-  float lr = 2e-3f;
+  float lr = 3e-3f;
   std::uint64_t seed = 1;
-  int eval_every = 50;         ///< Validation loss every N steps (and at the end).
+  int eval_every = 100;        ///< Validation loss every N steps (and at the end).
   int eval_batches = 8;        ///< Fixed validation batches (same for every run).
   double val_fraction = 0.1;   ///< The last fraction of the corpus is the validation split.
-  int sample_chars = 300;      ///< Length of the generated sample per run (greedy from "\n").
+  int sample_chars = 300;      ///< Length of the sample generated per run (temperature 0.8).
   int threads = 0;
   int checkpoint_every = 0;    ///< Steps between checkpoints (0: none).
   std::string resume;          ///< Continue from <dir>/checkpoint.bin.
