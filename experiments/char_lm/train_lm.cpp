@@ -409,6 +409,50 @@ class Progress {
   int steps_;
 };
 
+// "name=value,..." against the known layer names. \throws fp8emu::Error naming the valid names.
+std::vector<std::pair<std::size_t, std::string>> parse_layer_values(const std::string& flag, const std::string& spec,
+                                                                    const std::vector<std::string>& names) {
+  std::vector<std::pair<std::size_t, std::string>> out;
+  if (spec.empty()) return out;
+  std::istringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const std::size_t eq = item.find('=');
+    FP8EMU_CHECK(eq != std::string::npos && eq > 0, flag, ": expected name=value, got '", item, "'");
+    const std::string name = item.substr(0, eq);
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) {
+      std::string valid;
+      for (const std::string& n : names) valid += (valid.empty() ? "" : ", ") + n;
+      FP8EMU_FAIL(flag, ": unknown layer '", name, "' (this model's layers are ", valid, ")");
+    }
+    out.emplace_back(std::size_t(it - names.begin()), item.substr(eq + 1));
+  }
+  return out;
+}
+
+struct RecipeSet {
+  scaling::DelayedScaling delayed;
+  scaling::CurrentScaling current;
+  scaling::MXFP8BlockScaling mxfp8;
+  scaling::Float8BlockScaling block;
+  scaling::Recipe get(const std::string& name) const {
+    if (name == "delayed") return delayed;
+    if (name == "current") return current;
+    if (name == "mxfp8") return mxfp8;
+    if (name == "block") return block;
+    FP8EMU_FAIL("unknown recipe '", name, "' (accepted: delayed, current, mxfp8, block)");
+  }
+};
+
+std::vector<std::string> layer_names_of(int layers) {
+  std::vector<std::string> names;
+  for (int l = 0; l < layers; ++l)
+    for (const char* k : {"qkv", "proj", "fc1", "fc2"}) names.push_back("l" + std::to_string(l) + "." + k);
+  names.push_back("head");
+  return names;
+}
+
 struct RunSpec {
   std::string name;
   nn::Precision precision;
@@ -417,6 +461,7 @@ struct RunSpec {
 
 struct Context {
   const TrainLmConfig& cfg;
+  RecipeSet recipes;
   LmSpec spec;
   const Corpus& corpus;
   std::vector<Batch> val_batches;
@@ -480,18 +525,31 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
     const bool tensor_core = acc == emu::Accumulation::kHopper || acc == emu::Accumulation::kAda;
     std::vector<std::string> names;
     for (auto& nl : named) names.push_back(nl.first);
+    for (const auto& [i, r] : parse_layer_values("--layer-recipe", cfg.layer_recipe, names))
+      if (lins[i]->precision() == nn::Precision::kFp8) lins[i]->set_recipe(ctx.recipes.get(r));
     std::ostringstream quiet;
     const std::vector<backend::Kind> kinds = backend::resolve(
         backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), cfg.strict, quiet);
     for (std::size_t i = 0; i < lins.size(); ++i) {
       nn::Linear& l = *lins[i];
       if (l.precision() != nn::Precision::kFp8) continue;  // the FP32 head
-      if (run.recipe.index() < 2) {
+      if (l.recipe().index() < 2) {
         if (tensor_core) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
         else l.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});
       }
       if (kinds[i] == backend::Kind::kReference) l.set_precision(nn::Precision::kFp32);
       else l.set_kernels(backend::kernels_of(kinds[i]));
+    }
+    for (const auto& [i, a] : parse_layer_values("--layer-accumulation", cfg.layer_accumulation, names)) {
+      const emu::Accumulation la = emu::parse_accumulation(a);
+      nn::Linear& l = *lins[i];
+      if (l.precision() != nn::Precision::kFp8) continue;
+      FP8EMU_CHECK(l.recipe().index() < 2 || la == emu::Accumulation::kFp32, "--layer-accumulation: ", names[i],
+                   " runs a block recipe, which accumulates in fp32 only");
+      if (la == emu::Accumulation::kHopper || la == emu::Accumulation::kAda)
+        l.set_accumulation(emu::te_fprop(la), emu::te_dgrad(la), emu::te_wgrad(la));
+      else
+        l.set_accumulation({la, 0}, {la, 0}, {la, 0});
     }
   }
   nn::ParamList params = model.params();
@@ -672,17 +730,15 @@ std::string timestamp_dir() {
 
 std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
   // 1. Flags, before touching data or disk.
-  scaling::DelayedScaling delayed;
-  scaling::CurrentScaling current;
-  scaling::MXFP8BlockScaling mxfp8;
-  scaling::Float8BlockScaling block;
+  RecipeSet rs;
   if (!cfg.format.empty()) {
     const scaling::RecipeFormat f = scaling::parse_recipe_format(cfg.format);
-    delayed.fp8_format = current.fp8_format = mxfp8.fp8_format = block.fp8_format = f;
+    rs.delayed.fp8_format = rs.current.fp8_format = rs.mxfp8.fp8_format = rs.block.fp8_format = f;
   }
+  const scaling::DelayedScaling& delayed = rs.delayed;
   std::vector<RunSpec> runs{{"fp32", nn::Precision::kFp32, delayed}};
   for (const auto& [name, r] : std::vector<std::pair<std::string, scaling::Recipe>>{
-           {"delayed", delayed}, {"current", current}, {"mxfp8", mxfp8}, {"block", block}})
+           {"delayed", rs.delayed}, {"current", rs.current}, {"mxfp8", rs.mxfp8}, {"block", rs.block}})
     if (cfg.recipe == name || cfg.recipe == "all") runs.push_back({"fp8_" + name, nn::Precision::kFp8, r});
   FP8EMU_CHECK(runs.size() > 1, "unknown recipe '", cfg.recipe, "' (accepted: delayed, current, mxfp8, block, all)");
   for (const RunSpec& r : runs) scaling::validate(r.recipe);
@@ -718,10 +774,10 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
                cfg.activation_dtype, "' (accepted: fp32, bf16)");
   emu::parse_accumulation(cfg.accumulation);
   {
-    std::vector<std::string> names;
-    for (int l = 0; l < cfg.layers; ++l)
-      for (const char* k : {"qkv", "proj", "fc1", "fc2"}) names.push_back("l" + std::to_string(l) + "." + k);
-    names.push_back("head");
+    const std::vector<std::string> names = layer_names_of(cfg.layers);
+    for (const auto& lr : parse_layer_values("--layer-recipe", cfg.layer_recipe, names)) rs.get(lr.second);
+    for (const auto& la : parse_layer_values("--layer-accumulation", cfg.layer_accumulation, names))
+      emu::parse_accumulation(la.second);
     backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), cfg.strict,
                      std::cerr);
   }
@@ -741,7 +797,8 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
      << " act=" << cfg.mlp_activation << " dtype=" << cfg.activation_dtype << " recipe=" << cfg.recipe
      << " format=" << cfg.format << " acc=" << cfg.accumulation << " head=" << cfg.fp8_head
      << " lr=" << fmt_g(cfg.lr) << " seed=" << cfg.seed << " eval=" << cfg.eval_every << "x" << cfg.eval_batches
-     << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars;
+     << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars << " layer_recipe=" << cfg.layer_recipe
+     << " layer_acc=" << cfg.layer_accumulation;
   LmCheckpoint ck;
   if (!cfg.resume.empty()) {
     FP8EMU_CHECK(cfg.out_dir.empty() || std::filesystem::equivalent(cfg.out_dir, cfg.resume), "--resume ",
@@ -761,7 +818,7 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
     for (const char* f : {"summary.json", "curves.png"}) std::filesystem::remove(cfg.out_dir + "/" + f, ec);
   }
 
-  Context ctx{cfg, spec, corpus, {}, cfg.out_dir + "/checkpoint.bin", fp.str()};
+  Context ctx{cfg, rs, spec, corpus, {}, cfg.out_dir + "/checkpoint.bin", fp.str()};
   {
     // Fixed validation windows, evenly spaced over the validation split (the same for every run).
     const std::size_t span = corpus.val.size() - std::size_t(cfg.seq_len) - 1;
@@ -822,6 +879,7 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
                  {"activation_dtype", cfg.activation_dtype}, {"recipe", cfg.recipe},
                  {"format", cfg.format},      {"accumulation", cfg.accumulation},
                  {"backend", cfg.backend},    {"fp8_head", cfg.fp8_head},
+                 {"layer_recipe", cfg.layer_recipe}, {"layer_accumulation", cfg.layer_accumulation},
                  {"lr", cfg.lr},              {"seed", cfg.seed},
                  {"eval_every", cfg.eval_every}, {"eval_batches", cfg.eval_batches}};
   nlohmann::json rj = nlohmann::json::object();

@@ -32,6 +32,11 @@ struct TrainLmConfig {
   /// ("l0.qkv=reference,l1.fc2=cuda"); layers l<i>.qkv, l<i>.proj, l<i>.fc1, l<i>.fc2, head.
   std::string backend = "emulated";
   bool strict = false;
+  /// Per-layer recipe of the FP8 runs, "l0.fc1=current,head=delayed" (names as --backend); layers
+  /// not named use the run's recipe.
+  std::string layer_recipe;
+  /// Per-layer accumulation of the FP8 runs, "l1.fc2=fp32,..." (per-tensor recipes only).
+  std::string layer_accumulation;
   /// The LM head runs FP32 unless this is set (TE practice: first and last layers stay in higher
   /// precision); per-layer --backend can still choose for it when set.
   bool fp8_head = false;

@@ -231,6 +231,10 @@ int main(int argc, char** argv) {
   train_lm->add_option("--backend", lm.backend,
                        "emulated, cuda or reference, for all or per layer (l0.qkv, l0.proj, l0.fc1, l0.fc2, ..., head)")
       ->capture_default_str();
+  train_lm->add_option("--layer-recipe", lm.layer_recipe,
+                       "Per-layer recipe of the FP8 runs, e.g. l0.qkv=current,l1.fc2=block");
+  train_lm->add_option("--layer-accumulation", lm.layer_accumulation,
+                       "Per-layer GEMM accumulation of the FP8 runs, e.g. l0.fc1=fp32 (per-tensor recipes)");
   train_lm->add_flag("--strict", lm.strict, "With --backend cuda: fail instead of falling back to the emulator");
   train_lm->add_flag("--fp8-head", lm.fp8_head, "Run the LM head in FP8 too (default: FP32, as TE practice)");
   train_lm->add_option("--lr", lm.lr, "Adam learning rate")->capture_default_str();

@@ -29,23 +29,30 @@ void add_bias(Matrix& y, const Matrix& bias) {
 }  // namespace
 
 Linear::Linear(int in_features, int out_features, Precision precision, const scaling::Recipe& recipe)
-    : precision_(precision),
-      recipe_(recipe),
-      fwd_state_(3, history_len_of(recipe)),
-      bwd_state_(2, history_len_of(recipe)) {
+    : precision_(precision), recipe_(recipe), fwd_state_(3, 1), bwd_state_(2, 1) {
   FP8EMU_CHECK(in_features > 0 && out_features > 0, "Linear: sizes must be positive, got in=",
                in_features, " out=", out_features);
-  scaling::validate(recipe_);
-  fwd_format_ = scaling::forward_format(scaling::recipe_format(recipe_));
-  bwd_format_ = scaling::backward_format(scaling::recipe_format(recipe_));
-  for (float& s : last_scale_) s = std::numeric_limits<float>::quiet_NaN();
-  if (!is_block_recipe())  // TE's choice on Hopper: fprop fast accumulation, dgrad/wgrad split
-    set_accumulation(emu::te_fprop(emu::Accumulation::kHopper), emu::te_dgrad(emu::Accumulation::kHopper),
-                     emu::te_wgrad(emu::Accumulation::kHopper));
+  set_recipe(recipe);
   weight = Matrix(out_features, in_features);
   bias = Matrix(1, out_features);
   grad_weight = Matrix(out_features, in_features);
   grad_bias = Matrix(1, out_features);
+}
+
+void Linear::set_recipe(const scaling::Recipe& recipe) {
+  scaling::validate(recipe);
+  recipe_ = recipe;
+  fwd_state_ = scaling::DelayedScalingState(3, history_len_of(recipe));
+  bwd_state_ = scaling::DelayedScalingState(2, history_len_of(recipe));
+  fwd_format_ = scaling::forward_format(scaling::recipe_format(recipe_));
+  bwd_format_ = scaling::backward_format(scaling::recipe_format(recipe_));
+  for (float& sc : last_scale_) sc = std::numeric_limits<float>::quiet_NaN();
+  have_weight_cache_ = false;
+  if (!is_block_recipe())  // TE's choice on Hopper: fprop fast accumulation, dgrad/wgrad split
+    set_accumulation(emu::te_fprop(emu::Accumulation::kHopper), emu::te_dgrad(emu::Accumulation::kHopper),
+                     emu::te_wgrad(emu::Accumulation::kHopper));
+  else
+    set_accumulation({}, {}, {});
 }
 
 void Linear::init(Rng& rng) {

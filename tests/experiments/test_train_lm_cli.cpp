@@ -124,6 +124,22 @@ TEST_CASE("train-lm: bit-identical results with 1 and 2 threads; other recipes r
     CHECK(slurp(c / "metrics.csv").find(run_name) != std::string::npos);
 }
 
+TEST_CASE("train-lm per-layer recipe and accumulation change only the FP8 run", "[cli][lm]") {
+  const fs::path a = scratch("plain"), b = scratch("per-layer");
+  REQUIRE(run(tiny() + " --out " + a.string()).code == 0);
+  const Result r = run(tiny() + " --layer-recipe l0.fc1=current,l0.fc2=block --layer-accumulation l0.qkv=fp32 --out " +
+                       b.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const std::string ma = without_seconds(a / "metrics.csv"), mb = without_seconds(b / "metrics.csv");
+  CHECK(ma.substr(0, ma.find("fp8_")) == mb.substr(0, mb.find("fp8_")));  // FP32 identical
+  CHECK(ma != mb);
+  // block scaling has per-block scales: no per-tensor scale is reported for l0.fc2.
+  CHECK(slurp(b / "layers.csv").find("fp8_delayed,12,l0.fc2,") != std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(slurp(b / "summary.json"));
+  CHECK(j["config"]["layer_recipe"] == "l0.fc1=current,l0.fc2=block");
+}
+
 TEST_CASE("train-lm killed with SIGKILL and resumed ends bit-identical", "[cli][lm][checkpoint]") {
   const std::string flags = tiny(300, 50) + " --recipe all";
   const fs::path ref = scratch("ck-ref"), out = scratch("ck-run");
@@ -163,6 +179,9 @@ TEST_CASE("train-lm: bad corpus, flags and checkpoints give clear errors and wri
       {tiny() + " --recipe fp4", "unknown recipe 'fp4'"},
       {tiny() + " --norm batchnorm", "unknown --norm 'batchnorm'"},
       {tiny() + " --backend l7.qkv=cuda", "unknown layer 'l7.qkv'"},
+      {tiny() + " --layer-recipe l0.fc9=current", "--layer-recipe: unknown layer 'l0.fc9'"},
+      {tiny() + " --layer-recipe l0.fc1=fp4", "unknown recipe 'fp4'"},
+      {tiny() + " --layer-accumulation l0.fc1=fp64", "unknown accumulation model 'fp64'"},
   };
   for (const Case& c : cases) {
     const Result r = run(c.args + " --out " + out.string());

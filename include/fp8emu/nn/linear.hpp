@@ -95,6 +95,9 @@ class Linear {
   /// Where the FP8 kernels of this layer run (backend/kernels.hpp): emulated_kernels() (default)
   /// or cuda_kernels(); both give the same bits. The reference backend is Precision::kFp32.
   void set_kernels(const backend::Kernels& k) { kernels_ = &k; }
+  /// Replaces the recipe (before training: fresh scaling state, TE's default accumulation for it).
+  /// \throws fp8emu::Error for invalid recipe parameters.
+  void set_recipe(const scaling::Recipe& recipe);
   /// Runs this layer in FP32 (the `reference` backend) or FP8 from now on.
   void set_precision(Precision p) { precision_ = p; }
   const backend::Kernels& kernels() const { return *kernels_; }
