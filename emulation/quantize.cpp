@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 
+#include "amax.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "parallel.hpp"
 
@@ -33,8 +34,7 @@ QuantizeStats quantize_impl(const float* x, std::size_t n, float scale, std::uin
     const float s = v * scale;
     const std::uint8_t c = core::f32_to_fp8(s, F, Saturation::kSatFinite);
     q[i] = c;
-    const float a = std::fabs(v);
-    local_amax_total = std::fmax(local_amax_total, a);  // fmax drops NaN, as fmaxf
+    local_amax_total = detail::amax_step(local_amax_total, v);  // NaN ignored, as fmaxf
     const bool is_nan = std::isnan(v);
     nans += is_nan;
     sat += F.overflows(std::fabs(s));  // false for NaN
@@ -74,7 +74,7 @@ float compute_amax(const float* x, std::size_t n) {
   float m = 0.0f;
   const std::ptrdiff_t count = std::ptrdiff_t(n);
 #pragma omp parallel for schedule(static) reduction(max : m) if (count >= detail::kParallelMinElements)
-  for (std::ptrdiff_t i = 0; i < count; ++i) m = std::fmax(m, std::fabs(x[i]));
+  for (std::ptrdiff_t i = 0; i < count; ++i) m = detail::amax_step(m, x[i]);
   return m;
 }
 
