@@ -154,6 +154,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_gpu = bench->add_subcommand("gpu", "GPU: cuBLASLt FP8/BF16/FP32 GEMM TFLOP/s, quantize GB/s, MLP step");
   bench_gpu->add_option("--sizes", bench_gpu_opt.sizes, "M = N = K values")->delimiter(',')->capture_default_str();
   bench_gpu->add_option("--repeat", bench_gpu_opt.repeat, "Timed runs per measurement")->capture_default_str();
+  bench_gpu->add_option("--budget", bench_gpu_opt.budget_seconds, "Seconds for the whole benchmark (larger sizes are skipped)")
+      ->capture_default_str();
   bench->require_subcommand(1);
 
   cli::ValidateOptions validate_opt;
