@@ -15,6 +15,14 @@
 #include "fp8emu/cuda/mma_gemm.hpp"
 #include "launch.hpp"
 
+// FP8 mma.sync is PTX ISA 8.4 (CUDA 12.4); older toolkits build the kernel empty and the launcher
+// refuses to run it.
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define FP8EMU_HAVE_FP8_MMA 1
+#else
+#define FP8EMU_HAVE_FP8_MMA 0
+#endif
+
 namespace fp8emu::cuda {
 namespace {
 
@@ -31,7 +39,7 @@ __device__ __forceinline__ std::uint32_t load4(const std::uint8_t* row, bool row
 
 __global__ void mma_e4m3_kernel(int M, int N, int K, const std::uint8_t* __restrict__ A,
                                 const std::uint8_t* __restrict__ B, float s, float* __restrict__ D) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#if FP8EMU_HAVE_FP8_MMA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int m0 = int(blockIdx.y) * 16, n0 = (int(blockIdx.x) * kWarps + warp) * 8;
@@ -70,6 +78,8 @@ __global__ void mma_e4m3_kernel(int M, int N, int K, const std::uint8_t* __restr
 
 void mma_gemm_e4m3_tn(int M, int N, int K, const std::uint8_t* A, const std::uint8_t* B, float s, float* D) {
   FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "mma.sync GEMM: negative shape M=", M, " N=", N, " K=", K);
+  FP8EMU_CHECK(FP8EMU_HAVE_FP8_MMA, "mma.sync GEMM: this fp8emu was built with a CUDA toolkit older than 12.4, "
+               "whose PTX has no FP8 mma.sync");
   if (M == 0 || N == 0) return;
   detail::use_fp8_device();  // compute capability >= 8.9, or throws
   const unsigned gx = unsigned((N + 8 * kWarps - 1) / (8 * kWarps)), gy = unsigned((M + 15) / 16);
