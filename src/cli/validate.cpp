@@ -26,6 +26,14 @@
 namespace fp8emu::cli {
 namespace {
 
+std::string num(double v, const char* fmt = "%.3g") {
+  char b[64];
+  std::snprintf(b, sizeof b, fmt, v);
+  return b;
+}
+
+#if defined(FP8EMU_HAVE_CUDA)
+
 std::string hex32(std::uint32_t u) {
   char b[16];
   std::snprintf(b, sizeof b, "0x%08X", unsigned(u));
@@ -36,13 +44,6 @@ std::string hex8(unsigned u) {
   std::snprintf(b, sizeof b, "0x%02X", u & 0xFFu);
   return b;
 }
-std::string num(double v, const char* fmt = "%.3g") {
-  char b[64];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
-}
-
-#if defined(FP8EMU_HAVE_CUDA)
 
 // Distance in units in the last place between two finite floats (ordered integer distance).
 std::uint64_t ulp_distance(float a, float b) {
