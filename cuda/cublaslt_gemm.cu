@@ -93,16 +93,16 @@ struct LtContext::Impl {
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 
   // Layouts for D^T = op(Alt) op(Blt) (see the file comment), then the heuristic's choice.
-  void finish_plan(Plan& p, cudaDataType_t type_a, cudaDataType_t type_b, cudaDataType_t cd_type, int M, int N, int K,
-                   const char* what) {
+  void finish_plan(Plan& p, cudaDataType_t type_a, cudaDataType_t type_b, cudaDataType_t c_type,
+                   cudaDataType_t d_type, int M, int N, int K, const char* what) {
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
     set_attr(p.desc.d, CUBLASLT_MATMUL_DESC_TRANSA, transa, "TRANSA");
     set_attr(p.desc.d, CUBLASLT_MATMUL_DESC_TRANSB, transb, "TRANSB");
     // cuBLASLt's A = our B (stored K x N, ld K, transposed); its B = our A (K x M, ld K).
     FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.la.l, type_b, std::uint64_t(K), std::uint64_t(N), K));
     FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lb.l, type_a, std::uint64_t(K), std::uint64_t(M), K));
-    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lc.l, cd_type, std::uint64_t(N), std::uint64_t(M), N));
-    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.ld.l, cd_type, std::uint64_t(N), std::uint64_t(M), N));
+    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lc.l, c_type, std::uint64_t(N), std::uint64_t(M), N));
+    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.ld.l, d_type, std::uint64_t(N), std::uint64_t(M), N));
     Pref pref;
     FP8EMU_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
     const std::size_t ws = workspace.size();
@@ -117,6 +117,7 @@ struct LtContext::Impl {
     p.algo = result.algo;
   }
 
+  // beta = 0: C is never read (cuBLASLt still wants its layout and a pointer; D stands in).
   void run(Plan& p, const void* A, const void* B, void* D) {
     const float alpha = 1.0f, beta = 0.0f;
     FP8EMU_LT_CHECK(cublasLtMatmul(handle, p.desc.d, &alpha, B, p.la.l, A, p.lb.l, &beta, D, p.lc.l, D, p.ld.l,
@@ -144,6 +145,9 @@ void LtContext::gemm_fp8_tn(const LtFp8Gemm& g) {
   FP8EMU_CHECK(!(g.format_a == Format::kE5M2 && g.format_b == Format::kE5M2),
                "cuBLASLt FP8 GEMM: E5M2 x E5M2 is not supported; use E4M3 for one operand");
   FP8EMU_CHECK(g.A && g.B && g.D && g.scale_inv_a && g.scale_inv_b, "cuBLASLt FP8 GEMM: null operand pointer");
+  FP8EMU_CHECK(g.output != LtOutput::kE4M3 || g.d_scale, "cuBLASLt FP8 GEMM: an E4M3 output needs a D scale");
+  FP8EMU_CHECK(!g.amax_d || g.output == LtOutput::kE4M3,
+               "cuBLASLt FP8 GEMM: AMAX_D is computed only for an FP8 output (use LtOutput::kE4M3)");
   detail::use_fp8_device();
   const PlanKey key{0, g.M, g.N, g.K, int(g.format_a), int(g.format_b), int(g.output), g.fast_accum,
                     g.bias != nullptr, g.amax_d != nullptr};
@@ -160,8 +164,9 @@ void LtContext::gemm_fp8_tn(const LtFp8Gemm& g) {
       set_attr(p->desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, "BIAS_DATA_TYPE");
     }
     set_pointers(p->desc.d, g);  // the heuristic reads them for alignment
-    const cudaDataType_t out = g.output == LtOutput::kFp32 ? CUDA_R_32F : CUDA_R_16BF;
-    impl_->finish_plan(*p, fp8_type(g.format_a), fp8_type(g.format_b), out, g.M, g.N, g.K, "FP8");
+    const cudaDataType_t c_type = g.output == LtOutput::kFp32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cudaDataType_t d_type = g.output == LtOutput::kE4M3 ? CUDA_R_8F_E4M3 : c_type;
+    impl_->finish_plan(*p, fp8_type(g.format_a), fp8_type(g.format_b), c_type, d_type, g.M, g.N, g.K, "FP8");
     slot = std::move(p);
   }
   set_pointers(slot->desc.d, g);
@@ -175,6 +180,10 @@ void LtContext::set_pointers(void* desc_handle, const LtFp8Gemm& g) {
   const void* b_scale = g.scale_inv_a;
   set_attr(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale, "A_SCALE_POINTER");
   set_attr(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale, "B_SCALE_POINTER");
+  if (g.d_scale) {
+    const void* d_scale = g.d_scale;
+    set_attr(d, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, d_scale, "D_SCALE_POINTER");
+  }
   if (g.amax_d) {
     void* amax = g.amax_d;
     set_attr(d, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax, "AMAX_D_POINTER");
@@ -193,7 +202,7 @@ void LtContext::gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const 
   if (!slot) {
     auto p = std::make_unique<Plan>();
     FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    impl_->finish_plan(*p, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, M, N, K, "BF16");
+    impl_->finish_plan(*p, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, M, N, K, "BF16");
     slot = std::move(p);
   }
   impl_->run(*slot, A, B, D);
@@ -208,7 +217,7 @@ void LtContext::gemm_f32_tn(int M, int N, int K, const float* A, const float* B,
     auto p = std::make_unique<Plan>();
     FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
                                              CUDA_R_32F));
-    impl_->finish_plan(*p, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, M, N, K, tf32 ? "TF32" : "FP32");
+    impl_->finish_plan(*p, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, M, N, K, tf32 ? "TF32" : "FP32");
     slot = std::move(p);
   }
   impl_->run(*slot, A, B, D);
@@ -218,11 +227,11 @@ void LtContext::synchronize() { FP8EMU_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
                          const std::uint8_t* B, Format fb, float scale_inv_b, bool fast_accum, const float* bias,
-                         LtOutput output, void* D, float* amax_d) {
+                         LtOutput output, void* D, float d_scale, float* amax_d) {
   LtContext ctx;
   using detail::DeviceBuffer;
   DeviceBuffer<std::uint8_t> da(A, std::size_t(M) * std::size_t(K)), db(B, std::size_t(N) * std::size_t(K));
-  DeviceBuffer<float> dsa(&scale_inv_a, 1), dsb(&scale_inv_b, 1), damax(1);
+  DeviceBuffer<float> dsa(&scale_inv_a, 1), dsb(&scale_inv_b, 1), dds(&d_scale, 1), damax(1);
   damax.zero();
   DeviceBuffer<std::uint16_t> dbias;
   if (bias) {
@@ -230,7 +239,7 @@ void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, 
     for (int j = 0; j < N; ++j) b16[std::size_t(j)] = core::f32_bits_to_bf16_rne(core::f32_to_bits(bias[j]));
     dbias = DeviceBuffer<std::uint16_t>(b16.data(), b16.size());
   }
-  const std::size_t elem = output == LtOutput::kFp32 ? 4 : 2;
+  const std::size_t elem = output == LtOutput::kFp32 ? 4 : output == LtOutput::kBf16 ? 2 : 1;
   DeviceBuffer<unsigned char> dd(std::size_t(M) * std::size_t(N) * elem);
   LtFp8Gemm g;
   g.M = M;
@@ -246,6 +255,7 @@ void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, 
   g.bias = bias ? dbias.get() : nullptr;
   g.output = output;
   g.D = dd.get();
+  g.d_scale = output == LtOutput::kE4M3 ? dds.get() : nullptr;
   g.amax_d = amax_d ? damax.get() : nullptr;
   ctx.gemm_fp8_tn(g);
   dd.download(static_cast<unsigned char*>(D), dd.size());  // synchronizes

@@ -1,7 +1,8 @@
 /// \file cublaslt.hpp
 /// \brief Production GEMMs through NVIDIA cuBLASLt: the FP8 TN GEMM as Transformer Engine calls it
-/// (per-tensor scale_inv pointers, optional fast accumulation, amax of D, optional bias epilogue,
-/// fp32 or bf16 output), plus BF16 and FP32 GEMMs, the baselines of `fp8emu bench gpu`.
+/// (per-tensor scale_inv pointers, optional fast accumulation, optional bias epilogue, fp32, bf16 or
+/// E4M3 output with a D scale and the amax of D), plus BF16 and FP32 GEMMs, the baselines of
+/// `fp8emu bench gpu`.
 ///
 /// Not bit-exact by design: cuBLASLt picks a kernel by heuristic and does not document its
 /// accumulation order or its promotion interval without FAST_ACCUM. `fp8emu validate` measures how
@@ -28,8 +29,9 @@ namespace fp8emu::cuda {
 
 /// Element type of D.
 enum class LtOutput : std::uint8_t {
-  kFp32,  ///< float.
-  kBf16,  ///< bfloat16 bits (uint16).
+  kFp32,  ///< float (cuBLASLt C type fp32).
+  kBf16,  ///< bfloat16 bits (uint16; C type bf16).
+  kE4M3,  ///< E4M3 codes of RN(t * d_scale), satfinite (C type bf16); the only output with AMAX_D.
 };
 
 /// One FP8 GEMM on device memory (all pointers are device pointers).
@@ -45,7 +47,10 @@ struct LtFp8Gemm {
   const std::uint16_t* bias = nullptr;  ///< Shape [N], bf16 bits (cuBLASLt's bias type for FP8), or null.
   LtOutput output = LtOutput::kFp32;
   void* D = nullptr;                    ///< Shape [M, N], row-major, of the output type.
-  float* amax_d = nullptr;              ///< One fp32 set to max |D| (CUBLASLT_MATMUL_DESC_AMAX_D_POINTER), or null.
+  const float* d_scale = nullptr;       ///< One fp32 (CUBLASLT_MATMUL_DESC_D_SCALE_POINTER); kE4M3 only, required.
+  /// One fp32 set to max |D| before the D scale (CUBLASLT_MATMUL_DESC_AMAX_D_POINTER), or null.
+  /// cuBLASLt computes it only for an FP8 D, so it needs output kE4M3 (checked).
+  float* amax_d = nullptr;
 };
 
 /// A cuBLASLt handle and a 32 MiB workspace on the FP8 GPU. Each GEMM configuration (kind, shape,
@@ -75,10 +80,10 @@ class LtContext {
 };
 
 /// The FP8 GEMM on host memory: copies A, B (and bias, rounded to bf16 RNE) to the device, runs
-/// LtContext::gemm_fp8_tn and copies D (M*N floats or bf16 bits) and, if amax_d is non-null, the
-/// amax of D back.
+/// LtContext::gemm_fp8_tn and copies D (M*N floats, bf16 bits or E4M3 codes) and, if amax_d is
+/// non-null (E4M3 output only), the amax of D back. d_scale is used for the E4M3 output.
 void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
                          const std::uint8_t* B, Format fb, float scale_inv_b, bool fast_accum, const float* bias,
-                         LtOutput output, void* D, float* amax_d);
+                         LtOutput output, void* D, float d_scale = 1.0f, float* amax_d = nullptr);
 
 }  // namespace fp8emu::cuda
