@@ -1,9 +1,435 @@
-// GPU twins of the emulation kernels (see include/fp8emu/backend/kernels.hpp). Being written.
+// GPU twins of the emulation kernels (see include/fp8emu/backend/kernels.hpp): the elementwise and
+// block-scaled casts, amax, dequantize and transpose kernels, their launchers (cuda/launch.hpp), and
+// CudaKernels, which copies host inputs to the device, runs them and copies the results back. The
+// per-element arithmetic is cuda/twins.hpp, shared with the host test that checks it against emu::.
+//
+// Reductions: counts are integer sums and the amax is a max over the bits of |x| (twin::amax_bits),
+// so both are exact and independent of the thread mapping and of the order of the atomics.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "../src/backend/detail.hpp"
+#include "device_buffer.hpp"
+#include "fp8emu/core/convert.hpp"
 #include "fp8emu/util/error.hpp"
+#include "launch.hpp"
+#include "twins.hpp"
+
+namespace fp8emu::cuda::detail {
+namespace {
+
+constexpr int kThreads = 256;        // threads per block of the 1-D kernels
+constexpr std::size_t kMaxBlocks = 8192;  // grid-stride beyond this
+
+unsigned int blocks_for(std::size_t work) {
+  const std::size_t b = (work + kThreads - 1) / kThreads;
+  return unsigned(std::max<std::size_t>(1, std::min(b, kMaxBlocks)));
+}
+
+// The format record by value, for a format known at compile time.
+template <Format F>
+__device__ __forceinline__ FormatSpec spec_value() {
+  if constexpr (F == Format::kE4M3) {
+    return kSpecE4M3;
+  } else {
+    return kSpecE5M2;
+  }
+}
+
+// Warp-level sums and maxima, then one atomic per warp. Every lane of the warp must call them.
+__device__ __forceinline__ void warp_add_to(unsigned long long v, unsigned long long* dst) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+  if ((threadIdx.x & 31u) == 0 && v != 0) atomicAdd(dst, v);
+}
+__device__ __forceinline__ void warp_max_to(unsigned int v, unsigned int* dst) {
+  for (int o = 16; o > 0; o >>= 1) v = twin::max_u32(v, __shfl_down_sync(0xFFFFFFFFu, v, o));
+  if ((threadIdx.x & 31u) == 0 && v != 0) atomicMax(dst, v);
+}
+__device__ __forceinline__ void commit_counts(const twin::CastCounts& c, CastTotals* t) {
+  warp_add_to(c.saturated, &t->saturated);
+  warp_add_to(c.underflow, &t->underflow);
+  warp_add_to(c.nan, &t->nan);
+}
+
+__global__ void amax_kernel(const float* __restrict__ x, std::size_t n, unsigned int* amax_bits) {
+  unsigned int m = 0;
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    m = twin::max_u32(m, twin::amax_bits(x[i]));
+  warp_max_to(m, amax_bits);
+}
+
+// emu::quantize. With `vec`, groups of 4 elements are read as float4 and written as one 32-bit word
+// (x 16-byte and q 4-byte aligned); the remaining n % 4 elements (or all, without `vec`) one by one.
+template <Format F>
+__global__ void quantize_kernel(const float* __restrict__ x, std::size_t n, float scale, std::uint8_t* __restrict__ q,
+                                bool vec, CastTotals* totals) {
+  const FormatSpec f = spec_value<F>();
+  twin::CastCounts c;
+  unsigned int m = 0;
+  const std::size_t tid = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  const std::size_t groups = vec ? n / 4 : 0;
+  for (std::size_t g = tid; g < groups; g += stride) {
+    const float4 v = reinterpret_cast<const float4*>(x)[g];
+    const std::uint32_t c0 = twin::cast_element(v.x, scale, f, c), c1 = twin::cast_element(v.y, scale, f, c);
+    const std::uint32_t c2 = twin::cast_element(v.z, scale, f, c), c3 = twin::cast_element(v.w, scale, f, c);
+    reinterpret_cast<std::uint32_t*>(q)[g] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
+    m = twin::max_u32(twin::max_u32(m, twin::amax_bits(v.x)), twin::amax_bits(v.y));
+    m = twin::max_u32(twin::max_u32(m, twin::amax_bits(v.z)), twin::amax_bits(v.w));
+  }
+  for (std::size_t i = groups * 4 + tid; i < n; i += stride) {
+    const float v = x[i];
+    q[i] = twin::cast_element(v, scale, f, c);
+    m = twin::max_u32(m, twin::amax_bits(v));
+  }
+  commit_counts(c, totals);
+  warp_max_to(m, &totals->amax_bits);
+}
+
+template <Format F>
+__global__ void dequantize_kernel(const std::uint8_t* __restrict__ q, std::size_t n, float scale_inv,
+                                  float* __restrict__ y) {
+  const FormatSpec f = spec_value<F>();
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = twin::dequantize_element(q[i], scale_inv, f);
+}
+
+// 32 x 32 tiles through shared memory: reads and writes are coalesced along rows.
+constexpr int kTile = 32, kTileRows = 8;
+__global__ void transpose_kernel(int rows, int cols, const std::uint8_t* __restrict__ in,
+                                 std::uint8_t* __restrict__ out) {
+  __shared__ std::uint8_t tile[kTile][kTile + 1];
+  for (int by = blockIdx.y; by * kTile < rows; by += gridDim.y) {
+    for (int bx = blockIdx.x; bx * kTile < cols; bx += gridDim.x) {
+      const int c = bx * kTile + int(threadIdx.x);
+      for (int dy = int(threadIdx.y); dy < kTile; dy += kTileRows) {
+        const int r = by * kTile + dy;
+        if (r < rows && c < cols) tile[dy][threadIdx.x] = in[std::size_t(r) * std::size_t(cols) + std::size_t(c)];
+      }
+      __syncthreads();
+      const int r_out = by * kTile + int(threadIdx.x);  // a row of `in` is a column of `out`
+      for (int dx = int(threadIdx.y); dx < kTile; dx += kTileRows) {
+        const int c_out = bx * kTile + dx;
+        if (r_out < rows && c_out < cols)
+          out[std::size_t(c_out) * std::size_t(rows) + std::size_t(r_out)] = tile[threadIdx.x][dx];
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// One thread per block of the view. Row-wise views put consecutive threads on consecutive blocks of
+// a row, column-wise views on the same block of consecutive columns (coalesced reads either way).
+__global__ void block_cast_kernel(const float* __restrict__ x, int cols, int n, int K, bool rowwise, int block,
+                                  int nb, FormatSpec f, twin::BlockRule rule, std::uint8_t* codes,
+                                  float* scale_inv, std::uint8_t* e8m0, CastTotals* totals) {
+  twin::CastCounts c;
+  const std::size_t total = std::size_t(n) * std::size_t(nb);
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t t = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
+    const int r = rowwise ? int(t / std::size_t(nb)) : int(t % std::size_t(n));
+    const int blk = rowwise ? int(t % std::size_t(nb)) : int(t / std::size_t(n));
+    twin::cast_view_block(x, rowwise, cols, r, blk, block, K, nb, f, rule, codes, scale_inv, e8m0, c);
+  }
+  commit_counts(c, totals);
+}
+
+// One block of threads per tile: the tile's amax (max of amax_bits), then its scale.
+__global__ void tile_scale_kernel(const float* __restrict__ x, int rows, int cols, int tile, int tc, float fp8_max,
+                                  bool pow2, float epsilon, float* tile_scale, float* tile_scale_inv) {
+  __shared__ unsigned int amax;
+  if (threadIdx.x == 0) amax = 0;
+  __syncthreads();
+  const int bi = blockIdx.y, bj = blockIdx.x;
+  const int r0 = bi * tile, c0 = bj * tile;
+  const int nr = twin::min_i(tile, rows - r0), ncol = twin::min_i(tile, cols - c0);
+  unsigned int m = 0;
+  for (long long e = threadIdx.x; e < (long long)nr * ncol; e += blockDim.x) {
+    const int r = r0 + int(e / ncol), c = c0 + int(e % ncol);
+    m = twin::max_u32(m, twin::amax_bits(x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]));
+  }
+  atomicMax(&amax, m);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const twin::BlockScale s = twin::block_scale(core::bits_to_f32(amax), fp8_max, pow2, epsilon);
+    tile_scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
+    tile_scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
+  }
+}
+
+__global__ void tile_cast_kernel(const float* __restrict__ x, int rows, int cols, int tile, int tc, FormatSpec f,
+                                 const float* __restrict__ tile_scale, std::uint8_t* __restrict__ codes,
+                                 CastTotals* totals) {
+  twin::CastCounts c;
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int r = int(i / std::size_t(cols)), col = int(i % std::size_t(cols));
+    const float mult = tile_scale[std::size_t(r / tile) * std::size_t(tc) + std::size_t(col / tile)];
+    codes[i] = twin::cast_element(x[i], mult, f, c);
+  }
+  commit_counts(c, totals);
+}
+
+}  // namespace
+
+int use_fp8_device() {
+  static const int index = [] {
+    int n = 0;
+    FP8EMU_CUDA_CHECK(cudaGetDeviceCount(&n));
+    for (int i = 0; i < n; ++i) {
+      cudaDeviceProp p{};
+      FP8EMU_CUDA_CHECK(cudaGetDeviceProperties(&p, i));
+      if (p.major * 10 + p.minor >= 89) return i;
+    }
+    FP8EMU_FAIL("no GPU with compute capability 8.9 or newer (FP8) was found");
+  }();
+  FP8EMU_CUDA_CHECK(cudaSetDevice(index));
+  return index;
+}
+
+void launch_amax(const float* x, std::size_t n, unsigned int* amax_bits, cudaStream_t stream) {
+  if (n == 0) return;
+  amax_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, amax_bits);
+  FP8EMU_CUDA_CHECK_LAUNCH("amax_kernel");
+}
+
+void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q, CastTotals* totals,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(q) % 4 == 0;
+  const unsigned int blocks = blocks_for(vec ? (n + 3) / 4 : n);
+  if (fmt == Format::kE4M3) {
+    quantize_kernel<Format::kE4M3><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals);
+  } else {
+    quantize_kernel<Format::kE5M2><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals);
+  }
+  FP8EMU_CUDA_CHECK_LAUNCH("quantize_kernel");
+}
+
+void launch_dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y,
+                       cudaStream_t stream) {
+  if (n == 0) return;
+  if (fmt == Format::kE4M3) {
+    dequantize_kernel<Format::kE4M3><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y);
+  } else {
+    dequantize_kernel<Format::kE5M2><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y);
+  }
+  FP8EMU_CUDA_CHECK_LAUNCH("dequantize_kernel");
+}
+
+void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid(unsigned(std::min((cols + kTile - 1) / kTile, 65535)),
+                  unsigned(std::min((rows + kTile - 1) / kTile, 65535)));
+  transpose_kernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(rows, cols, in, out);
+  FP8EMU_CUDA_CHECK_LAUNCH("transpose_kernel");
+}
+
+void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int block, Format fmt,
+                       const twin::BlockRule& rule, std::uint8_t* codes, float* scale_inv, std::uint8_t* e8m0,
+                       CastTotals* totals, cudaStream_t stream) {
+  const int n = rowwise ? rows : cols, K = rowwise ? cols : rows;
+  const int nb = (K + block - 1) / block;
+  const std::size_t work = std::size_t(n) * std::size_t(nb);
+  if (work == 0) return;
+  block_cast_kernel<<<blocks_for(work), kThreads, 0, stream>>>(x, cols, n, K, rowwise, block, nb, spec_of(fmt), rule,
+                                                               codes, scale_inv, e8m0, totals);
+  FP8EMU_CUDA_CHECK_LAUNCH("block_cast_kernel");
+}
+
+void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
+                      float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* codes,
+                      CastTotals* totals, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
+  FP8EMU_CHECK(tr <= 65535, "quantize_block_2d on the GPU: at most 65535 tile rows, got ", tr);
+  tile_scale_kernel<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(x, rows, cols, tile, tc, fp8_max, pow2,
+                                                                              epsilon, tile_scale, tile_scale_inv);
+  FP8EMU_CUDA_CHECK_LAUNCH("tile_scale_kernel");
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  tile_cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, rows, cols, tile, tc, spec_of(fmt), tile_scale, codes,
+                                                           totals);
+  FP8EMU_CUDA_CHECK_LAUNCH("tile_cast_kernel");
+}
+
+namespace {
+
+emu::QuantizeStats stats_of(const CastTotals& t, std::uint64_t count) {
+  emu::QuantizeStats st;
+  st.count = count;
+  st.saturated = t.saturated;
+  st.underflow = t.underflow;
+  st.nan = t.nan;
+  return st;
+}
+
+CastTotals download_totals(const DeviceBuffer<CastTotals>& t) {
+  CastTotals h{};
+  t.download(&h, 1);
+  return h;
+}
+
+DeviceBuffer<CastTotals> zero_totals() {
+  DeviceBuffer<CastTotals> t(1);
+  t.zero();
+  return t;
+}
+
+// The GPU kernel set: every method has the host-pointer contract of the emu:: function it mirrors
+// (same checks, same messages), copies its inputs to the device, runs the twin and copies back.
+// Calls are synchronous (the copies back wait for the kernels).
+class CudaKernels final : public backend::Kernels {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  float compute_amax(const float* x, std::size_t n) const override {
+    use_fp8_device();
+    DeviceBuffer<float> dx(x, n);
+    DeviceBuffer<unsigned int> m(1);
+    m.zero();
+    launch_amax(dx.get(), n, m.get(), nullptr);
+    unsigned int bits = 0;
+    m.download(&bits, 1);
+    return core::bits_to_f32(bits);
+  }
+
+  emu::QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
+                              float* amax) const override {
+    use_fp8_device();
+    DeviceBuffer<float> dx(x, n);
+    DeviceBuffer<std::uint8_t> dq(n);
+    DeviceBuffer<CastTotals> t = zero_totals();
+    launch_quantize(dx.get(), n, scale, fmt, dq.get(), t.get(), nullptr);
+    dq.download(q, n);
+    const CastTotals h = download_totals(t);
+    if (amax) *amax = std::fmax(*amax, core::bits_to_f32(h.amax_bits));  // as emu::quantize
+    return stats_of(h, n);
+  }
+
+  void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) const override {
+    use_fp8_device();
+    DeviceBuffer<std::uint8_t> dq(q, n);
+    DeviceBuffer<float> dy(n);
+    launch_dequantize(dq.get(), n, scale_inv, fmt, dy.get(), nullptr);
+    dy.download(y, n);
+  }
+
+  void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const override {
+    if (rows <= 0 || cols <= 0) return;  // emu::transpose does nothing either
+    use_fp8_device();
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    DeviceBuffer<std::uint8_t> din(in, n), dout(n);
+    launch_transpose(rows, cols, din.get(), dout.get(), nullptr);
+    dout.download(out, n);
+  }
+
+  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
+                   Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D) const override {
+    twin::check_gemm_tn(M, N, K, fa, fb, acc);
+    if (M == 0 || N == 0) return;
+    use_fp8_device();
+    const float s = scale_inv_a * scale_inv_b;  // RN on the host, as the emulator
+    DeviceBuffer<std::uint8_t> da(A, std::size_t(M) * std::size_t(K)), db(B, std::size_t(N) * std::size_t(K));
+    DeviceBuffer<float> dd(std::size_t(M) * std::size_t(N));
+    launch_gemm_tn(M, N, K, da.get(), fa, db.get(), fb, acc.model, acc.promotion_interval, s, dd.get(), nullptr);
+    dd.download(D, dd.size());
+  }
+
+  emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
+                                     scaling::E8M0Rule rule, emu::QuantizeStats* stats) const override {
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
+    return block_cast(x, rows, cols, axis, fmt, 32, twin::mxfp8_rule(fmt, rule), true, stats);
+  }
+
+  emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
+                                        int block, bool pow2, float epsilon,
+                                        emu::QuantizeStats* stats) const override {
+    FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
+    return block_cast(x, rows, cols, axis, fmt, block, twin::float_block_rule(fmt, pow2, epsilon), false, stats);
+  }
+
+  emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
+                                          float epsilon, emu::QuantizeStats* stats) const override {
+    FP8EMU_CHECK(tile >= 1, "block quantize: tile size must be >= 1, got ", tile);
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
+    const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    emu::BlockQuantized2D out;
+    out.rowwise = twin::block_record(rows, cols, emu::BlockAxis::kRowwise, tile, fmt, false);
+    out.columnwise = twin::block_record(rows, cols, emu::BlockAxis::kColumnwise, tile, fmt, false);
+    std::vector<float> scale_inv(std::size_t(tr) * std::size_t(tc));
+    emu::QuantizeStats st;
+    st.count = n;
+    if (n > 0) {
+      use_fp8_device();
+      DeviceBuffer<float> dx(x, n), dscale(scale_inv.size()), dscale_inv(scale_inv.size());
+      DeviceBuffer<std::uint8_t> drow(n), dcol(n);
+      DeviceBuffer<CastTotals> t = zero_totals();
+      launch_tile_cast(dx.get(), rows, cols, tile, fmt, max_finite_f32(fmt), pow2, epsilon, dscale.get(),
+                       dscale_inv.get(), drow.get(), t.get(), nullptr);
+      launch_transpose(rows, cols, drow.get(), dcol.get(), nullptr);
+      drow.download(out.rowwise.codes.data(), n);
+      dcol.download(out.columnwise.codes.data(), n);
+      dscale_inv.download(scale_inv.data(), scale_inv.size());
+      st = stats_of(download_totals(t), n);
+    }
+    twin::spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
+    if (stats) *stats += st;
+    return out;
+  }
+
+  void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const override {
+    twin::check_gemm_block_tn(A, B);
+    const int M = A.n, N = B.n, K = A.k;
+    if (M <= 0 || N <= 0) return;
+    use_fp8_device();
+    DeviceBuffer<std::uint8_t> da(A.codes.data(), A.codes.size()), db(B.codes.data(), B.codes.size());
+    DeviceBuffer<float> dsa(A.scale_inv.data(), A.scale_inv.size()), dsb(B.scale_inv.data(), B.scale_inv.size());
+    DeviceBuffer<float> dd(std::size_t(M) * std::size_t(N));
+    launch_gemm_block_tn(M, N, K, A.block, da.get(), A.format, dsa.get(), db.get(), B.format, dsb.get(), dd.get(),
+                         nullptr);
+    dd.download(D, dd.size());
+  }
+
+ private:
+  emu::BlockQuantized block_cast(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt, int block,
+                                 const twin::BlockRule& rule, bool mx, emu::QuantizeStats* stats) const {
+    const bool rowwise = axis == emu::BlockAxis::kRowwise;
+    emu::BlockQuantized q = twin::block_record(rows, cols, axis, block, fmt, mx);
+    emu::QuantizeStats st;
+    st.count = q.codes.size();
+    if (!q.scale_inv.empty()) {
+      use_fp8_device();
+      DeviceBuffer<float> dx(x, std::size_t(rows) * std::size_t(cols)), dsi(q.scale_inv.size());
+      DeviceBuffer<std::uint8_t> dcodes(q.codes.size()), de8m0(q.e8m0.size());
+      DeviceBuffer<CastTotals> t = zero_totals();
+      launch_block_cast(dx.get(), rows, cols, rowwise, block, fmt, rule, dcodes.get(), dsi.get(), de8m0.get(),
+                        t.get(), nullptr);
+      dcodes.download(q.codes.data(), q.codes.size());
+      dsi.download(q.scale_inv.data(), q.scale_inv.size());
+      de8m0.download(q.e8m0.data(), q.e8m0.size());
+      st = stats_of(download_totals(t), q.codes.size());
+    }
+    if (stats) *stats += st;
+    return q;
+  }
+};
+
+}  // namespace
+
+}  // namespace fp8emu::cuda::detail
 
 namespace fp8emu::backend::detail {
 
-const Kernels& gpu_kernels() { FP8EMU_FAIL("the GPU kernels are not built yet"); }
+const Kernels& gpu_kernels() {
+  static const cuda::detail::CudaKernels k;
+  return k;
+}
 
 }  // namespace fp8emu::backend::detail

@@ -8,6 +8,7 @@
 #include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/util/error.hpp"
+#include "amax.hpp"
 #include "gemm_kernel.hpp"
 
 namespace fp8emu::emu {
@@ -52,7 +53,7 @@ QuantizeStats cast_blocks(const View& v, BlockQuantized& q, ScaleOf scale_of) {
     for (int b = 0; b < nb; ++b) {
       const int k0 = b * q.block, k1 = std::min(q.k, k0 + q.block);
       float amax = 0.0f;
-      for (int kk = k0; kk < k1; ++kk) amax = std::fmax(amax, std::fabs(v.at(r, kk)));
+      for (int kk = k0; kk < k1; ++kk) amax = detail::amax_step(amax, v.at(r, kk));
       const std::size_t si = std::size_t(r) * std::size_t(nb) + std::size_t(b);
       const float mult = scale_of(r, b, amax, q.scale_inv[si], q.e8m0.empty() ? nullptr : &q.e8m0[si]);
       for (int kk = k0; kk < k1; ++kk) {
@@ -137,7 +138,7 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
       float amax = 0.0f;
       for (int r = bi * tile; r < std::min(rows, (bi + 1) * tile); ++r)
         for (int c = bj * tile; c < std::min(cols, (bj + 1) * tile); ++c)
-          amax = std::fmax(amax, std::fabs(x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]));
+          amax = detail::amax_step(amax, x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]);
       const float s = core::compute_scale_from_amax(amax, fp8_max, pow2, epsilon, FLT_MAX);
       scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s;
       scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = 1.0f / s;

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 
+#include "amax.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "parallel.hpp"
@@ -42,7 +43,7 @@ float compute_amax(const float* x, std::size_t n) {
   float m = 0.0f;
   const std::ptrdiff_t count = std::ptrdiff_t(n);
 #pragma omp parallel for schedule(static) reduction(max : m) if (count >= detail::kParallelMinElements)
-  for (std::ptrdiff_t i = 0; i < count; ++i) m = std::fmax(m, std::fabs(x[i]));
+  for (std::ptrdiff_t i = 0; i < count; ++i) m = detail::amax_step(m, x[i]);
   return m;
 }
 

@@ -12,10 +12,12 @@
 #include "fp8emu/config.hpp"
 #include "fp8emu/scaling/scale_trace.hpp"
 #include "bench.hpp"
+#include "bench_gpu.hpp"
 #include "doctor.hpp"
 #include "convert_tools.hpp"
 #include "gemm_tools.hpp"
 #include "mma_check.hpp"
+#include "validate.hpp"
 #include <iostream>
 #include "fp8emu/util/error.hpp"
 
@@ -161,7 +163,19 @@ int main(int argc, char** argv) {
       bench->add_subcommand("convert", "fp32 -> E4M3 cast with scale and amax: bulk kernel vs CUDA's host code and a copy");
   bench_convert->add_option("--elements", convert_elements, "Array length")->capture_default_str();
   bench_convert->add_option("--repeat", convert_repeat, "Runs per measurement (best is kept)")->capture_default_str();
+  cli::BenchGpuOptions bench_gpu_opt;
+  CLI::App* bench_gpu = bench->add_subcommand("gpu", "GPU: cuBLASLt FP8/BF16/FP32 GEMM TFLOP/s, quantize GB/s, MLP step");
+  bench_gpu->add_option("--sizes", bench_gpu_opt.sizes, "M = N = K values")->delimiter(',')->capture_default_str();
+  bench_gpu->add_option("--repeat", bench_gpu_opt.repeat, "Timed runs per measurement")->capture_default_str();
+  bench_gpu->add_option("--budget", bench_gpu_opt.budget_seconds, "Seconds for the whole benchmark (larger sizes are skipped)")
+      ->capture_default_str();
   bench->require_subcommand(1);
+
+  cli::ValidateOptions validate_opt;
+  CLI::App* validate = app.add_subcommand("validate", "GPU kernels vs the emulator, bit for bit (needs an sm_89+ GPU)");
+  validate->add_option("--sizes", validate_opt.sizes, "Matrix sizes s (s x s+2 casts; GEMM M=s, N=s+3, K=2s+1)")
+      ->delimiter(',')->capture_default_str();
+  validate->add_option("--seed", validate_opt.seed, "Seed of the random inputs")->capture_default_str();
 
   cli::MmaCheckOptions mma;
   CLI::App* check = app.add_subcommand(
@@ -264,6 +278,8 @@ int main(int argc, char** argv) {
   if (*doctor) return cli::run_doctor(std::cout);
   if (*bench_gemm) return cli::run_bench_gemm(bench_sizes, bench_repeat, std::cout);
   if (*bench_convert) return cli::run_bench_convert(convert_elements, convert_repeat, std::cout);
+  if (*bench_gpu) return cli::run_bench_gpu(bench_gpu_opt, std::cout, std::cerr);
+  if (*validate) return cli::run_validate(validate_opt, std::cout, std::cerr);
   if (*compare) return cli::run_compare(cmp_x, cmp_y, std::cout, std::cerr);
   try {
     if (*train) {

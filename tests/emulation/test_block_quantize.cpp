@@ -168,3 +168,19 @@ TEST_CASE("block quantize and GEMM are identical for 1 and 2 threads", "[emulati
   CHECK(std::memcmp(d1.data(), d2.data(), d1.size() * 4) == 0);
   CHECK(std::memcmp(e1.data(), e2.data(), e1.size() * 4) == 0);
 }
+
+TEST_CASE("Block amax ignores a signaling NaN (MXFP8, 1x128 and 128x128)", "[emulation][mxfp8]") {
+  const std::uint32_t snan_bits = 0x7F800001u;
+  float snan;
+  std::memcpy(&snan, &snan_bits, sizeof snan);
+  // One block: 4.0 then a signaling NaN then 1.0: amax 4, not 1 (the max must not restart).
+  const std::vector<float> x{4.0f, snan, 1.0f};
+  const emu::BlockQuantized mx = emu::quantize_mxfp8(x.data(), 1, 3, emu::BlockAxis::kRowwise, Format::kE4M3,
+                                                     scaling::E8M0Rule::kOcp, nullptr);
+  CHECK(mx.e8m0[0] == 127 + 2 - 8);  // OCP: floor(log2 4) - emax(E4M3) = 2 - 8
+  const emu::BlockQuantized b1 =
+      emu::quantize_block_1d(x.data(), 1, 3, emu::BlockAxis::kRowwise, Format::kE4M3, 128, false, 0.0f, nullptr);
+  CHECK(b1.scale_inv[0] == 4.0f / 448.0f);
+  const emu::BlockQuantized2D b2 = emu::quantize_block_2d(x.data(), 1, 3, Format::kE4M3, 128, false, 0.0f, nullptr);
+  CHECK(b2.rowwise.scale_inv[0] == 4.0f / 448.0f);
+}

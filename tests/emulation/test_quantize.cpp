@@ -86,3 +86,20 @@ TEST_CASE("saturation counts only values that overflow under round-to-nearest-ev
   std::vector<float> x5{61439.0f, 61440.0f};
   CHECK(emu::quantize(x5.data(), 2, 1.0f, Format::kE5M2, q.data(), nullptr).saturated == 1);
 }
+
+TEST_CASE("amax ignores signaling NaNs too (glibc's fmax would return NaN and restart the max)",
+          "[emulation][quantize]") {
+  // 0x7F800001 and 0xFFBFFFFF are signaling NaNs; Inf before them must survive, as with CUDA's fmaxf.
+  const std::uint32_t snan_bits[] = {0x7F800001u, 0xFFBFFFFFu};
+  float snan[2];
+  std::memcpy(snan, snan_bits, sizeof snan);
+  const std::vector<float> x{INFINITY, snan[0], 2.0f, snan[1], -3.0f};
+  CHECK(std::isinf(emu::compute_amax(x.data(), x.size())));
+  std::vector<std::uint8_t> q(x.size());
+  float amax = 0.0f;
+  const emu::QuantizeStats st = emu::quantize(x.data(), x.size(), 1.0f, Format::kE4M3, q.data(), &amax);
+  CHECK(std::isinf(amax));
+  CHECK(st.nan == 2);
+  const std::vector<float> y{snan[0], 3.0f, snan[1]};
+  CHECK(emu::compute_amax(y.data(), y.size()) == 3.0f);
+}

@@ -1,0 +1,265 @@
+// cuBLASLt GEMMs (see include/fp8emu/cuda/cublaslt.hpp).
+//
+// cuBLASLt is column-major. A row-major [R, C] matrix is a column-major C x R matrix with leading
+// dimension C, so D [M, N] = A [M, K] B [N, K]^T (row-major) is, column-major,
+//   D^T (N x M, ld N) = op(B') op(A')   with B' = B as K x N (ld K) transposed (T) and
+//                                            A' = A as K x M (ld K) not transposed (N):
+// cuBLASLt's "A" is our B and its "B" is our A, in the TN form its FP8 kernels require; its m = N,
+// n = M, k = K, and the scale pointers swap with the operands. The bias runs along cuBLASLt's rows,
+// our columns j.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "device_buffer.hpp"
+#include "fp8emu/core/half.hpp"
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/cuda/cublaslt.hpp"
+#include "fp8emu/util/error.hpp"
+#include "launch.hpp"
+
+namespace fp8emu::cuda {
+namespace {
+
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    FP8EMU_FAIL("cuBLASLt call ", what, " failed: ", cublasLtGetStatusName(s), ": ", cublasLtGetStatusString(s));
+}
+#define FP8EMU_LT_CHECK(call) check_lt((call), #call)
+
+constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
+
+cudaDataType_t fp8_type(Format f) { return f == Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+// RAII holders of cuBLASLt descriptors.
+struct Desc {
+  cublasLtMatmulDesc_t d = nullptr;
+  Desc() = default;
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  ~Desc() {
+    if (d) cublasLtMatmulDescDestroy(d);
+  }
+};
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  Layout() = default;
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+  ~Layout() {
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+};
+struct Pref {
+  cublasLtMatmulPreference_t p = nullptr;
+  ~Pref() {
+    if (p) cublasLtMatmulPreferenceDestroy(p);
+  }
+};
+
+template <class T>
+void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T& v, const char* what) {
+  check_lt(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v), what);
+}
+
+// What selects a plan: everything but the pointers (which are set on every call).
+struct PlanKey {
+  int kind;  // 0 FP8, 1 BF16, 2 FP32, 3 TF32
+  int M, N, K;
+  int fa, fb, output;
+  bool fast, bias, amax;
+  bool operator<(const PlanKey& o) const {
+    return std::tie(kind, M, N, K, fa, fb, output, fast, bias, amax) <
+           std::tie(o.kind, o.M, o.N, o.K, o.fa, o.fb, o.output, o.fast, o.bias, o.amax);
+  }
+};
+
+// A descriptor, its layouts and the heuristic's first algorithm, reused by calls of the same key.
+struct Plan {
+  Desc desc;
+  Layout la, lb, lc, ld;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+}  // namespace
+
+struct LtContext::Impl {
+  cublasLtHandle_t handle = nullptr;
+  detail::DeviceBuffer<unsigned char> workspace;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+
+  // Layouts for D^T = op(Alt) op(Blt) (see the file comment), then the heuristic's choice.
+  void finish_plan(Plan& p, cudaDataType_t type_a, cudaDataType_t type_b, cudaDataType_t c_type,
+                   cudaDataType_t d_type, int M, int N, int K, const char* what) {
+    const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    set_attr(p.desc.d, CUBLASLT_MATMUL_DESC_TRANSA, transa, "TRANSA");
+    set_attr(p.desc.d, CUBLASLT_MATMUL_DESC_TRANSB, transb, "TRANSB");
+    // cuBLASLt's A = our B (stored K x N, ld K, transposed); its B = our A (K x M, ld K).
+    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.la.l, type_b, std::uint64_t(K), std::uint64_t(N), K));
+    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lb.l, type_a, std::uint64_t(K), std::uint64_t(M), K));
+    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lc.l, c_type, std::uint64_t(N), std::uint64_t(M), N));
+    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.ld.l, d_type, std::uint64_t(N), std::uint64_t(M), N));
+    Pref pref;
+    FP8EMU_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+    const std::size_t ws = workspace.size();
+    FP8EMU_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                         sizeof ws));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    FP8EMU_LT_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(handle, p.desc.d, p.la.l, p.lb.l, p.lc.l, p.ld.l, pref.p, 1, &result, &found));
+    FP8EMU_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, "cuBLASLt has no algorithm for the ", what,
+                 " GEMM M=", M, " N=", N, " K=", K);
+    p.algo = result.algo;
+  }
+
+  // beta = 0: C is never read (cuBLASLt still wants its layout and a pointer; D stands in).
+  void run(Plan& p, const void* A, const void* B, void* D) {
+    const float alpha = 1.0f, beta = 0.0f;
+    FP8EMU_LT_CHECK(cublasLtMatmul(handle, p.desc.d, &alpha, B, p.la.l, A, p.lb.l, &beta, D, p.lc.l, D, p.ld.l,
+                                   &p.algo, workspace.get(), workspace.size(), nullptr));
+  }
+};
+
+LtContext::LtContext() : impl_(std::make_unique<Impl>()) {
+  detail::use_fp8_device();
+  FP8EMU_LT_CHECK(cublasLtCreate(&impl_->handle));
+  impl_->workspace = detail::DeviceBuffer<unsigned char>(kWorkspaceBytes);
+}
+
+LtContext::~LtContext() {
+  if (!impl_) return;
+  impl_->plans.clear();
+  if (impl_->handle) cublasLtDestroy(impl_->handle);
+}
+
+void LtContext::gemm_fp8_tn(const LtFp8Gemm& g) {
+  FP8EMU_CHECK(g.M > 0 && g.N > 0 && g.K > 0, "cuBLASLt FP8 GEMM: M, N, K must be positive, got ", g.M, ", ", g.N,
+               ", ", g.K);
+  FP8EMU_CHECK(g.K % 16 == 0 && g.N % 16 == 0, "cuBLASLt FP8 GEMM: K and N must be multiples of 16, got K=", g.K,
+               " N=", g.N);
+  FP8EMU_CHECK(!(g.format_a == Format::kE5M2 && g.format_b == Format::kE5M2),
+               "cuBLASLt FP8 GEMM: E5M2 x E5M2 is not supported; use E4M3 for one operand");
+  FP8EMU_CHECK(g.A && g.B && g.D && g.scale_inv_a && g.scale_inv_b, "cuBLASLt FP8 GEMM: null operand pointer");
+  FP8EMU_CHECK(g.output != LtOutput::kE4M3 || g.d_scale, "cuBLASLt FP8 GEMM: an E4M3 output needs a D scale");
+  FP8EMU_CHECK(!g.amax_d || g.output == LtOutput::kE4M3,
+               "cuBLASLt FP8 GEMM: AMAX_D is computed only for an FP8 output (use LtOutput::kE4M3)");
+  detail::use_fp8_device();
+  const PlanKey key{0, g.M, g.N, g.K, int(g.format_a), int(g.format_b), int(g.output), g.fast_accum,
+                    g.bias != nullptr, g.amax_d != nullptr};
+  std::unique_ptr<Plan>& slot = impl_->plans[key];
+  if (!slot) {
+    auto p = std::make_unique<Plan>();
+    FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const std::int8_t fast = g.fast_accum ? 1 : 0;
+    set_attr(p->desc.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast, "FAST_ACCUM");
+    if (g.bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      set_attr(p->desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, epi, "EPILOGUE");
+      const std::int32_t bias_type = CUDA_R_16BF;
+      set_attr(p->desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, "BIAS_DATA_TYPE");
+    }
+    set_pointers(p->desc.d, g);  // the heuristic reads them for alignment
+    const cudaDataType_t c_type = g.output == LtOutput::kFp32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cudaDataType_t d_type = g.output == LtOutput::kE4M3 ? CUDA_R_8F_E4M3 : c_type;
+    impl_->finish_plan(*p, fp8_type(g.format_a), fp8_type(g.format_b), c_type, d_type, g.M, g.N, g.K, "FP8");
+    slot = std::move(p);
+  }
+  set_pointers(slot->desc.d, g);
+  impl_->run(*slot, g.A, g.B, g.D);
+}
+
+void LtContext::set_pointers(void* desc_handle, const LtFp8Gemm& g) {
+  cublasLtMatmulDesc_t d = static_cast<cublasLtMatmulDesc_t>(desc_handle);
+  // Scales follow the swapped operands: cuBLASLt's A is our B.
+  const void* a_scale = g.scale_inv_b;
+  const void* b_scale = g.scale_inv_a;
+  set_attr(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale, "A_SCALE_POINTER");
+  set_attr(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale, "B_SCALE_POINTER");
+  if (g.d_scale) {
+    const void* d_scale = g.d_scale;
+    set_attr(d, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, d_scale, "D_SCALE_POINTER");
+  }
+  if (g.amax_d) {
+    void* amax = g.amax_d;
+    set_attr(d, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax, "AMAX_D_POINTER");
+  }
+  if (g.bias) {
+    const void* bias = g.bias;
+    set_attr(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "BIAS_POINTER");
+  }
+}
+
+void LtContext::gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, std::uint16_t* D) {
+  FP8EMU_CHECK(M > 0 && N > 0 && K > 0, "cuBLASLt BF16 GEMM: M, N, K must be positive");
+  detail::use_fp8_device();
+  const PlanKey key{1, M, N, K, 0, 0, 0, false, false, false};
+  std::unique_ptr<Plan>& slot = impl_->plans[key];
+  if (!slot) {
+    auto p = std::make_unique<Plan>();
+    FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    impl_->finish_plan(*p, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, M, N, K, "BF16");
+    slot = std::move(p);
+  }
+  impl_->run(*slot, A, B, D);
+}
+
+void LtContext::gemm_f32_tn(int M, int N, int K, const float* A, const float* B, float* D, bool tf32) {
+  FP8EMU_CHECK(M > 0 && N > 0 && K > 0, "cuBLASLt FP32 GEMM: M, N, K must be positive");
+  detail::use_fp8_device();
+  const PlanKey key{tf32 ? 3 : 2, M, N, K, 0, 0, 0, false, false, false};
+  std::unique_ptr<Plan>& slot = impl_->plans[key];
+  if (!slot) {
+    auto p = std::make_unique<Plan>();
+    FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                             CUDA_R_32F));
+    impl_->finish_plan(*p, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, M, N, K, tf32 ? "TF32" : "FP32");
+    slot = std::move(p);
+  }
+  impl_->run(*slot, A, B, D);
+}
+
+void LtContext::synchronize() { FP8EMU_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
+                         const std::uint8_t* B, Format fb, float scale_inv_b, bool fast_accum, const float* bias,
+                         LtOutput output, void* D, float d_scale, float* amax_d) {
+  LtContext ctx;
+  using detail::DeviceBuffer;
+  DeviceBuffer<std::uint8_t> da(A, std::size_t(M) * std::size_t(K)), db(B, std::size_t(N) * std::size_t(K));
+  DeviceBuffer<float> dsa(&scale_inv_a, 1), dsb(&scale_inv_b, 1), dds(&d_scale, 1), damax(1);
+  damax.zero();
+  DeviceBuffer<std::uint16_t> dbias;
+  if (bias) {
+    std::vector<std::uint16_t> b16(static_cast<std::size_t>(N));
+    for (int j = 0; j < N; ++j) b16[std::size_t(j)] = core::f32_bits_to_bf16_rne(core::f32_to_bits(bias[j]));
+    dbias = DeviceBuffer<std::uint16_t>(b16.data(), b16.size());
+  }
+  const std::size_t elem = output == LtOutput::kFp32 ? 4 : output == LtOutput::kBf16 ? 2 : 1;
+  DeviceBuffer<unsigned char> dd(std::size_t(M) * std::size_t(N) * elem);
+  LtFp8Gemm g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = da.get();
+  g.format_a = fa;
+  g.scale_inv_a = dsa.get();
+  g.B = db.get();
+  g.format_b = fb;
+  g.scale_inv_b = dsb.get();
+  g.fast_accum = fast_accum;
+  g.bias = bias ? dbias.get() : nullptr;
+  g.output = output;
+  g.D = dd.get();
+  g.d_scale = output == LtOutput::kE4M3 ? dds.get() : nullptr;
+  g.amax_d = amax_d ? damax.get() : nullptr;
+  ctx.gemm_fp8_tn(g);
+  dd.download(static_cast<unsigned char*>(D), dd.size());  // synchronizes
+  if (amax_d) damax.download(amax_d, 1);
+}
+
+}  // namespace fp8emu::cuda

@@ -1,0 +1,262 @@
+// GPU timings for `fp8emu bench gpu` (see include/fp8emu/cuda/gpu_bench.hpp).
+#include <cuda_runtime.h>
+
+#include <exception>
+#include <functional>
+
+#include "device_buffer.hpp"
+#include "fp8emu/cuda/cublaslt.hpp"
+#include "fp8emu/cuda/gpu_bench.hpp"
+#include "fp8emu/cuda/mma_gemm.hpp"
+#include "launch.hpp"
+
+namespace fp8emu::cuda {
+namespace {
+
+using detail::DeviceBuffer;
+
+__device__ __forceinline__ std::uint32_t hash32(std::uint64_t i, std::uint32_t seed) {
+  std::uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return std::uint32_t(z >> 32);
+}
+
+// Finite codes of magnitude below 0x70 (E4M3: |v| < 256; E5M2: |v| < 2^13), either sign.
+__global__ void fill_codes_kernel(std::uint8_t* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::uint32_t h = hash32(i, seed);
+    p[i] = std::uint8_t((h % 0x70u) | (h & 0x80u));
+  }
+}
+// Uniform in [-1, 1).
+__global__ void fill_f32_kernel(float* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    p[i] = float(hash32(i, seed) >> 8) * 0x1p-23f - 1.0f;
+}
+__global__ void fill_bf16_kernel(std::uint16_t* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    p[i] = std::uint16_t(__float_as_uint(float(hash32(i, seed) >> 8) * 0x1p-23f - 1.0f) >> 16);
+}
+
+constexpr unsigned kFillBlocks = 4096, kFillThreads = 256;
+
+DeviceBuffer<std::uint8_t> random_codes(std::size_t n, std::uint32_t seed) {
+  DeviceBuffer<std::uint8_t> b(n);
+  fill_codes_kernel<<<kFillBlocks, kFillThreads>>>(b.get(), n, seed);
+  FP8EMU_CUDA_CHECK_LAUNCH("fill_codes_kernel");
+  return b;
+}
+DeviceBuffer<float> random_f32(std::size_t n, std::uint32_t seed) {
+  DeviceBuffer<float> b(n);
+  fill_f32_kernel<<<kFillBlocks, kFillThreads>>>(b.get(), n, seed);
+  FP8EMU_CUDA_CHECK_LAUNCH("fill_f32_kernel");
+  return b;
+}
+DeviceBuffer<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
+  DeviceBuffer<std::uint16_t> b(n);
+  fill_bf16_kernel<<<kFillBlocks, kFillThreads>>>(b.get(), n, seed);
+  FP8EMU_CUDA_CHECK_LAUNCH("fill_bf16_kernel");
+  return b;
+}
+
+class Events {
+ public:
+  Events() {
+    FP8EMU_CUDA_CHECK(cudaEventCreate(&start_));
+    FP8EMU_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~Events() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// One warm-up run, then `reps` runs between two events; rate = work / mean seconds.
+Timing time_runs(const std::function<void()>& run, int reps, double work) {
+  Timing t;
+  run();
+  FP8EMU_CUDA_CHECK(cudaDeviceSynchronize());
+  Events ev;
+  FP8EMU_CUDA_CHECK(cudaEventRecord(ev.start_));
+  for (int r = 0; r < reps; ++r) run();
+  FP8EMU_CUDA_CHECK(cudaEventRecord(ev.stop_));
+  FP8EMU_CUDA_CHECK(cudaEventSynchronize(ev.stop_));
+  float ms = 0.0f;
+  FP8EMU_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start_, ev.stop_));
+  t.seconds = double(ms) / 1000.0 / double(reps);
+  t.rate = t.seconds > 0.0 ? work / t.seconds : 0.0;
+  return t;
+}
+
+// Runs a measurement, turning an exception into Timing::error.
+Timing guarded(const std::function<Timing()>& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    cudaGetLastError();  // clear a non-sticky error so that later measurements can run
+    Timing t;
+    t.error = e.what();
+    return t;
+  }
+}
+
+}  // namespace
+
+const char* to_string(BenchGemm g) {
+  switch (g) {
+    case BenchGemm::kFp8FastAccum: return "fp8 fast-accum";
+    case BenchGemm::kFp8: return "fp8";
+    case BenchGemm::kBf16: return "bf16";
+    case BenchGemm::kTf32: return "tf32";
+    case BenchGemm::kFp32: return "fp32";
+    case BenchGemm::kMmaSync: return "mma.sync e4m3 (fp8emu)";
+  }
+  return "?";
+}
+
+std::string bench_gpu_name() {
+  const int dev = detail::use_fp8_device();
+  cudaDeviceProp p{};
+  FP8EMU_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+  return p.name;
+}
+
+Timing bench_gemm(BenchGemm kind, int n, int reps) {
+  return guarded([&] {
+    detail::use_fp8_device();
+    const std::size_t nn = std::size_t(n) * std::size_t(n);
+    const double flops = 2.0 * double(n) * double(n) * double(n) / 1e12;
+    LtContext ctx;
+    switch (kind) {
+      case BenchGemm::kFp8FastAccum:
+      case BenchGemm::kFp8: {
+        DeviceBuffer<std::uint8_t> A = random_codes(nn, 1), B = random_codes(nn, 2);
+        const float one = 1.0f;
+        DeviceBuffer<float> sa(&one, 1), sb(&one, 1);
+        DeviceBuffer<std::uint16_t> D(nn);
+        LtFp8Gemm g;
+        g.M = g.N = g.K = n;
+        g.A = A.get();
+        g.B = B.get();
+        g.scale_inv_a = sa.get();
+        g.scale_inv_b = sb.get();
+        g.fast_accum = kind == BenchGemm::kFp8FastAccum;
+        g.output = LtOutput::kBf16;
+        g.D = D.get();
+        return time_runs([&] { ctx.gemm_fp8_tn(g); }, reps, flops);
+      }
+      case BenchGemm::kBf16: {
+        DeviceBuffer<std::uint16_t> A = random_bf16(nn, 1), B = random_bf16(nn, 2), D(nn);
+        return time_runs([&] { ctx.gemm_bf16_tn(n, n, n, A.get(), B.get(), D.get()); }, reps, flops);
+      }
+      case BenchGemm::kTf32:
+      case BenchGemm::kFp32: {
+        DeviceBuffer<float> A = random_f32(nn, 1), B = random_f32(nn, 2), D(nn);
+        const bool tf32 = kind == BenchGemm::kTf32;
+        return time_runs([&] { ctx.gemm_f32_tn(n, n, n, A.get(), B.get(), D.get(), tf32); }, reps, flops);
+      }
+      case BenchGemm::kMmaSync: {
+        DeviceBuffer<std::uint8_t> A = random_codes(nn, 1), B = random_codes(nn, 2);
+        DeviceBuffer<float> D(nn);
+        return time_runs([&] { mma_gemm_e4m3_tn(n, n, n, A.get(), B.get(), 1.0f, D.get()); }, reps, flops);
+      }
+    }
+    FP8EMU_FAIL("unknown GEMM kind");
+  });
+}
+
+Timing bench_quantize(std::size_t n, int reps) {
+  return guarded([&] {
+    detail::use_fp8_device();
+    DeviceBuffer<float> x = random_f32(n, 3);
+    DeviceBuffer<std::uint8_t> q(n);
+    DeviceBuffer<detail::CastTotals> totals(1);
+    totals.zero();
+    return time_runs([&] { detail::launch_quantize(x.get(), n, 100.0f, Format::kE4M3, q.get(), totals.get(), nullptr); },
+                     reps, 5.0 * double(n) / 1e9);
+  });
+}
+
+Timing bench_memcpy(std::size_t n, int reps) {
+  return guarded([&] {
+    detail::use_fp8_device();
+    DeviceBuffer<float> x = random_f32(n, 3), y(n);
+    return time_runs(
+        [&] {
+          FP8EMU_CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), n * sizeof(float), cudaMemcpyDeviceToDevice, nullptr));
+        },
+        reps, 8.0 * double(n) / 1e9);
+  });
+}
+
+StepTiming bench_mlp_step(int batch, int width, int layers, int reps) {
+  StepTiming st;
+  const double flops = double(layers) * 3.0 * 2.0 * double(batch) * double(width) * double(width) / 1e12;
+  const std::size_t bw = std::size_t(batch) * std::size_t(width), ww = std::size_t(width) * std::size_t(width);
+  st.fp8 = guarded([&] {
+    detail::use_fp8_device();
+    LtContext ctx;
+    DeviceBuffer<float> x = random_f32(bw, 4), w = random_f32(ww, 5), dy = random_f32(bw, 6);
+    DeviceBuffer<std::uint8_t> xq(bw), xqt(bw), wq(ww), wqt(ww), dyq(bw), dyqt(bw);
+    DeviceBuffer<std::uint16_t> y(bw), dx(bw), dw(ww);
+    DeviceBuffer<detail::CastTotals> totals(3);
+    totals.zero();
+    const float one = 1.0f;
+    DeviceBuffer<float> s1(&one, 1);
+    auto gemm = [&](int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb, bool fast,
+                    std::uint16_t* D) {
+      LtFp8Gemm g;
+      g.M = M;
+      g.N = N;
+      g.K = K;
+      g.A = A;
+      g.format_a = fa;
+      g.scale_inv_a = s1.get();
+      g.B = B;
+      g.format_b = fb;
+      g.scale_inv_b = s1.get();
+      g.fast_accum = fast;
+      g.output = LtOutput::kBf16;
+      g.D = D;
+      ctx.gemm_fp8_tn(g);
+    };
+    auto step = [&] {
+      for (int l = 0; l < layers; ++l) {
+        // Casts (delayed scaling: the scale is known; amax recorded by the cast), then the
+        // K-major copies the dgrad and wgrad GEMMs need.
+        detail::launch_quantize(x.get(), bw, 1.0f, Format::kE4M3, xq.get(), totals.get() + 0, nullptr);
+        detail::launch_transpose(batch, width, xq.get(), xqt.get(), nullptr);
+        detail::launch_quantize(w.get(), ww, 1.0f, Format::kE4M3, wq.get(), totals.get() + 1, nullptr);
+        detail::launch_transpose(width, width, wq.get(), wqt.get(), nullptr);
+        detail::launch_quantize(dy.get(), bw, 1.0f, Format::kE5M2, dyq.get(), totals.get() + 2, nullptr);
+        detail::launch_transpose(batch, width, dyq.get(), dyqt.get(), nullptr);
+        gemm(batch, width, width, xq.get(), Format::kE4M3, wq.get(), Format::kE4M3, true, y.get());      // fprop
+        gemm(batch, width, width, dyq.get(), Format::kE5M2, wqt.get(), Format::kE4M3, false, dx.get());  // dgrad
+        gemm(width, width, batch, dyqt.get(), Format::kE5M2, xqt.get(), Format::kE4M3, false, dw.get()); // wgrad
+      }
+    };
+    return time_runs(step, reps, flops);
+  });
+  st.bf16 = guarded([&] {
+    detail::use_fp8_device();
+    LtContext ctx;
+    DeviceBuffer<std::uint16_t> x = random_bf16(bw, 4), w = random_bf16(ww, 5), dy = random_bf16(bw, 6);
+    DeviceBuffer<std::uint16_t> wt = random_bf16(ww, 7), xt = random_bf16(bw, 8), dyt = random_bf16(bw, 9);
+    DeviceBuffer<std::uint16_t> y(bw), dx(bw), dw(ww);
+    auto step = [&] {
+      for (int l = 0; l < layers; ++l) {
+        ctx.gemm_bf16_tn(batch, width, width, x.get(), w.get(), y.get());     // fprop
+        ctx.gemm_bf16_tn(batch, width, width, dy.get(), wt.get(), dx.get());  // dgrad (same shape)
+        ctx.gemm_bf16_tn(width, width, batch, dyt.get(), xt.get(), dw.get()); // wgrad (same shape)
+      }
+    };
+    return time_runs(step, reps, flops);
+  });
+  return st;
+}
+
+}  // namespace fp8emu::cuda

@@ -1,0 +1,56 @@
+/// \file gpu_bench.hpp
+/// \brief GPU timings for `fp8emu bench gpu`: cuBLASLt GEMM throughput per precision, the quantize
+/// kernel's bandwidth against a device-to-device copy, and the GEMM and cast work of one MLP
+/// training step in FP8 and in BF16. Inputs are generated on the device; times come from CUDA
+/// events around `reps` runs after one warm-up run.
+///
+/// Available only when fp8emu is built with CUDA; needs compute capability >= 8.9. Errors of a
+/// measurement (for example cuBLASLt rejecting a shape, or running out of memory) are returned in
+/// `error`, not thrown, so that one failure does not end a sweep. No CUDA header is included here.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace fp8emu::cuda {
+
+/// The GEMMs of the throughput sweep (all TN, M = N = K, through cuBLASLt unless noted).
+enum class BenchGemm {
+  kFp8FastAccum,  ///< E4M3 x E4M3 -> bf16, per-tensor scales, CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1.
+  kFp8,           ///< The same without fast accumulation (cuBLASLt's periodic promotion).
+  kBf16,          ///< bf16 x bf16 -> bf16, fp32 accumulation.
+  kTf32,          ///< fp32 data, CUBLAS_COMPUTE_32F_FAST_TF32.
+  kFp32,          ///< fp32, CUBLAS_COMPUTE_32F.
+  kMmaSync,       ///< fp8emu's mma.sync m16n8k32 E4M3 kernel (fp32 output; not tuned for speed).
+};
+const char* to_string(BenchGemm g);
+
+struct Timing {
+  double seconds = 0.0;  ///< Mean time of one run.
+  double rate = 0.0;     ///< TFLOP/s for GEMMs (2 M N K / seconds / 1e12), GB/s for memory kernels.
+  std::string error;     ///< Non-empty when the measurement could not be made.
+};
+
+/// The name of the GPU the benchmarks run on.
+std::string bench_gpu_name();
+
+/// One GEMM of size n^3; `reps` timed runs.
+Timing bench_gemm(BenchGemm kind, int n, int reps);
+
+/// The quantize kernel (fp32 -> E4M3 with amax and counts) over n floats: rate = (4 + 1) n bytes / s.
+Timing bench_quantize(std::size_t n, int reps);
+/// cudaMemcpy device to device of n floats: rate = 2 * 4 n bytes / s (read and write).
+Timing bench_memcpy(std::size_t n, int reps);
+
+/// One training step's GEMM and cast work for an MLP of `layers` square Linear layers of `width`
+/// on a batch of `batch` rows: per layer fprop, dgrad and wgrad GEMMs. FP8 (TE delayed scaling):
+/// each of x, W, dy is cast once (quantize with amax; E4M3, E5M2 for dy) and transposed for the
+/// GEMMs that need it in K-major form, then three FP8 GEMMs (fprop fast accumulation, dgrad and wgrad
+/// without), bf16 outputs. BF16: the same three GEMMs on bf16 operands of the same shapes. Neither
+/// includes activations, the loss or the optimizer.
+struct StepTiming {
+  Timing fp8, bf16;
+};
+StepTiming bench_mlp_step(int batch, int width, int layers, int reps);
+
+}  // namespace fp8emu::cuda

@@ -1,0 +1,484 @@
+// Bit-for-bit comparison of two kernel sets (see include/fp8emu/backend/kernel_check.hpp).
+#include "fp8emu/backend/kernel_check.hpp"
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <random>
+#include <sstream>
+#include <utility>
+
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/scale.hpp"
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::backend {
+namespace {
+
+std::uint64_t mix(std::uint64_t seed, std::uint64_t a, std::uint64_t b = 0) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + a * 0xBF58476D1CE4E5B9ull + b * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z * 0xD6E8FEB86659FD93ull;
+}
+
+std::string hex32(std::uint32_t u) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", unsigned(u));
+  return buf;
+}
+std::string hex8(std::uint32_t u) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02X", unsigned(u & 0xFFu));
+  return buf;
+}
+
+const char* format_name(Format f) { return f == Format::kE4M3 ? "e4m3" : "e5m2"; }
+
+// The rows, in order of first use, keyed by (kernel, inputs).
+class Recorder {
+ public:
+  KernelCheckRow& row(const std::string& kernel, const std::string& inputs) {
+    const auto key = std::make_pair(kernel, inputs);
+    auto it = index_.find(key);
+    if (it == index_.end()) {
+      it = index_.emplace(key, rows_.size()).first;
+      KernelCheckRow r;
+      r.kernel = kernel;
+      r.inputs = inputs;
+      rows_.push_back(std::move(r));
+    }
+    return rows_[it->second];
+  }
+  std::vector<KernelCheckRow> take() { return std::move(rows_); }
+
+ private:
+  std::vector<KernelCheckRow> rows_;
+  std::map<std::pair<std::string, std::string>, std::size_t> index_;
+};
+
+void note_mismatch(KernelCheckRow& r, const std::string& what) {
+  ++r.mismatches;
+  if (r.first_mismatch.empty()) r.first_mismatch = what;
+}
+
+void cmp_f32(KernelCheckRow& r, const std::string& where, const float* a, const float* b, std::size_t n) {
+  r.values += n;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t ua = core::f32_to_bits(a[i]), ub = core::f32_to_bits(b[i]);
+    if (ua == ub) continue;
+    if (std::isnan(a[i]) && std::isnan(b[i])) {
+      ++r.nan_payload_differences;
+      continue;
+    }
+    note_mismatch(r, where + "[" + std::to_string(i) + "]: " + hex32(ua) + " (reference) vs " + hex32(ub));
+  }
+}
+
+void cmp_codes(KernelCheckRow& r, const std::string& where, const std::uint8_t* a, const std::uint8_t* b,
+               std::size_t n) {
+  r.values += n;
+  for (std::size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) note_mismatch(r, where + "[" + std::to_string(i) + "]: " + hex8(a[i]) + " (reference) vs " + hex8(b[i]));
+}
+
+void cmp_u64(KernelCheckRow& r, const std::string& where, std::uint64_t a, std::uint64_t b) {
+  ++r.values;
+  if (a != b) note_mismatch(r, where + ": " + std::to_string(a) + " (reference) vs " + std::to_string(b));
+}
+
+void cmp_stats(KernelCheckRow& r, const std::string& where, const emu::QuantizeStats& a, const emu::QuantizeStats& b) {
+  cmp_u64(r, where + " stats.count", a.count, b.count);
+  cmp_u64(r, where + " stats.saturated", a.saturated, b.saturated);
+  cmp_u64(r, where + " stats.underflow", a.underflow, b.underflow);
+  cmp_u64(r, where + " stats.nan", a.nan, b.nan);
+}
+
+template <class T>
+bool same_size(KernelCheckRow& r, const std::string& where, const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() == b.size()) return true;
+  ++r.values;
+  note_mismatch(r, where + ": " + std::to_string(a.size()) + " elements (reference) vs " + std::to_string(b.size()));
+  return false;
+}
+
+void cmp_block(KernelCheckRow& r, const std::string& where, const emu::BlockQuantized& a,
+               const emu::BlockQuantized& b) {
+  cmp_u64(r, where + " n", std::uint64_t(a.n), std::uint64_t(b.n));
+  cmp_u64(r, where + " k", std::uint64_t(a.k), std::uint64_t(b.k));
+  cmp_u64(r, where + " block", std::uint64_t(a.block), std::uint64_t(b.block));
+  cmp_u64(r, where + " format", std::uint64_t(a.format), std::uint64_t(b.format));
+  if (same_size(r, where + " codes", a.codes, b.codes))
+    cmp_codes(r, where + " codes", a.codes.data(), b.codes.data(), a.codes.size());
+  if (same_size(r, where + " scale_inv", a.scale_inv, b.scale_inv))
+    cmp_f32(r, where + " scale_inv", a.scale_inv.data(), b.scale_inv.data(), a.scale_inv.size());
+  if (same_size(r, where + " e8m0", a.e8m0, b.e8m0))
+    cmp_codes(r, where + " e8m0", a.e8m0.data(), b.e8m0.data(), a.e8m0.size());
+}
+
+// Runs the candidate's call; an exception becomes a mismatch of the row (false returned).
+template <class F>
+bool guarded(KernelCheckRow& r, const std::string& where, F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const std::exception& e) {
+    note_mismatch(r, where + ": the candidate threw: " + e.what());
+    return false;
+  }
+}
+
+std::uint32_t random_finite_code(std::mt19937_64& g, FormatSpec f) {
+  for (;;) {
+    const std::uint32_t c = std::uint32_t(g() & 0xFFu);
+    if ((c & f.top_code()) <= f.max_finite_code()) return c;
+  }
+}
+
+}  // namespace
+
+const char* to_string(InputFamily f) {
+  switch (f) {
+    case InputFamily::kNormal: return "normal";
+    case InputFamily::kWide: return "wide (log-uniform)";
+    case InputFamily::kNanInf: return "NaN/Inf/zeros";
+    case InputFamily::kSubnormal: return "subnormal";
+    case InputFamily::kOverflow: return "overflow";
+  }
+  return "?";
+}
+
+std::vector<InputFamily> all_input_families() {
+  return {InputFamily::kNormal, InputFamily::kWide, InputFamily::kNanInf, InputFamily::kSubnormal,
+          InputFamily::kOverflow};
+}
+
+std::vector<float> make_inputs(InputFamily family, std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  auto sign = [&](float v) { return (g() & 1u) ? -v : v; };
+  std::vector<float> x(n);
+  static const std::uint32_t kSpecials[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FBFFFFFu,
+                                            0x7F800000u, 0xFF800000u, 0x00000000u, 0x80000000u};
+  static const float kOverflow[] = {448.0f, 456.0f, 464.0f, 465.0f, std::nextafter(464.0f, 0.0f),
+                                    std::nextafter(464.0f, 1000.0f), 480.0f, 57344.0f, 61440.0f,
+                                    std::nextafter(61440.0f, 0.0f), std::nextafter(61440.0f, 1e9f), 65536.0f,
+                                    FLT_MAX, 1e30f, 3.0e38f};
+  for (std::size_t i = 0; i < n; ++i) {
+    float v = 0.0f;
+    switch (family) {
+      case InputFamily::kNormal:
+        v = normal(g);
+        break;
+      case InputFamily::kWide:
+        v = sign(std::exp2(-40.0f + 80.0f * unit(g)));
+        break;
+      case InputFamily::kNanInf:
+        v = unit(g) < 0.05f ? core::bits_to_f32(kSpecials[g() % (sizeof kSpecials / sizeof kSpecials[0])])
+                            : normal(g);
+        break;
+      case InputFamily::kSubnormal: {
+        const float u = unit(g);
+        if (u < 0.6f) {
+          v = sign(std::exp2(-24.0f + 20.0f * unit(g)));
+        } else if (u < 0.8f) {  // midpoints between FP8 subnormals (ties of the cast)
+          const float q = (g() & 1u) ? 0x1p-9f : 0x1p-16f;
+          v = sign((float(g() % 8u) + 0.5f) * q);
+        } else {  // fp32 subnormals
+          v = sign(core::bits_to_f32(std::uint32_t(1u + g() % 0x7FFFFFu)));
+        }
+        break;
+      }
+      case InputFamily::kOverflow: {
+        const float u = unit(g);
+        if (u < 0.4f) v = kOverflow[g() % (sizeof kOverflow / sizeof kOverflow[0])];
+        else if (u < 0.7f) v = 440.0f + 40.0f * unit(g);
+        else v = 57000.0f + 9000.0f * unit(g);
+        v = sign(v);
+        break;
+      }
+    }
+    x[i] = v;
+  }
+  return x;
+}
+
+const char* to_string(CodeFamily f) {
+  switch (f) {
+    case CodeFamily::kNormal: return "normal (quantized)";
+    case CodeFamily::kWide: return "all finite codes";
+    case CodeFamily::kSpecial: return "finite + NaN/Inf codes";
+  }
+  return "?";
+}
+
+std::vector<std::uint8_t> make_codes(CodeFamily family, Format fmt, std::size_t n, std::uint64_t seed,
+                                     float* scale_inv) {
+  const FormatSpec& f = spec_of(fmt);
+  std::vector<std::uint8_t> q(n);
+  float si = 1.0f;
+  std::mt19937_64 g(seed);
+  if (family == CodeFamily::kNormal) {
+    const std::vector<float> x = make_inputs(InputFamily::kNormal, n, seed);
+    const float amax = emu::compute_amax(x.data(), n);
+    const float scale = core::compute_scale_from_amax(amax, max_finite_f32(fmt), false, 0.0f, FLT_MAX);
+    emu::quantize(x.data(), n, scale, fmt, q.data(), nullptr);
+    si = emu::scale_inv_of(scale);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t c = random_finite_code(g, f);
+      if (family == CodeFamily::kSpecial && g() % 1000u == 0) {
+        // A NaN code, or for E5M2 half of the time an Inf code; either sign.
+        c = (f.has_inf && (g() & 1u)) ? f.inf_code() : f.top_code() - std::uint32_t(g() % std::uint64_t(f.nan_codes));
+        if (g() & 1u) c |= f.sign_mask();
+      }
+      q[i] = std::uint8_t(c);
+    }
+  }
+  if (scale_inv) *scale_inv = si;
+  return q;
+}
+
+bool same_f32(float a, float b) {
+  return core::f32_to_bits(a) == core::f32_to_bits(b) || (std::isnan(a) && std::isnan(b));
+}
+
+std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& cand, const KernelCheckOptions& opt) {
+  Recorder rec;
+  auto wants = [&](const char* method) { return opt.only.empty() || opt.only == method; };
+  auto progress = [&](const std::string& s) {
+    if (opt.progress) opt.progress(s);
+  };
+  const Format kFormats[] = {Format::kE4M3, Format::kE5M2};
+  const std::pair<Format, Format> kPairs[] = {
+      {Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}, {Format::kE5M2, Format::kE4M3}};
+  const emu::GemmAccumulation kAccs[] = {
+      {emu::Accumulation::kFp32, 0},    {emu::Accumulation::kFp32, 50},   {emu::Accumulation::kFp32, 128},
+      {emu::Accumulation::kExact, 0},   {emu::Accumulation::kHopper, 0},  {emu::Accumulation::kHopper, 32},
+      {emu::Accumulation::kHopper, 128}, {emu::Accumulation::kAda, 0},    {emu::Accumulation::kAda, 16},
+      {emu::Accumulation::kAda, 128}};
+  const CodeFamily kCodeFamilies[] = {CodeFamily::kNormal, CodeFamily::kWide, CodeFamily::kSpecial};
+
+  for (const int s : opt.sizes) {
+    FP8EMU_CHECK(s >= 1, "kernel check: sizes must be >= 1, got ", s);
+    const int rows = s, cols = s + 2;
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    const std::string sz = "size " + std::to_string(s);
+
+    // ---- casts of fp32 inputs ----
+    for (const InputFamily fam : all_input_families()) {
+      const std::string in = to_string(fam);
+      const std::vector<float> x = make_inputs(fam, n, mix(opt.seed, std::uint64_t(s), 1 + std::uint64_t(fam)));
+      progress(sz + ", " + in + ": casts");
+      if (wants("compute_amax")) {
+        KernelCheckRow& r = rec.row("compute_amax", in);
+        const float a = ref.compute_amax(x.data(), n);
+        float b = 0.0f;
+        ++r.calls;
+        if (guarded(r, sz, [&] { b = cand.compute_amax(x.data(), n); })) cmp_f32(r, sz + " amax", &a, &b, 1);
+      }
+      for (const Format fmt : kFormats) {
+        const std::string w = sz + " " + format_name(fmt);
+        if (wants("quantize")) {
+          KernelCheckRow& r = rec.row("quantize", in);
+          const float current = core::compute_scale_from_amax(emu::compute_amax(x.data(), n), max_finite_f32(fmt),
+                                                              false, 0.0f, FLT_MAX);
+          for (const float scale : {1.0f, 3.0f, current, 0x1p-20f, INFINITY}) {
+            const std::string ws = w + " scale " + hex32(core::f32_to_bits(scale));
+            std::vector<std::uint8_t> qa(n), qb(n);
+            float amax_a = 0.5f, amax_b = 0.5f;
+            const emu::QuantizeStats sa = ref.quantize(x.data(), n, scale, fmt, qa.data(), &amax_a);
+            emu::QuantizeStats sb;
+            ++r.calls;
+            if (!guarded(r, ws, [&] { sb = cand.quantize(x.data(), n, scale, fmt, qb.data(), &amax_b); })) continue;
+            cmp_codes(r, ws + " q", qa.data(), qb.data(), n);
+            cmp_stats(r, ws, sa, sb);
+            cmp_f32(r, ws + " amax", &amax_a, &amax_b, 1);
+          }
+        }
+        for (const emu::BlockAxis axis : {emu::BlockAxis::kRowwise, emu::BlockAxis::kColumnwise}) {
+          const std::string wa = w + (axis == emu::BlockAxis::kRowwise ? " rowwise" : " columnwise");
+          if (wants("quantize_mxfp8")) {
+            for (const scaling::E8M0Rule rule : {scaling::E8M0Rule::kTransformerEngine, scaling::E8M0Rule::kOcp}) {
+              KernelCheckRow& r =
+                  rec.row(rule == scaling::E8M0Rule::kOcp ? "quantize_mxfp8 ocp" : "quantize_mxfp8 te", in);
+              emu::QuantizeStats sa, sb;
+              const emu::BlockQuantized a = ref.quantize_mxfp8(x.data(), rows, cols, axis, fmt, rule, &sa);
+              emu::BlockQuantized b;
+              ++r.calls;
+              if (!guarded(r, wa, [&] { b = cand.quantize_mxfp8(x.data(), rows, cols, axis, fmt, rule, &sb); }))
+                continue;
+              cmp_block(r, wa, a, b);
+              cmp_stats(r, wa, sa, sb);
+            }
+          }
+          if (wants("quantize_block_1d")) {
+            struct V {
+              const char* label;
+              int block;
+              bool pow2;
+              float eps;
+            };
+            for (const V v : {V{"quantize_block_1d 1x128 pow2", 128, true, 0.0f},
+                              V{"quantize_block_1d 1x32 eps", 32, false, 1e-3f}}) {
+              KernelCheckRow& r = rec.row(v.label, in);
+              emu::QuantizeStats sa, sb;
+              const emu::BlockQuantized a =
+                  ref.quantize_block_1d(x.data(), rows, cols, axis, fmt, v.block, v.pow2, v.eps, &sa);
+              emu::BlockQuantized b;
+              ++r.calls;
+              if (!guarded(r, wa, [&] {
+                    b = cand.quantize_block_1d(x.data(), rows, cols, axis, fmt, v.block, v.pow2, v.eps, &sb);
+                  }))
+                continue;
+              cmp_block(r, wa, a, b);
+              cmp_stats(r, wa, sa, sb);
+            }
+          }
+        }
+        if (wants("quantize_block_2d")) {
+          struct V {
+            const char* label;
+            int tile;
+            bool pow2;
+          };
+          for (const V v : {V{"quantize_block_2d 128x128 pow2", 128, true}, V{"quantize_block_2d 16x16", 16, false}}) {
+            KernelCheckRow& r = rec.row(v.label, in);
+            emu::QuantizeStats sa, sb;
+            const emu::BlockQuantized2D a = ref.quantize_block_2d(x.data(), rows, cols, fmt, v.tile, v.pow2, 0.0f, &sa);
+            emu::BlockQuantized2D b;
+            ++r.calls;
+            if (!guarded(r, w, [&] { b = cand.quantize_block_2d(x.data(), rows, cols, fmt, v.tile, v.pow2, 0.0f, &sb); }))
+              continue;
+            cmp_block(r, w + " rowwise", a.rowwise, b.rowwise);
+            cmp_block(r, w + " columnwise", a.columnwise, b.columnwise);
+            cmp_stats(r, w, sa, sb);
+          }
+        }
+      }
+    }
+
+    // ---- FP8 code inputs: dequantize, transpose, GEMM ----
+    for (const CodeFamily cf : kCodeFamilies) {
+      const std::string in = to_string(cf);
+      if (wants("dequantize") || wants("transpose")) {
+        progress(sz + ", " + in + ": dequantize, transpose");
+        for (const Format fmt : kFormats) {
+          const std::string w = sz + " " + format_name(fmt);
+          float si = 1.0f;
+          std::vector<std::uint8_t> q = make_codes(cf, fmt, n, mix(opt.seed, std::uint64_t(s), 100 + std::uint64_t(cf)), &si);
+          if (wants("dequantize")) {
+            KernelCheckRow& r = rec.row("dequantize", in);
+            for (const float scale_inv : {si, 1.0f, 0.0123f, 0x1p-30f, 1e30f, INFINITY, 0.0f, NAN}) {
+              const std::string ws = w + " scale_inv " + hex32(core::f32_to_bits(scale_inv));
+              std::vector<float> ya(n), yb(n);
+              ref.dequantize(q.data(), n, scale_inv, fmt, ya.data());
+              ++r.calls;
+              if (guarded(r, ws, [&] { cand.dequantize(q.data(), n, scale_inv, fmt, yb.data()); }))
+                cmp_f32(r, ws + " y", ya.data(), yb.data(), n);
+            }
+          }
+          if (wants("transpose")) {
+            KernelCheckRow& r = rec.row("transpose", in);
+            std::vector<std::uint8_t> ta(n), tb(n);
+            ref.transpose(rows, cols, q.data(), ta.data());
+            ++r.calls;
+            if (guarded(r, w, [&] { cand.transpose(rows, cols, q.data(), tb.data()); }))
+              cmp_codes(r, w + " out", ta.data(), tb.data(), n);
+          }
+        }
+      }
+      if (wants("gemm_fp8_tn")) {
+        progress(sz + ", " + in + ": gemm_fp8_tn");
+        const int M = s, N = s + 3, K = 2 * s + 1;
+        for (const std::pair<Format, Format>& pair : kPairs) {
+          const Format fa = pair.first, fb = pair.second;
+          float sia = 1.0f, sib = 1.0f;
+          const std::vector<std::uint8_t> A =
+              make_codes(cf, fa, std::size_t(M) * std::size_t(K), mix(opt.seed, std::uint64_t(s), 200 + std::uint64_t(cf)), &sia);
+          const std::vector<std::uint8_t> B =
+              make_codes(cf, fb, std::size_t(N) * std::size_t(K), mix(opt.seed, std::uint64_t(s), 300 + std::uint64_t(cf)), &sib);
+          if (cf != CodeFamily::kNormal) {
+            sia = 0.0123f;  // a scale product that rounds
+            sib = 2.5f;
+          }
+          for (const emu::GemmAccumulation& acc : kAccs) {
+            std::string label = std::string("gemm_fp8_tn ") + emu::to_string(acc.model);
+            if (acc.promotion_interval > 0) label += " promote " + std::to_string(acc.promotion_interval);
+            KernelCheckRow& r = rec.row(label, in);
+            const std::string w = sz + " " + format_name(fa) + "x" + format_name(fb) + " D";
+            std::vector<float> da(std::size_t(M) * std::size_t(N)), db(da.size());
+            ref.gemm_fp8_tn(M, N, K, A.data(), fa, sia, B.data(), fb, sib, acc, da.data());
+            ++r.calls;
+            if (guarded(r, w, [&] { cand.gemm_fp8_tn(M, N, K, A.data(), fa, sia, B.data(), fb, sib, acc, db.data()); }))
+              cmp_f32(r, w, da.data(), db.data(), da.size());
+          }
+        }
+      }
+    }
+
+    // ---- block-scaled GEMM on block-quantized operands (quantized by the reference) ----
+    if (wants("gemm_fp8_block_tn")) {
+      const int M = s, N = s + 3, K = 2 * s + 1;
+      for (const InputFamily fam : {InputFamily::kNormal, InputFamily::kWide, InputFamily::kNanInf}) {
+        const std::string in = to_string(fam);
+        progress(sz + ", " + in + ": gemm_fp8_block_tn");
+        const std::vector<float> xa = make_inputs(fam, std::size_t(M) * std::size_t(K), mix(opt.seed, std::uint64_t(s), 400 + std::uint64_t(fam)));
+        const std::vector<float> xb = make_inputs(fam, std::size_t(N) * std::size_t(K), mix(opt.seed, std::uint64_t(s), 500 + std::uint64_t(fam)));
+        struct Pair {
+          const char* label;
+          emu::BlockQuantized a, b;
+        };
+        const emu::BlockAxis rw = emu::BlockAxis::kRowwise;
+        const Pair pairs[] = {
+            {"gemm_fp8_block_tn mxfp8",
+             ref.quantize_mxfp8(xa.data(), M, K, rw, Format::kE4M3, scaling::E8M0Rule::kTransformerEngine, nullptr),
+             ref.quantize_mxfp8(xb.data(), N, K, rw, Format::kE4M3, scaling::E8M0Rule::kTransformerEngine, nullptr)},
+            {"gemm_fp8_block_tn 1x128 x 128x128",
+             ref.quantize_block_1d(xa.data(), M, K, rw, Format::kE4M3, 128, true, 0.0f, nullptr),
+             ref.quantize_block_2d(xb.data(), N, K, Format::kE4M3, 128, true, 0.0f, nullptr).rowwise},
+            {"gemm_fp8_block_tn 1x32 e4m3 x e5m2",
+             ref.quantize_block_1d(xa.data(), M, K, rw, Format::kE4M3, 32, false, 0.0f, nullptr),
+             ref.quantize_block_1d(xb.data(), N, K, rw, Format::kE5M2, 32, false, 0.0f, nullptr)},
+        };
+        for (const Pair& p : pairs) {
+          KernelCheckRow& r = rec.row(p.label, in);
+          std::vector<float> da(std::size_t(M) * std::size_t(N)), db(da.size());
+          ref.gemm_fp8_block_tn(p.a, p.b, da.data());
+          ++r.calls;
+          if (guarded(r, sz, [&] { cand.gemm_fp8_block_tn(p.a, p.b, db.data()); }))
+            cmp_f32(r, sz + " D", da.data(), db.data(), da.size());
+        }
+      }
+    }
+  }
+  return rec.take();
+}
+
+std::uint64_t total_mismatches(const std::vector<KernelCheckRow>& rows) {
+  std::uint64_t t = 0;
+  for (const KernelCheckRow& r : rows) t += r.mismatches;
+  return t;
+}
+
+std::string format_rows(const std::vector<KernelCheckRow>& rows) {
+  std::ostringstream os;
+  os << "| kernel | inputs | calls | values | mismatches | NaN payload differences |\n";
+  os << "|---|---|---:|---:|---:|---:|\n";
+  for (const KernelCheckRow& r : rows)
+    os << "| " << r.kernel << " | " << r.inputs << " | " << r.calls << " | " << r.values << " | " << r.mismatches
+       << " | " << r.nan_payload_differences << " |\n";
+  bool any = false;
+  for (const KernelCheckRow& r : rows)
+    if (!r.first_mismatch.empty()) {
+      if (!any) os << "\nFirst mismatch per row:\n";
+      any = true;
+      os << "- " << r.kernel << ", " << r.inputs << ": " << r.first_mismatch << "\n";
+    }
+  return os.str();
+}
+
+}  // namespace fp8emu::backend

@@ -1,0 +1,144 @@
+// `fp8emu bench gpu` (see bench_gpu.hpp).
+#include "bench_gpu.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "fp8emu/backend/kernels.hpp"
+
+#if defined(FP8EMU_HAVE_CUDA)
+#include "fp8emu/cuda/gpu_bench.hpp"
+#endif
+
+namespace fp8emu::cli {
+
+int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& err) {
+  for (const int n : opt.sizes)
+    if (n < 16 || n > 32768 || n % 16 != 0) {
+      err << "fp8emu bench gpu: error: --sizes must be multiples of 16 in [16, 32768], got " << n << "\n";
+      return 2;
+    }
+  if (opt.repeat < 1 || opt.sizes.empty()) {
+    err << "fp8emu bench gpu: error: --repeat must be >= 1 and --sizes not empty\n";
+    return 2;
+  }
+  const backend::CudaStatus& st = backend::cuda_status();
+  if (!st.usable()) {
+    err << "fp8emu bench gpu: no usable GPU, nothing to measure: " << st.why_not() << "\n";
+    return 2;
+  }
+#if defined(FP8EMU_HAVE_CUDA)
+  using cuda::BenchGemm;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto fmt = [](double v, const char* f) {
+    char b[32];
+    std::snprintf(b, sizeof b, f, v);
+    return std::string(b);
+  };
+  int ok = 0, failed = 0;
+  out << "# fp8emu bench gpu\n\nGPU: " << cuda::bench_gpu_name() << "\n";
+  out << "\n## GEMM throughput, TFLOP/s (M = N = K, TN, mean of " << opt.repeat
+      << " runs after a warm-up; FP8: E4M3 x E4M3 -> bf16 with per-tensor scales)\n\n";
+  const BenchGemm kinds[] = {BenchGemm::kFp8FastAccum, BenchGemm::kFp8, BenchGemm::kBf16,
+                             BenchGemm::kTf32,         BenchGemm::kFp32, BenchGemm::kMmaSync};
+  out << "| size |";
+  for (const BenchGemm k : kinds) out << " " << cuda::to_string(k) << " |";
+  out << "\n|---:|";
+  for (std::size_t i = 0; i < sizeof kinds / sizeof kinds[0]; ++i) out << "---:|";
+  out << "\n";
+  double last_seconds[6] = {0, 0, 0, 0, 0, 0};
+  bool stopped[6] = {false, false, false, false, false, false};
+  double fp8_fast = 0.0, bf16 = 0.0;  // at the largest size where both ran
+  int ratio_size = 0;
+  std::string notes;
+  int prev_n = 0;
+  for (const int n : opt.sizes) {
+    out << "| " << n << " |";
+    double fp8_this = 0.0;
+    for (std::size_t k = 0; k < sizeof kinds / sizeof kinds[0]; ++k) {
+      // Stop a kind when this size (cubic growth from the last one) would overrun the budget.
+      const double scale = prev_n ? double(n) * n * n / (double(prev_n) * prev_n * prev_n) : 1.0;
+      const double predicted = last_seconds[k] * scale * double(opt.repeat + 1);
+      if (stopped[k] || elapsed() + predicted > opt.budget_seconds) {
+        stopped[k] = true;
+        out << " skipped |";
+        continue;
+      }
+      err << "bench gpu: " << cuda::to_string(kinds[k]) << " " << n << "\n";
+      const cuda::Timing t = cuda::bench_gemm(kinds[k], n, opt.repeat);
+      if (!t.error.empty()) {
+        ++failed;
+        stopped[k] = true;
+        out << " failed |";
+        notes += "- " + std::string(cuda::to_string(kinds[k])) + " at " + std::to_string(n) + ": " + t.error + "\n";
+        continue;
+      }
+      ++ok;
+      last_seconds[k] = t.seconds;
+      out << " " << fmt(t.rate, "%.1f") << " |";
+      if (kinds[k] == BenchGemm::kFp8FastAccum) fp8_this = t.rate;
+      if (kinds[k] == BenchGemm::kBf16 && fp8_this > 0.0) {
+        fp8_fast = fp8_this;
+        bf16 = t.rate;
+        ratio_size = n;
+      }
+    }
+    out << "\n";
+    prev_n = n;
+  }
+  if (!notes.empty()) out << "\n" << notes;
+  out << "\nSkipped: the size was predicted to run past the time budget (" << fmt(opt.budget_seconds, "%.0f")
+      << " s for the whole command).\n";
+
+  out << "\n## Quantize kernel vs device-to-device copy (2^28 floats)\n\n| kernel | GB/s | ms |\n|---|---:|---:|\n";
+  const std::size_t n = std::size_t(1) << 28;
+  err << "bench gpu: quantize and memcpy\n";
+  const cuda::Timing q = cuda::bench_quantize(n, opt.repeat), c = cuda::bench_memcpy(n, opt.repeat);
+  for (const auto& [name, t] : {std::pair<const char*, cuda::Timing>{"quantize fp32 -> E4M3 (amax, counts): 5 bytes/element", q},
+                                std::pair<const char*, cuda::Timing>{"cudaMemcpy device to device: 8 bytes/element", c}}) {
+    if (t.error.empty()) {
+      ++ok;
+      out << "| " << name << " | " << fmt(t.rate, "%.0f") << " | " << fmt(t.seconds * 1e3, "%.3f") << " |\n";
+    } else {
+      ++failed;
+      out << "| " << name << " | failed: " << t.error << " | |\n";
+    }
+  }
+  if (q.error.empty() && c.error.empty() && c.rate > 0.0)
+    out << "\nquantize_vs_memcpy_bandwidth: " << fmt(q.rate / c.rate, "%.2f") << "\n";
+
+  out << "\n## One MLP training step, GEMMs and casts (4 layers 4096 x 4096, batch 8192)\n\n"
+      << "FP8: per layer, x, W and dy cast once (quantize with amax; E4M3, dy E5M2) and transposed for "
+         "dgrad/wgrad, then fprop (fast accumulation), dgrad and wgrad FP8 GEMMs with bf16 outputs. BF16: the "
+         "same three GEMMs on bf16 operands. No activation, loss or optimizer work in either.\n\n"
+      << "| step | ms | effective TFLOP/s |\n|---|---:|---:|\n";
+  err << "bench gpu: MLP step\n";
+  if (elapsed() < opt.budget_seconds) {
+    const cuda::StepTiming s = cuda::bench_mlp_step(8192, 4096, 4, opt.repeat);
+    for (const auto& [name, t] :
+         {std::pair<const char*, cuda::Timing>{"fp8 (TE delayed scaling)", s.fp8}, std::pair<const char*, cuda::Timing>{"bf16", s.bf16}}) {
+      if (t.error.empty()) {
+        ++ok;
+        out << "| " << name << " | " << fmt(t.seconds * 1e3, "%.2f") << " | " << fmt(t.rate, "%.0f") << " |\n";
+      } else {
+        ++failed;
+        out << "| " << name << " | failed: " << t.error << " | |\n";
+      }
+    }
+    if (s.fp8.error.empty() && s.bf16.error.empty() && s.fp8.seconds > 0.0)
+      out << "\nmlp_step_fp8_speedup_vs_bf16: " << fmt(s.bf16.seconds / s.fp8.seconds, "%.2f") << "\n";
+  } else {
+    out << "| (skipped: time budget spent) | | |\n";
+  }
+  if (bf16 > 0.0) out << "fp8_fast_accum_vs_bf16_gemm_at_" << ratio_size << ": " << fmt(fp8_fast / bf16, "%.2f") << "\n";
+  out << "bench gpu: " << ok << " measurements, " << failed << " failed, " << fmt(elapsed(), "%.0f") << " s\n";
+  return ok == 0 ? 1 : 0;
+#else
+  (void)out;
+  return 2;  // unreachable: without CUDA, usable() is false
+#endif
+}
+
+}  // namespace fp8emu::cli

@@ -1,0 +1,169 @@
+// GPU tests (CTest label `gpu`; CI runs `ctest -LE gpu` and skips them): every CudaKernels method
+// against the emulator, bit for bit, through backend::check_kernels (two NaNs count as equal, see
+// kernel_check.hpp), plus degenerate shapes, argument errors, and the cuBLASLt FP8 GEMM.
+//
+// Without a usable GPU each test prints "SKIPPED: no usable GPU ..." and passes (CTest shows it as
+// skipped), unless the environment variable FP8EMU_REQUIRE_GPU is set (to anything but "" or "0"):
+// then a missing GPU is a failure, so a GPU machine cannot pass these tests by skipping them.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "fp8emu/backend/kernel_check.hpp"
+#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/cuda/cublaslt.hpp"
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/util/error.hpp"
+
+using namespace fp8emu;
+
+namespace {
+
+// True when a GPU can run the tests; otherwise skips (message, pass) or fails (FP8EMU_REQUIRE_GPU).
+bool have_gpu() {
+  const backend::CudaStatus& s = backend::cuda_status();
+  if (s.usable()) return true;
+  const char* req = std::getenv("FP8EMU_REQUIRE_GPU");
+  const bool required = req && *req && std::strcmp(req, "0") != 0;
+  if (required) FAIL("FP8EMU_REQUIRE_GPU is set but the cuda backend cannot run: " << s.why_not());
+  std::cout << "SKIPPED: no usable GPU (" << s.why_not() << "); set FP8EMU_REQUIRE_GPU=1 to make this a failure\n";
+  WARN("SKIPPED: no usable GPU: " << s.why_not());
+  return false;
+}
+
+std::uint32_t bits(float f) { return core::f32_to_bits(f); }
+
+void check_method(const char* method, std::vector<int> sizes = {1, 17, 64, 131}) {
+  if (!have_gpu()) return;
+  backend::KernelCheckOptions opt;
+  opt.sizes = std::move(sizes);
+  opt.seed = 3;
+  opt.only = method;
+  const auto rows = backend::check_kernels(backend::emulated_kernels(), backend::cuda_kernels(), opt);
+  REQUIRE(!rows.empty());
+  for (const backend::KernelCheckRow& r : rows) {
+    INFO(r.kernel << ", " << r.inputs << ": " << r.first_mismatch);
+    CHECK(r.values > 0);
+    CHECK(r.mismatches == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpu: compute_amax bit-identical to the emulator", "[gpu]") { check_method("compute_amax"); }
+TEST_CASE("gpu: quantize bit-identical to the emulator (codes, stats, amax)", "[gpu]") { check_method("quantize"); }
+TEST_CASE("gpu: dequantize bit-identical to the emulator", "[gpu]") { check_method("dequantize"); }
+TEST_CASE("gpu: transpose bit-identical to the emulator", "[gpu]") { check_method("transpose"); }
+TEST_CASE("gpu: gemm_fp8_tn bit-identical to the emulator, every model", "[gpu]") { check_method("gemm_fp8_tn"); }
+TEST_CASE("gpu: quantize_mxfp8 bit-identical to the emulator", "[gpu]") { check_method("quantize_mxfp8"); }
+TEST_CASE("gpu: quantize_block_1d bit-identical to the emulator", "[gpu]") { check_method("quantize_block_1d"); }
+TEST_CASE("gpu: quantize_block_2d bit-identical to the emulator", "[gpu]") { check_method("quantize_block_2d"); }
+TEST_CASE("gpu: gemm_fp8_block_tn bit-identical to the emulator", "[gpu]") { check_method("gemm_fp8_block_tn"); }
+
+TEST_CASE("gpu: degenerate shapes as the emulator", "[gpu]") {
+  if (!have_gpu()) return;
+  const backend::Kernels& emu = backend::emulated_kernels();
+  const backend::Kernels& gpu = backend::cuda_kernels();
+  // Empty cast: count 0, and the amax still max-accumulates with 0 (a NaN initial amax becomes 0).
+  float amax_e = NAN, amax_g = NAN;
+  const auto se = emu.quantize(nullptr, 0, 1.0f, Format::kE4M3, nullptr, &amax_e);
+  const auto sg = gpu.quantize(nullptr, 0, 1.0f, Format::kE4M3, nullptr, &amax_g);
+  CHECK(se.count == sg.count);
+  CHECK(bits(amax_e) == bits(amax_g));
+  CHECK(bits(emu.compute_amax(nullptr, 0)) == bits(gpu.compute_amax(nullptr, 0)));
+  // K = 0: D = 0 * s; with s = Inf that is NaN on both sides.
+  for (const float si : {1.0f, INFINITY}) {
+    std::vector<float> de(6, 1.0f), dg(6, 2.0f);
+    emu.gemm_fp8_tn(2, 3, 0, nullptr, Format::kE4M3, si, nullptr, Format::kE4M3, 1.0f, {}, de.data());
+    gpu.gemm_fp8_tn(2, 3, 0, nullptr, Format::kE4M3, si, nullptr, Format::kE4M3, 1.0f, {}, dg.data());
+    for (std::size_t i = 0; i < de.size(); ++i) CHECK(backend::same_f32(de[i], dg[i]));
+  }
+  // One row, one column; a 1 x 1 GEMM with K = 1.
+  const std::vector<std::uint8_t> row{0x38, 0xC2, 0x7E, 0x01, 0x80};
+  std::vector<std::uint8_t> te(5), tg(5);
+  emu.transpose(1, 5, row.data(), te.data());
+  gpu.transpose(1, 5, row.data(), tg.data());
+  CHECK(te == tg);
+  float d_e = 0.0f, d_g = 0.0f;
+  emu.gemm_fp8_tn(1, 1, 1, row.data(), Format::kE4M3, 0.5f, row.data() + 1, Format::kE5M2, 3.0f,
+                  {emu::Accumulation::kHopper, 0}, &d_e);
+  gpu.gemm_fp8_tn(1, 1, 1, row.data(), Format::kE4M3, 0.5f, row.data() + 1, Format::kE5M2, 3.0f,
+                  {emu::Accumulation::kHopper, 0}, &d_g);
+  CHECK(bits(d_e) == bits(d_g));
+  // A block-quantized operand with zero columns.
+  const auto qe = emu.quantize_mxfp8(nullptr, 3, 0, emu::BlockAxis::kRowwise, Format::kE4M3,
+                                     scaling::E8M0Rule::kTransformerEngine, nullptr);
+  const auto qg = gpu.quantize_mxfp8(nullptr, 3, 0, emu::BlockAxis::kRowwise, Format::kE4M3,
+                                     scaling::E8M0Rule::kTransformerEngine, nullptr);
+  CHECK(qe.n == qg.n);
+  CHECK(qe.k == qg.k);
+  CHECK(qe.codes.size() == qg.codes.size());
+}
+
+TEST_CASE("gpu: bad arguments throw the emulator's errors", "[gpu]") {
+  if (!have_gpu()) return;
+  const backend::Kernels& emu = backend::emulated_kernels();
+  const backend::Kernels& gpu = backend::cuda_kernels();
+  const std::vector<std::uint8_t> a(64, 0x38);
+  std::vector<float> d(4);
+  auto message = [&](const backend::Kernels& k, Format fb, emu::GemmAccumulation acc) {
+    try {
+      k.gemm_fp8_tn(2, 2, 16, a.data(), Format::kE5M2, 1.0f, a.data(), fb, 1.0f, acc, d.data());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message(emu, Format::kE5M2, {}) == message(gpu, Format::kE5M2, {}));
+  CHECK(message(emu, Format::kE4M3, {emu::Accumulation::kHopper, 20}) ==
+        message(gpu, Format::kE4M3, {emu::Accumulation::kHopper, 20}));
+  CHECK(message(emu, Format::kE4M3, {emu::Accumulation::kExact, 32}) ==
+        message(gpu, Format::kE4M3, {emu::Accumulation::kExact, 32}));
+  CHECK(message(gpu, Format::kE5M2, {}) != "no error");
+}
+
+TEST_CASE("gpu: cuBLASLt FP8 GEMM is close to the exact product, with an E4M3 output and its AMAX_D", "[gpu]") {
+  if (!have_gpu()) return;
+  const int M = 64, N = 48, K = 256;
+  float sa = 1.0f, sb = 1.0f;
+  const auto A = backend::make_codes(backend::CodeFamily::kNormal, Format::kE4M3, std::size_t(M) * K, 11, &sa);
+  const auto B = backend::make_codes(backend::CodeFamily::kNormal, Format::kE4M3, std::size_t(N) * K, 12, &sb);
+  std::vector<float> exact(std::size_t(M) * N);
+  emu::gemm_fp8_tn(M, N, K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, {emu::Accumulation::kExact, 0},
+                   exact.data());
+  for (const bool fast : {true, false}) {
+    INFO("fast accumulation " << fast);
+    std::vector<float> D(exact.size());
+    cuda::lt_gemm_fp8_tn_host(M, N, K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, fast, nullptr,
+                              cuda::LtOutput::kFp32, D.data());
+    double diff2 = 0.0, ref2 = 0.0;
+    float mx = 0.0f;
+    for (std::size_t i = 0; i < D.size(); ++i) {
+      diff2 += (double(D[i]) - exact[i]) * (double(D[i]) - exact[i]);
+      ref2 += double(exact[i]) * exact[i];
+      mx = std::max(mx, std::fabs(D[i]));
+    }
+    CHECK(std::sqrt(diff2 / ref2) < 1e-2);  // the 14-bit tensor-core chain over K = 256 stays far below this
+    // E4M3 output with a D scale and AMAX_D: the amax is max |D| up to the accumulation differences
+    // of another kernel, and every code is within one step of Q(RN(D * d_scale)).
+    const float d_scale = 448.0f / mx;
+    std::vector<std::uint8_t> q(D.size()), want(D.size());
+    float amax = -1.0f;
+    cuda::lt_gemm_fp8_tn_host(M, N, K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, fast, nullptr,
+                              cuda::LtOutput::kE4M3, q.data(), d_scale, &amax);
+    CHECK(std::fabs(amax - mx) <= 1e-2f * mx);
+    emu::quantize(D.data(), D.size(), d_scale, Format::kE4M3, want.data(), nullptr);
+    int worst = 0;
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      const int ma = q[i] & 0x7F, mb = want[i] & 0x7F;
+      worst = std::max(worst, ((q[i] ^ want[i]) & 0x80) ? ma + mb : std::abs(ma - mb));
+    }
+    CHECK(worst <= 1);
+  }
+}
