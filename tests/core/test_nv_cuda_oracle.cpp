@@ -35,8 +35,8 @@ double f64(std::uint64_t b) {
   return x;
 }
 
-/// Runs `body(bits, x, bad)` on all 2^32 fp32 bit patterns (OpenMP over the top 16 bits); body
-/// sets bad[k] when check k mismatches. Checks that check k mismatched on exactly expected[k]
+/// Runs `body(bits, x)` on all 2^32 fp32 bit patterns (OpenMP over the top 16 bits); body returns
+/// a mask with bit k set when check k mismatches. Checks that check k mismatched on exactly expected[k]
 /// inputs (0 when no expectation is given), reporting the first mismatching input.
 template <class Body>
 void sweep_all_floats(const std::vector<std::string>& names, Body body,
@@ -50,18 +50,18 @@ void sweep_all_floats(const std::vector<std::string>& names, Body body,
   {
     std::vector<std::uint64_t> lbad(n, 0);
     std::vector<std::uint32_t> lfirst(n, 0);
-    std::vector<char> flags(n, 0);
     std::uint64_t lchecked = 0;
 #pragma omp for schedule(dynamic, 64)
     for (std::int64_t hi = 0; hi < (std::int64_t(1) << 16); ++hi) {
       for (std::uint32_t lo = 0; lo < (1u << 16); ++lo) {
         const std::uint32_t bits = (std::uint32_t(hi) << 16) | lo;
-        body(bits, f32(bits), flags.data());
-        for (std::size_t k = 0; k < n; ++k) {
-          if (flags[k]) {
-            if (lbad[k] == 0 || bits < lfirst[k]) lfirst[k] = bits;
-            ++lbad[k];
-            flags[k] = 0;
+        const std::uint32_t mask = body(bits, f32(bits));
+        if (mask) {
+          for (std::size_t k = 0; k < n; ++k) {
+            if (mask & (1u << k)) {
+              if (lbad[k] == 0 || bits < lfirst[k]) lfirst[k] = bits;
+              ++lbad[k];
+            }
           }
         }
         ++lchecked;
@@ -127,25 +127,34 @@ TEST_CASE("nv fp8: float entry and the general encoder equal __nv_cvt_float_to_f
   expected.push_back(kNegNaN);
   names.push_back("e4m3 CUDA satfinite vs nosat: |x| > 464 and the 2 infinities");
   expected.push_back(1999634430ull + 2);
+  // Every format and mode is spelled out with constant arguments, so that the compiler folds each
+  // format record into its conversion (half the run time of a loop over run-time records).
   sweep_all_floats(
       names,
-      [](std::uint32_t bits, float x, char* bad) {
-        int k = 0;
-        std::uint8_t cuda[2][2];
-        for (int f = 0; f < 2; ++f) {
-          for (int s = 0; s < 2; ++s) {
-            cuda[f][s] = __nv_cvt_float_to_fp8(x, kNvSats[s], kNvFp8[f]);
-            bad[k++] = fnv::cvt_float_to_fp8(x, kSats[s], kFp8[f]) != cuda[f][s];
-            bad[k++] = core::encode_f32_bits_with(bits, *kFp8Spec[f], Policy::cuda_float(s == 0)) != cuda[f][s];
-          }
-        }
+      [](std::uint32_t bits, float x) {
+        std::uint32_t m = 0;
+        using fnv::Fp8Interpretation;
+        const auto sat = fnv::Saturation::kSatFinite, nosat = fnv::Saturation::kNoSat;
+        const std::uint8_t c4s = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+        const std::uint8_t c4n = __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E4M3);
+        const std::uint8_t c5s = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+        const std::uint8_t c5n = __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E5M2);
+        m |= std::uint32_t(fnv::cvt_float_to_fp8(x, sat, Fp8Interpretation::kE4M3) != c4s) << 0;
+        m |= std::uint32_t(core::encode_f32_bits_with(bits, kSpecE4M3, Policy::cuda_float(true)) != c4s) << 1;
+        m |= std::uint32_t(fnv::cvt_float_to_fp8(x, nosat, Fp8Interpretation::kE4M3) != c4n) << 2;
+        m |= std::uint32_t(core::encode_f32_bits_with(bits, kSpecE4M3, Policy::cuda_float(false)) != c4n) << 3;
+        m |= std::uint32_t(fnv::cvt_float_to_fp8(x, sat, Fp8Interpretation::kE5M2) != c5s) << 4;
+        m |= std::uint32_t(core::encode_f32_bits_with(bits, kSpecE5M2, Policy::cuda_float(true)) != c5s) << 5;
+        m |= std::uint32_t(fnv::cvt_float_to_fp8(x, nosat, Fp8Interpretation::kE5M2) != c5n) << 6;
+        m |= std::uint32_t(core::encode_f32_bits_with(bits, kSpecE5M2, Policy::cuda_float(false)) != c5n) << 7;
         const std::uint8_t ml4 = core::encode_f32_bits_with(bits, kSpecE4M3, Policy::ml_dtypes());
-        bad[k++] = ml4 != cuda[0][1];
-        bad[k++] = core::encode_f32_bits_with(bits, kSpecE4M3, Policy::pytorch()) != ml4;
-        bad[k++] = core::encode_f32_bits_with(bits, kSpecE4M3, Policy::ml_dtypes_saturate()) != cuda[0][0];
-        bad[k++] = core::encode_f32_bits_with(bits, kSpecE5M2, Policy::ml_dtypes()) != cuda[1][1];
-        bad[k++] = core::encode_f32_bits_with(bits, kSpecE5M2, Policy::pytorch()) != cuda[1][1];
-        bad[k++] = cuda[0][0] != cuda[0][1];
+        m |= std::uint32_t(ml4 != c4n) << 8;
+        m |= std::uint32_t(core::encode_f32_bits_with(bits, kSpecE4M3, Policy::pytorch()) != ml4) << 9;
+        m |= std::uint32_t(core::encode_f32_bits_with(bits, kSpecE4M3, Policy::ml_dtypes_saturate()) != c4s) << 10;
+        m |= std::uint32_t(core::encode_f32_bits_with(bits, kSpecE5M2, Policy::ml_dtypes()) != c5n) << 11;
+        m |= std::uint32_t(core::encode_f32_bits_with(bits, kSpecE5M2, Policy::pytorch()) != c5n) << 12;
+        m |= std::uint32_t(c4s != c4n) << 13;
+        return m;
       },
       expected);
 }
@@ -155,11 +164,19 @@ TEST_CASE("nv fp6: cvt_float_to_fp6 equals CUDA for all 2^32 inputs, both format
   std::vector<std::string> names;
   for (int f = 0; f < 2; ++f)
     for (int r = 0; r < 2; ++r) names.push_back(std::string("cvt_float_to_fp6 ") + kFp6Name[f] + " " + kRnName[r]);
-  sweep_all_floats(names, [](std::uint32_t, float x, char* bad) {
-    int k = 0;
-    for (int f = 0; f < 2; ++f)
-      for (int r = 0; r < 2; ++r)
-        bad[k++] = fnv::cvt_float_to_fp6(x, kFp6[f], kRn[r]) != __nv_cvt_float_to_fp6(x, kNvFp6[f], kNvRn[r]);
+  sweep_all_floats(names, [](std::uint32_t, float x) {
+    std::uint32_t m = 0;
+    using fnv::Fp6Interpretation;
+    using fnv::RoundMode;
+    m |= std::uint32_t(fnv::cvt_float_to_fp6(x, Fp6Interpretation::kE2M3, RoundMode::kNearest) !=
+             __nv_cvt_float_to_fp6(x, __NV_E2M3, cudaRoundNearest)) << 0;
+    m |= std::uint32_t(fnv::cvt_float_to_fp6(x, Fp6Interpretation::kE2M3, RoundMode::kZero) !=
+             __nv_cvt_float_to_fp6(x, __NV_E2M3, cudaRoundZero)) << 1;
+    m |= std::uint32_t(fnv::cvt_float_to_fp6(x, Fp6Interpretation::kE3M2, RoundMode::kNearest) !=
+             __nv_cvt_float_to_fp6(x, __NV_E3M2, cudaRoundNearest)) << 2;
+    m |= std::uint32_t(fnv::cvt_float_to_fp6(x, Fp6Interpretation::kE3M2, RoundMode::kZero) !=
+             __nv_cvt_float_to_fp6(x, __NV_E3M2, cudaRoundZero)) << 3;
+    return m;
   });
 }
 
@@ -168,13 +185,18 @@ TEST_CASE("nv fp4 and e8m0: float entries equal CUDA for all 2^32 inputs, every 
   for (int r = 0; r < 2; ++r) names.push_back(std::string("cvt_float_to_fp4 e2m1 ") + kRnName[r]);
   for (int s = 0; s < 2; ++s)
     for (int r = 0; r < 2; ++r) names.push_back(std::string("cvt_float_to_e8m0 ") + kSatName[s] + " " + kE8RnName[r]);
-  sweep_all_floats(names, [](std::uint32_t, float x, char* bad) {
-    int k = 0;
-    for (int r = 0; r < 2; ++r)
-      bad[k++] = fnv::cvt_float_to_fp4(x, fnv::Fp4Interpretation::kE2M1, kRn[r]) != __nv_cvt_float_to_fp4(x, __NV_E2M1, kNvRn[r]);
-    for (int s = 0; s < 2; ++s)
-      for (int r = 0; r < 2; ++r)
-        bad[k++] = fnv::cvt_float_to_e8m0(x, kSats[s], kE8Rn[r]) != __nv_cvt_float_to_e8m0(x, kNvSats[s], kNvE8Rn[r]);
+  sweep_all_floats(names, [](std::uint32_t, float x) {
+    std::uint32_t m = 0;
+    using fnv::RoundMode;
+    const auto e2m1 = fnv::Fp4Interpretation::kE2M1;
+    const auto sat = fnv::Saturation::kSatFinite, nosat = fnv::Saturation::kNoSat;
+    m |= std::uint32_t(fnv::cvt_float_to_fp4(x, e2m1, RoundMode::kNearest) != __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) << 0;
+    m |= std::uint32_t(fnv::cvt_float_to_fp4(x, e2m1, RoundMode::kZero) != __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundZero)) << 1;
+    m |= std::uint32_t(fnv::cvt_float_to_e8m0(x, sat, RoundMode::kZero) != __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero)) << 2;
+    m |= std::uint32_t(fnv::cvt_float_to_e8m0(x, sat, RoundMode::kPosInf) != __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf)) << 3;
+    m |= std::uint32_t(fnv::cvt_float_to_e8m0(x, nosat, RoundMode::kZero) != __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero)) << 4;
+    m |= std::uint32_t(fnv::cvt_float_to_e8m0(x, nosat, RoundMode::kPosInf) != __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf)) << 5;
+    return m;
   });
 }
 
