@@ -235,3 +235,48 @@ TEST_CASE("FP8 TransformerLayer stays close to its FP32 twin (same weights)", "[
   }
   CHECK(std::sqrt(e / n) < 0.2);  // E5M2 gradients: 2 mantissa bits
 }
+
+TEST_CASE("FP8 LayerNormLinear backward equals a reference from the dequantized operands", "[nn][transformer][fp8]") {
+  // Delayed scaling, first step (every scale 1): dgrad dln = deq(dy) deq(W) with dy in E5M2 (HYBRID),
+  // then the FP32 norm backward; wgrad dW = deq(dy)^T deq(x_ln).
+  nn::Rng rng(12);
+  nn::LayerNormLinear m(nn::NormKind::kRMSNorm, 32, 20, {nn::Precision::kFp8, scaling::DelayedScaling{}});
+  m.linear.init(rng);
+  const emu::GemmAccumulation exact{emu::Accumulation::kExact, 0};
+  m.linear.set_accumulation(exact, exact, exact);
+  const Matrix x = testing::random_matrix(5, 32, rng, 2.0f);
+  const Matrix dy = testing::random_matrix(5, 20, rng, 1.0f);
+  Matrix y, dx;
+  m.forward(x, y, true);
+  m.backward(dy, dx);
+  // Reference.
+  nn::Norm norm = m.norm;
+  Matrix ln;
+  norm.forward(x, ln, true);
+  const std::vector<double> dyq = dequantized(dy, 1.0f, Format::kE5M2), wq = dequantized(m.linear.weight, 1.0f, Format::kE4M3),
+                            xq = dequantized(ln, 1.0f, Format::kE4M3);
+  Matrix dln(5, 32);
+  for (int i = 0; i < 5; ++i)
+    for (int k = 0; k < 32; ++k) {
+      double s = 0;
+      for (int j = 0; j < 20; ++j) s += dyq[std::size_t(i * 20 + j)] * wq[std::size_t(j * 32 + k)];
+      dln(i, k) = float(s);
+    }
+  Matrix dx_ref;
+  norm.backward(dln, dx_ref);
+  double err = 0, ref = 0;
+  for (std::size_t i = 0; i < dx.size(); ++i) {
+    err = std::max(err, std::abs(double(dx.data[i]) - dx_ref.data[i]));
+    ref = std::max(ref, std::abs(double(dx_ref.data[i])));
+  }
+  CHECK(err <= 1e-5 * ref);
+  double werr = 0, wref = 0;
+  for (int j = 0; j < 20; ++j)
+    for (int k = 0; k < 32; ++k) {
+      double s = 0;
+      for (int i = 0; i < 5; ++i) s += dyq[std::size_t(i * 20 + j)] * xq[std::size_t(i * 32 + k)];
+      werr = std::max(werr, std::abs(double(m.linear.grad_weight(j, k)) - s));
+      wref = std::max(wref, std::abs(s));
+    }
+  CHECK(werr <= 1e-6 * wref);
+}
