@@ -5,7 +5,7 @@
 ///
 /// For each K in 256, 512, ..., k_max and each input distribution (standard normal, and its
 /// absolute value: all products positive, the worst case for truncation), A [m, K] and B [n, K] are
-/// drawn from a seeded generator, quantized to E4M3 with current scaling (scale = 448 / amax), and
+/// drawn from a seeded generator, quantized to E4M3 with current scaling (scale = E4M3 max / amax), and
 /// multiplied with each accumulation model; errors are measured against the `exact` model on the
 /// same FP8 operands, so they come from accumulation alone:
 ///   mean / max over elements of |D - X| / |X| (X != 0), and ||D - X||_F / ||X||_F.

@@ -163,10 +163,13 @@ std::vector<float> make_inputs(InputFamily family, std::size_t n, std::uint64_t 
   std::vector<float> x(n);
   static const std::uint32_t kSpecials[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FBFFFFFu,
                                             0x7F800000u, 0xFF800000u, 0x00000000u, 0x80000000u};
-  static const float kOverflow[] = {448.0f, 456.0f, 464.0f, 465.0f, std::nextafter(464.0f, 0.0f),
-                                    std::nextafter(464.0f, 1000.0f), 480.0f, 57344.0f, 61440.0f,
-                                    std::nextafter(61440.0f, 0.0f), std::nextafter(61440.0f, 1e9f), 65536.0f,
-                                    FLT_MAX, 1e30f, 3.0e38f};
+  // Around each format's max finite value and RNE overflow threshold (E4M3: 448 / 464; E5M2:
+  // 57344 / 61440), from the format records.
+  const float m4 = max_finite_f32(Format::kE4M3), t4 = float(kSpecE4M3.overflow_threshold());
+  const float m5 = max_finite_f32(Format::kE5M2), t5 = float(kSpecE5M2.overflow_threshold());
+  const float kOverflow[] = {m4, (m4 + t4) / 2, t4, t4 + 1.0f, std::nextafter(t4, 0.0f), std::nextafter(t4, FLT_MAX),
+                             2 * t4 - m4, m5, t5, std::nextafter(t5, 0.0f), std::nextafter(t5, FLT_MAX),
+                             2 * t5 - m5, FLT_MAX, 1e30f, 3.0e38f};
   for (std::size_t i = 0; i < n; ++i) {
     float v = 0.0f;
     switch (family) {

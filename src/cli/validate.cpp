@@ -188,7 +188,7 @@ void validate_cublaslt(const ValidateOptions& opt, std::ostream& out, std::ostre
                                 cuda::LtOutput::kFp32, D32.data());
       float mx = 0.0f;
       for (const float v : D32) mx = std::max(mx, std::fabs(v));
-      const float d_scale = 448.0f / mx;
+      const float d_scale = max_finite_f32(Format::kE4M3) / mx;
       std::vector<std::uint8_t> q(D32.size()), want(D32.size());
       float amax = -1.0f;
       cuda::lt_gemm_fp8_tn_host(M, N, K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, fast, nullptr,
@@ -240,9 +240,9 @@ void validate_device_sweep(std::ostream& out, std::ostream& err) {
          "`cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` for it), the same PTX inline with (a, b) = (x, -x) "
          "(a's code in bits 15:8), and fp8emu's host mirror `nv::cvt_float_to_fp8` (CUDA's host code).\n\n";
   const std::uint32_t inputs[] = {0x7FC00000u, 0xFFC00000u, 0x7FFFFFFFu, 0x7F800001u, 0xFFFFFFFFu, 0x7F800000u,
-                                  0xFF800000u, 0x00000000u, 0x80000000u, 0x43E00000u /*448*/, 0x43E80000u /*464*/,
-                                  0xC3E80000u /*-464*/, 0x43E80001u, 0x43E88000u /*465*/, 0x43F00000u /*480*/,
-                                  0x47600000u /*57344*/, 0x476FFFFFu, 0x47700000u /*61440*/, 0xC7700000u,
+                                  0xFF800000u, 0x00000000u, 0x80000000u, 0x43E00000u /*E4M3 max*/, 0x43E80000u /*its threshold*/,
+                                  0xC3E80000u, 0x43E80001u, 0x43E88000u, 0x43F00000u /*first code above*/,
+                                  0x47600000u /*E5M2 max*/, 0x476FFFFFu, 0x47700000u /*its threshold*/, 0xC7700000u,
                                   0x47800000u /*65536*/, 0x3A800000u /*2^-10*/, 0x3A800001u, 0x37000000u /*2^-17*/,
                                   0x7F7FFFFFu /*FLT_MAX*/, 0x00000001u};
   std::vector<float> x, negx;

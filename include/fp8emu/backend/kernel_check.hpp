@@ -31,8 +31,8 @@ enum class InputFamily : std::uint8_t {
   kWide,       ///< Random sign, magnitude 2^U(-40, 40) (log-uniform): FP8 subnormals to overflow.
   kNanInf,     ///< N(0, 1) with 5 % +-NaN (several payloads), +-Inf and +-0.
   kSubnormal,  ///< Magnitudes 2^U(-24, -4), FP8 subnormal midpoints, and fp32 subnormals.
-  kOverflow,   ///< Magnitudes around the E4M3 and E5M2 overflow thresholds (448..480, 464, 465,
-               ///< 57344..65536, 61440), FLT_MAX, mixed signs.
+  kOverflow,   ///< Magnitudes around the E4M3 and E5M2 max finite values and overflow thresholds
+               ///< (from format_spec.hpp), FLT_MAX, mixed signs.
 };
 const char* to_string(InputFamily f);
 /// All families, in the order above.
