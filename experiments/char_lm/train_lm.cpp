@@ -748,8 +748,9 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
   FP8EMU_CHECK(cfg.seq_len >= 2 && cfg.seq_len <= kMaxDim, "--seq-len must be in [2, ", kMaxDim, "], got ",
                cfg.seq_len);
   FP8EMU_CHECK(cfg.d_model >= 1 && cfg.d_model <= kMaxDim, "--d-model must be in [1, ", kMaxDim, "]");
-  FP8EMU_CHECK(cfg.heads >= 1 && cfg.d_model % cfg.heads == 0, "--d-model ", cfg.d_model,
-               " must be a multiple of --heads ", cfg.heads);
+  FP8EMU_CHECK(cfg.heads >= 1, "--heads must be >= 1, got ", cfg.heads);
+  FP8EMU_CHECK(cfg.d_model % cfg.heads == 0, "--d-model ", cfg.d_model, " must be a multiple of --heads ",
+               cfg.heads);
   FP8EMU_CHECK(cfg.layers >= 1 && cfg.layers <= 64, "--layers must be in [1, 64], got ", cfg.layers);
   FP8EMU_CHECK(cfg.ffn >= 1 && cfg.ffn <= 4 * kMaxDim, "--ffn must be in [1, ", 4 * kMaxDim, "], got ", cfg.ffn);
   FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
@@ -898,10 +899,22 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
                        l.train_loss.empty() ? 0.0 : l.train_loss.back()});
   }
   j["runs"] = rj;
+  {  // what actually ran (a cuda layer that could not run fell back to emulated)
+    std::ostringstream quiet;
+    const std::vector<std::string> names = layer_names_of(cfg.layers);
+    std::vector<backend::Kind> used =
+        backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), false, quiet);
+    if (!cfg.fp8_head) used.back() = backend::Kind::kReference;  // the head runs FP32 unless --fp8-head
+    j["config"]["backend_used"] = backend::describe(used, names);
+    if (!quiet.str().empty()) j["config"]["backend_fallback"] = backend::cuda_status().why_not();
+  }
   if (logs.size() > 1 && !logs[0].val_loss.empty() && !logs[1].val_loss.empty())
     j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[1].val_loss.back() / logs[0].val_loss.back() - 1.0);
   j["plot"] = plot ? "curves.png" : nullptr;
-  io::write_file_atomic(cfg.out_dir + "/summary.json", j.dump(1) + "\n");
+  // Samples are raw bytes of the corpus and need not be valid UTF-8: invalid sequences become U+FFFD
+  // in summary.json (samples.txt keeps the bytes).
+  io::write_file_atomic(cfg.out_dir + "/summary.json",
+                        j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (cfg.progress) {
     for (const LmRunResult& r : results)
       std::fprintf(stderr, "  %-12s val loss %.4f (perplexity %.3f)\n", r.name.c_str(), r.final_val_loss,

@@ -534,6 +534,14 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
                 {"use_f32_scales", cfg.block.use_f32_scales},
                 {"amax_epsilon", shortest(cfg.block.amax_epsilon)}};
   c["backend"] = cfg.backend;
+  {  // what actually ran (a cuda layer that could not run fell back to emulated)
+    std::ostringstream quiet;
+    const std::vector<std::string> names = layer_names(sizes);
+    c["backend_used"] = backend::describe(
+        backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), false, quiet),
+        names);
+    if (!quiet.str().empty()) c["backend_fallback"] = backend::cuda_status().why_not();
+  }
   c["gemm_accumulation"] =
       cfg.accumulation == "hopper" || cfg.accumulation == "ada"
           ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <limits>
 #include <ostream>
+#include <type_traits>
 
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/e8m0.hpp"
@@ -51,8 +52,10 @@ class SmallFloat {
   constexpr SmallFloat() = default;
   /// CUDA constructor semantics: RNE, satfinite, canonical NaN.
   explicit SmallFloat(float x) : bits_(core::encode_f32_bits_with(core::f32_to_bits(x), F, Policy{})) {}
-  /// Integers convert through float (exact for |x| < 2^24), as `T(float(x))`.
-  explicit SmallFloat(int x) : SmallFloat(float(x)) {}
+  /// Integers (any integral type) convert through double, as `T(double(x))`: exact for
+  /// |x| < 2^53, and every larger magnitude saturates anyway.
+  template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
+  explicit SmallFloat(I x) : SmallFloat(double(x)) {}
   /// CUDA double constructor semantics: one rounding, satfinite, NaN keeps sign and payload.
   explicit SmallFloat(double x)
       : bits_(core::encode_f64_bits(detail::bits_of_double(x), F, Policy::cuda_double(true))) {}
@@ -89,6 +92,17 @@ class SmallFloat {
   friend bool operator>=(SmallFloat a, SmallFloat b) { return float(a) >= float(b); }
   friend std::ostream& operator<<(std::ostream& os, SmallFloat v) { return os << float(v); }
 
+  /// Exact sign flip (the sign bit; fnuz formats have no -0 and keep +0 and their NaN).
+  friend SmallFloat operator-(SmallFloat v) {
+    if (F.fnuz && (v.bits_ & F.top_code()) == 0) return v;
+    return from_bits(std::uint8_t(v.bits_ ^ F.sign_mask()));
+  }
+  /// Exact magnitude (found by Eigen's cwiseAbs through argument-dependent lookup).
+  friend SmallFloat abs(SmallFloat v) {
+    if (F.fnuz && v.bits_ == F.nan_code()) return v;
+    return from_bits(std::uint8_t(v.bits_ & ~F.sign_mask()));
+  }
+
   // Deleted on purpose: no sum or product may be formed (or accumulated) in an FP8 scalar; this
   // is also what makes an Eigen product of FP8 matrices fail to compile (eigen.hpp).
   friend SmallFloat operator+(SmallFloat, SmallFloat) = delete;
@@ -113,7 +127,8 @@ class float8_e8m0fnu {
   constexpr float8_e8m0fnu() = default;
   /// CUDA `__nv_fp8_e8m0(float)`: `__nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf)`:
   /// the exponent of |x| rounded up; 0 and values <= 2^-127 give 2^-127; NaN -> 0xFF.
-  explicit float8_e8m0fnu(int x) : float8_e8m0fnu(float(x)) {}
+  template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
+  explicit float8_e8m0fnu(I x) : float8_e8m0fnu(double(x)) {}
   explicit float8_e8m0fnu(float x) : bits_(core::e8m0_from_f32_bits(core::f32_to_bits(x), true, true)) {}
   /// `__nv_cvt_double_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf)`.
   explicit float8_e8m0fnu(double x) : bits_(core::e8m0_from_f64_bits(detail::bits_of_double(x), true, true)) {}

@@ -107,6 +107,13 @@ const Kernels& cuda_kernels() {
   return detail::gpu_kernels();
 }
 
+std::string describe(const std::vector<Kind>& kinds, const std::vector<std::string>& layer_names) {
+  std::string out;
+  for (std::size_t i = 0; i < kinds.size() && i < layer_names.size(); ++i)
+    out += (out.empty() ? "" : ",") + layer_names[i] + "=" + to_string(kinds[i]);
+  return out;
+}
+
 const Kernels& kernels_of(Kind k) {
   FP8EMU_CHECK(k != Kind::kReference, "the reference backend runs FP32 and has no FP8 kernels");
   return k == Kind::kCuda ? cuda_kernels() : emulated_kernels();

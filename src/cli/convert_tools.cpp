@@ -320,13 +320,16 @@ std::vector<Row> system_rows(const FormatInfo& f, std::uint32_t fb, std::uint64_
   return rows;
 }
 
-void explain_one(const FormatInfo& f, double d, const std::string& input_line, std::ostream& out) {
+// With `given_code`, the stored/exponent/class lines describe that code (explain --code) rather than
+// the code its value converts to (the two differ for Inf, NaN and -0 codes under some systems).
+void explain_one(const FormatInfo& f, double d, const std::string& input_line, std::ostream& out,
+                 const std::uint32_t* given_code = nullptr) {
   const float x = float(d);
   const std::uint32_t fb = core::f32_to_bits(x);
   const std::uint64_t db = f64_bits(d);
   std::vector<std::string> notes;
   const std::vector<Row> rows = system_rows(f, fb, db, notes);
-  const std::uint32_t code = rows[0].code;
+  const std::uint32_t code = given_code ? *given_code : rows[0].code;
   char line[256];
   auto put = [&](const char* label, const std::string& text) {
     std::snprintf(line, sizeof line, "%-13s ", label);
@@ -346,7 +349,9 @@ void explain_one(const FormatInfo& f, double d, const std::string& input_line, s
                     "; every row but the CUDA double entry starts from this fp32 value");
   }
   put("stored", hex_code(code, f) + " = " + fields(code, f) + " = " + shown_value(code, f) +
-                    (f.spec ? "   (round to nearest even, CUDA satfinite)" : "   (round up, CUDA satfinite)"));
+                    (given_code ? "   (the code given)"
+                     : f.spec   ? "   (round to nearest even, CUDA satfinite)"
+                                : "   (round up, CUDA satfinite)"));
   put("exponent", exponent_text(code, f));
   put("class", code_class(code, f));
   const double xv = f.spec ? double(x) : std::fabs(double(x));
@@ -360,9 +365,10 @@ void explain_one(const FormatInfo& f, double d, const std::string& input_line, s
     const double e = sv - xv;
     char b[128];
     if (xv != 0) {
-      std::snprintf(b, sizeof b, "%.9g (stored - fp32 input), relative %.3g %%", e, 100.0 * e / std::fabs(xv));
+      std::snprintf(b, sizeof b, "%.9g (stored - %s), relative %.3g %%", e, f.spec ? "fp32 input" : "|fp32 input|",
+                    100.0 * e / std::fabs(xv));
     } else {
-      std::snprintf(b, sizeof b, "%.9g (stored - fp32 input)", e);
+      std::snprintf(b, sizeof b, "%.9g (stored - %s)", e, f.spec ? "fp32 input" : "|fp32 input|");
     }
     put("error", b);
   }
@@ -675,7 +681,7 @@ int run_explain(const ExplainOptions& o, std::ostream& out, std::ostream& err) {
         double d = code_value(c, f);
         if (is_nan_code(c, f) && f.spec && !f.spec->fnuz && (c & f.spec->sign_mask())) d = -d;
         const std::string input = hex_code(c, f) + " = " + fields(c, f) + " = " + shown_value(c, f);
-        explain_one(f, d, "input         code " + input + "\n", text);
+        explain_one(f, d, "input         code " + input + "\n", text, &c);
       } else {
         const double d = parse_value(o.value);
         std::string line = "input         " + o.value;

@@ -268,7 +268,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(int(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0 through CLI11; every other command-line error is bad input:
+    // one line, exit 2 (as the tools' own input errors).
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "fp8emu: error: %s (see fp8emu --help or fp8emu <command> --help)\n", e.what());
+    return 2;
   }
   if (*explain_cmd) return cli::run_explain(explain, std::cout, std::cerr);
   if (*table_cmd) return cli::run_table(table, std::cout, std::cerr);

@@ -1,6 +1,7 @@
 // .npy reader and writer (see include/fp8emu/io/npy.hpp).
 #include "fp8emu/io/npy.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -50,6 +51,8 @@ std::size_t NpyArray::count() const {
 std::size_t NpyArray::itemsize() const { return itemsize_of(dtype); }
 
 NpyArray read_npy(const std::string& path) {
+  std::error_code ec;
+  FP8EMU_CHECK(!std::filesystem::is_directory(path, ec), path, ": is a folder, not an .npy file");
   std::ifstream f(path, std::ios::binary);
   FP8EMU_CHECK(f.good(), path, ": cannot open");
   const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -96,6 +99,8 @@ NpyArray read_npy(const std::string& path) {
   const std::size_t need = a.count() * a.itemsize();
   const std::size_t have = bytes.size() - start - hlen;
   FP8EMU_CHECK(have >= need, path, ": truncated: the header's shape needs ", need, " data bytes, the file has ", have);
+  FP8EMU_CHECK(have == need, path, ": ", have - need, " bytes after the data that the header's shape describes "
+               "(corrupt file or wrong shape)");
   a.data.assign(bytes.begin() + long(start + hlen), bytes.begin() + long(start + hlen + need));
   return a;
 }

@@ -283,3 +283,22 @@ TEST_CASE("Eigen: NumTraits, zero-copy maps and dequantize", "[types][eigen]") {
   CHECK(float(Eigen::NumTraits<float8_e5m2>::epsilon()) == 0.25f);
   CHECK((m.data() == reinterpret_cast<const float8_e4m3fn*>(codes)));  // no copy
 }
+
+TEST_CASE("value types: integer constructors of every width, exact negation and abs", "[types]") {
+  CHECK(float(float8_e4m3fn(3u)) == 3.0f);
+  CHECK(float(float8_e4m3fn(5L)) == 5.0f);
+  CHECK(float(float8_e4m3fn(std::size_t(7))) == 7.0f);
+  CHECK(float(float8_e4m3fn(static_cast<std::int64_t>(1) << 40)) == 448.0f);  // saturates (satfinite)
+  CHECK(float(float8_e8m0fnu(8u)) == 8.0f);
+  CHECK(float(-float8_e4m3fn(1.5f)) == -1.5f);
+  CHECK((-float8_e4m3fn(0.0f)).bits() == 0x80);                // -0
+  CHECK((-float8_e4m3fnuz(0.0f)).bits() == 0x00);              // fnuz has no -0
+  CHECK((-float8_e4m3fnuz::from_bits(0x80)).isnan());          // and keeps its NaN
+  CHECK(float(abs(float8_e5m2(-3.0f))) == 3.0f);
+  CHECK(abs(float8_e4m3fnuz::from_bits(0x80)).isnan());
+  const std::uint8_t codes[4] = {0xB8, 0x38, 0xC0, 0x00};  // -1, 1, -2, 0
+  const auto m = eigen::map_codes<float8_e4m3fn>(codes, 2, 2);
+  const eigen::Matrix<float8_e4m3fn> a = m.cwiseAbs();
+  CHECK(float(a(0, 0)) == 1.0f);
+  CHECK(float(a(1, 0)) == 2.0f);
+}

@@ -64,6 +64,10 @@ TEST_CASE("backend cuda gives exactly the emulated results (fallback without a G
   if (!gpu_usable()) {
     CHECK(rc.output.find(fallback) != std::string::npos);
     CHECK(re.output.find(fallback) == std::string::npos);
+    // summary.json records what ran, and why.
+    const std::string summary = slurp(c / "summary.json");
+    CHECK(summary.find("\"backend_used\": \"fc1=emulated,fc2=emulated,fc3=emulated\"") != std::string::npos);
+    CHECK(summary.find("\"backend_fallback\"") != std::string::npos);
   } else {
     CHECK(rc.output.find(fallback) == std::string::npos);
   }
@@ -81,6 +85,17 @@ TEST_CASE("strict mode refuses a cuda backend that cannot run, before writing an
   CHECK(!fs::exists(d));
   // Per layer too.
   CHECK(run("train" + kSmall + " --backend fc2=cuda --strict --out " + d.string()).code != 0);
+}
+
+TEST_CASE("command-line errors: one line and exit 2", "[cli][errors]") {
+  for (const char* args : {"table", "bogus", "train --epochs abc", "explain 5 --bogus", "convert a.npy b.npy"}) {
+    const Result r = run(args);
+    INFO(args << "\n" << r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.rfind("fp8emu: error: ", 0) == 0);
+  }
+  CHECK(run("--help").code == 0);
+  CHECK(run("explain --help").code == 0);
 }
 
 TEST_CASE("per-layer backends: a reference (FP32) layer changes the FP8 run, names are checked", "[cli][backend]") {

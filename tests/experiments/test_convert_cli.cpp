@@ -499,3 +499,15 @@ TEST_CASE("convert: each bad input is rejected by name, with no output", "[cli][
   check_rejected(x + " " + out + " --to float16 --rounding zero", out,
                  "--policy and --rounding apply to conversions to a small format");
 }
+
+TEST_CASE("explain --code describes the code given; E8M0 error is against |x|", "[cli][explain]") {
+  // OCP OFP8 r1.0: E5M2 0x7C is +Inf; converting Inf under CUDA satfinite would give 0x7B instead.
+  auto r = run_cli("explain 0x7C --code --format e5m2");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("stored        0x7C = 0 | 11111 | 00 = Inf   (the code given)") != std::string::npos);
+  CHECK(r.output.find("class         inf") != std::string::npos);
+  // E8M0 has no sign: -3 is stored as 2^2 = 4 (rounded up from |x| = 3), an error of 1 against |x|.
+  r = run_cli("explain -3 --format e8m0");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("1 (stored - |fp32 input|)") != std::string::npos);
+}

@@ -124,6 +124,25 @@ TEST_CASE("train-lm: bit-identical results with 1 and 2 threads; other recipes r
     CHECK(slurp(c / "metrics.csv").find(run_name) != std::string::npos);
 }
 
+TEST_CASE("train-lm on text that is not UTF-8 still writes a valid summary.json", "[cli][lm]") {
+  // Latin-1 bytes (0xE9, 0xFC) are not valid UTF-8 on their own; samples drawn from such a corpus
+  // must not break summary.json (samples.txt keeps the raw bytes).
+  const fs::path text = fs::temp_directory_path() / ("fp8emu-lm-latin1-" + std::to_string(::getpid()) + ".txt");
+  {
+    std::ofstream f(text, std::ios::binary);
+    for (int i = 0; i < 3000; ++i) f << "caf\xe9 m\xfcsli \xe9t\xe9\n";
+  }
+  const fs::path out = scratch("latin1");
+  const Result r = run("train-lm --text " + text.string() + " --d-model 16 --steps 8 --eval-every 4" + kShape +
+                       " --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(slurp(out / "summary.json"));
+  CHECK(j["runs"]["fp32"]["sample"].get<std::string>().size() >= 20);
+  CHECK(slurp(out / "samples.txt").find('\xe9') != std::string::npos);
+  CHECK(j["config"]["backend_used"].get<std::string>().find("head=reference") != std::string::npos);
+}
+
 TEST_CASE("train-lm per-layer recipe and accumulation change only the FP8 run", "[cli][lm]") {
   const fs::path a = scratch("plain"), b = scratch("per-layer");
   REQUIRE(run(tiny() + " --out " + a.string()).code == 0);

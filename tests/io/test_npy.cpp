@@ -88,3 +88,13 @@ TEST_CASE("malformed .npy shapes are rejected", "[io][npy]") {
   testing::write_plain(p, npy_v1("{'descr': '|u1', 'fortran_order': False, 'shape': (0, -1), }", {}));
   CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("malformed shape"));
 }
+
+TEST_CASE(".npy: bytes after the data and folders are rejected by name", "[io][npy]") {
+  const std::string p = tmp("trailing.npy");
+  // Shape (2,) of float32 is 8 bytes; the file holds 12.
+  testing::write_plain(p, npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", floats({1, 2, 3})));
+  CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("trailing.npy: 4 bytes after the data"));
+  const std::string dir = tmp("folder.npy");
+  fs::create_directories(dir);
+  CHECK_THROWS_WITH(io::read_npy(dir), Catch::Contains("folder.npy: is a folder"));
+}

@@ -110,6 +110,9 @@ std::vector<Kind> parse_layer_backends(const std::string& spec, const std::vecto
 /// why and how to fix it; with `strict` throws fp8emu::Error instead. Returns the kinds to use.
 std::vector<Kind> resolve(std::vector<Kind> kinds, bool strict, std::ostream& log);
 
+/// "name=kind,..." of resolved kinds (what ran), for result files.
+std::string describe(const std::vector<Kind>& kinds, const std::vector<std::string>& layer_names);
+
 /// The kernels of a resolved kind (kReference has none: the layer runs FP32).
 const Kernels& kernels_of(Kind k);
 
