@@ -15,8 +15,9 @@
 ///     or Policy::pytorch() to reproduce those libraries (docs/conversion-policies.md).
 ///   - `static_cast<float>(t)` / `static_cast<double>(t)`: exact; NaN codes give a quiet NaN.
 /// Comparisons follow IEEE (NaN unordered, -0 == +0), through the exact float value.
-/// No arithmetic operators, on purpose: an FP8 scalar must never accumulate a sum or product
-/// (see eigen.hpp). Compute in float and convert the result explicitly.
+/// No +, -, *, / between values, on purpose: an FP8 scalar must never accumulate a sum or product
+/// (see eigen.hpp); compute in float and convert the result explicitly. Only the exact operations
+/// are defined: unary minus and abs (sign bit), comparisons.
 #pragma once
 
 #include <cstdint>
