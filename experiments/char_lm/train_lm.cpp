@@ -237,20 +237,6 @@ struct LmCheckpoint {
   LmState state;
 };
 
-void put_stats(common::Writer& w, const emu::QuantizeStats& s) {
-  w.pod(s.count);
-  w.pod(s.saturated);
-  w.pod(s.underflow);
-  w.pod(s.nan);
-}
-emu::QuantizeStats get_stats(common::Reader& r) {
-  emu::QuantizeStats s;
-  s.count = r.pod<std::uint64_t>();
-  s.saturated = r.pod<std::uint64_t>();
-  s.underflow = r.pod<std::uint64_t>();
-  s.nan = r.pod<std::uint64_t>();
-  return s;
-}
 
 void put_log(common::Writer& w, const LmLog& l) {
   w.str(l.name);
@@ -267,9 +253,9 @@ void put_log(common::Writer& w, const LmLog& l) {
       w.pod(p.scale_x);
       w.pod(p.scale_w);
       w.pod(p.scale_dy);
-      put_stats(w, p.x);
-      put_stats(w, p.w);
-      put_stats(w, p.dy);
+      common::put_stats(w, p.x);
+      common::put_stats(w, p.w);
+      common::put_stats(w, p.dy);
     }
   }
   w.str(l.sample);
@@ -296,9 +282,9 @@ LmLog get_log(common::Reader& r, const std::string& path) {
       p.scale_x = r.pod<float>();
       p.scale_w = r.pod<float>();
       p.scale_dy = r.pod<float>();
-      p.x = get_stats(r);
-      p.w = get_stats(r);
-      p.dy = get_stats(r);
+      p.x = common::get_stats(r);
+      p.w = common::get_stats(r);
+      p.dy = common::get_stats(r);
       pts.push_back(p);
     }
     l.layers.push_back(std::move(pts));
@@ -327,7 +313,7 @@ void write_checkpoint(const std::string& path, const LmCheckpoint& c) {
       for (const auto& v : *g) w.vec(v);
     }
     w.pod(std::uint64_t(s.stats.size()));
-    for (const auto& st : s.stats) put_stats(w, st);
+    for (const auto& st : s.stats) common::put_stats(w, st);
     w.pod(std::int64_t(s.opt_steps));
     w.str(s.rng);
   }
@@ -358,7 +344,7 @@ LmCheckpoint read_checkpoint(const std::string& path) {
     }
     const std::uint64_t k = r.pod<std::uint64_t>();
     FP8EMU_CHECK(k <= 100000, path, ": corrupt checkpoint (stats)");
-    for (std::uint64_t i = 0; i < k; ++i) s.stats.push_back(get_stats(r));
+    for (std::uint64_t i = 0; i < k; ++i) s.stats.push_back(common::get_stats(r));
     s.opt_steps = long(r.pod<std::int64_t>());
     s.rng = r.str();
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/io/atomic_file.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -67,6 +68,22 @@ class Reader {
   std::string path_;
   std::size_t at_ = 0;
 };
+
+/// The counts of a cast.
+inline void put_stats(Writer& w, const emu::QuantizeStats& s) {
+  w.pod(s.count);
+  w.pod(s.saturated);
+  w.pod(s.underflow);
+  w.pod(s.nan);
+}
+inline emu::QuantizeStats get_stats(Reader& r) {
+  emu::QuantizeStats s;
+  s.count = r.pod<std::uint64_t>();
+  s.saturated = r.pod<std::uint64_t>();
+  s.underflow = r.pod<std::uint64_t>();
+  s.nan = r.pod<std::uint64_t>();
+  return s;
+}
 
 /// Appends the CRC-32 of w's bytes and writes them to `path` atomically.
 inline void write_checksummed(const std::string& path, Writer& w) {

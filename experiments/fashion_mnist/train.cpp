@@ -110,21 +110,8 @@ double shortest(float v) {
 constexpr char kCheckpointMagic[] = "FP8EMU-CHECKPOINT-1";
 using common::Reader;
 using common::Writer;
-
-void put_stats(Writer& w, const emu::QuantizeStats& s) {
-  w.pod(s.count);
-  w.pod(s.saturated);
-  w.pod(s.underflow);
-  w.pod(s.nan);
-}
-emu::QuantizeStats get_stats(Reader& r) {
-  emu::QuantizeStats s;
-  s.count = r.pod<std::uint64_t>();
-  s.saturated = r.pod<std::uint64_t>();
-  s.underflow = r.pod<std::uint64_t>();
-  s.nan = r.pod<std::uint64_t>();
-  return s;
-}
+using common::get_stats;
+using common::put_stats;
 
 void put_log(Writer& w, const RunLog& l) {
   w.str(l.result.name);

@@ -11,32 +11,17 @@
 #include <string>
 
 #include "support/cli_runner.hpp"
+#include "support/result_files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
+using fp8emu::testing::slurp;
+std::string metrics_without_seconds(const fs::path& p) { return fp8emu::testing::csv_without_seconds(p); }
 using Result = fp8emu::testing::CliResult;
 Result run(const std::string& args) { return fp8emu::testing::run_cli(args); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::string metrics_without_seconds(const fs::path& p) {
-  std::stringstream in(slurp(p)), out;
-  std::string line;
-  while (std::getline(in, line)) out << line.substr(0, line.rfind(',')) << '\n';
-  return out.str();
-}
-
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("fp8emu-backend-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  return d;
-}
+fs::path scratch(const std::string& name) { return fp8emu::testing::scratch_dir("fp8emu-backend", name); }
 
 const std::string kSmall = " --epochs 1 --train-samples 600 --test-samples 200 --batch-size 50 --quiet";
 

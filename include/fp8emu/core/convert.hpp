@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "fp8emu/config.hpp"
+#include "fp8emu/core/encode.hpp"
 #include "fp8emu/format/format_spec.hpp"
 
 namespace fp8emu {
@@ -91,24 +92,10 @@ FP8EMU_HD constexpr std::uint8_t encode_f32_bits(std::uint32_t bits, FormatSpec 
 }
 
 /// FP8 code -> fp32 bits, exact. NaN codes give 0x7FFFFFFF, the canonical NaN that CUDA's
-/// fp8 -> half -> float path yields (its sign is dropped); E5M2 Inf gives +-Inf.
+/// fp8 -> half -> float path yields (its sign is dropped); E5M2 Inf gives +-Inf. The general decoder
+/// of every small format (encode.hpp).
 FP8EMU_HD constexpr std::uint32_t decode_to_f32_bits(std::uint8_t code, FormatSpec f) {
-  const std::uint32_t sign = (code & f.sign_mask()) ? 0x80000000u : 0u;
-  const std::uint32_t mag = code & f.top_code();
-  const int m = f.mantissa_bits;
-  if (mag > f.max_finite_code()) {
-    return (f.has_inf && mag == f.inf_code()) ? (sign | 0x7F800000u) : 0x7FFFFFFFu;
-  }
-  const std::uint32_t e = mag >> m;
-  std::uint32_t man = mag & ((1u << m) - 1u);
-  if (e != 0) return sign | ((e - std::uint32_t(f.bias) + 127u) << 23) | (man << (23 - m));
-  if (man == 0) return sign;  // +-0
-  // Subnormal: value = man * 2^(emin - m); normalise so that the leading one is implicit.
-  int p = m - 1;
-  while (!(man & (1u << p))) --p;
-  man &= ~(1u << p);
-  const std::uint32_t fe = std::uint32_t(f.emin() - m + p + 127);
-  return sign | (fe << 23) | (man << (23 - p));
+  return decode_code_to_f32_bits(code, f);
 }
 
 /// fp32 -> FP8 code (see encode_f32_bits).
