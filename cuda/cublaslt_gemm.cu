@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "device_buffer.hpp"
+#include "format_types.hpp"
+#include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/cuda/cublaslt.hpp"
@@ -33,7 +35,10 @@ void check_lt(cublasStatus_t s, const char* what) {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
 
-cudaDataType_t fp8_type(Format f) { return f == Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+cudaDataType_t fp8_type(Format f) {
+  emu::require_fp8(f, "cuBLASLt FP8 GEMM");
+  return detail::cuda_format(f).data_type;
+}
 
 // RAII holders of cuBLASLt descriptors.
 struct Desc {

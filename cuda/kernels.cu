@@ -1,9 +1,10 @@
 // GPU twins of the emulation kernels (see include/fp8emu/backend/kernels.hpp): the elementwise and
 // block-scaled casts, amax, dequantize and transpose kernels, their launchers (cuda/launch.hpp), and
 // CudaKernels, which copies host inputs to the device, runs them and copies the results back. The
-// per-element arithmetic is cuda/twins.hpp, shared with the host test that checks it against emu::.
+// per-element arithmetic is the element layer of include/fp8emu/core (cast.hpp, fp32_ops.hpp), the
+// same functions the CPU emulator calls; this file only maps threads onto it.
 //
-// Reductions: counts are integer sums and the amax is a max over the bits of |x| (twin::amax_bits),
+// Reductions: counts are integer sums and the amax is a max over the bits of |x| (core::amax_bits),
 // so both are exact and independent of the thread mapping and of the order of the atomics.
 #include <cuda_runtime.h>
 
@@ -11,12 +12,14 @@
 #include <cmath>
 #include <vector>
 
-#include "../src/backend/detail.hpp"
 #include "device_buffer.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/util/error.hpp"
+#include "fp8emu/core/cast.hpp"
+#include "fp8emu/cuda/backend.hpp"
+#include "fp8emu/emulation/block_quantize.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
 #include "launch.hpp"
-#include "twins.hpp"
 
 namespace fp8emu::cuda::detail {
 namespace {
@@ -45,10 +48,10 @@ __device__ __forceinline__ void warp_add_to(unsigned long long v, unsigned long 
   if ((threadIdx.x & 31u) == 0 && v != 0) atomicAdd(dst, v);
 }
 __device__ __forceinline__ void warp_max_to(unsigned int v, unsigned int* dst) {
-  for (int o = 16; o > 0; o >>= 1) v = twin::max_u32(v, __shfl_down_sync(0xFFFFFFFFu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = core::max_u32(v, __shfl_down_sync(0xFFFFFFFFu, v, o));
   if ((threadIdx.x & 31u) == 0 && v != 0) atomicMax(dst, v);
 }
-__device__ __forceinline__ void commit_counts(const twin::CastCounts& c, CastTotals* t) {
+__device__ __forceinline__ void commit_counts(const core::CastCounts& c, CastTotals* t) {
   warp_add_to(c.saturated, &t->saturated);
   warp_add_to(c.underflow, &t->underflow);
   warp_add_to(c.nan, &t->nan);
@@ -58,7 +61,7 @@ __global__ void amax_kernel(const float* __restrict__ x, std::size_t n, unsigned
   unsigned int m = 0;
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    m = twin::max_u32(m, twin::amax_bits(x[i]));
+    m = core::max_u32(m, core::amax_bits(x[i]));
   warp_max_to(m, amax_bits);
 }
 
@@ -68,23 +71,23 @@ template <Format F>
 __global__ void quantize_kernel(const float* __restrict__ x, std::size_t n, float scale, std::uint8_t* __restrict__ q,
                                 bool vec, CastTotals* totals) {
   const FormatSpec f = spec_value<F>();
-  twin::CastCounts c;
+  core::CastCounts c;
   unsigned int m = 0;
   const std::size_t tid = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   const std::size_t groups = vec ? n / 4 : 0;
   for (std::size_t g = tid; g < groups; g += stride) {
     const float4 v = reinterpret_cast<const float4*>(x)[g];
-    const std::uint32_t c0 = twin::cast_element(v.x, scale, f, c), c1 = twin::cast_element(v.y, scale, f, c);
-    const std::uint32_t c2 = twin::cast_element(v.z, scale, f, c), c3 = twin::cast_element(v.w, scale, f, c);
+    const std::uint32_t c0 = core::cast_element(v.x, scale, f, c), c1 = core::cast_element(v.y, scale, f, c);
+    const std::uint32_t c2 = core::cast_element(v.z, scale, f, c), c3 = core::cast_element(v.w, scale, f, c);
     reinterpret_cast<std::uint32_t*>(q)[g] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
-    m = twin::max_u32(twin::max_u32(m, twin::amax_bits(v.x)), twin::amax_bits(v.y));
-    m = twin::max_u32(twin::max_u32(m, twin::amax_bits(v.z)), twin::amax_bits(v.w));
+    m = core::max_u32(core::max_u32(m, core::amax_bits(v.x)), core::amax_bits(v.y));
+    m = core::max_u32(core::max_u32(m, core::amax_bits(v.z)), core::amax_bits(v.w));
   }
   for (std::size_t i = groups * 4 + tid; i < n; i += stride) {
     const float v = x[i];
-    q[i] = twin::cast_element(v, scale, f, c);
-    m = twin::max_u32(m, twin::amax_bits(v));
+    q[i] = core::cast_element(v, scale, f, c);
+    m = core::max_u32(m, core::amax_bits(v));
   }
   commit_counts(c, totals);
   warp_max_to(m, &totals->amax_bits);
@@ -96,7 +99,7 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ q, std::size_
   const FormatSpec f = spec_value<F>();
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = twin::dequantize_element(q[i], scale_inv, f);
+    y[i] = core::dequantize_element(q[i], scale_inv, f);
 }
 
 // 32 x 32 tiles through shared memory: reads and writes are coalesced along rows.
@@ -126,15 +129,15 @@ __global__ void transpose_kernel(int rows, int cols, const std::uint8_t* __restr
 // One thread per block of the view. Row-wise views put consecutive threads on consecutive blocks of
 // a row, column-wise views on the same block of consecutive columns (coalesced reads either way).
 __global__ void block_cast_kernel(const float* __restrict__ x, int cols, int n, int K, bool rowwise, int block,
-                                  int nb, FormatSpec f, twin::BlockRule rule, std::uint8_t* codes,
+                                  int nb, FormatSpec f, core::BlockRule rule, std::uint8_t* codes,
                                   float* scale_inv, std::uint8_t* e8m0, CastTotals* totals) {
-  twin::CastCounts c;
+  core::CastCounts c;
   const std::size_t total = std::size_t(n) * std::size_t(nb);
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t t = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
     const int r = rowwise ? int(t / std::size_t(nb)) : int(t % std::size_t(n));
     const int blk = rowwise ? int(t % std::size_t(nb)) : int(t / std::size_t(n));
-    twin::cast_view_block(x, rowwise, cols, r, blk, block, K, nb, f, rule, codes, scale_inv, e8m0, c);
+    core::cast_view_block(x, rowwise, cols, r, blk, block, K, nb, f, rule, codes, scale_inv, e8m0, c);
   }
   commit_counts(c, totals);
 }
@@ -147,16 +150,16 @@ __global__ void tile_scale_kernel(const float* __restrict__ x, int rows, int col
   __syncthreads();
   const int bi = blockIdx.y, bj = blockIdx.x;
   const int r0 = bi * tile, c0 = bj * tile;
-  const int nr = twin::min_i(tile, rows - r0), ncol = twin::min_i(tile, cols - c0);
+  const int nr = core::min_int(tile, rows - r0), ncol = core::min_int(tile, cols - c0);
   unsigned int m = 0;
   for (long long e = threadIdx.x; e < (long long)nr * ncol; e += blockDim.x) {
     const int r = r0 + int(e / ncol), c = c0 + int(e % ncol);
-    m = twin::max_u32(m, twin::amax_bits(x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]));
+    m = core::max_u32(m, core::amax_bits(x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]));
   }
   atomicMax(&amax, m);
   __syncthreads();
   if (threadIdx.x == 0) {
-    const twin::BlockScale s = twin::block_scale(core::bits_to_f32(amax), fp8_max, pow2, epsilon);
+    const core::BlockScale s = core::block_scale(core::bits_to_f32(amax), fp8_max, pow2, epsilon);
     tile_scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
     tile_scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
   }
@@ -165,13 +168,13 @@ __global__ void tile_scale_kernel(const float* __restrict__ x, int rows, int col
 __global__ void tile_cast_kernel(const float* __restrict__ x, int rows, int cols, int tile, int tc, FormatSpec f,
                                  const float* __restrict__ tile_scale, std::uint8_t* __restrict__ codes,
                                  CastTotals* totals) {
-  twin::CastCounts c;
+  core::CastCounts c;
   const std::size_t n = std::size_t(rows) * std::size_t(cols);
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int r = int(i / std::size_t(cols)), col = int(i % std::size_t(cols));
     const float mult = tile_scale[std::size_t(r / tile) * std::size_t(tc) + std::size_t(col / tile)];
-    codes[i] = twin::cast_element(x[i], mult, f, c);
+    codes[i] = core::cast_element(x[i], mult, f, c);
   }
   commit_counts(c, totals);
 }
@@ -204,6 +207,7 @@ void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std
   if (n == 0) return;
   const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(q) % 4 == 0;
   const unsigned int blocks = blocks_for(vec ? (n + 3) / 4 : n);
+  emu::require_fp8(fmt, "quantize");
   if (fmt == Format::kE4M3) {
     quantize_kernel<Format::kE4M3><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals);
   } else {
@@ -215,6 +219,7 @@ void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std
 void launch_dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y,
                        cudaStream_t stream) {
   if (n == 0) return;
+  emu::require_fp8(fmt, "dequantize");
   if (fmt == Format::kE4M3) {
     dequantize_kernel<Format::kE4M3><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y);
   } else {
@@ -232,7 +237,7 @@ void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* 
 }
 
 void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int block, Format fmt,
-                       const twin::BlockRule& rule, std::uint8_t* codes, float* scale_inv, std::uint8_t* e8m0,
+                       const core::BlockRule& rule, std::uint8_t* codes, float* scale_inv, std::uint8_t* e8m0,
                        CastTotals* totals, cudaStream_t stream) {
   const int n = rowwise ? rows : cols, K = rowwise ? cols : rows;
   const int nb = (K + block - 1) / block;
@@ -331,7 +336,7 @@ class CudaKernels final : public backend::Kernels {
 
   void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                    Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D) const override {
-    twin::check_gemm_tn(M, N, K, fa, fb, acc);
+    emu::check_gemm_tn(M, N, K, fa, fb, acc);
     if (M == 0 || N == 0) return;
     use_fp8_device();
     const float s = scale_inv_a * scale_inv_b;  // RN on the host, as the emulator
@@ -344,14 +349,14 @@ class CudaKernels final : public backend::Kernels {
   emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
                                      scaling::E8M0Rule rule, emu::QuantizeStats* stats) const override {
     FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
-    return block_cast(x, rows, cols, axis, fmt, 32, twin::mxfp8_rule(fmt, rule), true, stats);
+    return block_cast(x, rows, cols, axis, fmt, 32, emu::mxfp8_rule(fmt, rule), true, stats);
   }
 
   emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
                                         int block, bool pow2, float epsilon,
                                         emu::QuantizeStats* stats) const override {
     FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
-    return block_cast(x, rows, cols, axis, fmt, block, twin::float_block_rule(fmt, pow2, epsilon), false, stats);
+    return block_cast(x, rows, cols, axis, fmt, block, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), false, stats);
   }
 
   emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
@@ -361,8 +366,8 @@ class CudaKernels final : public backend::Kernels {
     const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
     const std::size_t n = std::size_t(rows) * std::size_t(cols);
     emu::BlockQuantized2D out;
-    out.rowwise = twin::block_record(rows, cols, emu::BlockAxis::kRowwise, tile, fmt, false);
-    out.columnwise = twin::block_record(rows, cols, emu::BlockAxis::kColumnwise, tile, fmt, false);
+    out.rowwise = emu::make_block_record(rows, cols, emu::BlockAxis::kRowwise, tile, fmt, false);
+    out.columnwise = emu::make_block_record(rows, cols, emu::BlockAxis::kColumnwise, tile, fmt, false);
     std::vector<float> scale_inv(std::size_t(tr) * std::size_t(tc));
     emu::QuantizeStats st;
     st.count = n;
@@ -379,13 +384,13 @@ class CudaKernels final : public backend::Kernels {
       dscale_inv.download(scale_inv.data(), scale_inv.size());
       st = stats_of(download_totals(t), n);
     }
-    twin::spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
+    emu::spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
     if (stats) *stats += st;
     return out;
   }
 
   void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const override {
-    twin::check_gemm_block_tn(A, B);
+    emu::check_gemm_block_tn(A, B);
     const int M = A.n, N = B.n, K = A.k;
     if (M <= 0 || N <= 0) return;
     use_fp8_device();
@@ -399,9 +404,9 @@ class CudaKernels final : public backend::Kernels {
 
  private:
   emu::BlockQuantized block_cast(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt, int block,
-                                 const twin::BlockRule& rule, bool mx, emu::QuantizeStats* stats) const {
+                                 const core::BlockRule& rule, bool mx, emu::QuantizeStats* stats) const {
     const bool rowwise = axis == emu::BlockAxis::kRowwise;
-    emu::BlockQuantized q = twin::block_record(rows, cols, axis, block, fmt, mx);
+    emu::BlockQuantized q = emu::make_block_record(rows, cols, axis, block, fmt, mx);
     emu::QuantizeStats st;
     st.count = q.codes.size();
     if (!q.scale_inv.empty()) {
@@ -425,11 +430,11 @@ class CudaKernels final : public backend::Kernels {
 
 }  // namespace fp8emu::cuda::detail
 
-namespace fp8emu::backend::detail {
+namespace fp8emu::cuda {
 
-const Kernels& gpu_kernels() {
-  static const cuda::detail::CudaKernels k;
+const backend::Kernels& kernels() {
+  static const detail::CudaKernels k;
   return k;
 }
 
-}  // namespace fp8emu::backend::detail
+}  // namespace fp8emu::cuda

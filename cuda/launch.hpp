@@ -1,6 +1,6 @@
 // Private to cuda/: the launchers of the GPU twins, on device pointers. Each runs the kernel(s) of
 // one emu:: function on `stream` (asynchronously; errors of the launch configuration are thrown as
-// fp8emu::Error) and maps its threads onto the per-element bodies of cuda/twins.hpp. The
+// fp8emu::Error) and maps its threads onto the per-element bodies of include/fp8emu/core. The
 // CudaKernels of cuda/kernels.cu wrap them with host copies; `fp8emu bench gpu` times them.
 #pragma once
 
@@ -9,14 +9,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/core/accumulation.hpp"
+#include "fp8emu/core/cast.hpp"
 #include "fp8emu/format/format_spec.hpp"
-#include "twins.hpp"
 
 namespace fp8emu::cuda::detail {
 
 /// Device-side totals of a cast: the counts of emu::QuantizeStats (without count) and the amax as
-/// the max of twin::amax_bits. Zero it before a launch; launches add to it.
+/// the max of core::amax_bits. Zero it before a launch; launches add to it.
 struct CastTotals {
   unsigned long long saturated, underflow, nan;
   unsigned int amax_bits, unused;
@@ -26,7 +26,7 @@ struct CastTotals {
 /// current for the calling thread. \throws fp8emu::Error when there is none.
 int use_fp8_device();
 
-/// max over i of twin::amax_bits(x[i]) max-accumulated into *amax_bits (emu::compute_amax).
+/// max over i of core::amax_bits(x[i]) max-accumulated into *amax_bits (emu::compute_amax).
 void launch_amax(const float* x, std::size_t n, unsigned int* amax_bits, cudaStream_t stream);
 /// emu::quantize: q[i] = code of RN(x[i] * scale), counts and amax added to *totals.
 void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q, CastTotals* totals,
@@ -39,7 +39,7 @@ void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* 
 /// emu cast_blocks for quantize_mxfp8 / quantize_block_1d: x is row-major [rows, cols]; codes
 /// [n, K], scale_inv [n, nb], e8m0 [n, nb] (MXFP8 rules only, else may be null).
 void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int block, Format fmt,
-                       const twin::BlockRule& rule, std::uint8_t* codes, float* scale_inv, std::uint8_t* e8m0,
+                       const core::BlockRule& rule, std::uint8_t* codes, float* scale_inv, std::uint8_t* e8m0,
                        CastTotals* totals, cudaStream_t stream);
 /// emu::quantize_block_2d, steps 1-2: per tile of x [rows, cols], scale and scale_inv
 /// ([ceil(rows/tile), ceil(cols/tile)]), then the row-wise codes [rows, cols] with their counts.
@@ -48,7 +48,7 @@ void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, 
                       CastTotals* totals, cudaStream_t stream);
 /// emu::gemm_fp8_tn (checks done by the caller): D [M, N] = RN(acc(A [M, K], B [N, K]) * s).
 void launch_gemm_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
-                    emu::Accumulation model, int promotion, float s, float* D, cudaStream_t stream);
+                    Accumulation model, int promotion, float s, float* D, cudaStream_t stream);
 /// emu::gemm_fp8_block_tn: A [M, K] with sa [M, nb], B [N, K] with sb [N, nb], D [M, N].
 void launch_gemm_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
                           const std::uint8_t* B, Format fb, const float* sb, float* D, cudaStream_t stream);

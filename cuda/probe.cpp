@@ -1,4 +1,4 @@
-// The CUDA probe (see src/backend/detail.hpp): runtime, driver, GPUs and cuBLASLt versions.
+// The CUDA probe (see include/fp8emu/cuda/backend.hpp): runtime, driver, GPUs and cuBLASLt versions.
 // Plain C++ against the CUDA runtime API; never throws, so `fp8emu doctor` and the fallback work on
 // machines without a driver or GPU (the usual case in CI).
 #include <cublasLt.h>
@@ -6,11 +6,14 @@
 
 #include <string>
 
-#include "../src/backend/detail.hpp"
+#include "fp8emu/cuda/backend.hpp"
 
-namespace fp8emu::backend::detail {
+namespace fp8emu::cuda {
 
-CudaStatus probe_cuda() {
+using backend::CudaStatus;
+using backend::GpuInfo;
+
+CudaStatus probe() {
   CudaStatus s;
   s.built = true;
   cudaRuntimeGetVersion(&s.runtime_version);
@@ -40,4 +43,4 @@ CudaStatus probe_cuda() {
   return s;
 }
 
-}  // namespace fp8emu::backend::detail
+}  // namespace fp8emu::cuda

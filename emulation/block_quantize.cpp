@@ -1,14 +1,12 @@
 // Block-scaled FP8 quantization and GEMM (see include/fp8emu/emulation/block_quantize.hpp).
 #include "fp8emu/emulation/block_quantize.hpp"
 
-#include <cfloat>
-#include <cmath>
+#include <algorithm>
+#include <vector>
 
-#include "fp8emu/core/convert.hpp"
-#include "fp8emu/core/e8m0.hpp"
-#include "fp8emu/core/scale.hpp"
+#include "fp8emu/core/cast.hpp"
+#include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
-#include "amax.hpp"
 #include "gemm_kernel.hpp"
 
 namespace fp8emu::emu {
@@ -16,98 +14,90 @@ namespace {
 
 constexpr int kMxBlock = 32;  // OCP MX v1.0: 32 elements share one E8M0 scale.
 
-// Element (r, kk) of the K-major view of a row-major [rows, cols] input.
-struct View {
-  const float* x;
-  int rows, cols;
-  BlockAxis axis;
-  int n() const { return axis == BlockAxis::kRowwise ? rows : cols; }
-  int k() const { return axis == BlockAxis::kRowwise ? cols : rows; }
-  float at(int r, int kk) const {
-    return axis == BlockAxis::kRowwise ? x[std::size_t(r) * std::size_t(cols) + std::size_t(kk)]
-                                       : x[std::size_t(kk) * std::size_t(cols) + std::size_t(r)];
-  }
-};
-
-BlockQuantized make_output(const View& v, int block, Format fmt) {
-  BlockQuantized q;
-  q.n = v.n();
-  q.k = v.k();
-  q.block = block;
-  q.format = fmt;
-  q.codes.resize(std::size_t(q.n) * std::size_t(q.k));
-  q.scale_inv.resize(std::size_t(q.n) * std::size_t(q.blocks()));
-  return q;
+QuantizeStats& add_counts(QuantizeStats& st, std::uint64_t saturated, std::uint64_t underflow, std::uint64_t nan) {
+  st.saturated += saturated;
+  st.underflow += underflow;
+  st.nan += nan;
+  return st;
 }
 
-// Casts every block of the view: scale_of(row, block, block amax, &scale_inv, e8m0 slot or null)
-// returns the multiplier applied before the cast.
-template <class ScaleOf>
-QuantizeStats cast_blocks(const View& v, BlockQuantized& q, ScaleOf scale_of) {
-  const FormatSpec& f = spec_of(q.format);
+// Every block of the K-major view of x, each cast by the per-element body the CUDA kernels run
+// (core::cast_view_block), the rows of the view split over threads; counts are integer sums.
+QuantizeStats cast_blocks(const float* x, int cols, BlockAxis axis, const core::BlockRule& rule, BlockQuantized& q) {
+  const FormatSpec f = spec_of(q.format);
+  const bool rowwise = axis == BlockAxis::kRowwise;
   const int nb = q.blocks();
+  std::uint8_t* e8m0 = q.e8m0.empty() ? nullptr : q.e8m0.data();
   std::uint64_t sat = 0, under = 0, nans = 0;
 #pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
     if (std::ptrdiff_t(q.codes.size()) >= detail::kParallelMinElements)
   for (int r = 0; r < q.n; ++r) {
     for (int b = 0; b < nb; ++b) {
-      const int k0 = b * q.block, k1 = std::min(q.k, k0 + q.block);
-      float amax = 0.0f;
-      for (int kk = k0; kk < k1; ++kk) amax = detail::amax_step(amax, v.at(r, kk));
-      const std::size_t si = std::size_t(r) * std::size_t(nb) + std::size_t(b);
-      const float mult = scale_of(r, b, amax, q.scale_inv[si], q.e8m0.empty() ? nullptr : &q.e8m0[si]);
-      for (int kk = k0; kk < k1; ++kk) {
-        const float x = v.at(r, kk);
-        const float s = x * mult;
-        const std::uint8_t c = core::f32_to_fp8(s, f, Saturation::kSatFinite);
-        q.codes[std::size_t(r) * std::size_t(q.k) + std::size_t(kk)] = c;
-        const bool is_nan = std::isnan(x);
-        nans += is_nan;
-        sat += f.overflows(std::fabs(s));
-        under += (!is_nan && x != 0.0f && std::isfinite(x) && (c & f.top_code()) == 0);
-      }
+      core::CastCounts c;
+      core::cast_view_block(x, rowwise, cols, r, b, q.block, q.k, nb, f, rule, q.codes.data(), q.scale_inv.data(),
+                            e8m0, c);
+      sat += c.saturated;
+      under += c.underflow;
+      nans += c.nan;
     }
   }
   QuantizeStats st;
   st.count = q.codes.size();
-  st.saturated = sat;
-  st.underflow = under;
-  st.nan = nans;
-  return st;
+  return add_counts(st, sat, under, nans);
 }
 
 }  // namespace
 
+BlockQuantized make_block_record(int rows, int cols, BlockAxis axis, int block, Format fmt, bool with_e8m0) {
+  require_fp8(fmt, "block quantize");
+  const bool rowwise = axis == BlockAxis::kRowwise;
+  BlockQuantized q;
+  q.n = rowwise ? rows : cols;
+  q.k = rowwise ? cols : rows;
+  q.block = block;
+  q.format = fmt;
+  q.codes.resize(std::size_t(q.n) * std::size_t(q.k));
+  q.scale_inv.resize(std::size_t(q.n) * std::size_t(q.blocks()));
+  if (with_e8m0) q.e8m0.resize(q.scale_inv.size());
+  return q;
+}
+
+void spread_tile_scales(int rows, int cols, int tile, const float* tile_scale_inv, BlockQuantized2D& q) {
+  const int tc = (cols + tile - 1) / tile;
+  BlockQuantized& rw = q.rowwise;
+  BlockQuantized& cw = q.columnwise;
+  for (int r = 0; r < rows; ++r)
+    for (int b = 0; b < rw.blocks(); ++b)
+      rw.scale_inv[std::size_t(r) * std::size_t(rw.blocks()) + std::size_t(b)] =
+          tile_scale_inv[std::size_t(r / tile) * std::size_t(tc) + std::size_t(b)];
+  for (int c = 0; c < cols; ++c)
+    for (int b = 0; b < cw.blocks(); ++b)
+      cw.scale_inv[std::size_t(c) * std::size_t(cw.blocks()) + std::size_t(b)] =
+          tile_scale_inv[std::size_t(b) * std::size_t(tc) + std::size_t(c / tile)];
+}
+
+void check_gemm_block_tn(const BlockQuantized& A, const BlockQuantized& B) {
+  require_fp8(A.format, "block-scaled GEMM operand A");
+  require_fp8(B.format, "block-scaled GEMM operand B");
+  FP8EMU_CHECK(A.k == B.k, "block-scaled GEMM: K mismatch, A has K = ", A.k, ", B has K = ", B.k);
+  FP8EMU_CHECK(A.block == B.block, "block-scaled GEMM: block sizes differ (", A.block, " vs ", B.block, ")");
+  FP8EMU_CHECK(A.block >= 1, "block-scaled GEMM: block size must be >= 1, got ", A.block);
+}
+
+core::BlockRule mxfp8_rule(Format fmt, scaling::E8M0Rule rule) {
+  return core::BlockRule::mxfp8(spec_of(fmt), rule == scaling::E8M0Rule::kTransformerEngine);
+}
+
 std::uint8_t mxfp8_scale_code(float amax, Format fmt, scaling::E8M0Rule rule) {
-  const FormatSpec& f = spec_of(fmt);
-  if (rule == scaling::E8M0Rule::kTransformerEngine) {
-    // fl32(1/fp8_max) as TE's Quantized_Limits::max_norm_rcp (1.0 / max_norm, rounded to float).
-    const float rcp = float(1.0 / f.max_finite());
-    return core::e8m0_round_up_from_f32_bits(core::f32_to_bits(amax * rcp));
-  }
-  // OCP MX v1.0 §6.3: shared exponent floor(log2(amax)) - emax of the element format.
-  if (std::isnan(amax)) return core::kE8M0NaN;
-  if (std::isinf(amax)) return core::kE8M0MaxCode;
-  if (amax == 0.0f) return 0;
-  int e2 = 0;
-  std::frexp(amax, &e2);  // amax = m * 2^e2, m in [0.5, 1): floor(log2 amax) = e2 - 1
-  const int shared = (e2 - 1) - f.emax();
-  const int code = std::clamp(shared + core::kE8M0Bias, 0, int(core::kE8M0MaxCode));
-  return std::uint8_t(code);
+  const core::BlockRule r = mxfp8_rule(fmt, rule);
+  return core::mxfp8_scale_code(amax, spec_of(fmt), r.kind == core::BlockRule::kMxfp8Te, r.rcp_max);
 }
 
 BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis, Format fmt,
                               scaling::E8M0Rule rule, QuantizeStats* stats) {
   FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
-  const View v{x, rows, cols, axis};
-  BlockQuantized q = make_output(v, kMxBlock, fmt);
-  q.e8m0.resize(q.scale_inv.size());
-  const QuantizeStats st = cast_blocks(v, q, [fmt, rule](int, int, float amax, float& scale_inv, std::uint8_t* e) {
-    const std::uint8_t code = mxfp8_scale_code(amax, fmt, rule);
-    *e = code;
-    scale_inv = core::bits_to_f32(core::e8m0_to_f32_bits(code));
-    return core::bits_to_f32(core::e8m0_reciprocal_f32_bits(code));
-  });
+  BlockQuantized q = make_block_record(rows, cols, axis, kMxBlock, fmt, true);
+  const QuantizeStats st = cast_blocks(x, cols, axis, mxfp8_rule(fmt, rule), q);
   if (stats) *stats += st;
   return q;
 }
@@ -115,14 +105,8 @@ BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis
 BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
                                  bool pow2, float epsilon, QuantizeStats* stats) {
   FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
-  const View v{x, rows, cols, axis};
-  BlockQuantized q = make_output(v, block, fmt);
-  const float fp8_max = max_finite_f32(fmt);
-  const QuantizeStats st = cast_blocks(v, q, [=](int, int, float amax, float& scale_inv, std::uint8_t*) {
-    const float s = core::compute_scale_from_amax(amax, fp8_max, pow2, epsilon, FLT_MAX);
-    scale_inv = 1.0f / s;
-    return s;
-  });
+  BlockQuantized q = make_block_record(rows, cols, axis, block, fmt, false);
+  const QuantizeStats st = cast_blocks(x, cols, axis, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), q);
   if (stats) *stats += st;
   return q;
 }
@@ -130,52 +114,51 @@ BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis a
 BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                    float epsilon, QuantizeStats* stats) {
   FP8EMU_CHECK(tile >= 1, "block quantize: tile size must be >= 1, got ", tile);
+  FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
+  require_fp8(fmt, "block quantize");
+  const FormatSpec f = spec_of(fmt);
   const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
-  const float fp8_max = max_finite_f32(fmt);
+  // 1. Each tile's amax (a max of amax_bits) and its scale.
   std::vector<float> scale(std::size_t(tr) * std::size_t(tc)), scale_inv(scale.size());
   for (int bi = 0; bi < tr; ++bi)
     for (int bj = 0; bj < tc; ++bj) {
-      float amax = 0.0f;
+      std::uint32_t m = 0;
       for (int r = bi * tile; r < std::min(rows, (bi + 1) * tile); ++r)
         for (int c = bj * tile; c < std::min(cols, (bj + 1) * tile); ++c)
-          amax = detail::amax_step(amax, x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]);
-      const float s = core::compute_scale_from_amax(amax, fp8_max, pow2, epsilon, FLT_MAX);
-      scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s;
-      scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = 1.0f / s;
+          m = core::max_u32(m, core::amax_bits(x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]));
+      const core::BlockScale s = core::block_scale(core::bits_to_f32(m), float(f.max_finite()), pow2, epsilon);
+      scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
+      scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
     }
-  // Row-wise view: every row carries its tile's scale for each 128-column block.
-  const View v{x, rows, cols, BlockAxis::kRowwise};
+  // 2. The row-wise codes, each element by its tile's scale.
   BlockQuantized2D out;
-  out.rowwise = make_output(v, tile, fmt);
-  BlockQuantized& rw = out.rowwise;
-  const QuantizeStats st = cast_blocks(v, rw, [&](int r, int b, float, float& si, std::uint8_t*) {
-    const std::size_t t = std::size_t(r / tile) * std::size_t(tc) + std::size_t(b);
-    si = scale_inv[t];
-    return scale[t];
-  });
-  if (stats) *stats += st;
-  // Column-wise view: the same codes transposed, with the transposed tile scales.
-  BlockQuantized& cw = out.columnwise;
-  cw.n = cols;
-  cw.k = rows;
-  cw.block = tile;
-  cw.format = fmt;
-  cw.codes.resize(rw.codes.size());
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c)
-      cw.codes[std::size_t(c) * std::size_t(rows) + std::size_t(r)] =
-          rw.codes[std::size_t(r) * std::size_t(cols) + std::size_t(c)];
-  cw.scale_inv.resize(std::size_t(cols) * std::size_t(cw.blocks()));
-  for (int c = 0; c < cols; ++c)
-    for (int b = 0; b < cw.blocks(); ++b)
-      cw.scale_inv[std::size_t(c) * std::size_t(cw.blocks()) + std::size_t(b)] =
-          scale_inv[std::size_t(b) * std::size_t(tc) + std::size_t(c / tile)];
+  out.rowwise = make_block_record(rows, cols, BlockAxis::kRowwise, tile, fmt, false);
+  out.columnwise = make_block_record(rows, cols, BlockAxis::kColumnwise, tile, fmt, false);
+  std::uint8_t* codes = out.rowwise.codes.data();
+  std::uint64_t sat = 0, under = 0, nans = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
+    if (std::ptrdiff_t(out.rowwise.codes.size()) >= detail::kParallelMinElements)
+  for (int r = 0; r < rows; ++r) {
+    core::CastCounts c;
+    for (int col = 0; col < cols; ++col) {
+      const std::size_t i = std::size_t(r) * std::size_t(cols) + std::size_t(col);
+      codes[i] = core::cast_element(x[i], scale[std::size_t(r / tile) * std::size_t(tc) + std::size_t(col / tile)], f, c);
+    }
+    sat += c.saturated;
+    under += c.underflow;
+    nans += c.nan;
+  }
+  // 3. The column-wise view: the same codes transposed, with the transposed tile scales.
+  transpose(rows, cols, out.rowwise.codes.data(), out.columnwise.codes.data());
+  spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
+  QuantizeStats st;
+  st.count = out.rowwise.codes.size();
+  if (stats) *stats += add_counts(st, sat, under, nans);
   return out;
 }
 
 void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* D) {
-  FP8EMU_CHECK(A.k == B.k, "block-scaled GEMM: K mismatch, A has K = ", A.k, ", B has K = ", B.k);
-  FP8EMU_CHECK(A.block == B.block, "block-scaled GEMM: block sizes differ (", A.block, " vs ", B.block, ")");
+  check_gemm_block_tn(A, B);
   const int M = A.n, N = B.n, K = A.k, nb = A.blocks();
   // B^T decoded once (exact), Shape [K, N]; A decoded on the fly.
   std::vector<float> bt(std::size_t(K) * std::size_t(N));

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "fp8emu/core/mma_model.hpp"
+#include "fp8emu/core/dot.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
@@ -14,115 +14,37 @@
 #include "parallel.hpp"
 
 namespace fp8emu::emu {
-namespace {
-
-constexpr int kExactLsbExponent = -32;  // every FP8 x FP8 product is a multiple of 2^-32
-__extension__ typedef unsigned __int128 u128;  // GCC/Clang: exact sums of up to 2^31 products
-
-int block_of(Accumulation m) {
-  return m == Accumulation::kHopper ? 32 : m == Accumulation::kAda ? 16 : 1;
-}
-
-// RNE of (-1)^neg * T * 2^k to fp32 (T < 2^127; results here are never subnormal).
-float round_to_f32(bool neg, u128 T, int k) {
-  if (T == 0) return 0.0f;
-  int p = 0;
-  for (u128 t = T; t > 1; t >>= 1) ++p;  // index of the leading bit
-  if (p > 23) {
-    const int sh = p - 23;
-    const u128 rem = T & ((u128(1) << sh) - 1);
-    const u128 half = u128(1) << (sh - 1);
-    T >>= sh;
-    k += sh;
-    if (rem > half || (rem == half && (T & 1))) ++T;
-    if (T >> 24) {
-      T >>= 1;
-      ++k;
-    }
-  }
-  const float v = std::ldexp(float(std::uint32_t(T)), k);  // exact: 24 bits, in range
-  return neg ? -v : v;
-}
-
-// Exact sum of the products, rounded once (NaN/Inf: IEEE rules on the exact products).
-float dot_exact(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb, int K) {
-  bool nan = false, pinf = false, ninf = false;
-  u128 pos = 0, negsum = 0;
-  for (int k = 0; k < K; ++k) {
-    const float va = core::fp8_to_f32(a[k], fa), vb = core::fp8_to_f32(b[k], fb);
-    if (!std::isfinite(va) || !std::isfinite(vb)) {
-      const float p = va * vb;  // IEEE: NaN for Inf*0 or NaN operands
-      if (std::isnan(p)) nan = true;
-      else (p > 0 ? pinf : ninf) = true;
-      continue;
-    }
-    const core::MmaTerm ta = core::decode_fp8_term(a[k], fa), tb = core::decode_fp8_term(b[k], fb);
-    const int e = ta.exp - ta.frac + tb.exp - tb.frac - kExactLsbExponent;
-    const u128 p = u128(std::uint64_t(ta.sig) * tb.sig) << e;
-    (ta.sign ^ tb.sign ? negsum : pos) += p;
-  }
-  if (nan || (pinf && ninf)) return std::nanf("");
-  if (pinf) return INFINITY;
-  if (ninf) return -INFINITY;
-  return pos >= negsum ? round_to_f32(false, pos - negsum, kExactLsbExponent)
-                       : round_to_f32(true, negsum - pos, kExactLsbExponent);
-}
-
-float dot_fp32(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb, int K) {
-  float c = 0.0f;
-  for (int k = 0; k < K; ++k) c += core::fp8_to_f32(a[k], fa) * core::fp8_to_f32(b[k], fb);
-  return c;
-}
-
-// One run of K-elements with the model, starting from zero.
-float dot_run(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb, int K, Accumulation m) {
-  switch (m) {
-    case Accumulation::kExact: return dot_exact(a, fa, b, fb, K);
-    case Accumulation::kFp32: return dot_fp32(a, fa, b, fb, K);
-    default:
-      return core::bits_to_f32(core::mma_dot(a, fa, b, fb, K, block_of(m), 0u, core::MmaAccumulator::kFp32));
-  }
-}
-
-void check_accumulation(const GemmAccumulation& acc) {
-  FP8EMU_CHECK(acc.model != Accumulation::kExact || acc.promotion_interval == 0,
-               "GEMM: the exact model takes no promotion interval (it would no longer be exact)");
-  FP8EMU_CHECK(acc.promotion_interval >= 0, "GEMM: promotion interval must be >= 0, got ", acc.promotion_interval);
-  FP8EMU_CHECK(acc.promotion_interval % block_of(acc.model) == 0, "GEMM: promotion interval ",
-               acc.promotion_interval, " is not a multiple of the ", to_string(acc.model), " block (",
-               block_of(acc.model), ")");
-}
-
-}  // namespace
 
 Accumulation parse_accumulation(const std::string& s) {
-  if (s == "exact") return Accumulation::kExact;
-  if (s == "fp32") return Accumulation::kFp32;
-  if (s == "hopper") return Accumulation::kHopper;
-  if (s == "ada") return Accumulation::kAda;
-  FP8EMU_FAIL("unknown accumulation model '", s, "' (accepted: exact, fp32, hopper, ada)");
+  for (const AccumulationModel& m : kAccumulationModels)
+    if (s == m.name) return m.id;
+  FP8EMU_FAIL("unknown accumulation model '", s, "' (accepted: ", accumulation_names(), ")");
 }
 
-const char* to_string(Accumulation a) {
-  switch (a) {
-    case Accumulation::kExact: return "exact";
-    case Accumulation::kFp32: return "fp32";
-    case Accumulation::kHopper: return "hopper";
-    case Accumulation::kAda: return "ada";
-  }
-  return "?";
+const char* to_string(Accumulation a) { return model_of(a).name; }
+
+std::string accumulation_names() {
+  std::string out;
+  for (const AccumulationModel& m : kAccumulationModels) out += (out.empty() ? "" : ", ") + std::string(m.name);
+  return out;
+}
+
+void check_gemm_tn(int M, int N, int K, Format fa, Format fb, const GemmAccumulation& acc) {
+  FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "GEMM: negative shape M=", M, " N=", N, " K=", K);
+  require_fp8(fa, "GEMM operand A");
+  require_fp8(fb, "GEMM operand B");
+  FP8EMU_CHECK(!(fa == Format::kE5M2 && fb == Format::kE5M2),
+               "GEMM: E5M2 x E5M2 is not supported (cuBLASLt rejects it); use E4M3 for one operand");
+  const AccumulationModel& m = model_of(acc.model);
+  FP8EMU_CHECK(m.takes_promotion() || acc.promotion_interval == 0,
+               "GEMM: the exact model takes no promotion interval (it would no longer be exact)");
+  FP8EMU_CHECK(acc.promotion_interval >= 0, "GEMM: promotion interval must be >= 0, got ", acc.promotion_interval);
+  FP8EMU_CHECK(acc.promotion_interval % m.block == 0, "GEMM: promotion interval ", acc.promotion_interval,
+               " is not a multiple of the ", m.name, " block (", m.block, ")");
 }
 
 float dot_fp8(const std::uint8_t* a, Format fa, const std::uint8_t* b, Format fb, int K, const GemmAccumulation& acc) {
-  const FormatSpec& sa = spec_of(fa);
-  const FormatSpec& sb = spec_of(fb);
-  if (acc.promotion_interval == 0 || acc.promotion_interval >= K) return dot_run(a, sa, b, sb, K, acc.model);
-  float total = 0.0f;  // fp32 accumulator, one RN add per promoted run, in increasing K
-  for (int k0 = 0; k0 < K; k0 += acc.promotion_interval) {
-    const int len = std::min(acc.promotion_interval, K - k0);
-    total += dot_run(a + k0, sa, b + k0, sb, len, acc.model);
-  }
-  return total;
+  return core::dot_promoted(a, spec_of(fa), b, spec_of(fb), K, model_of(acc.model), acc.promotion_interval);
 }
 
 namespace {
@@ -261,16 +183,18 @@ FP8EMU_TARGET_CLONES void tensor_core_rows1(int i0, int N, int Npad, int K, cons
 
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const GemmAccumulation& acc, float* D) {
-  FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "GEMM: negative shape M=", M, " N=", N, " K=", K);
-  FP8EMU_CHECK(!(fa == Format::kE5M2 && fb == Format::kE5M2),
-               "GEMM: E5M2 x E5M2 is not supported (cuBLASLt rejects it); use E4M3 for one operand");
-  check_accumulation(acc);
+  check_gemm_tn(M, N, K, fa, fb, acc);
+  const AccumulationModel& model = model_of(acc.model);
   const float s = scale_inv_a * scale_inv_b;
   const FormatSpec& sa = spec_of(fa);
   const FormatSpec& sb = spec_of(fb);
   const std::size_t na = std::size_t(M) * std::size_t(K), nb = std::size_t(N) * std::size_t(K);
-  const bool tensor_core = acc.model == Accumulation::kHopper || acc.model == Accumulation::kAda;
-  if (tensor_core && all_finite(A, na, sa) && all_finite(B, nb, sb)) {
+  // The vectorised path implements the fp32-accumulator block FMA with F = 13 (its 14-bit cut is the
+  // 0xFFFFFC00 mask below); other tensor-core rows take the per-element path.
+  const bool vectorised_tensor_core = model.datapath == Datapath::kTensorCore &&
+                                      model.accumulator == core::MmaAccumulator::kFp32 &&
+                                      model.fraction_bits == core::kMmaFractionBits;
+  if (vectorised_tensor_core && all_finite(A, na, sa) && all_finite(B, nb, sb)) {
     const Decoded a = decode_for_model(A, na, sa);
     const int Npad = (N + kLanes - 1) / kLanes * kLanes;
     // B in 8-column panels, [Npad / 8][K][8]: for one panel the K-loop reads consecutive vectors.
@@ -280,7 +204,7 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
         b_t[(std::size_t(j / kLanes) * std::size_t(K) + std::size_t(k)) * kLanes + std::size_t(j % kLanes)] =
             B[std::size_t(j) * std::size_t(K) + std::size_t(k)];
     const Decoded bt = decode_for_model(b_t.data(), b_t.size(), sb);
-    const int block = block_of(acc.model);
+    const int block = model.block;
     const int promotion = acc.promotion_interval >= K ? 0 : acc.promotion_interval;
     const double work = double(M) * N * K;
     const int groups = (M + 7) / 8;
@@ -295,26 +219,25 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     }
     return;
   }
-  if (acc.model == Accumulation::kFp32 && (acc.promotion_interval == 0 || acc.promotion_interval >= K)) {
+  if (model.datapath == Datapath::kFp32Sequential && (acc.promotion_interval == 0 || acc.promotion_interval >= K)) {
     // The same sums as dot_fp32 (k ascending, fp32, IEEE specials), through the vectorised NN kernel.
     std::vector<std::uint8_t> b_kn(nb);
     transpose(N, K, B, b_kn.data());
     gemm_fp8_nn(M, N, K, A, fa, scale_inv_a, b_kn.data(), fb, scale_inv_b, D);
     return;
   }
-  const double work = double(M) * N * K * (acc.model == Accumulation::kFp32 ? 1.0 : 8.0);
+  // Every other case: the per-element body the CUDA kernels run (core/dot.hpp).
+  const double work = double(M) * N * K * (model.datapath == Datapath::kFp32Sequential ? 1.0 : 8.0);
 #pragma omp parallel for schedule(dynamic, 4) if (work >= detail::kParallelMinMacs)
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       D[std::size_t(i) * std::size_t(N) + std::size_t(j)] =
-          dot_fp8(A + std::size_t(i) * std::size_t(K), fa, B + std::size_t(j) * std::size_t(K), fb, K, acc) * s;
+          core::gemm_tn_element(A + std::size_t(i) * std::size_t(K), sa, B + std::size_t(j) * std::size_t(K), sb, K,
+                                model, acc.promotion_interval, s);
 }
 
 std::uint16_t f32_to_bf16_bits(float x) {
-  const std::uint32_t b = core::f32_to_bits(x);
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return std::uint16_t(((b >> 16) & 0x8000u) | 0x7FC0u);
-  const std::uint32_t lsb = (b >> 16) & 1u;
-  return std::uint16_t((b + 0x7FFFu + lsb) >> 16);  // RNE; overflow rounds to Inf as it should
+  return core::f32_bits_to_bf16_rne(core::f32_to_bits(x), core::Bf16Nan::kQuietKeepSign);
 }
 
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
@@ -344,7 +267,7 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
       break;
     case GemmOutput::kFp16:
       for (std::size_t i = 0; i < n; ++i)
-        static_cast<std::uint16_t*>(D)[i] = std::uint16_t(core::f32_to_f16_bits_rne(core::f32_to_bits(t[i])));
+        static_cast<std::uint16_t*>(D)[i] = core::f32_bits_to_half_rne(core::f32_to_bits(t[i]));
       break;
     case GemmOutput::kE4M3:
     case GemmOutput::kE5M2:

@@ -4,9 +4,10 @@
 #include <array>
 #include <cmath>
 
-#include "amax.hpp"
 #include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/fp32_ops.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
+#include "fp8emu/util/error.hpp"
 #include "parallel.hpp"
 
 namespace fp8emu::emu {
@@ -20,31 +21,45 @@ std::array<float, 256> make_table(FormatSpec f) {
 
 }  // namespace
 
+void require_fp8(Format fmt, const char* what) {
+  FP8EMU_CHECK(is_fp8(fmt), what, ": format ", format_name(fmt),
+               " is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
+}
+
 const float* decode_table(Format fmt) {
-  static const std::array<float, 256> e4m3 = make_table(kSpecE4M3);
-  static const std::array<float, 256> e5m2 = make_table(kSpecE5M2);
-  return fmt == Format::kE4M3 ? e4m3.data() : e5m2.data();
+  require_fp8(fmt, "decode_table");
+  static const std::array<std::array<float, 256>, kFormatCount> tables = [] {
+    std::array<std::array<float, 256>, kFormatCount> t{};
+    for (const FormatRecord& r : kFormats)
+      if (is_fp8(r.id)) t[std::size_t(r.id)] = make_table(*r.spec);
+    return t;
+  }();
+  return tables[std::size_t(fmt)].data();
 }
 
 // The per-tensor cast is the bulk kernel (bulk_convert.hpp), which computes the same bytes, amax
 // and counts (tests/emulation/test_bulk_convert.cpp).
 QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
                        float* amax) {
+  require_fp8(fmt, "quantize");
   QuantizeStats st;
   quantize_f32(x, n, scale, fmt, q, amax, &st);
   return st;
 }
 
 void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) {
+  require_fp8(fmt, "dequantize");
   dequantize_to_f32(q, n, scale_inv, fmt, y);
 }
 
+// A max over core::amax_bits (NaN ignored, as TE's fmaxf): exact, so any split over threads gives
+// the same value.
 float compute_amax(const float* x, std::size_t n) {
-  float m = 0.0f;
+  std::uint32_t m = 0;
   const std::ptrdiff_t count = std::ptrdiff_t(n);
 #pragma omp parallel for schedule(static) reduction(max : m) if (count >= detail::kParallelMinElements)
-  for (std::ptrdiff_t i = 0; i < count; ++i) m = detail::amax_step(m, x[i]);
-  return m;
+  for (std::ptrdiff_t i = 0; i < count; ++i) m = core::max_u32(m, core::amax_bits(x[i]));
+  return core::bits_to_f32(m);
 }
 
 }  // namespace fp8emu::emu

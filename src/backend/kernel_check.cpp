@@ -35,7 +35,11 @@ std::string hex8(std::uint32_t u) {
   return buf;
 }
 
-const char* format_name(Format f) { return f == Format::kE4M3 ? "e4m3" : "e5m2"; }
+// Short labels of the rows ("e4m3", "e5m2"): the registry name without its "fn" suffix.
+std::string short_name(Format f) {
+  const std::string n = format_name(f);
+  return n.size() > 2 && n.compare(n.size() - 2, 2, "fn") == 0 ? n.substr(0, n.size() - 2) : n;
+}
 
 // The rows, in order of first use, keyed by (kernel, inputs).
 class Recorder {
@@ -284,7 +288,7 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
         if (guarded(r, sz, [&] { b = cand.compute_amax(x.data(), n); })) cmp_f32(r, sz + " amax", &a, &b, 1);
       }
       for (const Format fmt : kFormats) {
-        const std::string w = sz + " " + format_name(fmt);
+        const std::string w = sz + " " + short_name(fmt);
         if (wants("quantize")) {
           KernelCheckRow& r = rec.row("quantize", in);
           const float current = core::compute_scale_from_amax(emu::compute_amax(x.data(), n), max_finite_f32(fmt),
@@ -370,7 +374,7 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
       if (wants("dequantize") || wants("transpose")) {
         progress(sz + ", " + in + ": dequantize, transpose");
         for (const Format fmt : kFormats) {
-          const std::string w = sz + " " + format_name(fmt);
+          const std::string w = sz + " " + short_name(fmt);
           float si = 1.0f;
           std::vector<std::uint8_t> q = make_codes(cf, fmt, n, mix(opt.seed, std::uint64_t(s), 100 + std::uint64_t(cf)), &si);
           if (wants("dequantize")) {
@@ -412,7 +416,7 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
             std::string label = std::string("gemm_fp8_tn ") + emu::to_string(acc.model);
             if (acc.promotion_interval > 0) label += " promote " + std::to_string(acc.promotion_interval);
             KernelCheckRow& r = rec.row(label, in);
-            const std::string w = sz + " " + format_name(fa) + "x" + format_name(fb) + " D";
+            const std::string w = sz + " " + short_name(fa) + "x" + short_name(fb) + " D";
             std::vector<float> da(std::size_t(M) * std::size_t(N)), db(da.size());
             ref.gemm_fp8_tn(M, N, K, A.data(), fa, sia, B.data(), fb, sib, acc, da.data());
             ++r.calls;

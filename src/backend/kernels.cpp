@@ -6,7 +6,10 @@
 
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
-#include "detail.hpp"
+
+#if defined(FP8EMU_HAVE_CUDA)
+#include "fp8emu/cuda/backend.hpp"
+#endif
 
 namespace fp8emu::backend {
 
@@ -97,14 +100,22 @@ std::string CudaStatus::why_not() const {
 }
 
 const CudaStatus& cuda_status() {
-  static const CudaStatus s = detail::probe_cuda();
+#if defined(FP8EMU_HAVE_CUDA)
+  static const CudaStatus s = cuda::probe();
+#else
+  static const CudaStatus s;  // built = false: why_not() says how to get a CUDA build
+#endif
   return s;
 }
 
 const Kernels& cuda_kernels() {
   const CudaStatus& s = cuda_status();
   FP8EMU_CHECK(s.usable(), "the cuda backend cannot run: ", s.why_not());
-  return detail::gpu_kernels();
+#if defined(FP8EMU_HAVE_CUDA)
+  return cuda::kernels();
+#else
+  FP8EMU_FAIL("this fp8emu was built without CUDA");  // unreachable: usable() is false
+#endif
 }
 
 std::string describe(const std::vector<Kind>& kinds, const std::vector<std::string>& layer_names) {

@@ -113,7 +113,7 @@ int run_mma_check(const MmaCheckOptions& o, std::ostream& out, std::ostream& err
     std::size_t mismatches = 0;
     for (std::size_t i = 0; i < a.size(); ++i) {
       std::uint32_t c0 = c.empty() ? 0u : c[i];
-      if (acc == core::MmaAccumulator::kFp16) c0 = core::f32_to_f16_bits_rne(c0);  // the GPU's C is fp16(c)
+      if (acc == core::MmaAccumulator::kFp16) c0 = core::f32_bits_to_half_rne(c0);  // the GPU's C is fp16(c)
       const std::uint32_t got = core::mma_dot(a[i].data(), *f, b[i].data(), *f, 32, block, c0, acc);
       if (got != d[i]) {
         if (++mismatches <= 10)

@@ -73,7 +73,7 @@ TEST_CASE("Ada mma.sync model reproduces every recorded row, fp32 and fp16 outpu
   int m32 = 0, m16 = 0;
   for (const Row& r : rows) {
     m32 += mma_dot(r.a.data(), kSpecE4M3, r.b.data(), kSpecE4M3, 32, 16, r.c, MmaAccumulator::kFp32) != r.d;
-    m16 += mma_dot(r.a.data(), kSpecE4M3, r.b.data(), kSpecE4M3, 32, 16, f32_to_f16_bits_rne(r.c),
+    m16 += mma_dot(r.a.data(), kSpecE4M3, r.b.data(), kSpecE4M3, 32, 16, f32_bits_to_half_rne(r.c),
                    MmaAccumulator::kFp16) != r.d16;
   }
   CHECK(m32 == 0);
@@ -125,12 +125,12 @@ TEST_CASE("special values follow the documented model rule", "[mma]") {
 }
 
 TEST_CASE("fp16 helpers round to nearest even", "[mma][fp16]") {
-  CHECK(f32_to_f16_bits_rne(bits(1.0f)) == 0x3C00u);
-  CHECK(f32_to_f16_bits_rne(bits(65504.0f)) == 0x7BFFu);
-  CHECK(f32_to_f16_bits_rne(bits(65520.0f)) == 0x7C00u);  // halfway to 2^16: ties to even -> Inf
-  CHECK(f32_to_f16_bits_rne(bits(0x1p-24f)) == 0x0001u);
-  CHECK(f32_to_f16_bits_rne(bits(0x1p-25f)) == 0x0000u);  // tie to even (0)
-  CHECK(f32_to_f16_bits_rne(bits(1.0f + 0x1p-11f)) == 0x3C00u);  // tie to even
-  CHECK(f16_to_f32_bits(0x0001u) == bits(0x1p-24f));
-  CHECK(f16_to_f32_bits(0xFBFFu) == bits(-65504.0f));
+  CHECK(f32_bits_to_half_rne(bits(1.0f)) == 0x3C00u);
+  CHECK(f32_bits_to_half_rne(bits(65504.0f)) == 0x7BFFu);
+  CHECK(f32_bits_to_half_rne(bits(65520.0f)) == 0x7C00u);  // halfway to 2^16: ties to even -> Inf
+  CHECK(f32_bits_to_half_rne(bits(0x1p-24f)) == 0x0001u);
+  CHECK(f32_bits_to_half_rne(bits(0x1p-25f)) == 0x0000u);  // tie to even (0)
+  CHECK(f32_bits_to_half_rne(bits(1.0f + 0x1p-11f)) == 0x3C00u);  // tie to even
+  CHECK(half_to_f32_bits(0x0001u) == bits(0x1p-24f));
+  CHECK(half_to_f32_bits(0xFBFFu) == bits(-65504.0f));
 }

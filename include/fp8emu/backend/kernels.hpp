@@ -70,8 +70,16 @@ class Kernels {
   virtual void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const = 0;
 };
 
-/// The CPU emulator's kernels (always available).
+/// The CPU emulator's kernels (always available): SIMD and OpenMP paths where it has them, the
+/// element layer (include/fp8emu/core) elsewhere.
 const Kernels& emulated_kernels();
+
+/// The per-element kernel set: every method runs the element layer of include/fp8emu/core on one
+/// thread, in the decomposition the CUDA kernels use (per element, per block, per tile; amax as a
+/// max of bits; counts as sums), with the argument checks every backend shares. The reference
+/// against which the emulator's SIMD paths (tests) and the GPU (`fp8emu validate`) are compared.
+/// Slow: for checks, not for training.
+const Kernels& element_kernels();
 
 /// What the machine offers for the `cuda` backend (never throws; probed once, then cached).
 struct GpuInfo {

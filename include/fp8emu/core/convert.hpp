@@ -47,48 +47,19 @@ FP8EMU_HD float bits_to_f32(std::uint32_t u) {
 #endif
 }
 
-/// `v >> s` rounded to nearest, ties to even, for 1 <= s <= 31.
-FP8EMU_HD constexpr std::uint32_t shift_right_rne(std::uint32_t v, int s) {
-  const std::uint32_t q = v >> s;
-  const std::uint32_t rem = v & ((1u << s) - 1u);
-  const std::uint32_t half = 1u << (s - 1);
-  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
-}
-
-/// fp32 (given as bits) -> FP8 code, round to nearest even, one rounding.
-///
-/// Steps, as CUDA's host path (which widens to double exactly and rounds once):
+/// fp32 (given as bits) -> FP8 code, round to nearest even, one rounding: the general encoder
+/// (encode.hpp, encode_bits) under CUDA's float policy, as `__nv_cvt_float_to_fp8(x, sat, fmt)`:
 ///  1. NaN -> the positive canonical NaN code (0x7F): CUDA's float entry drops the NaN's sign.
 ///  2. +-Inf -> +-max finite (kSatFinite) or the overflow code (kNoSat: Inf for E5M2, NaN for E4M3).
-///  3. Normal target range: keep `mantissa_bits` bits, RNE on the rest; a carry moves the exponent.
-///  4. Subnormal target range: align the 24-bit significand to the subnormal ulp, RNE; exactly half
-///     the smallest subnormal goes to zero (ties to even), the sign of zero is kept.
-///  5. A result above max finite (incl. rounding onto the Inf/NaN code) is overflow, handled as 2.
+///  3. Finite: keep `mantissa_bits` bits (fewer in the subnormal range), RNE on the rest; exactly
+///     half the smallest subnormal goes to zero (ties to even), the sign of zero is kept.
+///  4. A result above max finite (incl. rounding onto the Inf/NaN code) is overflow, handled as 2.
 /// \param bits  fp32 bit pattern; every pattern is valid.
-/// \param f     target format record (kSpecE4M3 or kSpecE5M2).
+/// \param f     target format record.
 /// \param sat   overflow policy.
-/// \return      8-bit code, sign in bit 7.
-FP8EMU_HD constexpr std::uint8_t encode_f32_bits(std::uint32_t bits, FormatSpec f,
-                                                 Saturation sat) {
-  const std::uint32_t sign = (bits >> 31) ? f.sign_mask() : 0u;
-  const std::uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) return std::uint8_t(f.nan_code());  // step 1
-  const std::uint32_t overflow_code =
-      sat == Saturation::kSatFinite ? f.max_finite_code() : (f.has_inf ? f.inf_code() : f.nan_code());
-  if (abs == 0x7F800000u) return std::uint8_t(sign | overflow_code);  // step 2
-  const int m = f.mantissa_bits;
-  const int shift = 23 - m;              // fp32 mantissa bits dropped in the normal range
-  const int e = int(abs >> 23) - 127;    // unbiased exponent of a normal fp32
-  std::uint32_t code = 0;
-  if (e >= f.emin()) {                   // step 3: re-bias after rounding; carries propagate
-    code = shift_right_rne(abs, shift) - (std::uint32_t(127 - f.bias) << m);
-  } else if (abs >= 0x00800000u) {       // step 4 (fp32 subnormals are far below half an FP8 ulp)
-    const std::uint32_t sig = (abs & 0x007FFFFFu) | 0x00800000u;
-    const int s = shift + (f.emin() - e);
-    code = s >= 25 ? 0u : shift_right_rne(sig, s);
-  }
-  if (code > f.max_finite_code()) code = overflow_code;  // step 5
-  return std::uint8_t(sign | code);
+/// \return      code, sign in bit bits()-1.
+FP8EMU_HD constexpr std::uint8_t encode_f32_bits(std::uint32_t bits, FormatSpec f, Saturation sat) {
+  return encode_bits<Binary32Source>(bits, f, Policy::cuda_float(sat == Saturation::kSatFinite));
 }
 
 /// FP8 code -> fp32 bits, exact. NaN codes give 0x7FFFFFFF, the canonical NaN that CUDA's

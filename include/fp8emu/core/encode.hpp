@@ -11,8 +11,8 @@
 ///   - ml_dtypes (default cast and the C++ kSaturate flag): Policy::ml_dtypes / ml_dtypes_saturate;
 ///   - PyTorch c10 <= 2.11 and >= 2.12: Policy::pytorch / pytorch_2_12.
 ///
-/// The fast fp32 -> FP8 path of the kernels (convert.hpp, `encode_f32_bits`) equals
-/// `encode(bits, spec, Policy::cuda_float(sat))` for every input (tested exhaustively).
+/// The kernels' fp32 -> FP8 cast (convert.hpp, `encode_f32_bits`) is this encoder under
+/// `Policy::cuda_float(sat)`.
 #pragma once
 
 #include <cstdint>
@@ -107,10 +107,11 @@ FP8EMU_HD constexpr std::uint64_t f32_bits_to_f64_bits(std::uint32_t u) {
   return sign | (std::uint64_t(e) << 52) | ((man & 0x7FFFFFu) << 29);
 }
 
-/// The code of a NaN input under policy `nan` (formats with a NaN code).
-FP8EMU_HD constexpr std::uint8_t nan_code_for(std::uint64_t bits, FormatSpec f, NanEncoding nan) {
+/// The code of a NaN input under policy `nan` (formats with a NaN code): `neg` its sign, `payload_top`
+/// the top mantissa_bits bits of its payload (quiet bit first).
+FP8EMU_HD constexpr std::uint8_t nan_code_for(bool neg, std::uint32_t payload_top, FormatSpec f, NanEncoding nan) {
   if (f.fnuz) return std::uint8_t(f.nan_code());
-  const std::uint32_t sign = (bits >> 63) ? f.sign_mask() : 0u;
+  const std::uint32_t sign = neg ? f.sign_mask() : 0u;
   switch (nan) {
     case NanEncoding::kCanonical:
       return std::uint8_t(f.nan_code());
@@ -119,15 +120,29 @@ FP8EMU_HD constexpr std::uint8_t nan_code_for(std::uint64_t bits, FormatSpec f, 
     case NanEncoding::kSignedQuiet:
       return std::uint8_t(sign | (f.has_inf ? f.inf_code() | (1u << (f.mantissa_bits - 1)) : f.nan_code()));
     case NanEncoding::kPayload:
-    default: {
       if (!f.has_inf) return std::uint8_t(sign | f.nan_code());
-      const std::uint32_t top = std::uint32_t((bits >> (52 - f.mantissa_bits)) & ((1u << f.mantissa_bits) - 1u));
-      return std::uint8_t(sign | f.inf_code() | (1u << (f.mantissa_bits - 1)) | top);
-    }
+      return std::uint8_t(sign | f.inf_code() | (1u << (f.mantissa_bits - 1)) | payload_top);
   }
+  return std::uint8_t(f.nan_code());  // unreachable: every NanEncoding is handled above
 }
 
-/// fp64 bits -> code of `f` (bits() wide, sign in bit bits()-1), one rounding under `p`.
+/// The IEEE binary source formats of the encoder: bit container, exponent and trailing significand
+/// widths.
+template <class U, int kExponentBits, int kMantissaBits>
+struct IeeeSource {
+  using Bits = U;
+  static constexpr int kExpBits = kExponentBits;
+  static constexpr int kManBits = kMantissaBits;
+  static constexpr int kWidth = 1 + kExponentBits + kMantissaBits;
+  static constexpr int kBias = (1 << (kExponentBits - 1)) - 1;
+};
+using Binary32Source = IeeeSource<std::uint32_t, 8, 23>;
+using Binary64Source = IeeeSource<std::uint64_t, 11, 52>;
+
+/// The one encoder: IEEE binary32 or binary64 bits (Src) -> code of `f` (bits() wide, sign in bit
+/// bits()-1), one rounding of the exact input under `p`. Every fp32/fp64 -> small-format conversion
+/// of fp8emu (CUDA's, ml_dtypes', PyTorch's, the kernels' satfinite cast) is this routine with a
+/// policy.
 ///
 /// Steps:
 ///  1. NaN: encoded by p.nan (nan_code_for). Formats without NaN (FP6, FP4) give +max finite for
@@ -141,66 +156,60 @@ FP8EMU_HD constexpr std::uint8_t nan_code_for(std::uint64_t bits, FormatSpec f, 
 ///     exactly when at most 32 bits are discarded, else truncated to 32 bits (bias < 2^-32 ulp).
 ///  4. A rounded magnitude above max finite overflows per p.overflow (see Overflow).
 ///  5. Zero results keep the sign (-0), except in fnuz formats, which have no -0 (code 0).
-FP8EMU_HD constexpr std::uint8_t encode_f64_bits(std::uint64_t bits, FormatSpec f, Policy p,
-                                                 std::uint32_t random_bits = 0) {
-  const bool neg = (bits >> 63) != 0;
+template <class Src>
+FP8EMU_HD constexpr std::uint8_t encode_bits(typename Src::Bits bits, FormatSpec f, Policy p,
+                                             std::uint32_t random_bits = 0) {
+  using U = typename Src::Bits;
+  constexpr int kMan = Src::kManBits;
+  constexpr U kSignBit = U(1) << (Src::kWidth - 1);
+  constexpr U kInf = ((U(1) << Src::kExpBits) - 1u) << kMan;
+  const bool neg = (bits & kSignBit) != 0;
   const std::uint32_t sign = neg ? f.sign_mask() : 0u;
-  const std::uint64_t abs = bits & 0x7FFFFFFFFFFFFFFFull;
+  const U abs = bits & (kSignBit - 1u);
   const std::uint32_t maxc = f.max_finite_code();
+  const int m = f.mantissa_bits;
   // The code of an overflow that does not saturate.
   const std::uint32_t big = f.has_inf ? (sign | f.inf_code())
                             : f.fnuz  ? f.nan_code()
                             : f.has_nan() ? (sign | f.nan_code())
                                           : (sign | maxc);
-  if (abs > 0x7FF0000000000000ull) {  // step 1
-    if (f.has_nan()) return nan_code_for(bits, f, p.nan);
+  if (abs > kInf) {  // step 1
+    if (f.has_nan()) return nan_code_for(neg, std::uint32_t((abs >> (kMan - m)) & ((U(1) << m) - 1u)), f, p.nan);
     // No NaN code: CUDA gives +max finite; ml_dtypes (0.6.0) gives zero of the opposite sign.
     return std::uint8_t(p.nan == NanEncoding::kSignedQuiet ? (neg ? 0u : f.sign_mask()) : maxc);
   }
-  if (abs == 0x7FF0000000000000ull) {  // step 2
-    return std::uint8_t(p.overflow == Overflow::kSatFinite ? (sign | maxc) : big);
-  }
+  if (abs == kInf) return std::uint8_t(p.overflow == Overflow::kSatFinite ? (sign | maxc) : big);  // step 2
   if (abs == 0) return std::uint8_t(f.fnuz ? 0u : sign);
-  // Step 3. |x| = sig * 2^(e - 52), sig < 2^53 (subnormal doubles: e = -1022, no implicit bit).
-  const int biased = int(abs >> 52);
-  const std::uint64_t sig = (abs & 0x000FFFFFFFFFFFFFull) | (biased ? 0x0010000000000000ull : 0u);
-  const int e = biased ? biased - 1023 : -1022;
-  const int m = f.mantissa_bits;
-  const int ue = e > f.emin() ? e : f.emin();     // exponent of the target ulp's binade
-  const int s = 52 - m + (ue - e);                 // bits of sig below the target ulp (>= 50)
-  std::uint64_t q = 0, rem = sig;
-  std::uint32_t frac32 = 0;                        // first 32 bits of the discarded fraction
+  // Step 3. |x| = sig * 2^(e - kMan) (subnormal sources: e = 1 - bias, no implicit bit).
+  const int biased = int(abs >> kMan);
+  const U sig = (abs & ((U(1) << kMan) - 1u)) | (biased ? (U(1) << kMan) : U(0));
+  const int e = biased ? biased - Src::kBias : 1 - Src::kBias;
+  const int ue = e > f.emin() ? e : f.emin();  // exponent of the target ulp's binade
+  const int s = kMan - m + (ue - e);           // bits of sig below the target ulp (>= 20)
+  U q = 0, rem = sig;
+  std::uint32_t frac32 = 0;                    // first 32 bits of the discarded fraction
   bool half_exact = false, above_half = false;
-  if (s < 64) {
+  if (s < Src::kWidth) {
     q = sig >> s;
-    rem = sig & ((std::uint64_t(1) << s) - 1u);
-    const std::uint64_t half = std::uint64_t(1) << (s - 1);
+    rem = sig & ((U(1) << s) - 1u);
+    const U half = U(1) << (s - 1);
     half_exact = rem == half;
     above_half = rem > half;
-    frac32 = std::uint32_t(rem >> (s - 32));       // s >= 50 > 32
-  } else {                                         // |x| < 2^-11 ulp: only the sticky part is left
-    frac32 = s - 32 < 64 ? std::uint32_t(sig >> (s - 32)) : 0u;
+    frac32 = s >= 32 ? std::uint32_t(rem >> (s >= 32 ? s - 32 : 0)) : std::uint32_t(rem << (s < 32 ? 32 - s : 0));
+  } else {  // |x| is far below the ulp: only the sticky part is left
+    frac32 = s - 32 < Src::kWidth ? std::uint32_t(sig >> (s - 32)) : 0u;
   }
   bool up = false;
   switch (p.rounding) {
-    case Rounding::kNearestEven:
-      up = above_half || (half_exact && (q & 1u));
-      break;
-    case Rounding::kTowardZero:
-      break;
-    case Rounding::kTowardPositive:
-      up = rem != 0 && !neg;
-      break;
-    case Rounding::kTowardNegative:
-      up = rem != 0 && neg;
-      break;
-    case Rounding::kStochastic:
-      up = std::uint64_t(frac32) + random_bits >= (std::uint64_t(1) << 32);
-      break;
+    case Rounding::kNearestEven: up = above_half || (half_exact && (q & 1u)); break;
+    case Rounding::kTowardZero: break;
+    case Rounding::kTowardPositive: up = rem != 0 && !neg; break;
+    case Rounding::kTowardNegative: up = rem != 0 && neg; break;
+    case Rounding::kStochastic: up = std::uint64_t(frac32) + random_bits >= (std::uint64_t(1) << 32); break;
   }
-  // Code = q + (biased exponent - 1) << m for normals (q holds the implicit bit), q for
-  // subnormals; a carry out of the mantissa moves the exponent.
-  const std::uint64_t mag = q + (up ? 1u : 0u) + (std::uint64_t(ue - f.emin()) << m);
+  // Code = q + (biased exponent - 1) << m for normals (q holds the implicit bit), q for subnormals;
+  // a carry out of the mantissa moves the exponent.
+  const U mag = q + (up ? 1u : 0u) + (U(ue - f.emin()) << m);
   if (mag > maxc) {  // step 4
     if (p.overflow != Overflow::kNoSat) return std::uint8_t(sign | maxc);
     const bool toward_range = p.rounding == Rounding::kTowardZero ||
@@ -212,56 +221,17 @@ FP8EMU_HD constexpr std::uint8_t encode_f64_bits(std::uint64_t bits, FormatSpec 
   return std::uint8_t(sign | std::uint32_t(mag));
 }
 
-/// fp32 bits -> code of `f` under `p`: the same result as encode_f64_bits of the exactly widened
-/// value (tested for all 2^32 inputs), computed in 32-bit arithmetic.
+/// fp64 bits -> code of `f`, one rounding under `p` (encode_bits).
+FP8EMU_HD constexpr std::uint8_t encode_f64_bits(std::uint64_t bits, FormatSpec f, Policy p,
+                                                 std::uint32_t random_bits = 0) {
+  return encode_bits<Binary64Source>(bits, f, p, random_bits);
+}
+
+/// fp32 bits -> code of `f` under `p` (encode_bits): the same result as encode_f64_bits of the
+/// exactly widened value, since both round the same exact value once.
 FP8EMU_HD constexpr std::uint8_t encode_f32_bits_with(std::uint32_t bits, FormatSpec f, Policy p,
                                                       std::uint32_t random_bits = 0) {
-  const bool neg = (bits >> 31) != 0;
-  const std::uint32_t sign = neg ? f.sign_mask() : 0u;
-  const std::uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) return encode_f64_bits(f32_bits_to_f64_bits(bits), f, p, random_bits);
-  if (abs == 0) return std::uint8_t(f.fnuz ? 0u : sign);
-  const int biased = int(abs >> 23);
-  const std::uint32_t sig = (abs & 0x7FFFFFu) | (biased ? 0x800000u : 0u);
-  const int e = biased ? biased - 127 : -126;
-  const int m = f.mantissa_bits;
-  const int ue = e > f.emin() ? e : f.emin();
-  const int s = 23 - m + (ue - e);  // >= 20
-  std::uint32_t q = 0, rem = sig, frac32 = 0;
-  bool half_exact = false, above_half = false;
-  if (s < 32) {
-    q = sig >> s;
-    rem = sig & ((1u << s) - 1u);
-    const std::uint32_t half = 1u << (s - 1);
-    half_exact = rem == half;
-    above_half = rem > half;
-    frac32 = rem << (32 - s);
-  } else {
-    frac32 = s - 32 < 32 ? sig >> (s - 32) : 0u;
-  }
-  bool up = false;
-  switch (p.rounding) {
-    case Rounding::kNearestEven: up = above_half || (half_exact && (q & 1u)); break;
-    case Rounding::kTowardZero: break;
-    case Rounding::kTowardPositive: up = rem != 0 && !neg; break;
-    case Rounding::kTowardNegative: up = rem != 0 && neg; break;
-    case Rounding::kStochastic: up = std::uint64_t(frac32) + random_bits >= (std::uint64_t(1) << 32); break;
-  }
-  const std::uint32_t maxc = f.max_finite_code();
-  const std::uint32_t mag = q + (up ? 1u : 0u) + (std::uint32_t(ue - f.emin()) << m);
-  if (mag > maxc) {
-    if (p.overflow != Overflow::kNoSat) return std::uint8_t(sign | maxc);
-    const bool toward_range = p.rounding == Rounding::kTowardZero ||
-                              (p.rounding == Rounding::kTowardPositive && neg) ||
-                              (p.rounding == Rounding::kTowardNegative && !neg);
-    if (toward_range) return std::uint8_t(sign | maxc);
-    return std::uint8_t(f.has_inf ? (sign | f.inf_code())
-                        : f.fnuz  ? f.nan_code()
-                        : f.has_nan() ? (sign | f.nan_code())
-                                      : (sign | maxc));
-  }
-  if (mag == 0 && f.fnuz) return 0;
-  return std::uint8_t(sign | mag);
+  return encode_bits<Binary32Source>(bits, f, p, random_bits);
 }
 
 /// Code of `f` -> fp32 bits, exact for every finite code (every value of these formats is an fp32

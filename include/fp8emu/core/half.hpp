@@ -40,9 +40,18 @@ FP8EMU_HD constexpr std::uint32_t half_to_f32_bits(std::uint16_t h) {
 /// bfloat16 bits -> fp32 bits, exact (NaN payload and sign kept).
 FP8EMU_HD constexpr std::uint32_t bf16_to_f32_bits(std::uint16_t b) { return std::uint32_t(b) << 16; }
 
-/// fp32 bits -> bfloat16 bits, round to nearest even; NaN -> 0x7FFF (CUDA `__float2bfloat16_rn`).
-FP8EMU_HD constexpr std::uint16_t f32_bits_to_bf16_rne(std::uint32_t u) {
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;
+/// What fp32 -> bfloat16 makes of a NaN: the two rules in use.
+enum class Bf16Nan : std::uint8_t {
+  kCuda,           ///< Every NaN -> 0x7FFF (CUDA `__float2bfloat16_rn` host code).
+  kQuietKeepSign,  ///< Sign kept, quiet NaN 0x7FC0 (the GEMM epilogue's bf16 output, as x86 and
+                   ///< PyTorch truncation of a default NaN give).
+};
+
+/// fp32 bits -> bfloat16 bits, round to nearest even, overflow to +-Inf; NaN per `nan` (CUDA's
+/// `__float2bfloat16_rn` by default).
+FP8EMU_HD constexpr std::uint16_t f32_bits_to_bf16_rne(std::uint32_t u, Bf16Nan nan = Bf16Nan::kCuda) {
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+    return nan == Bf16Nan::kCuda ? std::uint16_t(0x7FFFu) : std::uint16_t(((u >> 16) & 0x8000u) | 0x7FC0u);
   const std::uint32_t lsb = (u >> 16) & 1u;
   return std::uint16_t((u + 0x7FFFu + lsb) >> 16);  // carries into the exponent round up / to Inf
 }

@@ -30,6 +30,7 @@
 
 #include "fp8emu/config.hpp"
 #include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/half.hpp"
 #include "fp8emu/format/format_spec.hpp"
 
 namespace fp8emu::core {
@@ -137,22 +138,6 @@ FP8EMU_HD constexpr std::uint32_t scaled_int_to_f16_rne(std::uint32_t sign, std:
   return s | (std::uint32_t(efield) << 10) | (std::uint32_t(mant) & 0x3FFu);
 }
 
-/// fp32 bits of an fp16 (exact).
-FP8EMU_HD constexpr std::uint32_t f16_to_f32_bits(std::uint32_t h) {
-  if ((h & 0x7C00u) == 0x7C00u) return (h & 0x3FFu) ? 0x7FFFFFFFu : (((h >> 15) << 31) | 0x7F800000u);
-  const MmaTerm t = decode_f16_term(h);
-  return scaled_int_to_f32_rz(t.sign, t.sig, t.exp - t.frac);
-}
-
-/// fp16 bits of an fp32, round to nearest even (as __float2half_rn; NaN -> 0x7FFF).
-FP8EMU_HD constexpr std::uint32_t f32_to_f16_bits_rne(std::uint32_t bits) {
-  const std::uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) return 0x7FFFu;
-  if (abs == 0x7F800000u) return ((bits >> 31) << 15) | 0x7C00u;
-  const MmaTerm t = decode_f32_term(bits);
-  return scaled_int_to_f16_rne(t.sign, t.sig, t.exp - t.frac);
-}
-
 namespace detail {
 // Classifies an FP8 code: 0 finite, 1 NaN, 2 Inf.
 FP8EMU_HD constexpr int fp8_class(std::uint8_t code, FormatSpec f) {
@@ -164,8 +149,11 @@ FP8EMU_HD constexpr int fp8_class(std::uint8_t code, FormatSpec f) {
 
 /// One fused block: n products a[i]*b[i] (FP8 codes) plus the addend c. For kFp32, c and the
 /// result are fp32 bits; for kFp16, c and the result are fp16 bits. See the file comment.
+/// `fraction_bits` is F (13 for every FP8 tensor core measured); the fp32 accumulator keeps F + 1
+/// significant bits.
 FP8EMU_HD constexpr std::uint32_t mma_block(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b,
-                                            FormatSpec fb, int n, std::uint32_t c, MmaAccumulator acc) {
+                                            FormatSpec fb, int n, std::uint32_t c, MmaAccumulator acc,
+                                            int fraction_bits = kMmaFractionBits) {
   const bool f16 = acc == MmaAccumulator::kFp16;
   // Special values first (model rule).
   bool nan = false, pos_inf = false, neg_inf = false;
@@ -203,7 +191,7 @@ FP8EMU_HD constexpr std::uint32_t mma_block(const std::uint8_t* a, FormatSpec fa
   // Aligned, truncated, exact integer sum.
   std::int64_t S = 0;
   auto add = [&](std::uint32_t sign, std::uint64_t sig, int exp, int frac) {
-    const int sh = kMmaFractionBits - frac - (E - exp);
+    const int sh = fraction_bits - frac - (E - exp);
     const std::uint64_t t = sh >= 0 ? (sig << sh) : (-sh >= 64 ? 0u : (sig >> -sh));
     S += sign ? -std::int64_t(t) : std::int64_t(t);
   };
@@ -216,10 +204,10 @@ FP8EMU_HD constexpr std::uint32_t mma_block(const std::uint8_t* a, FormatSpec fa
   if (S == 0) return 0u;  // exact zero: +0 (documented choice)
   const std::uint32_t sign = S < 0 ? 1u : 0u;
   std::uint64_t T = std::uint64_t(S < 0 ? -S : S);
-  const int k = E - kMmaFractionBits;
+  const int k = E - fraction_bits;
   if (f16) return scaled_int_to_f16_rne(sign, T, k);
-  const int nbits = bit_length(T);
-  if (nbits > kMmaSignificantBits) T = (T >> (nbits - kMmaSignificantBits)) << (nbits - kMmaSignificantBits);
+  const int nbits = bit_length(T), keep = fraction_bits + 1;
+  if (nbits > keep) T = (T >> (nbits - keep)) << (nbits - keep);
   return scaled_int_to_f32_rz(sign, T, k);
 }
 
@@ -227,10 +215,12 @@ FP8EMU_HD constexpr std::uint32_t mma_block(const std::uint8_t* a, FormatSpec fa
 /// first block's addend being c (fp32 bits, or fp16 bits for kFp16). Returns fp32 bits (the fp16
 /// result widened exactly for kFp16).
 FP8EMU_HD constexpr std::uint32_t mma_dot(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb,
-                                          int K, int block, std::uint32_t c, MmaAccumulator acc) {
+                                          int K, int block, std::uint32_t c, MmaAccumulator acc,
+                                          int fraction_bits = kMmaFractionBits) {
   std::uint32_t d = c;
-  for (int k0 = 0; k0 < K; k0 += block) d = mma_block(a + k0, fa, b + k0, fb, K - k0 < block ? K - k0 : block, d, acc);
-  return acc == MmaAccumulator::kFp16 ? f16_to_f32_bits(d) : d;
+  for (int k0 = 0; k0 < K; k0 += block)
+    d = mma_block(a + k0, fa, b + k0, fb, K - k0 < block ? K - k0 : block, d, acc, fraction_bits);
+  return acc == MmaAccumulator::kFp16 ? half_to_f32_bits(std::uint16_t(d)) : d;
 }
 
 }  // namespace fp8emu::core

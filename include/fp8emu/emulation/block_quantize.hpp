@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fp8emu/core/cast.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/scaling/recipe.hpp"
@@ -65,13 +66,28 @@ struct BlockQuantized2D {
 BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                    float epsilon, QuantizeStats* stats);
 
+/// An operand record for the K-major view of a row-major [rows, cols] input, sized (codes, scale_inv
+/// and, with_e8m0, e8m0) and zero-filled: what every backend's block cast writes into.
+BlockQuantized make_block_record(int rows, int cols, BlockAxis axis, int block, Format fmt, bool with_e8m0);
+
+/// quantize_block_2d's scale_inv of both views from the per-tile scale_inv, Shape [ceil(rows/tile),
+/// ceil(cols/tile)] row-major: every row (column) carries its tile's value for each block.
+void spread_tile_scales(int rows, int cols, int tile, const float* tile_scale_inv, BlockQuantized2D& q);
+
+/// The element layer's scale rule of quantize_mxfp8 for a format and E8M0 rule.
+core::BlockRule mxfp8_rule(Format fmt, scaling::E8M0Rule rule);
+
+/// The argument checks of gemm_fp8_block_tn, shared by every backend (same messages).
+/// \throws fp8emu::Error if the K lengths or block sizes differ, or the block size is < 1.
+void check_gemm_block_tn(const BlockQuantized& A, const BlockQuantized& B);
+
 /// Block-scaled FP8 GEMM, D = A B^T with both operands K-major (TN):
 ///   D[i,j] = sum over K-blocks b, in increasing b, of RN(P_b[i,j] * RN(sa[i,b] * sb[j,b])),
 ///   accumulated in fp32 from +0, where P_b[i,j] is the fp32-sequential sum of the exact products
 ///   over the block's k (as emu::gemm_fp8_nn). Promotion of each block's partial sum to the fp32
 ///   accumulator is the "split accumulator" that TE forces for block scaling.
 /// \param A Shape: [M, K]. \param B Shape: [N, K]. \param D Shape: [M, N] row-major, overwritten.
-/// \throws fp8emu::Error if the K lengths or block sizes differ.
+/// \throws fp8emu::Error as check_gemm_block_tn.
 void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* D);
 
 }  // namespace fp8emu::emu

@@ -6,12 +6,10 @@
 /// (K contiguous); D Shape [M, N] row-major, D[i,j] = sum_k A[i,k] B[j,k]. E5M2 x E5M2 is rejected,
 /// as cuBLASLt rejects it.
 ///
-/// Accumulation models (the value of acc for one output element):
-///   kExact  - the exact sum of the exact products, rounded once to fp32 (RNE);
-///   kFp32   - fp32 sequential: c = RN(c + a_k*b_k) for k = 0..K-1 (products exact);
-///   kHopper - the wgmma k32 tensor-core model (core/mma_model.hpp): blocks of 32 chained along K
-///             from an accumulator starting at 0;
-///   kAda    - the mma.sync m16n8k32 model: blocks of 16 chained along K, fp32 accumulator.
+/// Accumulation models (the value of acc for one output element) are the rows of
+/// core/accumulation.hpp: exact, fp32 (sequential), hopper (wgmma k32 block FMA, blocks of 32),
+/// ada (mma.sync m16n8k32, blocks of 16); every element runs the one per-element body of
+/// core/dot.hpp that the CUDA kernels also run.
 /// GEMM-level wrapper for the tensor-core models (promotion_interval):
 ///   0 - fast accumulation (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1, TE fprop default): the whole
 ///       K stays in the tensor-core chain;
@@ -27,15 +25,21 @@
 #include <cstdint>
 #include <string>
 
+#include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/format/format_spec.hpp"
 
 namespace fp8emu::emu {
 
-enum class Accumulation : std::uint8_t { kExact, kFp32, kHopper, kAda };
+/// The model selector of core/accumulation.hpp, under its historical emu:: name.
+using ::fp8emu::Accumulation;
 
-/// Parse "exact" / "fp32" / "hopper" / "ada". \throws fp8emu::Error naming the accepted values.
+/// The model named s (a row name of kAccumulationModels: "exact", "fp32", "hopper", "ada").
+/// \throws fp8emu::Error naming the accepted values.
 Accumulation parse_accumulation(const std::string& s);
+/// The model's name (its row's `name`).
 const char* to_string(Accumulation a);
+/// The accepted names, comma-separated, in table order (for help texts and errors).
+std::string accumulation_names();
 
 /// An accumulation model plus the GEMM-level promotion wrapper (see the file comment).
 struct GemmAccumulation {
@@ -48,6 +52,11 @@ struct GemmAccumulation {
 inline GemmAccumulation te_fprop(Accumulation m) { return {m, 0}; }
 inline GemmAccumulation te_dgrad(Accumulation m) { return {m, 128}; }
 inline GemmAccumulation te_wgrad(Accumulation m) { return {m, 128}; }
+
+/// The argument checks of gemm_fp8_tn, shared by every backend (same messages).
+/// \throws fp8emu::Error for E5M2 x E5M2, negative sizes, or a promotion interval that is negative,
+///         given to the exact model, or not a multiple of the model's block.
+void check_gemm_tn(int M, int N, int K, Format fa, Format fb, const GemmAccumulation& acc);
 
 /// D = RN(acc * RN(scale_inv_a * scale_inv_b)) (see the file comment).
 /// \throws fp8emu::Error for E5M2 x E5M2, negative sizes, or a promotion interval that is negative

@@ -41,6 +41,10 @@ struct QuantizeStats {
   }
 };
 
+/// The check every FP8 kernel entry point makes of its format arguments.
+/// \throws fp8emu::Error naming `what` and the format when f is not an OCP FP8 format (is_fp8).
+void require_fp8(Format f, const char* what);
+
 /// Cast `n` fp32 values to FP8 codes with a per-tensor scale (TE semantics, see file comment).
 /// \param[in]     x      Shape: [n], any layout (elementwise).
 /// \param[in]     n      Number of elements.

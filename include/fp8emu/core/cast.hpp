@@ -1,0 +1,147 @@
+/// \file cast.hpp
+/// \brief The per-element bodies of the FP8 casts: one element's scaled cast with its counts, the
+/// dequantization of one code, the K-major view indexing of a block-scaled operand, a block's amax,
+/// its MXFP8 (E8M0) or Float8BlockScaling (fp32) scale, and the cast of one block. Host and device
+/// (FP8EMU_HD): the CPU emulator's scalar paths and the CUDA kernels call exactly these functions;
+/// the CPU's SIMD casts (emulation/bulk_convert) are tested against them.
+///
+/// Casts are CUDA's `__NV_SATFINITE` round-to-nearest-even conversion of RN(x * multiplier)
+/// (core/convert.hpp). The amax is a max over amax_bits (core/fp32_ops.hpp): NaN ignored, exact,
+/// independent of the order. Sources mirrored: TE `cast_transpose` / `quantize_mxfp8.cuh` /
+/// `quantize_transpose_vector_blockwise.cu` / `recipe_common.cuh` (docs/transformer-engine.md).
+#pragma once
+
+#include <cfloat>
+#include <cstddef>
+#include <cstdint>
+
+#include "fp8emu/config.hpp"
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/e8m0.hpp"
+#include "fp8emu/core/fp32_ops.hpp"
+#include "fp8emu/core/mma_model.hpp"
+#include "fp8emu/core/scale.hpp"
+#include "fp8emu/format/format_spec.hpp"
+
+namespace fp8emu::core {
+
+/// What a run of element casts did, summed as emu::QuantizeStats sums it.
+struct CastCounts {
+  std::uint32_t saturated = 0;  ///< |RN(x * mult)| overflowed the format (clipped to max; NaN never counts).
+  std::uint32_t underflow = 0;  ///< finite non-zero x whose code is +-0.
+  std::uint32_t nan = 0;        ///< NaN x.
+};
+
+/// One element of a cast: the code of RN(x * mult) under __NV_SATFINITE, and its counts added to
+/// `counts` (see CastCounts).
+FP8EMU_HD std::uint8_t cast_element(float x, float mult, FormatSpec f, CastCounts& counts) {
+  const float s = mul_rn(x, mult);
+  const std::uint8_t code = f32_to_fp8(s, f, Saturation::kSatFinite);
+  const bool nan = f32_is_nan(x);
+  counts.nan += nan ? 1u : 0u;
+  counts.saturated += f.overflows(f32_abs(s)) ? 1u : 0u;
+  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && (code & f.top_code()) == 0) ? 1u : 0u;
+  return code;
+}
+
+/// Dequantization of one code: RN(decode(q) * scale_inv).
+FP8EMU_HD float dequantize_element(std::uint8_t q, float scale_inv, FormatSpec f) {
+  return mul_rn(fp8_to_f32(q, f), scale_inv);
+}
+
+/// Index in a row-major [rows, cols] input of element (r, kk) of its K-major view: rowwise: row r,
+/// column kk (K = cols); columnwise: row kk, column r (K = rows).
+FP8EMU_HD std::size_t view_index(bool rowwise, int cols, int r, int kk) {
+  return rowwise ? std::size_t(r) * std::size_t(cols) + std::size_t(kk)
+                 : std::size_t(kk) * std::size_t(cols) + std::size_t(r);
+}
+
+/// Amax of elements [k0, k1) of view row r (NaN ignored; +0 for an empty or all-NaN block).
+FP8EMU_HD float view_block_amax(const float* x, bool rowwise, int cols, int r, int k0, int k1) {
+  std::uint32_t m = 0;
+  for (int kk = k0; kk < k1; ++kk) m = max_u32(m, amax_bits(x[view_index(rowwise, cols, r, kk)]));
+  return bits_to_f32(m);
+}
+
+/// The E8M0 scale code of an MXFP8 block from its amax (non-negative or NaN).
+///   TE rule (quantize_mxfp8.cuh, ptx float_to_e8m0): round-up of RN(amax * rcp_max), rcp_max =
+///     fl32(1 / fp8_max), so no element of the block saturates;
+///   OCP MX v1.0 §6.3 rule: 2^(floor(log2 amax) - emax of the element format), clamped to the E8M0
+///     range (elements above fp8_max * 2^e then saturate); NaN -> 0xFF, +Inf -> 0xFE, 0 -> 0.
+FP8EMU_HD std::uint8_t mxfp8_scale_code(float amax, FormatSpec f, bool te_rule, float rcp_max) {
+  if (te_rule) return e8m0_round_up_from_f32_bits(f32_to_bits(mul_rn(amax, rcp_max)));
+  const std::uint32_t u = f32_to_bits(amax) & 0x7FFFFFFFu;
+  if (u > 0x7F800000u) return kE8M0NaN;
+  if (u == 0x7F800000u) return kE8M0MaxCode;
+  if (u == 0) return 0;
+  const int e = int(u >> 23);
+  const int floor_log2 = e != 0 ? e - 127 : bit_length(u & 0x7FFFFFu) - 1 - 149;  // subnormal amax
+  const int code = floor_log2 - f.emax() + kE8M0Bias;
+  return std::uint8_t(code < 0 ? 0 : code > int(kE8M0MaxCode) ? int(kE8M0MaxCode) : code);
+}
+
+/// The scale and scale_inv of one Float8BlockScaling block or tile: compute_scale_from_amax with
+/// value_for_inf = FLT_MAX (TE recipe_common.cuh), scale_inv = RN(1 / scale).
+struct BlockScale {
+  float scale, scale_inv;
+};
+FP8EMU_HD BlockScale block_scale(float amax, float fp8_max, bool pow2, float epsilon) {
+  const float s = compute_scale_from_amax(amax, fp8_max, pow2, epsilon, FLT_MAX);
+  return BlockScale{s, div_rn(1.0f, s)};
+}
+
+/// How the scale of a block is found from its amax: MXFP8 (E8M0, TE or OCP rule) or an fp32 scale
+/// (Float8BlockScaling). Passed by value to device code.
+struct BlockRule {
+  enum Kind : std::uint8_t { kMxfp8Te, kMxfp8Ocp, kFloat } kind = kFloat;
+  float rcp_max = 0.0f;  ///< MXFP8 TE rule: fl32(1 / fp8_max).
+  float fp8_max = 0.0f;  ///< kFloat: compute_scale_from_amax's fp8_max.
+  bool pow2 = false;     ///< kFloat: power-of-2 scales.
+  float epsilon = 0.0f;  ///< kFloat: amax_epsilon.
+
+  /// The MXFP8 rule for element format f (te_rule: TE's round-up, else OCP's floor).
+  static constexpr BlockRule mxfp8(FormatSpec f, bool te_rule) {
+    BlockRule r;
+    r.kind = te_rule ? kMxfp8Te : kMxfp8Ocp;
+    r.rcp_max = float(1.0 / f.max_finite());  // TE Quantized_Limits::max_norm_rcp
+    return r;
+  }
+  /// The Float8BlockScaling rule for element format f.
+  static constexpr BlockRule fp32_scale(FormatSpec f, bool pow2_scales, float amax_epsilon) {
+    BlockRule r;
+    r.kind = kFloat;
+    r.fp8_max = float(f.max_finite());
+    r.pow2 = pow2_scales;
+    r.epsilon = amax_epsilon;
+    return r;
+  }
+  constexpr bool is_mxfp8() const { return kind != kFloat; }
+};
+
+/// Casts block `blk` of view row r of a row-major [rows, cols] input x: the block's amax, its scale
+/// by `rule`, then each element. Writes the codes into codes [n, K] (row-major), the block's
+/// scale_inv into scale_inv [n, nb] and, for MXFP8 rules, its E8M0 code into e8m0 [n, nb] (may be
+/// null otherwise); adds the counts. A final partial block is scaled by its own amax.
+FP8EMU_HD void cast_view_block(const float* x, bool rowwise, int cols, int r, int blk, int block, int K, int nb,
+                               FormatSpec f, const BlockRule& rule, std::uint8_t* codes, float* scale_inv,
+                               std::uint8_t* e8m0, CastCounts& counts) {
+  const int k0 = blk * block, k1 = min_int(K, k0 + block);
+  const float amax = view_block_amax(x, rowwise, cols, r, k0, k1);
+  const std::size_t si = std::size_t(r) * std::size_t(nb) + std::size_t(blk);
+  float mult = 1.0f;
+  if (rule.kind == BlockRule::kFloat) {
+    const BlockScale bs = block_scale(amax, rule.fp8_max, rule.pow2, rule.epsilon);
+    scale_inv[si] = bs.scale_inv;
+    mult = bs.scale;
+  } else {
+    const std::uint8_t code = mxfp8_scale_code(amax, f, rule.kind == BlockRule::kMxfp8Te, rule.rcp_max);
+    e8m0[si] = code;
+    scale_inv[si] = bits_to_f32(e8m0_to_f32_bits(code));
+    mult = bits_to_f32(e8m0_reciprocal_f32_bits(code));
+  }
+  for (int kk = k0; kk < k1; ++kk)
+    codes[std::size_t(r) * std::size_t(K) + std::size_t(kk)] =
+        cast_element(x[view_index(rowwise, cols, r, kk)], mult, f, counts);
+}
+
+}  // namespace fp8emu::core

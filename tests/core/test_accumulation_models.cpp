@@ -1,0 +1,74 @@
+// The accumulation-model table (include/fp8emu/core/accumulation.hpp): names and parsing derived
+// from the rows, the checks derived from the block, and the datapath's use of each field, with
+// expected values worked by hand from the model's definition (docs/tensor-core-model.md).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "fp8emu/core/dot.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/util/error.hpp"
+
+using namespace fp8emu;
+
+namespace {
+std::uint32_t bits(float x) { return core::f32_to_bits(x); }
+}  // namespace
+
+TEST_CASE("Accumulation models: every row parses by its name and prints its name", "[accumulation]") {
+  CHECK(kAccumulationModelCount == 4);
+  for (const AccumulationModel& m : kAccumulationModels) {
+    INFO(m.name);
+    CHECK(emu::parse_accumulation(m.name) == m.id);
+    CHECK(std::string(emu::to_string(m.id)) == m.name);
+  }
+  CHECK(emu::accumulation_names() == "exact, fp32, hopper, ada");
+  try {
+    emu::parse_accumulation("volta");
+    FAIL("no error for an unknown model");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) ==
+          "unknown accumulation model 'volta' (accepted: exact, fp32, hopper, ada)");
+  }
+}
+
+TEST_CASE("Accumulation models: the promotion check follows the row's block", "[accumulation]") {
+  const std::uint8_t a[1] = {0x38}, b[1] = {0x38};
+  float d = 0.0f;
+  // Hopper fuses 32 products per block, Ada 16: 16 is a valid interval for Ada only.
+  CHECK_NOTHROW(emu::gemm_fp8_tn(1, 1, 1, a, Format::kE4M3, 1.0f, b, Format::kE4M3, 1.0f, {Accumulation::kAda, 16}, &d));
+  CHECK_THROWS_WITH(
+      emu::gemm_fp8_tn(1, 1, 1, a, Format::kE4M3, 1.0f, b, Format::kE4M3, 1.0f, {Accumulation::kHopper, 16}, &d),
+      "GEMM: promotion interval 16 is not a multiple of the hopper block (32)");
+  CHECK_THROWS_WITH(
+      emu::gemm_fp8_tn(1, 1, 1, a, Format::kE4M3, 1.0f, b, Format::kE4M3, 1.0f, {Accumulation::kExact, 32}, &d),
+      "GEMM: the exact model takes no promotion interval (it would no longer be exact)");
+}
+
+TEST_CASE("Accumulation models: where C joins is a field of the row", "[accumulation]") {
+  // One product 1.0 * 1.0 (E4M3 0x38) and C = 2^-20. Joining the block, C is aligned to 13 fraction
+  // bits below the largest exponent (2^0) and truncated to 0: the result is 1.0. Added last with one
+  // RN fp32 add, 1 + 2^-20 is exact in fp32 (23 fraction bits).
+  const std::uint8_t a[1] = {0x38}, b[1] = {0x38};
+  const std::uint32_t c = bits(0x1p-20f);
+  AccumulationModel joins = model_of(Accumulation::kAda);
+  AccumulationModel last = joins;
+  last.c_joins_first_block = false;
+  CHECK(core::mma_dot_with_c(a, kSpecE4M3, b, kSpecE4M3, 1, joins, c) == bits(1.0f));
+  CHECK(core::mma_dot_with_c(a, kSpecE4M3, b, kSpecE4M3, 1, last, c) == bits(1.0f + 0x1p-20f));
+}
+
+TEST_CASE("Accumulation models: the fraction bits of the row set the alignment", "[accumulation]") {
+  // Products 1.0 * 1.0 and 2^-6 * 2^-8 = 2^-14 (E4M3 0x38 = 1, 0x08 = 2^-6, subnormal 0x02 = 2 * 2^-9 = 2^-8): with
+  // F = 13 the 2^-14 term is below the last kept bit 2^-13 and truncated away; with F = 14 it is kept.
+  const std::uint8_t a[2] = {0x38, 0x08}, b[2] = {0x38, 0x02};
+  AccumulationModel f13 = model_of(Accumulation::kHopper);
+  AccumulationModel f14 = f13;
+  f14.fraction_bits = 14;
+  CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, f13)) == bits(1.0f));
+  CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, f14)) == bits(1.0f + 0x1p-14f));
+  // The exact and fp32 rows keep it: 1 + 2^-14 is an fp32.
+  CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, model_of(Accumulation::kExact))) == bits(1.0f + 0x1p-14f));
+  CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, model_of(Accumulation::kFp32))) == bits(1.0f + 0x1p-14f));
+}
