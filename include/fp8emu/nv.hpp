@@ -11,8 +11,8 @@
 /// `__nv_bfloat16_raw::x`); `float2`/`double2`/`__half2_raw`/`__nv_bfloat162_raw` are the structs
 /// Float2/Double2/Half2Raw/Bfloat162Raw below (`.x` is the low half of an x2 storage, as in CUDA).
 ///
-/// CUDA's quirks, mirrored on purpose (each pinned by tests/core/test_nv_cuda_oracle.cpp and
-/// tests/core/test_nv.cpp):
+/// CUDA's quirks, mirrored on purpose (each pinned against CUDA's own host code by
+/// tests/core/test_nv_cuda_oracle.cpp, built when cuda_fp8.h is found):
 ///   - The float entry `cvt_float_to_fp8` drops the sign of NaN (0x7F); the double entry keeps it
 ///     and, for E5M2, copies the input's top payload bit (0x7E | sign | bit). Half and bfloat16
 ///     inputs widen to float first, so they drop it too.

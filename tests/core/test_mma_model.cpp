@@ -82,7 +82,7 @@ TEST_CASE("Ada mma.sync model reproduces every recorded row, fp32 and fp16 outpu
 
 TEST_CASE("the model is not a fit: a wrong parameter breaks the recorded rows", "[mma]") {
   // Ada with Hopper's block of 32, or Hopper with Ada's 16, must fail on the recordings
-  // (tensor-core-fp8-mma.md §5.3 lists 1060 and 814 mismatches for these variants on 5000 rows).
+  // (docs/tensor-core-model.md §Evidence: 1060 and 814 mismatches for these variants on 5000 rows).
   const std::vector<Row> ada = load("Ada_E4M3.txt.gz"), h = load("H100_E4M3.txt.gz");
   int ada32 = 0, h16 = 0;
   for (const Row& r : ada)

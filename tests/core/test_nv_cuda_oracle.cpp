@@ -112,7 +112,7 @@ TEST_CASE("nv fp8: float entry and the general encoder equal __nv_cvt_float_to_f
         names.push_back(std::string(what) + kFp8Name[f] + " " + kSatName[s]);
   // Where the ecosystem differs from CUDA, counted over all 2^32 inputs. Expected counts are those
   // measured with ml_dtypes' header (b793a6e) and PyTorch's <= 2.11 algorithm against CUDA 13's
-  // host code in ../shared/reference/anchors-and-semantics.md §3 (an independent measurement):
+  // host code (an independent measurement; docs/conversion-policies.md §Where they differ):
   std::vector<std::uint64_t> expected(names.size(), 0);
   const std::uint64_t kNegNaN = (1u << 23) - 1;  // negative NaN patterns
   names.push_back("e4m3 ml_dtypes vs CUDA nosat: exactly the negative NaNs");

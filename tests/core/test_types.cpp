@@ -1,7 +1,7 @@
 // Value types, numeric_limits, conversion policies (ml_dtypes / PyTorch / directed / stochastic /
 // fnuz) and the Eigen integration. Oracles: ml_dtypes 0.6.0's own casts and finfo, recorded by
 // scripts/record-ml-dtypes into tests/data/ml_dtypes; values worked by hand from the OCP specs and
-// from ../shared/reference/anchors-and-semantics.md §3 (each cited where used).
+// from docs/conversion-policies.md §Where they differ (each cited where used).
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
@@ -147,7 +147,7 @@ TEST_CASE("every finite code round-trips through float; -0 and NaN codes behave"
 }
 
 TEST_CASE("policies reproduce CUDA, ml_dtypes and PyTorch on the classes where they differ", "[types]") {
-  // ../shared/reference/anchors-and-semantics.md §3 (E4M3FN unless stated).
+  // docs/conversion-policies.md §Where they differ (E4M3FN unless stated).
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const Policy cuda_sat = Policy::cuda_float(true), cuda_nosat = Policy::cuda_float(false);
@@ -185,8 +185,9 @@ TEST_CASE("policies reproduce CUDA, ml_dtypes and PyTorch on the classes where t
   CHECK(enc(-nan, kSpecE5M2, mld) == 0xFE);
   CHECK(enc(nan, kSpecE5M2, mld) == 0x7E);
   CHECK(enc(-nan, kSpecE5M2, pt) == 0xFF);
-  // Single rounding from double (§3 double-rounding probe): 464 + 2^-30 -> NaN (nosat) / 448 (sat)
-  // directly, 448 through float; 1.0625 + 2^-40 -> 1.125 directly, 1.0 through float.
+  // Single rounding from double (docs/conversion-policies.md §Double rounding): 464 + 2^-30 -> NaN
+  // (nosat) / 448 (sat) directly, 448 through float; 1.0625 + 2^-40 -> 1.125 directly, 1.0 through
+  // float.
   const double d1 = 464.0 + std::ldexp(1.0, -30), d2 = 1.0625 + std::ldexp(1.0, -40);
   auto encd = [](double d, const FormatSpec& f, Policy p) {
     std::uint64_t u;

@@ -1,7 +1,7 @@
 // MXFP8 and 128-block quantization and the block-scaled GEMM, values worked by hand from TE's rules
 // (TE cast/mxfp8/quantize_mxfp8.cuh, util/ptx.cuh float_to_e8m0; transpose/
 // quantize_transpose_vector_blockwise.cu and quantize_transpose_square_blockwise.cu;
-// ../shared/reference/transformer-engine-fp8.md §4) and from the OCP MX v1.0 spec (§6.3).
+// docs/transformer-engine.md §MXFP8, §Block scaling) and from the OCP MX v1.0 spec (§6.3).
 #include <omp.h>
 
 #include <catch2/catch.hpp>

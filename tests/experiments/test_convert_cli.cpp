@@ -7,7 +7,7 @@
 //     S.EEEE.MMM bias 7, max 448 = S.1111.110, NaN S.1111.111, no Inf; E5M2 bias 15, max 57344,
 //     Inf S.11111.00; the value formulas 2^(E-bias) x 1.M and 2^(1-bias) x 0.M.
 //   - OCP Microscaling Formats (MX) v1.0, Tables 3-5 (FP6, FP4; E8M0 = 2^(E-127), 0xFF NaN).
-//   - ../shared/reference/anchors-and-semantics.md §3: what CUDA, ml_dtypes and PyTorch store for
+//   - docs/conversion-policies.md §Where they differ: what CUDA, ml_dtypes and PyTorch store for
 //     |x| > 464 and for -NaN (CUDA 0x7F, ml_dtypes 0xFF).
 #include <unistd.h>
 
@@ -149,7 +149,7 @@ TEST_CASE("explain: values worked by hand from the OCP FP8 tables", "[cli][expla
   CHECK(line_with(r.output, "    ml_dtypes (default cast)").find("0x7E  448") != std::string::npos);
   CHECK(line_with(r.output, "  * round up").find("0x7F  NaN") != std::string::npos);
 
-  // 465 > 464 overflows: satfinite 448 (0x7E), nosat the NaN code 0x7F (anchors §3).
+  // 465 > 464 overflows: satfinite 448 (0x7E), nosat the NaN code 0x7F (conversion-policies.md).
   r = run_cli("explain 465 --format e4m3");
   REQUIRE(r.code == 0);
   CHECK(line_with(r.output, "stored").find("0x7E") != std::string::npos);
@@ -174,7 +174,7 @@ TEST_CASE("explain: values worked by hand from the OCP FP8 tables", "[cli][expla
   CHECK(line_with(r.output, "  * round toward zero").find("0x00  0") != std::string::npos);
 
   // -NaN: CUDA's float entry drops the sign (0x7F); ml_dtypes, PyTorch and CUDA's double entry keep
-  // it (0xFF) (anchors §3). "-nan" needs no "--" before it.
+  // it (0xFF) (conversion-policies.md). "-nan" needs no "--" before it.
   r = run_cli("explain -nan");
   REQUIRE(r.code == 0);
   CHECK(line_with(r.output, "stored").find("0x7F = 0 | 1111 | 111 = NaN") != std::string::npos);

@@ -1,5 +1,6 @@
 // `fp8emu mma-check` end to end: recorded rows written back in the published text layout, corrupt
-// files (exit 2 naming file and line), and the full published files when ../shared is present.
+// files (exit 2 naming file and line), and the full recorded H100 files in that layout (rebuilt from
+// tests/data/tensor-core-mma byte for byte: see the README there).
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -25,11 +26,13 @@ namespace {
 using Result = fp8emu::testing::CliResult;
 using fp8emu::testing::run_cli;
 
-// Rewrites the first `rows` packed Ada rows (tests/data) in the published text layout.
-fs::path write_published_layout(int rows) {
+// Rewrites the first `rows` packed rows of a dataset (tests/data/tensor-core-mma/<dataset>.txt.gz) in
+// the published text layout (a.txt, b.txt, c.txt, d.txt; d16.txt where the dataset has fp16 results).
+fs::path write_published_layout(int rows, const std::string& dataset = "Ada_E4M3",
+                                const fp8emu::FormatSpec& spec = fp8emu::kSpecE4M3) {
   const fs::path d = fs::temp_directory_path() / ("fp8emu-mma-" + std::to_string(::getpid()));
   fs::create_directories(d);
-  gzFile g = gzopen((std::string(FP8EMU_TEST_DATA_DIR) + "/tensor-core-mma/Ada_E4M3.txt.gz").c_str(), "rb");
+  gzFile g = gzopen((std::string(FP8EMU_TEST_DATA_DIR) + "/tensor-core-mma/" + dataset + ".txt.gz").c_str(), "rb");
   REQUIRE(g != nullptr);
   std::ofstream a(d / "a.txt"), b(d / "b.txt"), c(d / "c.txt"), d32(d / "d.txt"), d16(d / "d16.txt");
   char line[512];
@@ -41,14 +44,14 @@ fs::path write_published_layout(int rows) {
       for (std::size_t i = 0; i < 64; i += 2) {
         const auto code = std::uint8_t(std::stoul(hexcodes->substr(i, 2), nullptr, 16));
         char w[16];
-        std::snprintf(w, sizeof w, "%08x ", fp8emu::core::decode_to_f32_bits(code, fp8emu::kSpecE4M3));
+        std::snprintf(w, sizeof w, "%08x ", fp8emu::core::decode_to_f32_bits(code, spec));
         *out << w;
       }
       *out << "\n";
     }
     c << std::bitset<32>(std::stoul(hc, nullptr, 16)) << "\n";
     d32 << std::bitset<32>(std::stoul(hd, nullptr, 16)) << "\n";
-    d16 << std::bitset<32>(std::stoul(hd16, nullptr, 16)) << "\n";
+    if (!hd16.empty()) d16 << std::bitset<32>(std::stoul(hd16, nullptr, 16)) << "\n";
   }
   gzclose(g);
   return d;
@@ -125,21 +128,18 @@ TEST_CASE("mma-check names the file and line of malformed input and exits 2", "[
   fs::remove_all(d);
 }
 
-TEST_CASE("mma-check on the full published files (when ../shared is beside the project)", "[cli][mma]") {
-  const fs::path s = FP8EMU_SHARED_MMA_DIR;
-  if (!fs::exists(s / "H100")) {
-    WARN("skipped: " << s << " not present (the packed copy is checked by fp8emu_test_core)");
-    return;
-  }
+TEST_CASE("mma-check on the full published H100 files (rebuilt from tests/data)", "[cli][mma]") {
   for (const char* fmt : {"E4M3", "E5M2"}) {
-    const fs::path h = s / "H100" / fmt;
     const std::string f(fmt);
+    const fs::path h =
+        write_published_layout(1 << 30, "H100_" + f, f == "E4M3" ? fp8emu::kSpecE4M3 : fp8emu::kSpecE5M2);
     const Result r = run_cli("mma-check --arch hopper --format " + std::string(f == "E4M3" ? "e4m3" : "e5m2") +
-                             " --a " + (h / ("a_H100_" + f + ".txt")).string() + " --b " +
-                             (h / ("b_H100_" + f + ".txt")).string() + " --d " + (h / "d_H100_fp32.txt").string());
+                             " --a " + (h / "a.txt").string() + " --b " + (h / "b.txt").string() + " --d " +
+                             (h / "d.txt").string());
     INFO(r.output);
     CHECK(r.code == 0);
     CHECK(r.output == "mismatches: 0 of 3500\n");
+    fs::remove_all(h);
   }
 }
 

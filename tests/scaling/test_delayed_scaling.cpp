@@ -1,6 +1,6 @@
 // Delayed scaling sequences worked by hand from TE's fused update
-// (TE transformer_engine/common/recipe/delayed_scaling.cu, kernel_bulk; reference notes
-// ../shared/reference/transformer-engine-fp8.md §1.4):
+// (TE transformer_engine/common/recipe/delayed_scaling.cu, kernel_bulk; docs/transformer-engine.md
+// §Delayed scaling):
 //   r = h[0]; if r != 0 { m = max(h[1..L-1], r); roll; h[L-1] = r; h[0] = 0 } else m = 0
 //   amax = MAX ? m : r;  scale = finite(amax) && amax > 0 ? (fp8_max * 2^-margin) / amax : old
 //   inf scale -> FLT_MAX

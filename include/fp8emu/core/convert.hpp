@@ -5,7 +5,8 @@
 ///
 /// Mirrors CUDA 13 `cuda_fp8.hpp` host code: `__nv_cvt_float_to_fp8(x, __NV_SATFINITE|__NV_NOSAT,
 /// __NV_E4M3|__NV_E5M2)` and `__nv_cvt_fp8_to_halfraw` followed by `__half2float`. Equality is
-/// checked for all 2^32 fp32 inputs, both formats and both modes (tests/core/test_convert_exhaustive).
+/// checked for all 2^32 fp32 inputs, both formats and both modes (tests/core/test_nv_cuda_oracle.cpp,
+/// the `nv fp8` sweep; the decoder on all 256 codes in tests/core/test_convert_cuda_oracle.cpp).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 ///
 /// The amax -> scale rule mirrors TE `float_to_e8m0` (transformer_engine/common/util/ptx.cuh,
 /// software branch; on sm_100 the same as `cvt.rp.satfinite.ue8m0x2.f32`): round toward +inf,
-/// saturating at 0xFE; see ../shared/reference/transformer-engine-fp8.md §4.1.
+/// saturating at 0xFE; see docs/transformer-engine.md §MXFP8.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 /// Integer-only, total, no exceptions, host and device (FP8EMU_HD).
 ///
 /// Presets reproduce each system exactly (tests pin every difference; see docs/conversion-policies.md
-/// and ../shared/reference/anchors-and-semantics.md §3):
+/// §Where they differ):
 ///   - CUDA `__nv_cvt_float_to_fp8` / `__nv_cvt_double_to_fp8` (sat and nosat), `__nv_cvt_*_to_fp6`,
 ///     `__nv_cvt_*_to_fp4` (round to nearest or toward zero): Policy::cuda_float / cuda_double;
 ///   - ml_dtypes (default cast and the C++ kSaturate flag): Policy::ml_dtypes / ml_dtypes_saturate;

@@ -4,7 +4,7 @@
 ///
 /// The block-FMA model of Khattak & Mikaitis ("Accurate Models of NVIDIA Tensor Cores", arXiv
 /// 2512.07004; MATLAB-tensor-core `Generic_BFMA_TC.m`), as specified in
-/// ../shared/reference/tensor-core-fp8-mma.md §7. One block of n products and an addend c:
+/// docs/tensor-core-model.md §Block FMA. One block of n products and an addend c:
 ///   1. decode every FP8 operand exactly: |x| = M * 2^(e - f), e clamped at emin (subnormals);
 ///   2. each non-zero product is exact: P = Ma * Mb with unnormalised exponent E_i = ea + eb;
 ///      a non-zero c joins as a term with its own significand and exponent;

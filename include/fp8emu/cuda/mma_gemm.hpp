@@ -8,8 +8,8 @@
 /// with zero codes, which add nothing in the model. Then D = RN(acc * RN(scale_inv_a * scale_inv_b)),
 /// as emu::gemm_fp8_tn. The emulator's `ada` model (blocks of 16 chained, C inside the alignment,
 /// 14-bit truncation) is meant to give the same bits on Ada; `fp8emu validate` reports the
-/// comparison on whatever GPU it runs on (on Hopper, mma.sync FP8 numerics are not publicly
-/// documented: see ../shared/reference/tensor-core-fp8-mma.md §7.6).
+/// comparison on whatever GPU it runs on (on Hopper, mma.sync FP8 is not Ada's datapath: see
+/// docs/tensor-core-model.md §Hopper mma.sync).
 ///
 /// Available only when fp8emu is built with CUDA; needs compute capability >= 8.9 and throws
 /// fp8emu::Error otherwise or on a CUDA error. No CUDA header is included here.

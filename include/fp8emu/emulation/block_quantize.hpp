@@ -5,9 +5,10 @@
 /// Shape [n, k] row-major with one scale per `block` consecutive K elements. Blocks are taken
 /// from the high-precision input in either direction (TE quantizes row-wise and column-wise copies
 /// independently from the input, never from each other).
-///   MXFP8 (TE quantize_mxfp8.cuh; ../shared/reference/transformer-engine-fp8.md §4.1): block 32,
+///   MXFP8 (TE quantize_mxfp8.cuh; docs/transformer-engine.md §MXFP8): block 32,
 ///     E8M0 scale, q = Q(RN(v * 2^(127-e))), dequantization scale 2^(e-127).
-///   Float8BlockScaling (TE quantize_transpose_vector_blockwise.cu / _square_blockwise.cu, §4.2):
+///   Float8BlockScaling (TE quantize_transpose_vector_blockwise.cu / _square_blockwise.cu;
+///     docs/transformer-engine.md §Block scaling):
 ///     1x128 blocks or 128x128 tiles, s = compute_scale_from_amax(block amax, fp8_max, pow2, eps,
 ///     FLT_MAX), q = Q(RN(v * s)), scale_inv = RN(1/s).
 /// Casts use CUDA __NV_SATFINITE. Block amax ignores NaN (a NaN element becomes the NaN code and does

@@ -5,7 +5,7 @@
 ///
 /// Mirrors Transformer Engine's per-tensor cast (TE common/cast/fp8/quantize_fp8.cuh with
 /// common/util/vectorized_pointwise.h, and the cast-transpose of common/transpose/cast_transpose.cu;
-/// ../shared/reference/transformer-engine-fp8.md §0), elementwise:
+/// docs/transformer-engine.md §Per-tensor cast), elementwise:
 ///
 ///     xf   = widen(x[i])                      exact: fp32 as is, bf16/fp16 widened exactly to fp32
 ///     q[i] = encode(RN(xf * scale))           one fp32 multiply (no FMA), then CUDA's

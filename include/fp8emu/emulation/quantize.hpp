@@ -2,7 +2,7 @@
 /// \brief CPU (OpenMP) quantize / dequantize kernels with TE's per-tensor cast semantics.
 ///
 /// Mirrors Transformer Engine's per-tensor FP8 cast (TE common/cast/fp8/quantize_fp8.cuh,
-/// common/util/vectorized_pointwise.h; ../shared/reference/transformer-engine-fp8.md §0):
+/// common/util/vectorized_pointwise.h; docs/transformer-engine.md §Per-tensor cast):
 ///   q[i]      = Q(RN(x[i] * scale))           one fp32 multiply (no FMA), then fp32 -> FP8 with
 ///                                              round-to-nearest-even and CUDA __NV_SATFINITE
 ///   amax      = max(amax, |x[i]|)             CUDA fmaxf semantics: NaN elements (quiet or

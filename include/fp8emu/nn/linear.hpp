@@ -2,7 +2,7 @@
 /// \brief Linear layer y = x W^T + b in FP32 or in emulated FP8 under any of TE's four recipes.
 ///
 /// FP8 mode mirrors TE `pytorch/module/linear.py` (_Linear forward/backward); see
-/// ../shared/reference/transformer-engine-fp8.md §1.2-1.6, §2, §4, §6. All three GEMMs take FP8
+/// docs/transformer-engine.md §Delayed scaling to §Linear. All three GEMMs take FP8
 /// operands: fprop y = x W^T + b, dgrad dx = dy W, wgrad dW = dy^T x; db is the batch sum of the
 /// fp32 dy (TE computes the bias grad from the unquantized gradient). Master weights, bias and all
 /// gradients are fp32. Formats: x and W in the recipe's forward format (E4M3), dy in its backward

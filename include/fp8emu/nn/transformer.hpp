@@ -4,7 +4,7 @@
 /// residuals), and a small decoder-only language model built from them.
 ///
 /// Mirrors TE `pytorch/module/{layernorm_linear,layernorm_mlp}.py`, `pytorch/attention` and
-/// `pytorch/transformer.py` (../shared/reference/transformer-engine-fp8.md §6-7):
+/// `pytorch/transformer.py` (docs/transformer-engine.md §Linear, §LayerNormLinear and LayerNormMLP):
 ///   - every projection is an nn::Linear (FP8 under the layer's recipe, or FP32); softmax, the
 ///     attention matmuls, norms, activations and residual adds run in fp32;
 ///   - LayerNormLinear casts the norm output to FP8 straight from fp32 under delayed scaling, and

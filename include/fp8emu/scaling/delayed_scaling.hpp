@@ -4,7 +4,7 @@
 ///
 /// Mirrors TE `transformer_engine/common/recipe/delayed_scaling.cu` (kernel_bulk, reached through
 /// `amax_and_scale_update_after_reduction`) and the recipe defaults of
-/// `transformer_engine/common/recipe/__init__.py`; see ../shared/reference/transformer-engine-fp8.md §1.
+/// `transformer_engine/common/recipe/__init__.py`; see docs/transformer-engine.md §Delayed scaling.
 ///
 /// State layout (TE `DelayedScalingRecipeState`): `scale` Shape: [num_slots], fp32, starts at 1;
 /// `amax_history` Shape: [history_len, num_slots], row-major fp32, starts at 0. Row 0 is the

@@ -1,7 +1,7 @@
 /// \file recipe.hpp
 /// \brief Transformer Engine's FP8 recipes as plain configuration records, with TE's defaults and
 /// TE's parameter checks. Mirrors `transformer_engine/common/recipe/__init__.py` (TE d0067d0);
-/// see ../shared/reference/transformer-engine-fp8.md §1, §2, §4.
+/// see docs/transformer-engine.md §Delayed scaling, §Current scaling, §MXFP8, §Block scaling.
 #pragma once
 
 #include <cstdint>
