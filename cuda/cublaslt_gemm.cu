@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "device_buffer.hpp"
-#include "format_types.hpp"
+#include "fp8emu/cuda/format_types.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/core/convert.hpp"
@@ -37,7 +37,7 @@ constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
 
 cudaDataType_t fp8_type(Format f) {
   emu::require_fp8(f, "cuBLASLt FP8 GEMM");
-  return detail::cuda_format(f).data_type;
+  return cuda_format(f).data_type;
 }
 
 // RAII holders of cuBLASLt descriptors.

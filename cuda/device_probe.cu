@@ -3,7 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "device_buffer.hpp"
-#include "format_types.hpp"
+#include "fp8emu/cuda/format_types.hpp"
 #include "fp8emu/cuda/device_probe.hpp"
 #include "fp8emu/nv.hpp"
 #include "launch.hpp"
@@ -14,7 +14,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kExamples = 16;
 
-__host__ __device__ __nv_fp8_interpretation_t cuda_interp(Format f) { return detail::cuda_format(f).interpretation; }
+__host__ __device__ __nv_fp8_interpretation_t cuda_interp(Format f) { return cuda_format(f).interpretation; }
 __host__ __device__ __nv_saturation_t cuda_sat(Saturation s) { return s == Saturation::kSatFinite ? __NV_SATFINITE : __NV_NOSAT; }
 __host__ __device__ nv::Saturation mirror_sat(Saturation s) {
   return s == Saturation::kSatFinite ? nv::Saturation::kSatFinite : nv::Saturation::kNoSat;

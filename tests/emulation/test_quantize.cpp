@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "fp8emu/emulation/block_quantize.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 
 using namespace fp8emu;
@@ -102,4 +104,21 @@ TEST_CASE("amax ignores signaling NaNs too (glibc's fmax would return NaN and re
   CHECK(st.nan == 2);
   const std::vector<float> y{snan[0], 3.0f, snan[1]};
   CHECK(emu::compute_amax(y.data(), y.size()) == 3.0f);
+}
+
+TEST_CASE("FP8 kernels reject formats that are not OCP FP8, by name", "[quantize][registry]") {
+  const float x[2] = {1.0f, 2.0f};
+  std::uint8_t q[2] = {0, 0};
+  float y[2] = {0, 0};
+  CHECK_THROWS_WITH(emu::quantize(x, 2, 1.0f, Format::kE2M1, q, nullptr),
+                    "quantize: format e2m1fn is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
+  CHECK_THROWS_WITH(emu::dequantize(q, 2, 1.0f, Format::kE4M3FNUZ, y),
+                    "dequantize: format e4m3fnuz is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
+  float d = 0.0f;
+  CHECK_THROWS_WITH(emu::gemm_fp8_tn(1, 1, 1, q, Format::kE8M0, 1.0f, q, Format::kE4M3, 1.0f,
+                                     {Accumulation::kFp32, 0}, &d),
+                    "GEMM operand A: format e8m0fnu is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
+  CHECK_THROWS_WITH(emu::quantize_mxfp8(x, 1, 2, emu::BlockAxis::kRowwise, Format::kE2M3,
+                                        scaling::E8M0Rule::kTransformerEngine, nullptr),
+                    "block quantize: format e2m3fn is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
 }

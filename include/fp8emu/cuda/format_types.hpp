@@ -1,4 +1,4 @@
-// Private to cuda/: the one table from fp8emu's format registry (include/fp8emu/format/format_spec.hpp)
+// The one table from fp8emu's format registry (include/fp8emu/format/format_spec.hpp)
 // to CUDA's names for the same formats: the cuBLASLt / library data type (`CUDA_R_8F_E4M3`) and the
 // cuda_fp8.h interpretation (`__NV_E4M3`). A format CUDA's FP8 code does not take has `fp8 = false`,
 // and the callers reject it by name (emu::require_fp8) before any launch.
@@ -9,7 +9,7 @@
 
 #include "fp8emu/format/format_spec.hpp"
 
-namespace fp8emu::cuda::detail {
+namespace fp8emu::cuda {
 
 struct CudaFormat {
   bool fp8;                               ///< An OCP FP8 format of cuda_fp8.h and cuBLASLt.
@@ -35,4 +35,4 @@ __host__ __device__ constexpr CudaFormat cuda_format(Format f) {
   return {false, CUDA_R_8F_E4M3, __NV_E4M3};
 }
 
-}  // namespace fp8emu::cuda::detail
+}  // namespace fp8emu::cuda
