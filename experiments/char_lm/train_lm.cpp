@@ -25,7 +25,7 @@
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/io/atomic_file.hpp"
-#include "fp8emu/io/plot.hpp"
+#include "fp8emu_internal/plot.hpp"
 #include "fp8emu/nn/transformer.hpp"
 #include "fp8emu/util/error.hpp"
 

@@ -32,7 +32,7 @@
 #include "fp8emu/config.hpp"
 #include "fp8emu/io/atomic_file.hpp"
 #include "fp8emu/io/idx.hpp"
-#include "fp8emu/io/plot.hpp"
+#include "fp8emu_internal/plot.hpp"
 #include "fp8emu/nn/mlp.hpp"
 #include "fp8emu/util/error.hpp"
 

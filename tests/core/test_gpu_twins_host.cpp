@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cuda/twins.hpp"
-#include "fp8emu/backend/kernel_check.hpp"
+#include "fp8emu_internal/kernel_check.hpp"
 #include "fp8emu/backend/kernels.hpp"
 
 using namespace fp8emu;
