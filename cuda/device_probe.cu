@@ -1,10 +1,10 @@
-// GPU experiments on conversions and fmaxf (see include/fp8emu/cuda/device_probe.hpp).
+// GPU experiments on conversions and fmaxf (see src/internal/fp8emu_internal/device_probe.hpp).
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "device_buffer.hpp"
 #include "fp8emu/cuda/format_types.hpp"
-#include "fp8emu/cuda/device_probe.hpp"
+#include "fp8emu_internal/device_probe.hpp"
 #include "fp8emu/nv.hpp"
 #include "launch.hpp"
 

@@ -1,4 +1,4 @@
-// GPU timings for `fp8emu bench gpu` (see include/fp8emu/cuda/gpu_bench.hpp).
+// GPU timings for `fp8emu bench gpu` (see src/internal/fp8emu_internal/gpu_bench.hpp).
 #include <cuda_runtime.h>
 
 #include <exception>
@@ -6,7 +6,7 @@
 
 #include "device_buffer.hpp"
 #include "fp8emu/cuda/cublaslt.hpp"
-#include "fp8emu/cuda/gpu_bench.hpp"
+#include "fp8emu_internal/gpu_bench.hpp"
 #include "fp8emu/cuda/mma_gemm.hpp"
 #include "launch.hpp"
 

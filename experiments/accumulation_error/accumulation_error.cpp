@@ -12,7 +12,7 @@
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/io/atomic_file.hpp"
-#include "fp8emu/io/plot.hpp"
+#include "fp8emu_internal/plot.hpp"
 #include "fp8emu/nn/matrix.hpp"
 #include "fp8emu/util/error.hpp"
 

@@ -1,4 +1,6 @@
-// `fp8emu train-lm` (see train_lm.hpp).
+// `fp8emu train-lm` (see train_lm.hpp): the corpus, the model, its training step and its result
+// files. The run list, results folder, checkpoints and plot are the shared runner's
+// (common/runner.hpp).
 #include "char_lm/train_lm.hpp"
 
 #include <unistd.h>
@@ -7,7 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,15 +18,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-#include "common/checkpoint_io.hpp"
+#include "common/runner.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/config.hpp"
-#include "fp8emu/io/atomic_file.hpp"
-#include "fp8emu/io/plot.hpp"
 #include "fp8emu/nn/transformer.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -33,8 +28,8 @@ namespace fp8emu::experiments {
 namespace {
 
 using nn::Matrix;
+using common::fmt_g;
 
-constexpr char kLmCheckpointMagic[] = "FP8EMU-LM-CHECKPOINT-1";
 constexpr int kMaxDim = 4096;
 
 // ---------------------------------------------------------------- corpus
@@ -229,25 +224,17 @@ struct LmState {  // a run at a step boundary
   std::string rng;
 };
 
-struct LmCheckpoint {
-  std::string fingerprint;
-  std::vector<LmLog> completed;
-  std::uint32_t current_run = 0;
-  bool has_state = false;
-  LmState state;
-};
+// ---- Checkpoints: the runner's envelope (common/runner.hpp) around these logs and states.
+struct Codec : common::CodecTypes<LmLog, LmState> {
+  static constexpr common::CheckpointId id{"FP8EMU-LM-CHECKPOINT-1", "fp8emu train-lm checkpoint"};
 
-
-void put_log(common::Writer& w, const LmLog& l) {
-  w.str(l.name);
-  w.vec(l.steps);
-  w.vec(l.train_loss);
-  w.vec(l.val_loss);
-  w.vec(l.seconds);
-  w.pod(std::uint64_t(l.layers.size()));
-  for (const auto& pts : l.layers) {
-    w.pod(std::uint64_t(pts.size()));
-    for (const LayerPoint& p : pts) {
+  static void put_log(common::Writer& w, const LmLog& l) {
+    w.str(l.name);
+    w.vec(l.steps);
+    w.vec(l.train_loss);
+    w.vec(l.val_loss);
+    w.vec(l.seconds);
+    common::put_table(w, l.layers, [&](const LayerPoint& p) {
       w.str(p.layer);
       w.pod(p.rel_error);
       w.pod(p.scale_x);
@@ -256,26 +243,19 @@ void put_log(common::Writer& w, const LmLog& l) {
       common::put_stats(w, p.x);
       common::put_stats(w, p.w);
       common::put_stats(w, p.dy);
-    }
+    });
+    w.str(l.sample);
+    w.pod(std::uint8_t(l.diverged));
   }
-  w.str(l.sample);
-  w.pod(std::uint8_t(l.diverged));
-}
 
-LmLog get_log(common::Reader& r, const std::string& path) {
-  LmLog l;
-  l.name = r.str();
-  l.steps = r.vec<int>();
-  l.train_loss = r.vec<double>();
-  l.val_loss = r.vec<double>();
-  l.seconds = r.vec<double>();
-  const std::uint64_t n = r.pod<std::uint64_t>();
-  FP8EMU_CHECK(n <= 1000000, path, ": corrupt checkpoint (evaluations)");
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const std::uint64_t m = r.pod<std::uint64_t>();
-    FP8EMU_CHECK(m <= 10000, path, ": corrupt checkpoint (layers)");
-    std::vector<LayerPoint> pts;
-    for (std::uint64_t k = 0; k < m; ++k) {
+  static LmLog get_log(common::Reader& r, const std::string& path) {
+    LmLog l;
+    l.name = r.str();
+    l.steps = r.vec<int>();
+    l.train_loss = r.vec<double>();
+    l.val_loss = r.vec<double>();
+    l.seconds = r.vec<double>();
+    l.layers = common::get_table<LayerPoint>(r, path, "evaluations", 1000000, 10000, [&] {
       LayerPoint p;
       p.layer = r.str();
       p.rel_error = r.pod<double>();
@@ -285,79 +265,42 @@ LmLog get_log(common::Reader& r, const std::string& path) {
       p.x = common::get_stats(r);
       p.w = common::get_stats(r);
       p.dy = common::get_stats(r);
-      pts.push_back(p);
-    }
-    l.layers.push_back(std::move(pts));
+      return p;
+    });
+    l.sample = r.str();
+    l.diverged = r.pod<std::uint8_t>() != 0;
+    return l;
   }
-  l.sample = r.str();
-  l.diverged = r.pod<std::uint8_t>() != 0;
-  return l;
-}
 
-void write_checkpoint(const std::string& path, const LmCheckpoint& c) {
-  common::Writer w;
-  w.str(kLmCheckpointMagic);
-  w.str(c.fingerprint);
-  w.pod(std::uint64_t(c.completed.size()));
-  for (const LmLog& l : c.completed) put_log(w, l);
-  w.pod(c.current_run);
-  w.pod(std::uint8_t(c.has_state));
-  if (c.has_state) {
-    const LmState& s = c.state;
+  static void put_state(common::Writer& w, const LmState& s) {
     put_log(w, s.log);
     w.pod(std::int32_t(s.step));
     w.pod(s.loss_sum);
     w.pod(std::int32_t(s.loss_count));
-    for (const auto* g : {&s.params, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m, &s.opt_v}) {
-      w.pod(std::uint64_t(g->size()));
-      for (const auto& v : *g) w.vec(v);
-    }
+    common::put_tensors(w, {&s.params, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m, &s.opt_v});
     w.pod(std::uint64_t(s.stats.size()));
     for (const auto& st : s.stats) common::put_stats(w, st);
     w.pod(std::int64_t(s.opt_steps));
     w.str(s.rng);
   }
-  common::write_checksummed(path, w);
-}
 
-LmCheckpoint read_checkpoint(const std::string& path) {
-  const std::vector<std::uint8_t> b = common::read_checksummed(path);
-  common::Reader r(b, path);
-  FP8EMU_CHECK(r.str() == kLmCheckpointMagic, path, ": not an fp8emu train-lm checkpoint");
-  LmCheckpoint c;
-  c.fingerprint = r.str();
-  const std::uint64_t n = r.pod<std::uint64_t>();
-  FP8EMU_CHECK(n <= 16, path, ": corrupt checkpoint (runs)");
-  for (std::uint64_t i = 0; i < n; ++i) c.completed.push_back(get_log(r, path));
-  c.current_run = r.pod<std::uint32_t>();
-  c.has_state = r.pod<std::uint8_t>() != 0;
-  if (c.has_state) {
-    LmState& s = c.state;
+  static LmState get_state(common::Reader& r, const std::string& path) {
+    LmState s;
     s.log = get_log(r, path);
     s.step = r.pod<std::int32_t>();
     s.loss_sum = r.pod<double>();
     s.loss_count = r.pod<std::int32_t>();
-    for (auto* g : {&s.params, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m, &s.opt_v}) {
-      const std::uint64_t k = r.pod<std::uint64_t>();
-      FP8EMU_CHECK(k <= 100000, path, ": corrupt checkpoint (tensors)");
-      for (std::uint64_t i = 0; i < k; ++i) g->push_back(r.vec<float>());
-    }
+    common::get_tensors(r, path, {&s.params, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m, &s.opt_v});
     const std::uint64_t k = r.pod<std::uint64_t>();
     FP8EMU_CHECK(k <= 100000, path, ": corrupt checkpoint (stats)");
     for (std::uint64_t i = 0; i < k; ++i) s.stats.push_back(common::get_stats(r));
     s.opt_steps = long(r.pod<std::int64_t>());
     s.rng = r.str();
+    return s;
   }
-  return c;
-}
+};
 
 // ---------------------------------------------------------------- training
-
-std::string fmt_g(double v) {
-  std::ostringstream os;
-  os << std::setprecision(9) << v;
-  return os.str();
-}
 
 struct Batch {
   std::vector<std::uint8_t> input, target;  // [B*T]
@@ -439,20 +382,17 @@ std::vector<std::string> layer_names_of(int layers) {
   return names;
 }
 
-struct RunSpec {
-  std::string name;
-  nn::Precision precision;
-  scaling::Recipe recipe;
-};
+using common::RunSpec;
 
 struct Context {
   const TrainLmConfig& cfg;
   RecipeSet recipes;
   LmSpec spec;
+  emu::Accumulation accumulation;       // --accumulation, parsed once
+  std::vector<backend::Kind> backends;  // per Linear, resolved (after any cuda fallback)
   const Corpus& corpus;
   std::vector<Batch> val_batches;
   std::string checkpoint_path;
-  std::string fingerprint;
 };
 
 double mean_val_loss(CharLm& model, const Context& ctx) {
@@ -507,22 +447,15 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
   for (auto& nl : named) lins.push_back(nl.second);
   const bool fp8 = run.precision == nn::Precision::kFp8;
   if (fp8) {
-    const emu::Accumulation acc = emu::parse_accumulation(cfg.accumulation);
-    const bool tensor_core = acc == emu::Accumulation::kHopper || acc == emu::Accumulation::kAda;
     std::vector<std::string> names;
     for (auto& nl : named) names.push_back(nl.first);
     for (const auto& [i, r] : parse_layer_values("--layer-recipe", cfg.layer_recipe, names))
       if (lins[i]->precision() == nn::Precision::kFp8) lins[i]->set_recipe(ctx.recipes.get(r));
-    std::ostringstream quiet;
-    const std::vector<backend::Kind> kinds = backend::resolve(
-        backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), cfg.strict, quiet);
+    const std::vector<backend::Kind>& kinds = ctx.backends;
     for (std::size_t i = 0; i < lins.size(); ++i) {
       nn::Linear& l = *lins[i];
       if (l.precision() != nn::Precision::kFp8) continue;  // the FP32 head
-      if (l.recipe().index() < 2) {
-        if (tensor_core) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
-        else l.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});
-      }
+      if (l.recipe().index() < 2) common::set_te_accumulation(l, ctx.accumulation);
       if (kinds[i] == backend::Kind::kReference) l.set_precision(nn::Precision::kFp32);
       else l.set_kernels(backend::kernels_of(kinds[i]));
     }
@@ -532,10 +465,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
       if (l.precision() != nn::Precision::kFp8) continue;
       FP8EMU_CHECK(l.recipe().index() < 2 || la == emu::Accumulation::kFp32, "--layer-accumulation: ", names[i],
                    " runs a block recipe, which accumulates in fp32 only");
-      if (la == emu::Accumulation::kHopper || la == emu::Accumulation::kAda)
-        l.set_accumulation(emu::te_fprop(la), emu::te_dgrad(la), emu::te_wgrad(la));
-      else
-        l.set_accumulation({la, 0}, {la, 0}, {la, 0});
+      common::set_te_accumulation(l, la);
     }
   }
   nn::ParamList params = model.params();
@@ -683,33 +613,18 @@ std::string layers_csv(const std::vector<LmLog>& logs) {
   return os.str();
 }
 
-bool write_plot(const std::string& dir, const std::vector<LmLog>& logs) {
-  std::ostringstream s;
-  s << "set terminal pngcairo size 1100,450\nset output '@OUTPUT@'\nset multiplot layout 1,2\n"
-       "set grid\nset xlabel 'step'\n";
-  for (int panel = 0; panel < 2; ++panel) {
-    s << "set title '" << (panel == 0 ? "train loss (mean since last evaluation)" : "validation loss") << "'\n"
-      << "plot ";
-    for (std::size_t r = 0; r < logs.size(); ++r)
-      s << (r ? ", " : "") << "'-' using 1:2 with linespoints lw 2 title '" << logs[r].name << "'";
-    s << '\n';
-    for (const LmLog& l : logs) {
-      const auto& v = panel == 0 ? l.train_loss : l.val_loss;
-      for (std::size_t i = 0; i < v.size(); ++i) s << l.steps[i] << ' ' << fmt_g(v[i]) << '\n';
-      s << "e\n";
-    }
+bool write_plot(const common::ResultsFolder& out, const std::vector<LmLog>& logs) {
+  const std::string header =
+      "set terminal pngcairo size 1100,450\nset output '@OUTPUT@'\nset multiplot layout 1,2\n"
+      "set grid\nset xlabel 'step'\n";
+  common::ResultsFolder::Panel train{"", "train loss (mean since last evaluation)", {}};
+  common::ResultsFolder::Panel val{"", "validation loss", {}};
+  for (const LmLog& l : logs) {
+    const std::vector<long> steps(l.steps.begin(), l.steps.end());
+    train.series.push_back({l.name, steps, l.train_loss});
+    val.series.push_back({l.name, steps, l.val_loss});
   }
-  s << "unset multiplot\n";
-  return io::render_png(s.str(), dir + "/curves.png");
-}
-
-std::string timestamp_dir() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "results/lm-%Y%m%d-%H%M%S", std::localtime(&t));
-  std::string dir = buf;
-  for (int k = 2; std::filesystem::exists(dir); ++k) dir = std::string(buf) + "-" + std::to_string(k);
-  return dir;
+  return out.write_curves(header, {train, val});
 }
 
 }  // namespace
@@ -759,18 +674,17 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
                "' (accepted: layernorm, rmsnorm)");
   FP8EMU_CHECK(cfg.activation_dtype == "fp32" || cfg.activation_dtype == "bf16", "unknown --activation-dtype '",
                cfg.activation_dtype, "' (accepted: fp32, bf16)");
-  emu::parse_accumulation(cfg.accumulation);
+  const emu::Accumulation accumulation = emu::parse_accumulation(cfg.accumulation);
+  std::vector<backend::Kind> backends;
   {
     const std::vector<std::string> names = layer_names_of(cfg.layers);
     for (const auto& lr : parse_layer_values("--layer-recipe", cfg.layer_recipe, names)) rs.get(lr.second);
     for (const auto& la : parse_layer_values("--layer-accumulation", cfg.layer_accumulation, names))
       emu::parse_accumulation(la.second);
-    backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), cfg.strict,
-                     std::cerr);
+    backends = backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated),
+                                cfg.strict, std::cerr);
   }
-#ifdef _OPENMP
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-#endif
+  common::set_threads(cfg.threads);
 
   // 2. The corpus.
   const Corpus corpus = load_corpus(cfg.text, cfg.seq_len, cfg.val_fraction);
@@ -786,26 +700,18 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
      << " lr=" << fmt_g(cfg.lr) << " seed=" << cfg.seed << " eval=" << cfg.eval_every << "x" << cfg.eval_batches
      << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars << " layer_recipe=" << cfg.layer_recipe
      << " layer_acc=" << cfg.layer_accumulation;
-  LmCheckpoint ck;
-  if (!cfg.resume.empty()) {
-    FP8EMU_CHECK(cfg.out_dir.empty() || std::filesystem::equivalent(cfg.out_dir, cfg.resume), "--resume ",
-                 cfg.resume, " continues in that folder; --out must be omitted or the same folder");
-    cfg.out_dir = cfg.resume;
-    ck = read_checkpoint(cfg.resume + "/checkpoint.bin");
-    FP8EMU_CHECK(ck.fingerprint == fp.str(), cfg.resume,
-                 "/checkpoint.bin was written with different flags or data; resume with the same flags:\n  checkpoint: ",
-                 ck.fingerprint, "\n  now:        ", fp.str());
-    FP8EMU_CHECK(ck.current_run <= runs.size() && ck.completed.size() == ck.current_run, cfg.resume,
-                 "/checkpoint.bin: corrupt checkpoint (run index)");
-  }
-  if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
-  io::ensure_writable_dir(cfg.out_dir);
-  {
-    std::error_code ec;
-    for (const char* f : {"summary.json", "curves.png"}) std::filesystem::remove(cfg.out_dir + "/" + f, ec);
-  }
+  common::ResultsFolder out(cfg.out_dir, cfg.resume, "lm-",
+                            {"metrics.csv", "layers.csv", "samples.txt", "summary.json", "curves.png"});
+  cfg.out_dir = out.dir();
+  const common::Checkpoint<Codec> ck = common::resume_point<Codec>(
+      out, !cfg.resume.empty(), fp.str(), runs.size(),
+      [](const std::string& path, const std::string& theirs, const std::string& ours) {
+        return path + " was written with different flags or data; resume with the same flags:\n  checkpoint: " +
+               theirs + "\n  now:        " + ours;
+      });
+  out.prepare(!cfg.resume.empty());
 
-  Context ctx{cfg, rs, spec, corpus, {}, cfg.out_dir + "/checkpoint.bin", fp.str()};
+  Context ctx{cfg, rs, spec, accumulation, backends, corpus, {}, out.checkpoint_path()};
   {
     // Fixed validation windows, evenly spaced over the validation split (the same for every run).
     const std::size_t span = corpus.val.size() - std::size_t(cfg.seq_len) - 1;
@@ -826,35 +732,21 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
                  cfg.d_model, cfg.heads, cfg.ffn, cfg.steps, cfg.batch_size, cfg.seq_len, cfg.out_dir.c_str());
 
   // 4. The runs: FP32, then each FP8 recipe, from the same initial weights and batches.
-  std::vector<LmLog> logs = ck.completed;
-  for (std::size_t r = logs.size(); r < runs.size(); ++r) {
-    const LmState* resume = (ck.has_state && ck.current_run == r) ? &ck.state : nullptr;
-    auto save = [&](const LmState& s) {
-      LmCheckpoint c;
-      c.fingerprint = fp.str();
-      c.completed = logs;
-      c.current_run = std::uint32_t(r);
-      c.has_state = true;
-      c.state = s;
-      write_checkpoint(ctx.checkpoint_path, c);
-    };
-    logs.push_back(train_run(ctx, runs[r], resume, save));
-    io::write_file_atomic(cfg.out_dir + "/metrics.csv", metrics_csv(logs));
-    io::write_file_atomic(cfg.out_dir + "/layers.csv", layers_csv(logs));
-    if (cfg.checkpoint_every > 0) {
-      LmCheckpoint c;
-      c.fingerprint = fp.str();
-      c.completed = logs;
-      c.current_run = std::uint32_t(r + 1);
-      write_checkpoint(ctx.checkpoint_path, c);
-    }
-  }
+  const std::vector<LmLog> logs = common::run_all<Codec>(
+      runs.size(), ck, ctx.checkpoint_path, cfg.checkpoint_every > 0,
+      [&](std::size_t r, const LmState* resume, const std::function<void(const LmState&)>& checkpoint) {
+        return train_run(ctx, runs[r], resume, checkpoint);
+      },
+      [&](const std::vector<LmLog>& so_far) {
+        out.write("metrics.csv", metrics_csv(so_far));
+        out.write("layers.csv", layers_csv(so_far));
+      });
 
   // 5. Samples, summary, plot.
   std::ostringstream samples;
   for (const LmLog& l : logs) samples << "=== " << l.name << " (temperature 0.8, from a newline)\n" << l.sample << "\n\n";
-  io::write_file_atomic(cfg.out_dir + "/samples.txt", samples.str());
-  const bool plot = write_plot(cfg.out_dir, logs);
+  out.write("samples.txt", samples.str());
+  const bool plot = write_plot(out, logs);
   nlohmann::json j;
   j["fp8emu_version"] = FP8EMU_VERSION_STRING;
   j["config"] = {{"text", cfg.text},          {"bytes", corpus.train.size() + corpus.val.size()},
@@ -885,22 +777,14 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
                        l.train_loss.empty() ? 0.0 : l.train_loss.back()});
   }
   j["runs"] = rj;
-  {  // what actually ran (a cuda layer that could not run fell back to emulated)
-    std::ostringstream quiet;
-    const std::vector<std::string> names = layer_names_of(cfg.layers);
-    std::vector<backend::Kind> used =
-        backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), false, quiet);
-    if (!cfg.fp8_head) used.back() = backend::Kind::kReference;  // the head runs FP32 unless --fp8-head
-    j["config"]["backend_used"] = backend::describe(used, names);
-    if (!quiet.str().empty()) j["config"]["backend_fallback"] = backend::cuda_status().why_not();
-  }
+  // What actually ran; the head runs FP32 unless --fp8-head.
+  common::record_backends(j["config"], cfg.backend, layer_names_of(cfg.layers), !cfg.fp8_head);
   if (logs.size() > 1 && !logs[0].val_loss.empty() && !logs[1].val_loss.empty())
     j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[1].val_loss.back() / logs[0].val_loss.back() - 1.0);
   j["plot"] = plot ? "curves.png" : nullptr;
   // Samples are raw bytes of the corpus and need not be valid UTF-8: invalid sequences become U+FFFD
   // in summary.json (samples.txt keeps the bytes).
-  io::write_file_atomic(cfg.out_dir + "/summary.json",
-                        j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  out.write("summary.json", common::json_text(j, 1));
   if (cfg.progress) {
     for (const LmRunResult& r : results)
       std::fprintf(stderr, "  %-12s val loss %.4f (perplexity %.3f)\n", r.name.c_str(), r.final_val_loss,

@@ -1,38 +1,27 @@
-// The main experiment: FP32 vs emulated FP8 (delayed scaling) on Fashion-MNIST.
+// The main experiment: FP32 vs emulated FP8 on Fashion-MNIST: the data, the MLP, its training
+// step and its result files. The run list, results folder, checkpoints and plot are the shared
+// runner's (common/runner.hpp).
 #include "train.hpp"
-
-#include "common/checkpoint_io.hpp"
-
-#include "fp8emu/backend/kernels.hpp"
 
 #include <unistd.h>
 
-#include <chrono>
-#include <cstring>
-#include <cmath>
-#include <cstdio>
-#include <ctime>
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
-#include <zlib.h>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include "common/runner.hpp"
+#include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/config.hpp"
-#include "fp8emu/io/atomic_file.hpp"
 #include "fp8emu/io/idx.hpp"
-#include "fp8emu/io/plot.hpp"
 #include "fp8emu/nn/mlp.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -40,6 +29,9 @@ namespace fp8emu::experiments {
 namespace {
 
 using nn::Matrix;
+using common::fmt_g;
+using common::fmt_scale;
+using common::frac;
 constexpr int kClasses = 10;
 constexpr int kEvalBatch = 1000;
 constexpr int kMaxWidth = 1 << 16;
@@ -106,64 +98,14 @@ double shortest(float v) {
   return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
-// ---- Checkpoints: a flat little-endian byte stream ending in a CRC-32 (common/checkpoint_io.hpp).
-constexpr char kCheckpointMagic[] = "FP8EMU-CHECKPOINT-1";
-using common::Reader;
-using common::Writer;
-using common::get_stats;
-using common::put_stats;
-
-void put_log(Writer& w, const RunLog& l) {
-  w.str(l.result.name);
-  w.pod(std::uint8_t(l.diverged));
-  w.vec(l.result.train_loss);
-  w.vec(l.result.test_loss);
-  w.vec(l.result.test_accuracy);
-  w.pod(l.result.seconds);
-  w.vec(l.seconds);
-  w.pod(std::uint64_t(l.layers.size()));
-  for (const auto& epoch : l.layers) {
-    w.pod(std::uint64_t(epoch.size()));
-    for (const LayerEpoch& e : epoch) {
-      w.pod(e.rel_error);
-      put_stats(w, e.input);
-      put_stats(w, e.weight);
-      put_stats(w, e.grad_output);
-      w.pod(e.scale_input);
-      w.pod(e.scale_weight);
-      w.pod(e.scale_grad_output);
-    }
-  }
-}
-
-RunLog get_log(Reader& r, const std::string& path) {
-  RunLog l;
-  l.result.name = r.str();
-  l.diverged = r.pod<std::uint8_t>() != 0;
-  l.result.train_loss = r.vec<double>();
-  l.result.test_loss = r.vec<double>();
-  l.result.test_accuracy = r.vec<double>();
-  l.result.seconds = r.pod<double>();
-  l.seconds = r.vec<double>();
-  const std::uint64_t epochs = r.pod<std::uint64_t>();
-  FP8EMU_CHECK(epochs <= 1000000, path, ": corrupt checkpoint (epochs)");
-  for (std::uint64_t e = 0; e < epochs; ++e) {
-    const std::uint64_t n = r.pod<std::uint64_t>();
-    FP8EMU_CHECK(n <= 100000, path, ": corrupt checkpoint (layers)");
-    std::vector<LayerEpoch> le(n);
-    for (LayerEpoch& x : le) {
-      x.rel_error = r.pod<double>();
-      x.input = get_stats(r);
-      x.weight = get_stats(r);
-      x.grad_output = get_stats(r);
-      x.scale_input = r.pod<float>();
-      x.scale_weight = r.pod<float>();
-      x.scale_grad_output = r.pod<float>();
-    }
-    l.layers.push_back(std::move(le));
-  }
-  return l;
-}
+// The flags, parsed once.
+struct Settings {
+  std::vector<int> sizes;                // layer widths, input to classes
+  nn::Activation activation;
+  emu::Accumulation accumulation;
+  nn::Optimizer::Kind optimizer;
+  std::vector<backend::Kind> backends;   // per Linear, resolved (after any cuda fallback)
+};
 
 // The state of the run in progress at an epoch boundary.
 struct RunState {
@@ -176,65 +118,74 @@ struct RunState {
   std::vector<int> order;
 };
 
-struct Checkpoint {
-  std::string fingerprint;
-  std::vector<RunLog> completed;
-  std::uint32_t current_run = 0;  // index into fp32, then the recipes
-  bool has_state = false;         // false at a run boundary
-  RunState state;
-};
+// ---- Checkpoints: the runner's envelope (common/runner.hpp) around these logs and states.
+struct Codec : common::CodecTypes<RunLog, RunState> {
+  static constexpr common::CheckpointId id{"FP8EMU-CHECKPOINT-1", "fp8emu checkpoint"};
 
-void write_checkpoint(const std::string& path, const Checkpoint& c) {
-  Writer w;
-  w.str(kCheckpointMagic);
-  w.str(c.fingerprint);
-  w.pod(std::uint64_t(c.completed.size()));
-  for (const RunLog& l : c.completed) put_log(w, l);
-  w.pod(c.current_run);
-  w.pod(std::uint8_t(c.has_state));
-  if (c.has_state) {
-    const RunState& s = c.state;
+  static void put_log(common::Writer& w, const RunLog& l) {
+    w.str(l.result.name);
+    w.pod(std::uint8_t(l.diverged));
+    w.vec(l.result.train_loss);
+    w.vec(l.result.test_loss);
+    w.vec(l.result.test_accuracy);
+    w.pod(l.result.seconds);
+    w.vec(l.seconds);
+    common::put_table(w, l.layers, [&](const LayerEpoch& e) {
+      w.pod(e.rel_error);
+      common::put_stats(w, e.input);
+      common::put_stats(w, e.weight);
+      common::put_stats(w, e.grad_output);
+      w.pod(e.scale_input);
+      w.pod(e.scale_weight);
+      w.pod(e.scale_grad_output);
+    });
+  }
+
+  static RunLog get_log(common::Reader& r, const std::string& path) {
+    RunLog l;
+    l.result.name = r.str();
+    l.diverged = r.pod<std::uint8_t>() != 0;
+    l.result.train_loss = r.vec<double>();
+    l.result.test_loss = r.vec<double>();
+    l.result.test_accuracy = r.vec<double>();
+    l.result.seconds = r.pod<double>();
+    l.seconds = r.vec<double>();
+    l.layers = common::get_table<LayerEpoch>(r, path, "epochs", 1000000, 100000, [&] {
+      LayerEpoch x;
+      x.rel_error = r.pod<double>();
+      x.input = common::get_stats(r);
+      x.weight = common::get_stats(r);
+      x.grad_output = common::get_stats(r);
+      x.scale_input = r.pod<float>();
+      x.scale_weight = r.pod<float>();
+      x.scale_grad_output = r.pod<float>();
+      return x;
+    });
+    return l;
+  }
+
+  static void put_state(common::Writer& w, const RunState& s) {
     put_log(w, s.log);
     w.pod(std::int32_t(s.epochs_done));
-    for (const auto* group : {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist,
-                              &s.opt_m, &s.opt_v}) {
-      w.pod(std::uint64_t(group->size()));
-      for (const auto& v : *group) w.vec(v);
-    }
+    common::put_tensors(w, {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m,
+                            &s.opt_v});
     w.pod(std::int64_t(s.opt_steps));
     w.str(s.rng);
     w.vec(s.order);
   }
-  common::write_checksummed(path, w);
-}
 
-Checkpoint read_checkpoint(const std::string& path) {
-  const std::vector<std::uint8_t> b = common::read_checksummed(path);
-  Reader r(b, path);
-  FP8EMU_CHECK(r.str() == kCheckpointMagic, path, ": not an fp8emu checkpoint");
-  Checkpoint c;
-  c.fingerprint = r.str();
-  const std::uint64_t n = r.pod<std::uint64_t>();
-  FP8EMU_CHECK(n <= 16, path, ": corrupt checkpoint (runs)");
-  for (std::uint64_t i = 0; i < n; ++i) c.completed.push_back(get_log(r, path));
-  c.current_run = r.pod<std::uint32_t>();
-  c.has_state = r.pod<std::uint8_t>() != 0;
-  if (c.has_state) {
-    RunState& s = c.state;
+  static RunState get_state(common::Reader& r, const std::string& path) {
+    RunState s;
     s.log = get_log(r, path);
     s.epochs_done = r.pod<std::int32_t>();
-    for (auto* group : {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m,
-                        &s.opt_v}) {
-      const std::uint64_t g = r.pod<std::uint64_t>();
-      FP8EMU_CHECK(g <= 100000, path, ": corrupt checkpoint (tensors)");
-      for (std::uint64_t i = 0; i < g; ++i) group->push_back(r.vec<float>());
-    }
+    common::get_tensors(r, path, {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist,
+                                  &s.opt_m, &s.opt_v});
     s.opt_steps = long(r.pod<std::int64_t>());
     s.rng = r.str();
     s.order = r.vec<int>();
+    return s;
   }
-  return c;
-}
+};
 
 RunState capture(const RunLog& log, int epochs_done, const nn::Mlp& model, const nn::Optimizer& opt,
                  const nn::Rng& rng, const std::vector<int>& order) {
@@ -278,17 +229,6 @@ void restore(const RunState& s, nn::Mlp& model, nn::Optimizer& opt, nn::Rng& rng
   }
   order = s.order;
 }
-
-double frac(std::uint64_t a, std::uint64_t n) { return n ? double(a) / double(n) : 0.0; }
-
-std::string fmt_g(double v) {
-  std::ostringstream os;
-  os << std::setprecision(9) << v;
-  return os.str();
-}
-
-// A per-tensor scale, or empty when not applicable (block recipes have one scale per block).
-std::string fmt_scale(float s) { return std::isnan(s) ? std::string() : fmt_g(s); }
 
 class Progress {
  public:
@@ -357,31 +297,25 @@ std::vector<std::string> layer_names(const std::vector<int>& sizes) {
   return names;
 }
 
-RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision precision,
-                 const scaling::Recipe& recipe, const Split& train, const Split& test,
-                 const std::vector<int>& sizes, const std::function<void(const RunLog&)>& on_epoch,
-                 const RunState* resume, const std::function<void(const RunState&)>& checkpoint) {
+RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunSpec& run, const Split& train,
+                 const Split& test, const std::function<void(const RunLog&)>& on_epoch, const RunState* resume,
+                 const std::function<void(const RunState&)>& checkpoint, const std::string& checkpoint_path) {
+  const std::string& name = run.name;
+  const nn::Precision precision = run.precision;
+  const scaling::Recipe& recipe = run.recipe;
   RunLog log;
   log.result.name = name;
-  nn::Mlp model(sizes, nn::parse_activation(cfg.activation), precision, recipe, cfg.seed);
-  const emu::Accumulation acc = emu::parse_accumulation(cfg.accumulation);
-  const bool tensor_core = acc == emu::Accumulation::kHopper || acc == emu::Accumulation::kAda;
+  nn::Mlp model(set.sizes, set.activation, precision, recipe, cfg.seed);
   if (precision == nn::Precision::kFp8 && recipe.index() < 2) {
-    for (auto& l : model.layers) {
-      if (tensor_core) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
-      else l.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});
-    }
+    for (auto& l : model.layers) common::set_te_accumulation(l, set.accumulation);
   }
   if (precision == nn::Precision::kFp8) {
-    std::ostringstream quiet;  // the fallback line was printed once when the flags were checked
-    const std::vector<backend::Kind> kinds = backend::resolve(
-        backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated), cfg.strict, quiet);
-    for (std::size_t i = 0; i < kinds.size(); ++i) {
-      if (kinds[i] == backend::Kind::kReference) model.layers[i].set_precision(nn::Precision::kFp32);
-      else model.layers[i].set_kernels(backend::kernels_of(kinds[i]));
+    for (std::size_t i = 0; i < set.backends.size(); ++i) {
+      if (set.backends[i] == backend::Kind::kReference) model.layers[i].set_precision(nn::Precision::kFp32);
+      else model.layers[i].set_kernels(backend::kernels_of(set.backends[i]));
     }
   }
-  nn::Optimizer opt(nn::Optimizer::parse(cfg.optimizer), cfg.lr);
+  nn::Optimizer opt(set.optimizer, cfg.lr);
   nn::Rng shuffle_rng(cfg.seed ^ 0x9E3779B97F4A7C15ull);
   std::vector<int> order(std::size_t(train.x.rows));
   for (int i = 0; i < train.x.rows; ++i) order[std::size_t(i)] = i;
@@ -391,7 +325,7 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
   int first_epoch = 1;
   double seconds_before = 0.0;  // training time before a resume
   if (resume) {
-    restore(*resume, model, opt, shuffle_rng, order, cfg.resume + "/checkpoint.bin");
+    restore(*resume, model, opt, shuffle_rng, order, checkpoint_path);
     log = resume->log;
     first_epoch = resume->epochs_done + 1;
     seconds_before = log.result.seconds;
@@ -521,14 +455,7 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
                 {"use_f32_scales", cfg.block.use_f32_scales},
                 {"amax_epsilon", shortest(cfg.block.amax_epsilon)}};
   c["backend"] = cfg.backend;
-  {  // what actually ran (a cuda layer that could not run fell back to emulated)
-    std::ostringstream quiet;
-    const std::vector<std::string> names = layer_names(sizes);
-    c["backend_used"] = backend::describe(
-        backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated), false, quiet),
-        names);
-    if (!quiet.str().empty()) c["backend_fallback"] = backend::cuda_status().why_not();
-  }
+  common::record_backends(c, cfg.backend, layer_names(sizes), false);
   c["gemm_accumulation"] =
       cfg.accumulation == "hopper" || cfg.accumulation == "ada"
           ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"
@@ -581,54 +508,22 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
 }
 
 // curves.png: train loss and test accuracy per epoch for every run.
-bool write_plot(const std::string& out_dir, const std::vector<RunLog>& logs) {
-  std::ostringstream script;
-  script << "set terminal pngcairo noenhanced size 1200,480 font ',10'\n"
+bool write_plot(const common::ResultsFolder& out, const std::vector<RunLog>& logs) {
+  std::ostringstream header;
+  header << "set terminal pngcairo noenhanced size 1200,480 font ',10'\n"
          << "set output '@OUTPUT@'\n"
          << "set multiplot layout 1,2 title 'fp8emu train: Fashion-MNIST MLP, FP32 vs FP8'\n"
          << "set key top right\nset grid\nset xlabel 'epoch'\n"
          << "set xrange [0.5:" << logs.front().result.train_loss.size() << ".5]\n";
-  auto panel = [&](const char* title, int col) {
-    script << "set title '" << title << "'\nplot ";
-    for (std::size_t r = 0; r < logs.size(); ++r) {
-      script << (r ? ", " : "") << "'-' using 1:2 with linespoints lw 2 title '" << logs[r].result.name
-             << "'";
-    }
-    script << "\n";
-    for (const auto& l : logs) {
-      const auto& v = col == 0 ? l.result.train_loss : l.result.test_accuracy;
-      for (std::size_t e = 0; e < v.size(); ++e) script << e + 1 << ' ' << fmt_g(v[e]) << '\n';
-      script << "e\n";
-    }
-  };
-  panel("train loss (mean per epoch)", 0);
-  script << "set key bottom right\n";
-  panel("test accuracy", 1);
-  script << "unset multiplot\n";
-  return io::render_png(script.str(), out_dir + "/curves.png");
-}
-
-void remove_stale_results(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const char* f : {"summary.json", "curves.png"}) fs::remove(fs::path(dir) / f, ec);
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.find(".tmp.") != std::string::npos &&
-        (n.rfind("metrics.csv", 0) == 0 || n.rfind("layers.csv", 0) == 0 || n.rfind("summary.json", 0) == 0 ||
-         n.rfind(".curves.png", 0) == 0))
-      fs::remove(e.path(), ec);
+  common::ResultsFolder::Panel loss{"", "train loss (mean per epoch)", {}};
+  common::ResultsFolder::Panel accuracy{"set key bottom right\n", "test accuracy", {}};
+  for (const auto& l : logs) {
+    std::vector<long> epochs;
+    for (std::size_t e = 0; e < l.result.train_loss.size(); ++e) epochs.push_back(long(e + 1));
+    loss.series.push_back({l.result.name, epochs, l.result.train_loss});
+    accuracy.series.push_back({l.result.name, epochs, l.result.test_accuracy});
   }
-}
-
-// results/<timestamp>, with a -2, -3 ... suffix when a run in the same second took the name.
-std::string timestamp_dir() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "results/%Y%m%d-%H%M%S", std::localtime(&t));
-  std::string dir = buf;
-  for (int k = 2; std::filesystem::exists(dir); ++k) dir = std::string(buf) + "-" + std::to_string(k);
-  return dir;
+  return out.write_curves(header.str(), {loss, accuracy});
 }
 
 }  // namespace
@@ -659,22 +554,19 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
   for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1 && h <= kMaxWidth, "--hidden sizes must be in [1, ", kMaxWidth, "], got ", h);
   FP8EMU_CHECK(cfg.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", cfg.threads);
-  nn::parse_activation(cfg.activation);
-  emu::parse_accumulation(cfg.accumulation);
-  nn::Optimizer::parse(cfg.optimizer);
+  Settings set;
+  set.activation = nn::parse_activation(cfg.activation);
+  set.accumulation = emu::parse_accumulation(cfg.accumulation);
+  set.optimizer = nn::Optimizer::parse(cfg.optimizer);
   {
     std::vector<int> sizes{1};  // only the layer count matters for the names
     sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
     sizes.push_back(1);
-    backend::resolve(backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated),
-                     cfg.strict, std::cerr);
+    set.backends = backend::resolve(
+        backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated), cfg.strict,
+        std::cerr);
   }
-#ifdef _OPENMP
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  const int threads = omp_get_max_threads();
-#else
-  const int threads = 1;
-#endif
+  const int threads = common::set_threads(cfg.threads);
 
   // 2. Data.
   const Split train = load_split(cfg.data_dir, "train", cfg.train_samples);
@@ -683,35 +575,30 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
                " pixels, training images ", train.x.cols);
 
   // 3. The output folder, once the data is known to be good. On --resume the checkpoint is read and
-  // checked first, so a bad resume touches nothing. Then a summary.json or plot left by an earlier
-  // run in the folder is removed, so summary.json marks a finished run of this configuration, and
-  // temporary files of a killed run are removed too.
-  if (!cfg.resume.empty()) {
-    FP8EMU_CHECK(cfg.out_dir.empty() || std::filesystem::equivalent(cfg.out_dir, cfg.resume), "--resume ",
-                 cfg.resume, " continues in that folder; --out must be omitted or the same folder");
-    cfg.out_dir = cfg.resume;
-  }
-  std::vector<int> sizes{train.x.cols};
-  sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
-  sizes.push_back(kClasses);
+  // checked first, so a bad resume touches nothing (common::ResultsFolder::prepare).
+  common::ResultsFolder out(cfg.out_dir, cfg.resume, "", {"metrics.csv", "layers.csv", "summary.json", "curves.png"});
+  cfg.out_dir = out.dir();
+  set.sizes = {train.x.cols};
+  set.sizes.insert(set.sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
+  set.sizes.push_back(kClasses);
+  const std::vector<int>& sizes = set.sizes;
   cfg.train_samples = train.x.rows;  // what was used (the request may exceed the file)
   cfg.test_samples = test.x.rows;
-  if (cfg.out_dir.empty()) cfg.out_dir = timestamp_dir();
   const nlohmann::json config = config_json(cfg, sizes, threads);
   nlohmann::json fingerprint_json = config;
   fingerprint_json.erase("threads");  // results do not depend on it
   const std::string fingerprint = fingerprint_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const std::string checkpoint_path = cfg.out_dir + "/checkpoint.bin";
-  Checkpoint resumed;
-  if (!cfg.resume.empty()) {
-    resumed = read_checkpoint(checkpoint_path);
-    FP8EMU_CHECK(resumed.fingerprint == fingerprint, checkpoint_path,
-                 " was written by a run with other settings; resume with the same flags as that run (its "
-                 "configuration: ", resumed.fingerprint, ")");
-  }
-  io::ensure_writable_dir(cfg.out_dir);
-  remove_stale_results(cfg.out_dir);
-  if (cfg.resume.empty()) std::filesystem::remove(checkpoint_path);  // a fresh run: an old checkpoint is stale
+  std::vector<common::RunSpec> runs{{"fp32", nn::Precision::kFp32, scaling::DelayedScaling{}}};
+  for (const auto& r : recipes)
+    runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
+  const std::string checkpoint_path = out.checkpoint_path();
+  const common::Checkpoint<Codec> resumed = common::resume_point<Codec>(
+      out, !cfg.resume.empty(), fingerprint, runs.size(),
+      [](const std::string& path, const std::string& theirs, const std::string&) {
+        return path + " was written by a run with other settings; resume with the same flags as that run (its "
+                      "configuration: " + theirs + ")";
+      });
+  out.prepare(!cfg.resume.empty());
   if (cfg.progress) {
     std::fprintf(stderr, "fp8emu train: %d train / %d test images from %s, MLP", train.x.rows, test.x.rows,
                  cfg.data_dir.c_str());
@@ -724,39 +611,24 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   }
 
   // 4. The runs; metrics files are rewritten after every epoch.
-  std::vector<RunLog> logs = resumed.completed;
+  std::vector<RunLog> done;  // the runs finished before the current one
   auto save = [&](const RunLog& current) {
-    std::vector<RunLog> all = logs;
+    std::vector<RunLog> all = done;
     all.push_back(current);
-    io::write_file_atomic(cfg.out_dir + "/metrics.csv", metrics_csv(all));
-    io::write_file_atomic(cfg.out_dir + "/layers.csv", layers_csv(all));
+    out.write("metrics.csv", metrics_csv(all));
+    out.write("layers.csv", layers_csv(all));
   };
-  std::vector<std::pair<std::string, scaling::Recipe>> runs{{"fp32", scaling::DelayedScaling{}}};
-  for (const auto& r : recipes) runs.emplace_back(std::string("fp8_") + scaling::recipe_name(r), r);
-  FP8EMU_CHECK(resumed.current_run <= runs.size() && resumed.completed.size() == resumed.current_run,
-               checkpoint_path, ": corrupt checkpoint (run index)");
-  for (std::size_t i = resumed.current_run; i < runs.size(); ++i) {
-    const bool resume_here = i == resumed.current_run && resumed.has_state;
-    // Writes the checkpoint of run i: mid-run with its state, or at the boundary before run i.
-    auto write_at = [&](std::size_t run, const RunState* st) {
-      Checkpoint c;
-      c.fingerprint = fingerprint;
-      c.completed = logs;
-      c.current_run = std::uint32_t(run);
-      c.has_state = st != nullptr;
-      if (st) c.state = *st;
-      write_checkpoint(checkpoint_path, c);
-    };
-    auto checkpoint = [&](const RunState& st) { write_at(i, &st); };
-    logs.push_back(train_one(cfg, runs[i].first, i == 0 ? nn::Precision::kFp32 : nn::Precision::kFp8,
-                             runs[i].second, train, test, sizes, save, resume_here ? &resumed.state : nullptr,
-                             checkpoint));
-    if (cfg.checkpoint_every > 0) write_at(i + 1, nullptr);  // run boundary
-  }
+  done = resumed.completed;
+  const std::vector<RunLog> logs = common::run_all<Codec>(
+      runs.size(), resumed, checkpoint_path, cfg.checkpoint_every > 0,
+      [&](std::size_t i, const RunState* state, const std::function<void(const RunState&)>& checkpoint) {
+        return train_one(cfg, set, runs[i], train, test, save, state, checkpoint, checkpoint_path);
+      },
+      [&](const std::vector<RunLog>& so_far) { done = so_far; });
 
   // 5. Plot and summary (the summary last: its presence marks a finished run).
-  const bool plot = write_plot(cfg.out_dir, logs);
-  io::write_file_atomic(cfg.out_dir + "/summary.json", summary_json(logs, config, plot).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  const bool plot = write_plot(out, logs);
+  out.write("summary.json", common::json_text(summary_json(logs, config, plot), 2));
 
   std::printf("%-12s %14s %10s %10s %9s\n", "run", "test_accuracy", "train_loss", "test_loss", "seconds");
   for (const auto& l : logs)
@@ -767,9 +639,9 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
                 100.0 * (logs[i].result.test_accuracy.back() - logs[0].result.test_accuracy.back()));
   std::printf("results: %s (summary.json, metrics.csv, layers.csv%s)\n", cfg.out_dir.c_str(),
               plot ? ", curves.png" : "");
-  std::vector<RunResult> out;
-  for (auto& l : logs) out.push_back(l.result);
-  return out;
+  std::vector<RunResult> results;
+  for (auto& l : logs) results.push_back(l.result);
+  return results;
 }
 
 }  // namespace fp8emu::experiments

@@ -11,7 +11,7 @@
 #include <iostream>
 #include <vector>
 
-#include "fp8emu/backend/kernel_check.hpp"
+#include "fp8emu_internal/kernel_check.hpp"
 #include "fp8emu/core/dot.hpp"
 #include "fp8emu/backend/kernels.hpp"
 

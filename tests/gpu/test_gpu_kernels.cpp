@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "fp8emu/backend/kernel_check.hpp"
+#include "fp8emu_internal/kernel_check.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/cuda/cublaslt.hpp"

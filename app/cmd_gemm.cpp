@@ -1,11 +1,14 @@
-// `fp8emu gemm` and `fp8emu compare` (see gemm_tools.hpp).
-#include "gemm_tools.hpp"
+// `fp8emu gemm` (see cmd_gemm.hpp).
+#include "cmd_gemm.hpp"
 
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <iostream>
+#include <memory>
 #include <vector>
 
+#include "commands.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
@@ -39,12 +42,6 @@ std::vector<std::uint8_t> operand(const io::NpyArray& a, const std::string& path
   scale_inv = 1.0f / scale;
   out << path << ": float32 quantized with current scaling, amax " << amax << ", scale_inv " << scale_inv << "\n";
   return q;
-}
-
-std::int64_t ordered(float v) {  // monotone integer image of a float, for ULP distances
-  std::int32_t i;
-  std::memcpy(&i, &v, 4);
-  return i < 0 ? std::int64_t(std::int32_t(0x80000000u)) - i : i;
 }
 
 }  // namespace
@@ -118,46 +115,29 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
   }
 }
 
-int run_compare(const std::string& x, const std::string& y, std::ostream& out, std::ostream& err) {
-  try {
-    const io::NpyArray X = io::read_npy(x), Y = io::read_npy(y);
-    FP8EMU_CHECK(X.dtype == "<f4" && Y.dtype == "<f4", "compare: both arrays must be float32, got ", X.dtype,
-                 " and ", Y.dtype);
-    auto shape_str = [](const std::vector<std::size_t>& s) {
-      std::string r = "[";
-      for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-      return r + "]";
-    };
-    FP8EMU_CHECK(X.shape == Y.shape, "compare: shapes differ: ", shape_str(X.shape), " vs ", shape_str(Y.shape));
-    const std::size_t n = X.count();
-    std::vector<float> a(n), b(n);
-    std::memcpy(a.data(), X.data.data(), n * 4);
-    std::memcpy(b.data(), Y.data.data(), n * 4);
-    std::size_t mismatches = 0, nan_mismatch = 0;
-    std::int64_t max_ulp = 0;
-    double max_abs = 0, max_rel = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (std::memcmp(&a[i], &b[i], 4) == 0) continue;
-      ++mismatches;
-      if (std::isnan(a[i]) != std::isnan(b[i])) {
-        ++nan_mismatch;
-        continue;
-      }
-      if (std::isnan(a[i])) continue;  // two different NaN payloads
-      const std::int64_t ulp = ordered(a[i]) - ordered(b[i]);
-      max_ulp = std::max(max_ulp, ulp < 0 ? -ulp : ulp);
-      const double diff = std::fabs(double(a[i]) - double(b[i]));
-      max_abs = std::max(max_abs, diff);
-      if (b[i] != 0.0f) max_rel = std::max(max_rel, diff / std::fabs(double(b[i])));
-    }
-    out << "elements: " << n << "\nbitwise mismatches: " << mismatches << "\nNaN in one only: " << nan_mismatch
-        << "\nmax ulp: " << max_ulp << "\nmax abs error: " << max_abs << "\nmax rel error (vs second): " << max_rel
-        << "\n";
-    return mismatches == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    err << "fp8emu compare: error: " << e.what() << "\n";
-    return 2;
-  }
+Command add_gemm(CLI::App& app) {
+  auto o = std::make_shared<GemmOptions>();
+  GemmOptions& gemm = *o;
+  CLI::App* gemm_cmd = app.add_subcommand("gemm", "Scaled FP8 GEMM on .npy files with a chosen accumulation model");
+  gemm_cmd->add_option("--a", gemm.a, "A.npy: [M, K] uint8 FP8 codes, or float32 (quantized with current scaling)")->required();
+  gemm_cmd->add_option("--b", gemm.b, "B.npy: [N, K] (tn) or [K, N] (nn), uint8 codes or float32")->required();
+  gemm_cmd->add_option("--out", gemm.out, "D.npy to write: [M, N] float32")->required();
+  gemm_cmd->add_option("--layout", gemm.layout, "tn (D = A B^T, Hopper's FP8 layout) or nn (D = A B)")->capture_default_str();
+  gemm_cmd->add_option("--format-a", gemm.format_a, "e4m3 or e5m2")->capture_default_str();
+  gemm_cmd->add_option("--format-b", gemm.format_b, "e4m3 or e5m2 (E5M2 x E5M2 is rejected)")->capture_default_str();
+  gemm_cmd->add_option("--scale-inv-a", gemm.scale_inv_a, "Dequantization scale of uint8 A")->capture_default_str();
+  gemm_cmd->add_option("--scale-inv-b", gemm.scale_inv_b, "Dequantization scale of uint8 B")->capture_default_str();
+  gemm_cmd->add_option("--accumulation", gemm.accumulation, "exact, fp32, hopper or ada")->capture_default_str();
+  gemm_cmd->add_option("--promotion", gemm.promotion, "Promote to fp32 every N K-elements (0: fast accumulation)")
+      ->capture_default_str();
+  gemm_cmd->add_option("--output", gemm.output, "D type: fp32, bf16 (uint16 bits), fp16, e4m3, e5m2 (uint8 codes)")
+      ->capture_default_str();
+  gemm_cmd->add_option("--d-scale", gemm.d_scale, "FP8 outputs: D = Q(t * d_scale)")->capture_default_str();
+  gemm_cmd->add_option("--alpha", gemm.alpha, "D = alpha * (A B) * scales + beta * C + bias")->capture_default_str();
+  gemm_cmd->add_option("--beta", gemm.beta, "Weight of C (needs --c)")->capture_default_str();
+  gemm_cmd->add_option("--c", gemm.c, "C.npy: [M, N] float32");
+  gemm_cmd->add_option("--bias", gemm.bias, "bias.npy: [N] float32");
+  return {gemm_cmd, [o] { return run_gemm(*o, std::cout, std::cerr); }};
 }
 
 }  // namespace fp8emu::cli

@@ -1,4 +1,4 @@
-// `fp8emu gemm` and `fp8emu compare`: FP8 GEMM on .npy files, and bitwise comparison of results.
+// `fp8emu gemm`: FP8 GEMM on .npy files with a chosen accumulation model.
 #pragma once
 
 #include <ostream>
@@ -21,9 +21,5 @@ struct GemmOptions {
 /// D = A B^T (tn) or A B (nn) with the chosen accumulation; float32 inputs are quantized with
 /// current scaling first. Writes D as float32 .npy. \return 0, or 2 with a message on bad input.
 int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err);
-
-/// Compares two float32 .npy arrays of one shape: bitwise mismatches, max ULP distance, max
-/// absolute and relative error. \return 0 if bit-identical, 1 if not, 2 on bad input.
-int run_compare(const std::string& x, const std::string& y, std::ostream& out, std::ostream& err);
 
 }  // namespace fp8emu::cli

@@ -1,5 +1,5 @@
-// `fp8emu bench gemm` and `fp8emu bench convert` (see bench.hpp).
-#include "bench.hpp"
+// `fp8emu bench gemm`, `fp8emu bench convert` (see cmd_bench.hpp) and `fp8emu bench gpu` (bench_gpu.hpp).
+#include "cmd_bench.hpp"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -8,12 +8,16 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iostream>
+#include <memory>
 #include <random>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "bench_gpu.hpp"
+#include "commands.hpp"
 #include "cuda_host_baseline.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
@@ -199,6 +203,37 @@ int run_bench_convert(std::size_t elements, int repeat, std::ostream& out) {
   std::snprintf(line, sizeof line, "fraction_of_copy_bandwidth: %.3f\n", t_copy / t_bulk2);
   out << line << std::flush;
   return 0;
+}
+
+Command add_bench(CLI::App& app) {
+  struct Options {
+    std::vector<int> gemm_sizes{1024, 4096};
+    int gemm_repeat = 5;
+    std::size_t convert_elements = std::size_t(1) << 26;
+    int convert_repeat = 5;
+    BenchGpuOptions gpu;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks against a baseline measured in the same run");
+  CLI::App* bench_gemm = bench->add_subcommand("gemm", "FP8 GEMM accumulation models vs Eigen's fp32 GEMM");
+  bench_gemm->add_option("--sizes", o->gemm_sizes, "M = N = K values")->delimiter(',')->capture_default_str();
+  bench_gemm->add_option("--repeat", o->gemm_repeat, "Runs per measurement (best is kept)")->capture_default_str();
+  CLI::App* bench_convert =
+      bench->add_subcommand("convert", "fp32 -> E4M3 cast with scale and amax: bulk kernel vs CUDA's host code and a copy");
+  bench_convert->add_option("--elements", o->convert_elements, "Array length")->capture_default_str();
+  bench_convert->add_option("--repeat", o->convert_repeat, "Runs per measurement (best is kept)")->capture_default_str();
+  CLI::App* bench_gpu = bench->add_subcommand("gpu", "GPU: cuBLASLt FP8/BF16/FP32 GEMM TFLOP/s, quantize GB/s, MLP step");
+  bench_gpu->add_option("--sizes", o->gpu.sizes, "M = N = K values")->delimiter(',')->capture_default_str();
+  bench_gpu->add_option("--repeat", o->gpu.repeat, "Timed runs per measurement")->capture_default_str();
+  bench_gpu->add_option("--budget", o->gpu.budget_seconds, "Seconds for the whole benchmark (larger sizes are skipped)")
+      ->capture_default_str();
+  bench->require_subcommand(1);
+  return {bench, [o, bench_gemm, bench_convert, bench_gpu] {
+            if (*bench_gemm) return run_bench_gemm(o->gemm_sizes, o->gemm_repeat, std::cout);
+            if (*bench_convert) return run_bench_convert(o->convert_elements, o->convert_repeat, std::cout);
+            if (*bench_gpu) return run_bench_gpu(o->gpu, std::cout, std::cerr);
+            return 0;
+          }};
 }
 
 }  // namespace fp8emu::cli

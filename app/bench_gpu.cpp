@@ -8,7 +8,7 @@
 #include "fp8emu/backend/kernels.hpp"
 
 #if defined(FP8EMU_HAVE_CUDA)
-#include "fp8emu/cuda/gpu_bench.hpp"
+#include "fp8emu_internal/gpu_bench.hpp"
 #endif
 
 namespace fp8emu::cli {

@@ -1,13 +1,16 @@
-// `fp8emu mma-check` (see mma_check.hpp).
-#include "mma_check.hpp"
+// `fp8emu mma-check` (see cmd_mma_check.hpp).
+#include "cmd_mma_check.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <iostream>
+#include <memory>
 #include <sstream>
 #include <vector>
 
+#include "commands.hpp"
 #include "fp8emu/core/mma_model.hpp"
 
 namespace fp8emu::cli {
@@ -126,6 +129,21 @@ int run_mma_check(const MmaCheckOptions& o, std::ostream& out, std::ostream& err
     err << "fp8emu mma-check: error: " << m.message << "\n";
     return 2;
   }
+}
+
+Command add_mma_check(CLI::App& app) {
+  auto o = std::make_shared<MmaCheckOptions>();
+  CLI::App* check = app.add_subcommand(
+      "mma-check", "Replay recorded FP8 tensor-core dot products (32 products per row) through the model");
+  check->add_option("--arch", o->arch, "hopper (wgmma k32) or ada (mma.sync m16n8k32)")->required();
+  check->add_option("--format", o->format, "e4m3 or e5m2")->required();
+  check->add_option("--output", o->output, "Accumulator/output: fp32 or fp16")->capture_default_str();
+  check->add_option("--a", o->a, "a file: 32 hex fp32 values per line")->required();
+  check->add_option("--b", o->b, "b file: 32 hex fp32 values per line")->required();
+  check->add_option("--c", o->c, "c file: binary fp32 per line; omit for an accumulator starting at 0");
+  check->add_option("--d", o->d, "d file: the recorded results, binary fp32 per line")->required();
+  o->output = "fp32";
+  return {check, [o] { return run_mma_check(*o, std::cout, std::cerr); }};
 }
 
 }  // namespace fp8emu::cli

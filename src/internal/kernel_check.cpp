@@ -1,5 +1,5 @@
-// Bit-for-bit comparison of two kernel sets (see include/fp8emu/backend/kernel_check.hpp).
-#include "fp8emu/backend/kernel_check.hpp"
+// Bit-for-bit comparison of two kernel sets (see fp8emu_internal/kernel_check.hpp).
+#include "fp8emu_internal/kernel_check.hpp"
 
 #include <cfloat>
 #include <cmath>

@@ -1,8 +1,11 @@
-// `fp8emu doctor` (see doctor.hpp).
-#include "doctor.hpp"
+// `fp8emu doctor` (see cmd_doctor.hpp).
+#include "cmd_doctor.hpp"
 
 #include <omp.h>
 
+#include <iostream>
+
+#include "commands.hpp"
 #include "fp8emu/backend/kernels.hpp"
 
 namespace fp8emu::cli {
@@ -36,6 +39,11 @@ int run_doctor(std::ostream& out) {
   out << "    emulated   yes (bit-exact FP8 on the CPU)\n";
   out << "    cuda       " << (s.usable() ? "yes" : "no: " + s.why_not()) << "\n";
   return 0;
+}
+
+Command add_doctor(CLI::App& app) {
+  CLI::App* doctor = app.add_subcommand("doctor", "What this machine offers: CUDA, GPUs, FP8 features, backends");
+  return {doctor, [] { return run_doctor(std::cout); }};
 }
 
 }  // namespace fp8emu::cli

@@ -1,5 +1,5 @@
-// `fp8emu validate` (see validate.hpp).
-#include "validate.hpp"
+// `fp8emu validate` (see cmd_validate.hpp).
+#include "cmd_validate.hpp"
 
 #include <algorithm>
 #include <cfloat>
@@ -8,19 +8,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <memory>
 #include <string>
 
-#include "fp8emu/backend/kernel_check.hpp"
+#include "commands.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/nv.hpp"
+#include "fp8emu_internal/kernel_check.hpp"
 
 #if defined(FP8EMU_HAVE_CUDA)
 #include "fp8emu/cuda/cublaslt.hpp"
-#include "fp8emu/cuda/device_probe.hpp"
 #include "fp8emu/cuda/mma_gemm.hpp"
+#include "fp8emu_internal/device_probe.hpp"
 #endif
 
 namespace fp8emu::cli {
@@ -372,6 +375,15 @@ int run_validate(const ValidateOptions& opt, std::ostream& out, std::ostream& er
   out << "\nvalidate: bit-exact kernels: " << mismatches << " mismatches in " << values << " values ("
       << num(secs, "%.1f") << " s): " << (mismatches == 0 ? "PASS" : "FAIL") << "\n";
   return mismatches == 0 ? 0 : 1;
+}
+
+Command add_validate(CLI::App& app) {
+  auto o = std::make_shared<ValidateOptions>();
+  CLI::App* validate = app.add_subcommand("validate", "GPU kernels vs the emulator, bit for bit (needs an sm_89+ GPU)");
+  validate->add_option("--sizes", o->sizes, "Matrix sizes s (s x s+2 casts; GEMM M=s, N=s+3, K=2s+1)")
+      ->delimiter(',')->capture_default_str();
+  validate->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
+  return {validate, [o] { return run_validate(*o, std::cout, std::cerr); }};
 }
 
 }  // namespace fp8emu::cli

@@ -1,5 +1,5 @@
-// gnuplot rendering (see include/fp8emu/io/plot.hpp).
-#include "fp8emu/io/plot.hpp"
+// gnuplot rendering (see fp8emu_internal/plot.hpp).
+#include "fp8emu_internal/plot.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,0 +1,80 @@
+// `fp8emu compare` (see cmd_compare.hpp).
+#include "cmd_compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "commands.hpp"
+#include "fp8emu/io/npy.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::cli {
+namespace {
+
+std::int64_t ordered(float v) {  // monotone integer image of a float, for ULP distances
+  std::int32_t i;
+  std::memcpy(&i, &v, 4);
+  return i < 0 ? std::int64_t(std::int32_t(0x80000000u)) - i : i;
+}
+
+}  // namespace
+
+int run_compare(const std::string& x, const std::string& y, std::ostream& out, std::ostream& err) {
+  try {
+    const io::NpyArray X = io::read_npy(x), Y = io::read_npy(y);
+    FP8EMU_CHECK(X.dtype == "<f4" && Y.dtype == "<f4", "compare: both arrays must be float32, got ", X.dtype,
+                 " and ", Y.dtype);
+    auto shape_str = [](const std::vector<std::size_t>& s) {
+      std::string r = "[";
+      for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+      return r + "]";
+    };
+    FP8EMU_CHECK(X.shape == Y.shape, "compare: shapes differ: ", shape_str(X.shape), " vs ", shape_str(Y.shape));
+    const std::size_t n = X.count();
+    std::vector<float> a(n), b(n);
+    std::memcpy(a.data(), X.data.data(), n * 4);
+    std::memcpy(b.data(), Y.data.data(), n * 4);
+    std::size_t mismatches = 0, nan_mismatch = 0;
+    std::int64_t max_ulp = 0;
+    double max_abs = 0, max_rel = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::memcmp(&a[i], &b[i], 4) == 0) continue;
+      ++mismatches;
+      if (std::isnan(a[i]) != std::isnan(b[i])) {
+        ++nan_mismatch;
+        continue;
+      }
+      if (std::isnan(a[i])) continue;  // two different NaN payloads
+      const std::int64_t ulp = ordered(a[i]) - ordered(b[i]);
+      max_ulp = std::max(max_ulp, ulp < 0 ? -ulp : ulp);
+      const double diff = std::fabs(double(a[i]) - double(b[i]));
+      max_abs = std::max(max_abs, diff);
+      if (b[i] != 0.0f) max_rel = std::max(max_rel, diff / std::fabs(double(b[i])));
+    }
+    out << "elements: " << n << "\nbitwise mismatches: " << mismatches << "\nNaN in one only: " << nan_mismatch
+        << "\nmax ulp: " << max_ulp << "\nmax abs error: " << max_abs << "\nmax rel error (vs second): " << max_rel
+        << "\n";
+    return mismatches == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    err << "fp8emu compare: error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+Command add_compare(CLI::App& app) {
+  struct Options {
+    std::string x, y;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* compare = app.add_subcommand("compare", "Compare two float32 .npy arrays bit for bit (ULP, errors)");
+  compare->add_option("X", o->x, "First .npy (e.g. a GPU dump)")->required();
+  compare->add_option("Y", o->y, "Second .npy (e.g. fp8emu gemm output)")->required();
+  return {compare, [o] { return run_compare(o->x, o->y, std::cout, std::cerr); }};
+}
+
+}  // namespace fp8emu::cli

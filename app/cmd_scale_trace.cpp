@@ -1,0 +1,67 @@
+// `fp8emu scale-trace`: an amax sequence through one per-tensor recipe (fp8emu/scaling/scale_trace.hpp).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "fp8emu/scaling/scale_trace.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::cli {
+namespace {
+
+struct ScaleTraceOptions {
+  std::string recipe, format = "e4m3", algo = "max", amax;
+  bool unfused = false;
+  scaling::DelayedScaling delayed;
+  scaling::CurrentScaling current;
+};
+
+// Prints the trace as CSV. \throws fp8emu::Error on a bad flag or amax list.
+int run_scale_trace(ScaleTraceOptions o) {
+  Format fmt;
+  if (o.format == "e4m3") fmt = Format::kE4M3;
+  else if (o.format == "e5m2") fmt = Format::kE5M2;
+  else FP8EMU_FAIL("unknown --format '", o.format, "' (accepted: e4m3, e5m2)");
+  const std::vector<float> amax = scaling::parse_amax_list(o.amax);
+  std::vector<scaling::ScaleTraceRow> rows;
+  if (o.recipe == "delayed") {
+    if (o.algo == "max") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
+    else if (o.algo == "most_recent") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+    else FP8EMU_FAIL("unknown --algo '", o.algo, "' (accepted: max, most_recent)");
+    o.delayed.fused_update = !o.unfused;
+    o.delayed.fp8_format = scaling::RecipeFormat::kE4M3;  // the trace's format is given by --format
+    rows = scaling::trace_delayed(o.delayed, fmt, amax);
+  } else if (o.recipe == "current") {
+    rows = scaling::trace_current(o.current, fmt, amax);
+  } else {
+    FP8EMU_FAIL("scale-trace: unknown --recipe '", o.recipe,
+                "' (accepted: delayed, current; mxfp8 and block scales are per block)");
+  }
+  std::fputs(scaling::trace_csv(rows).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+Command add_scale_trace(CLI::App& app) {
+  auto o = std::make_shared<ScaleTraceOptions>();
+  CLI::App* trace = app.add_subcommand(
+      "scale-trace", "Feed an amax sequence to one per-tensor recipe and print how the scale evolves (CSV)");
+  trace->add_option("--recipe", o->recipe, "delayed or current")->required();
+  trace->add_option("--format", o->format, "Element format whose max the scale targets: e4m3 or e5m2")
+      ->capture_default_str();
+  trace->add_option("--history-len", o->delayed.amax_history_len, "Delayed: amax_history_len")
+      ->capture_default_str();
+  trace->add_option("--algo", o->algo, "Delayed: amax_compute_algo, max or most_recent")->capture_default_str();
+  trace->add_option("--margin", o->delayed.margin, "Delayed: margin")->capture_default_str();
+  trace->add_flag("--unfused", o->unfused, "Delayed: TE's unfused update path (always rolls)");
+  trace->add_flag("--pow2", o->current.use_power_2_scales, "Current: power-of-2 scales");
+  trace->add_option("--epsilon", o->current.amax_epsilon, "Current: amax_epsilon")->capture_default_str();
+  trace->add_option("--amax", o->amax, "Comma-separated amax values (decimal, inf, nan, hex floats)")
+      ->required();
+  return {trace, [o] { return run_scale_trace(*o); }};
+}
+
+}  // namespace fp8emu::cli

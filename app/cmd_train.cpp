@@ -1,0 +1,85 @@
+// `fp8emu train`: the Fashion-MNIST experiment (experiments/fashion_mnist/train.hpp).
+#include <memory>
+#include <string>
+
+#include "commands.hpp"
+#include "fashion_mnist/train.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::cli {
+
+Command add_train(CLI::App& app) {
+  struct Options {
+    experiments::TrainConfig cfg;
+    std::string algo = "max", mx_rule = "te";
+    bool quiet = false, unfused = false;
+  };
+  auto o = std::make_shared<Options>();
+  experiments::TrainConfig& cfg = o->cfg;
+  CLI::App* train = app.add_subcommand(
+      "train", "Train the same MLP on Fashion-MNIST in FP32 and in emulated FP8, side by side");
+  train->add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")
+      ->capture_default_str();
+  train->add_option("--out", cfg.out_dir, "Output folder (default results/<timestamp>)");
+  train->add_option("--epochs", cfg.epochs, "Epochs per run")->capture_default_str();
+  train->add_option("--batch-size", cfg.batch_size, "Mini-batch size")->capture_default_str();
+  train->add_option("--train-samples", cfg.train_samples, "Use the first N training images")
+      ->capture_default_str();
+  train->add_option("--test-samples", cfg.test_samples, "Use the first N test images")
+      ->capture_default_str();
+  train->add_option("--seed", cfg.seed, "Seed of the initial weights and batch order")
+      ->capture_default_str();
+  train->add_option("--threads", cfg.threads, "OpenMP threads (0: OpenMP default)")
+      ->capture_default_str();
+  train->add_option("--recipe", cfg.recipe, "FP8 recipe: delayed, current, mxfp8, block, or all (FP32 and every recipe)")
+      ->capture_default_str();
+  train->add_option("--format", cfg.format,
+                    "FP8 formats for every recipe: hybrid (E4M3 fwd, E5M2 bwd) or e4m3 "
+                    "(default: TE's per recipe, hybrid for delayed/current, e4m3 for mxfp8/block)");
+  train->add_option("--amax-history-len", cfg.delayed.amax_history_len, "Delayed scaling amax_history_len")
+      ->capture_default_str();
+  train->add_option("--amax-compute-algo", o->algo, "Delayed scaling amax_compute_algo: max or most_recent")
+      ->capture_default_str();
+  train->add_option("--margin", cfg.delayed.margin, "Delayed scaling margin")->capture_default_str();
+  train->add_flag("--unfused-update", o->unfused, "Delayed scaling: TE's unfused (Python) update path");
+  train->add_flag("--pow2", cfg.current.use_power_2_scales, "Current scaling: power-of-2 scales");
+  train->add_option("--amax-epsilon", cfg.current.amax_epsilon, "Current and block scaling amax_epsilon")
+      ->capture_default_str();
+  train->add_flag("--block-f32-scales", cfg.block.use_f32_scales,
+                  "Block scaling: plain fp32 scales instead of powers of 2");
+  train->add_option("--mxfp8-rule", o->mx_rule, "MXFP8 E8M0 scale rule: te (round up) or ocp (floor)")
+      ->capture_default_str();
+  train->add_option("--hidden", cfg.hidden, "Hidden layer widths")->delimiter(',')->capture_default_str();
+  train->add_option("--activation", cfg.activation, "relu or gelu")->capture_default_str();
+  train->add_option("--accumulation", cfg.accumulation,
+                    "FP8 GEMM accumulation (delayed/current): fp32, exact, hopper or ada (TE's fast/split wrappers)")
+      ->capture_default_str();
+  train->add_option("--optimizer", cfg.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
+  train->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
+  train->add_flag("--quiet", o->quiet, "No progress output");
+  train->add_option("--backend", cfg.backend,
+                    "Where the Linear layers run: emulated, cuda (falls back to emulated without a usable GPU) or "
+                    "reference (FP32); for all layers or per layer, e.g. fc1=cuda,fc3=reference")
+      ->capture_default_str();
+  train->add_flag("--strict", cfg.strict, "With --backend cuda: fail instead of falling back to the emulator");
+  train->add_option("--checkpoint-every", cfg.checkpoint_every,
+                    "Write <out>/checkpoint.bin every N epochs and at the end of each run (0: never)")
+      ->capture_default_str();
+  train->add_option("--resume", cfg.resume, "Continue the interrupted run in this folder (same flags as that run)");
+  return {train, [o] {
+            experiments::TrainConfig& c = o->cfg;
+            c.delayed.fused_update = !o->unfused;
+            c.block.amax_epsilon = c.current.amax_epsilon;
+            if (o->mx_rule == "te") c.mxfp8.rule = scaling::E8M0Rule::kTransformerEngine;
+            else if (o->mx_rule == "ocp") c.mxfp8.rule = scaling::E8M0Rule::kOcp;
+            else FP8EMU_FAIL("unknown --mxfp8-rule '", o->mx_rule, "' (accepted: te, ocp)");
+            if (o->algo == "max") c.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
+            else if (o->algo == "most_recent") c.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+            else FP8EMU_FAIL("unknown --amax-compute-algo '", o->algo, "' (accepted: max, most_recent)");
+            c.progress = !o->quiet;
+            experiments::run_train(c);
+            return 0;
+          }};
+}
+
+}  // namespace fp8emu::cli

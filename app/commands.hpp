@@ -1,0 +1,33 @@
+// The subcommands of the fp8emu tool. Each app/cmd_<name>.cpp defines add_<name>, which registers
+// the subcommand, its options and its help on the App, beside the run_<name> that does the work;
+// app/main.cpp only builds the App from these and runs the one that was chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace fp8emu::cli {
+
+/// A registered subcommand: its CLI11 node and what to run when the command line chose it (the
+/// options it reads live with the closure). `run` returns the exit status; an exception it throws
+/// is reported by main as "fp8emu: error: ..." with status 1.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_train(CLI::App& app);               // cmd_train.cpp: experiments/fashion_mnist
+Command add_scale_trace(CLI::App& app);         // cmd_scale_trace.cpp
+Command add_accumulation_error(CLI::App& app);  // cmd_accumulation_error.cpp: experiments/accumulation_error
+Command add_gemm(CLI::App& app);                // cmd_gemm.cpp
+Command add_compare(CLI::App& app);             // cmd_compare.cpp
+Command add_doctor(CLI::App& app);              // cmd_doctor.cpp
+Command add_bench(CLI::App& app);               // cmd_bench.cpp: bench gemm | convert | gpu
+Command add_validate(CLI::App& app);            // cmd_validate.cpp
+Command add_mma_check(CLI::App& app);           // cmd_mma_check.cpp
+Command add_explain(CLI::App& app);             // cmd_explain.cpp
+Command add_table(CLI::App& app);               // cmd_table.cpp
+Command add_convert(CLI::App& app);             // cmd_convert.cpp
+Command add_train_lm(CLI::App& app);            // cmd_train_lm.cpp: experiments/char_lm
+
+}  // namespace fp8emu::cli

@@ -1,0 +1,63 @@
+// The fp8emu command-line tool: one executable, one subcommand per job (app/cmd_*.cpp).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cmd_explain.hpp"
+#include "commands.hpp"
+#include "fp8emu/config.hpp"
+
+namespace {
+// OpenMP threads that wait at a barrier spin for ~300k iterations by default (libgomp). On a machine
+// whose cores are shared with other work, that spinning starves the threads that have work and made
+// training 3-10x slower in our measurements (docs: README, "Performance"); a short spin costs ~5 %
+// on idle cores. The runtime reads its settings when it loads, before main, so unless the user chose
+// a policy, set a short spin count and re-execute once. Results never depend on it.
+void prefer_short_openmp_spin(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT") || std::getenv("FP8EMU_NO_REEXEC")) return;
+  ::setenv("GOMP_SPINCOUNT", "10000", 1);
+  ::setenv("FP8EMU_NO_REEXEC", "1", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: then run with the defaults
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fp8emu::cli;
+  prefer_short_openmp_spin(argv);
+  CLI::App app{"fp8emu: bit-exact FP8 emulation and FP8-vs-FP32 training experiments"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", FP8EMU_VERSION_STRING);
+  // In the order of `fp8emu --help`.
+  const std::vector<Command> commands{
+      add_train(app),    add_scale_trace(app), add_accumulation_error(app), add_gemm(app),
+      add_compare(app),  add_doctor(app),      add_bench(app),              add_validate(app),
+      add_mma_check(app), add_explain(app),    add_table(app),              add_convert(app),
+      add_train_lm(app)};
+
+  // The one error wrapper. Command-line errors: --help and --version exit 0 through CLI11; any
+  // other is bad input: one line, exit 2 (as the tools' own input errors). A command that throws:
+  // one line, exit 1.
+  const std::vector<std::string> args = protect_negative_values(argc, argv);
+  std::vector<const char*> arg_ptrs;
+  for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
+  try {
+    app.parse(int(arg_ptrs.size()), arg_ptrs.data());
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "fp8emu: error: %s (see fp8emu --help or fp8emu <command> --help)\n", e.what());
+    return 2;
+  }
+  try {
+    for (const Command& c : commands)
+      if (*c.app) return c.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp8emu: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,122 @@
+// The runner shared by the training experiments (see runner.hpp).
+#include "common/runner.hpp"
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/io/atomic_file.hpp"
+#include "fp8emu_internal/plot.hpp"
+
+namespace fp8emu::experiments::common {
+
+void set_te_accumulation(nn::Linear& layer, emu::Accumulation acc) {
+  if (acc == emu::Accumulation::kHopper || acc == emu::Accumulation::kAda)
+    layer.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
+  else
+    layer.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});
+}
+
+std::string fmt_g(double v) {
+  std::ostringstream os;
+  os << std::setprecision(9) << v;
+  return os.str();
+}
+
+std::string fmt_scale(float s) { return std::isnan(s) ? std::string() : fmt_g(s); }
+
+double frac(std::uint64_t a, std::uint64_t n) { return n ? double(a) / double(n) : 0.0; }
+
+namespace {
+std::string timestamp_dir(const std::string& prefix) {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  const std::string base = "results/" + prefix + buf;
+  std::string dir = base;
+  for (int k = 2; std::filesystem::exists(dir); ++k) dir = base + "-" + std::to_string(k);
+  return dir;
+}
+}  // namespace
+
+ResultsFolder::ResultsFolder(const std::string& out_dir, const std::string& resume,
+                             const std::string& timestamp_prefix, std::vector<std::string> result_files)
+    : dir_(out_dir), result_files_(std::move(result_files)) {
+  if (!resume.empty()) {
+    FP8EMU_CHECK(dir_.empty() || std::filesystem::equivalent(dir_, resume), "--resume ", resume,
+                 " continues in that folder; --out must be omitted or the same folder");
+    dir_ = resume;
+  }
+  if (dir_.empty()) dir_ = timestamp_dir(timestamp_prefix);
+}
+
+void ResultsFolder::prepare(bool resuming) const {
+  namespace fs = std::filesystem;
+  io::ensure_writable_dir(dir_);
+  std::error_code ec;
+  for (const char* f : {"summary.json", "curves.png"}) fs::remove(fs::path(dir_) / f, ec);
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.find(".tmp.") == std::string::npos) continue;
+    for (const std::string& f : result_files_)
+      if (n.rfind(f, 0) == 0 || n.rfind("." + f, 0) == 0) {
+        fs::remove(e.path(), ec);
+        break;
+      }
+  }
+  if (!resuming) fs::remove(checkpoint_path());  // a fresh run: an old checkpoint is stale
+}
+
+void ResultsFolder::write(const std::string& file, const std::string& text) const {
+  io::write_file_atomic(path(file), text);
+}
+
+bool ResultsFolder::write_curves(const std::string& header, const std::vector<Panel>& panels) const {
+  std::ostringstream s;
+  s << header;
+  for (const Panel& p : panels) {
+    s << p.before << "set title '" << p.title << "'\nplot ";
+    for (std::size_t r = 0; r < p.series.size(); ++r)
+      s << (r ? ", " : "") << "'-' using 1:2 with linespoints lw 2 title '" << p.series[r].name << "'";
+    s << '\n';
+    for (const Series& d : p.series) {
+      for (std::size_t i = 0; i < d.y.size(); ++i) s << d.x[i] << ' ' << fmt_g(d.y[i]) << '\n';
+      s << "e\n";
+    }
+  }
+  s << "unset multiplot\n";
+  return io::render_png(s.str(), path("curves.png"));
+}
+
+void record_backends(nlohmann::json& config, const std::string& spec, const std::vector<std::string>& names,
+                     bool last_fp32) {
+  std::ostringstream quiet;  // the fallback line was printed once when the flags were checked
+  std::vector<backend::Kind> used =
+      backend::resolve(backend::parse_layer_backends(spec, names, backend::Kind::kEmulated), false, quiet);
+  if (last_fp32) used.back() = backend::Kind::kReference;
+  config["backend_used"] = backend::describe(used, names);
+  if (!quiet.str().empty()) config["backend_fallback"] = backend::cuda_status().why_not();
+}
+
+int set_threads(int threads) {
+#ifdef _OPENMP
+  if (threads > 0) omp_set_num_threads(threads);
+  return omp_get_max_threads();
+#else
+  (void)threads;
+  return 1;
+#endif
+}
+
+std::string json_text(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace fp8emu::experiments::common
