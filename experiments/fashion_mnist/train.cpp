@@ -366,7 +366,7 @@ RunLog train_one(const TrainConfig& cfg, const std::string& name, nn::Precision 
   nn::Mlp model(sizes, nn::parse_activation(cfg.activation), precision, recipe, cfg.seed);
   const emu::Accumulation acc = emu::parse_accumulation(cfg.accumulation);
   const bool tensor_core = acc == emu::Accumulation::kHopper || acc == emu::Accumulation::kAda;
-  if (precision == nn::Precision::kFp8 && recipe.index() < 2) {
+  if (precision == nn::Precision::kFp8 && scaling::supports_accumulation_models(recipe)) {
     for (auto& l : model.layers) {
       if (tensor_core) l.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
       else l.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});
@@ -639,13 +639,8 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
     const scaling::RecipeFormat f = scaling::parse_recipe_format(cfg.format);
     cfg.delayed.fp8_format = cfg.current.fp8_format = cfg.mxfp8.fp8_format = cfg.block.fp8_format = f;
   }
-  std::vector<scaling::Recipe> recipes;
-  if (cfg.recipe == "delayed" || cfg.recipe == "all") recipes.emplace_back(cfg.delayed);
-  if (cfg.recipe == "current" || cfg.recipe == "all") recipes.emplace_back(cfg.current);
-  if (cfg.recipe == "mxfp8" || cfg.recipe == "all") recipes.emplace_back(cfg.mxfp8);
-  if (cfg.recipe == "block" || cfg.recipe == "all") recipes.emplace_back(cfg.block);
-  FP8EMU_CHECK(!recipes.empty(), "unknown recipe '", cfg.recipe,
-               "' (accepted: delayed, current, mxfp8, block, all)");
+  const std::vector<scaling::Recipe> recipes =
+      scaling::parse_recipe_selection(cfg.recipe, {cfg.delayed, cfg.current, cfg.mxfp8, cfg.block});
   // Every recipe's parameters are checked, whichever recipes run.
   for (const scaling::Recipe& r : {scaling::Recipe(cfg.delayed), scaling::Recipe(cfg.current),
                                    scaling::Recipe(cfg.mxfp8), scaling::Recipe(cfg.block)})

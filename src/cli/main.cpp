@@ -313,19 +313,15 @@ int main(int argc, char** argv) {
       else FP8EMU_FAIL("unknown --format '", st_format, "' (accepted: e4m3, e5m2)");
       const std::vector<float> amax = scaling::parse_amax_list(st_amax);
       std::vector<scaling::ScaleTraceRow> rows;
-      if (st_recipe == "delayed") {
-        if (st_algo == "max") st_delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
-        else if (st_algo == "most_recent") st_delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
-        else FP8EMU_FAIL("unknown --algo '", st_algo, "' (accepted: max, most_recent)");
-        st_delayed.fused_update = trace->count("--unfused") == 0;
-        st_delayed.fp8_format = scaling::RecipeFormat::kE4M3;  // the trace's format is given by --format
-        rows = scaling::trace_delayed(st_delayed, fmt, amax);
-      } else if (st_recipe == "current") {
-        rows = scaling::trace_current(st_current, fmt, amax);
-      } else {
-        FP8EMU_FAIL("scale-trace: unknown --recipe '", st_recipe,
-                    "' (accepted: delayed, current; mxfp8 and block scales are per block)");
-      }
+      if (st_algo == "max") st_delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
+      else if (st_algo == "most_recent") st_delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+      else FP8EMU_FAIL("unknown --algo '", st_algo, "' (accepted: max, most_recent)");
+      st_delayed.fused_update = trace->count("--unfused") == 0;
+      st_delayed.fp8_format = scaling::RecipeFormat::kE4M3;  // the trace's format is given by --format
+      const std::optional<scaling::Recipe> picked = scaling::find_recipe(st_recipe, {st_delayed, st_current});
+      FP8EMU_CHECK(picked && scaling::uses_per_tensor_scales(*picked), "scale-trace: unknown --recipe '", st_recipe,
+                   "' (accepted: delayed, current; mxfp8 and block scales are per block)");
+      rows = scaling::trace_scales(*picked, fmt, amax);
       std::fputs(scaling::trace_csv(rows).c_str(), stdout);
     }
   } catch (const std::exception& e) {
