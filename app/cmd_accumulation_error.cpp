@@ -14,7 +14,7 @@ Command add_accumulation_error(CLI::App& app) {
   auto o = std::make_shared<Options>();
   experiments::AccumulationErrorConfig& ae = o->ae;
   CLI::App* accerr = app.add_subcommand(
-      "accumulation-error", "FP8 GEMM relative error of each accumulation model vs the exact product, K = 256..k-max");
+      "accumulation-error", "FP8 GEMM relative error of the accumulations TE runs (hopper fast and promoted every 128, ada fast, fp32) vs the exact product, K = 256..k-max");
   accerr->add_option("--out", ae.out_dir, "Output folder (default results/accumulation-error-<timestamp>)");
   accerr->add_option("--m", ae.m, "Rows of A")->capture_default_str();
   accerr->add_option("--n", ae.n, "Rows of B (columns of D)")->capture_default_str();

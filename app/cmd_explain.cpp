@@ -253,7 +253,7 @@ int run_explain(const ExplainOptions& o, std::ostream& out, std::ostream& err) {
     std::vector<const FormatInfo*> fmts;
     if (o.format == "all") {
       FP8EMU_CHECK(!o.code, "--code needs one format, not --format all");
-      for (const FormatInfo& f : kFormats) fmts.push_back(&f);
+      for (const FormatInfo& f : tool_formats()) fmts.push_back(&f);
     } else {
       fmts.push_back(&find_format(o.format, "--format"));
     }

@@ -20,9 +20,9 @@ namespace fp8emu::cli {
 namespace {
 
 Format parse_format(const std::string& s, const char* flag) {
-  if (s == "e4m3") return Format::kE4M3;
-  if (s == "e5m2") return Format::kE5M2;
-  FP8EMU_FAIL("unknown ", flag, " '", s, "' (accepted: e4m3, e5m2)");
+  Format f = Format::kE4M3;
+  FP8EMU_CHECK(parse_fp8_format(s, &f), "unknown ", flag, " '", s, "' (accepted: e4m3, e5m2)");
+  return f;
 }
 
 // FP8 codes of a 2-D operand: uint8 arrays are codes as given; float32 arrays are quantized with
@@ -98,8 +98,8 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
     if (o.output == "fp32") ep.output = emu::GemmOutput::kFp32, D.dtype = "<f4";
     else if (o.output == "bf16") ep.output = emu::GemmOutput::kBf16, D.dtype = "<u2";
     else if (o.output == "fp16") ep.output = emu::GemmOutput::kFp16, D.dtype = "<f2";
-    else if (o.output == "e4m3") ep.output = emu::GemmOutput::kE4M3, D.dtype = "|u1";
-    else if (o.output == "e5m2") ep.output = emu::GemmOutput::kE5M2, D.dtype = "|u1";
+    else if (Format of = Format::kE4M3; parse_fp8_format(o.output, &of))
+      ep.output = of == Format::kE4M3 ? emu::GemmOutput::kE4M3 : emu::GemmOutput::kE5M2, D.dtype = "|u1";
     else FP8EMU_FAIL("unknown --output '", o.output, "' (accepted: fp32, bf16, fp16, e4m3, e5m2)");
     D.data.resize(M * N * D.itemsize());
     emu::gemm_fp8_tn(int(M), int(N), int(K), qa.data(), fa, sa, qb.data(), fb, sb, acc, ep, D.data.data());
@@ -127,7 +127,7 @@ Command add_gemm(CLI::App& app) {
   gemm_cmd->add_option("--format-b", gemm.format_b, "e4m3 or e5m2 (E5M2 x E5M2 is rejected)")->capture_default_str();
   gemm_cmd->add_option("--scale-inv-a", gemm.scale_inv_a, "Dequantization scale of uint8 A")->capture_default_str();
   gemm_cmd->add_option("--scale-inv-b", gemm.scale_inv_b, "Dequantization scale of uint8 B")->capture_default_str();
-  gemm_cmd->add_option("--accumulation", gemm.accumulation, "exact, fp32, hopper or ada")->capture_default_str();
+  gemm_cmd->add_option("--accumulation", gemm.accumulation, "Accumulation model: " + emu::accumulation_names())->capture_default_str();
   gemm_cmd->add_option("--promotion", gemm.promotion, "Promote to fp32 every N K-elements (0: fast accumulation)")
       ->capture_default_str();
   gemm_cmd->add_option("--output", gemm.output, "D type: fp32, bf16 (uint16 bits), fp16, e4m3, e5m2 (uint8 codes)")

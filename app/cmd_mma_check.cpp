@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "fp8emu/core/dot.hpp"
 #include "fp8emu/core/mma_model.hpp"
 
 namespace fp8emu::cli {
@@ -86,21 +87,27 @@ std::string hex(std::uint32_t u) {
 
 int run_mma_check(const MmaCheckOptions& o, std::ostream& out, std::ostream& err) {
   try {
-    int block = 0;
-    if (o.arch == "hopper") block = 32;
-    else if (o.arch == "ada") block = 16;
-    else throw Malformed{"unknown --arch '" + o.arch + "' (accepted: hopper, ada)"};
-    const FormatSpec* f = nullptr;
-    if (o.format == "e4m3") f = &kSpecE4M3;
-    else if (o.format == "e5m2") f = &kSpecE5M2;
-    else throw Malformed{"unknown --format '" + o.format + "' (accepted: e4m3, e5m2)"};
+    // --arch names a tensor-core row of the accumulation-model table (core/accumulation.hpp).
+    const AccumulationModel* model = nullptr;
+    std::string archs;
+    for (const AccumulationModel& m : kAccumulationModels) {
+      if (m.datapath != Datapath::kTensorCore) continue;
+      archs += (archs.empty() ? "" : ", ") + std::string(m.name);
+      if (o.arch == m.name) model = &m;
+    }
+    if (!model) throw Malformed{"unknown --arch '" + o.arch + "' (accepted: " + archs + ")"};
+    Format fmt = Format::kE4M3;
+    if (!parse_fp8_format(o.format, &fmt))
+      throw Malformed{"unknown --format '" + o.format + "' (accepted: e4m3, e5m2)"};
+    const FormatSpec* f = &spec_of(fmt);
+    const char* format_label = fmt == Format::kE4M3 ? "E4M3" : "E5M2";
     core::MmaAccumulator acc;
     if (o.output == "fp32") acc = core::MmaAccumulator::kFp32;
     else if (o.output == "fp16") acc = core::MmaAccumulator::kFp16;
     else throw Malformed{"unknown --output '" + o.output + "' (accepted: fp32, fp16)"};
 
-    const auto a = read_operands(o.a, *f, o.format == "e4m3" ? "E4M3" : "E5M2");
-    const auto b = read_operands(o.b, *f, o.format == "e4m3" ? "E4M3" : "E5M2");
+    const auto a = read_operands(o.a, *f, format_label);
+    const auto b = read_operands(o.b, *f, format_label);
     const auto d = read_binary32(o.d);
     std::vector<std::uint32_t> c;
     if (!o.c.empty()) c = read_binary32(o.c);
@@ -117,7 +124,9 @@ int run_mma_check(const MmaCheckOptions& o, std::ostream& out, std::ostream& err
     for (std::size_t i = 0; i < a.size(); ++i) {
       std::uint32_t c0 = c.empty() ? 0u : c[i];
       if (acc == core::MmaAccumulator::kFp16) c0 = core::f32_bits_to_half_rne(c0);  // the GPU's C is fp16(c)
-      const std::uint32_t got = core::mma_dot(a[i].data(), *f, b[i].data(), *f, 32, block, c0, acc);
+      AccumulationModel m = *model;
+      m.accumulator = acc;  // --output: the instruction's D type
+      const std::uint32_t got = core::mma_dot_with_c(a[i].data(), *f, b[i].data(), *f, 32, m, c0);
       if (got != d[i]) {
         if (++mismatches <= 10)
           out << "row " << i + 1 << ": recorded " << hex(d[i]) << ", model " << hex(got) << "\n";
@@ -135,7 +144,11 @@ Command add_mma_check(CLI::App& app) {
   auto o = std::make_shared<MmaCheckOptions>();
   CLI::App* check = app.add_subcommand(
       "mma-check", "Replay recorded FP8 tensor-core dot products (32 products per row) through the model");
-  check->add_option("--arch", o->arch, "hopper (wgmma k32) or ada (mma.sync m16n8k32)")->required();
+  std::string archs;  // the tensor-core rows of the accumulation-model table
+  for (const AccumulationModel& m : kAccumulationModels)
+    if (m.datapath == Datapath::kTensorCore)
+      archs += (archs.empty() ? "" : ", ") + std::string(m.name) + " (" + m.hardware + ")";
+  check->add_option("--arch", o->arch, "Tensor-core model: " + archs)->required();
   check->add_option("--format", o->format, "e4m3 or e5m2")->required();
   check->add_option("--output", o->output, "Accumulator/output: fp32 or fp16")->capture_default_str();
   check->add_option("--a", o->a, "a file: 32 hex fp32 values per line")->required();

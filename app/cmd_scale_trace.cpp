@@ -1,6 +1,7 @@
 // `fp8emu scale-trace`: an amax sequence through one per-tensor recipe (fp8emu/scaling/scale_trace.hpp).
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,25 +21,18 @@ struct ScaleTraceOptions {
 
 // Prints the trace as CSV. \throws fp8emu::Error on a bad flag or amax list.
 int run_scale_trace(ScaleTraceOptions o) {
-  Format fmt;
-  if (o.format == "e4m3") fmt = Format::kE4M3;
-  else if (o.format == "e5m2") fmt = Format::kE5M2;
-  else FP8EMU_FAIL("unknown --format '", o.format, "' (accepted: e4m3, e5m2)");
+  Format fmt = Format::kE4M3;
+  FP8EMU_CHECK(parse_fp8_format(o.format, &fmt), "unknown --format '", o.format, "' (accepted: e4m3, e5m2)");
   const std::vector<float> amax = scaling::parse_amax_list(o.amax);
-  std::vector<scaling::ScaleTraceRow> rows;
-  if (o.recipe == "delayed") {
-    if (o.algo == "max") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
-    else if (o.algo == "most_recent") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
-    else FP8EMU_FAIL("unknown --algo '", o.algo, "' (accepted: max, most_recent)");
-    o.delayed.fused_update = !o.unfused;
-    o.delayed.fp8_format = scaling::RecipeFormat::kE4M3;  // the trace's format is given by --format
-    rows = scaling::trace_delayed(o.delayed, fmt, amax);
-  } else if (o.recipe == "current") {
-    rows = scaling::trace_current(o.current, fmt, amax);
-  } else {
-    FP8EMU_FAIL("scale-trace: unknown --recipe '", o.recipe,
-                "' (accepted: delayed, current; mxfp8 and block scales are per block)");
-  }
+  if (o.algo == "max") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
+  else if (o.algo == "most_recent") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+  else FP8EMU_FAIL("unknown --algo '", o.algo, "' (accepted: max, most_recent)");
+  o.delayed.fused_update = !o.unfused;
+  o.delayed.fp8_format = scaling::RecipeFormat::kE4M3;  // the trace's format is given by --format
+  const std::optional<scaling::Recipe> picked = scaling::find_recipe(o.recipe, {o.delayed, o.current});
+  FP8EMU_CHECK(picked && scaling::uses_per_tensor_scales(*picked), "scale-trace: unknown --recipe '", o.recipe,
+               "' (accepted: delayed, current; mxfp8 and block scales are per block)");
+  const std::vector<scaling::ScaleTraceRow> rows = scaling::trace_scales(*picked, fmt, amax);
   std::fputs(scaling::trace_csv(rows).c_str(), stdout);
   return 0;
 }

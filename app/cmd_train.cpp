@@ -3,6 +3,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
 #include "fashion_mnist/train.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -52,7 +53,7 @@ Command add_train(CLI::App& app) {
   train->add_option("--hidden", cfg.hidden, "Hidden layer widths")->delimiter(',')->capture_default_str();
   train->add_option("--activation", cfg.activation, "relu or gelu")->capture_default_str();
   train->add_option("--accumulation", cfg.accumulation,
-                    "FP8 GEMM accumulation (delayed/current): fp32, exact, hopper or ada (TE's fast/split wrappers)")
+                    "FP8 GEMM accumulation (delayed/current): " + emu::accumulation_names() + " (TE's fast/split wrappers)")
       ->capture_default_str();
   train->add_option("--optimizer", cfg.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
   train->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
@@ -70,8 +71,8 @@ Command add_train(CLI::App& app) {
             experiments::TrainConfig& c = o->cfg;
             c.delayed.fused_update = !o->unfused;
             c.block.amax_epsilon = c.current.amax_epsilon;
-            if (o->mx_rule == "te") c.mxfp8.rule = scaling::E8M0Rule::kTransformerEngine;
-            else if (o->mx_rule == "ocp") c.mxfp8.rule = scaling::E8M0Rule::kOcp;
+            if (o->mx_rule == "te") c.mxfp8.rule = E8M0Rule::kTransformerEngine;
+            else if (o->mx_rule == "ocp") c.mxfp8.rule = E8M0Rule::kOcp;
             else FP8EMU_FAIL("unknown --mxfp8-rule '", o->mx_rule, "' (accepted: te, ocp)");
             if (o->algo == "max") c.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
             else if (o->algo == "most_recent") c.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;

@@ -3,6 +3,7 @@
 
 #include "char_lm/train_lm.hpp"
 #include "commands.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
 
 namespace fp8emu::cli {
 
@@ -31,7 +32,7 @@ Command add_train_lm(CLI::App& app) {
       ->capture_default_str();
   train_lm->add_option("--recipe", lm.recipe, "FP8 recipe: delayed, current, mxfp8, block, or all")->capture_default_str();
   train_lm->add_option("--format", lm.format, "hybrid or e4m3 (default: each recipe's TE default)");
-  train_lm->add_option("--accumulation", lm.accumulation, "fp32, exact, hopper or ada")->capture_default_str();
+  train_lm->add_option("--accumulation", lm.accumulation, "FP8 GEMM accumulation model: " + emu::accumulation_names())->capture_default_str();
   train_lm->add_option("--backend", lm.backend,
                        "emulated, cuda or reference, for all or per layer (l0.qkv, l0.proj, l0.fc1, l0.fc2, ..., head)")
       ->capture_default_str();

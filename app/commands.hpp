@@ -5,6 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+
+#include "fp8emu/format/format_spec.hpp"
 
 namespace fp8emu::cli {
 
@@ -15,6 +18,12 @@ struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;
 };
+
+/// The FP8 format named by a flag's value: a registry name or alias of an OCP FP8 format ("e4m3",
+/// "e4m3fn", "e5m2"). Returns false for anything else (the caller words the error).
+inline bool parse_fp8_format(const std::string& s, Format* out) {
+  return find_format(s.data(), s.size(), out) && is_fp8(*out);
+}
 
 Command add_train(CLI::App& app);               // cmd_train.cpp: experiments/fashion_mnist
 Command add_scale_trace(CLI::App& app);         // cmd_scale_trace.cpp

@@ -5,6 +5,9 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
+
+#include "fp8emu/cuda/format_types.hpp"
+#include "fp8emu/emulation/quantize.hpp"
 #endif
 
 namespace fp8emu::cli {
@@ -13,7 +16,8 @@ namespace fp8emu::cli {
 bool cuda_host_baseline_available() { return true; }
 
 bool cuda_host_cast(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q, float* amax) {
-  const __nv_fp8_interpretation_t nv_fmt = fmt == Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+  emu::require_fp8(fmt, "bench convert (CUDA host baseline)");
+  const __nv_fp8_interpretation_t nv_fmt = cuda::cuda_format(fmt).interpretation;
   float m = *amax;
   for (std::size_t i = 0; i < n; ++i) {
     q[i] = __nv_cvt_float_to_fp8(x[i] * scale, __NV_SATFINITE, nv_fmt);

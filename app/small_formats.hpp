@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/e8m0.hpp"
@@ -21,27 +22,33 @@ inline std::string format_names();
 
 // ------------------------------------------------------------------------------------ formats
 
-/// One format the tools accept: a FormatSpec, or E8M0 (spec == nullptr).
+/// One format the tools accept: a view of a row of fp8emu's format registry (kFormats in
+/// format_spec.hpp), with spec == nullptr for E8M0, whose conversions are core/e8m0.hpp rather than
+/// the element encoder.
 struct FormatInfo {
+  Format id;
   const char* name;
   const char* aliases[2];  ///< nullptr-padded
   const FormatSpec* spec;  ///< nullptr: E8M0 (core/e8m0.hpp)
   const char* title;
 };
 
-inline const FormatInfo kFormats[] = {
-    {"e4m3fn", {"e4m3", nullptr}, &kSpecE4M3, "OCP FP8 E4M3"},
-    {"e5m2", {nullptr, nullptr}, &kSpecE5M2, "OCP FP8 E5M2"},
-    {"e4m3fnuz", {nullptr, nullptr}, &kSpecE4M3FNUZ, "FP8 E4M3 fnuz, Graphcore/AMD"},
-    {"e5m2fnuz", {nullptr, nullptr}, &kSpecE5M2FNUZ, "FP8 E5M2 fnuz, Graphcore/AMD"},
-    {"e8m0fnu", {"e8m0", nullptr}, nullptr, "OCP MX E8M0 scale"},
-    {"e2m3fn", {"e2m3", "fp6"}, &kSpecE2M3, "OCP MX FP6 E2M3"},
-    {"e3m2fn", {nullptr, nullptr}, &kSpecE3M2, "OCP MX FP6 E3M2"},
-    {"e2m1fn", {"e2m1", "fp4"}, &kSpecE2M1, "OCP MX FP4 E2M1"},
-};
+/// The registry's code formats in registry order (binary16 and bfloat16 are dtypes of --from/--to).
+inline const std::vector<FormatInfo>& tool_formats() {
+  static const std::vector<FormatInfo> formats = [] {
+    std::vector<FormatInfo> v;
+    for (const FormatRecord& r : ::fp8emu::kFormats) {
+      if (r.family == FormatFamily::kWide) continue;
+      v.push_back({r.id, r.spec->name, {r.aliases[0], r.aliases[1]}, r.id == Format::kE8M0 ? nullptr : r.spec,
+                   r.title});
+    }
+    return v;
+  }();
+  return formats;
+}
 
 inline const FormatInfo* lookup_format(const std::string& s) {
-  for (const FormatInfo& f : kFormats) {
+  for (const FormatInfo& f : tool_formats()) {
     if (s == f.name) return &f;
     for (const char* a : f.aliases)
       if (a && s == a) return &f;
@@ -184,7 +191,7 @@ inline std::string describe(const FormatInfo& f) {
 
 inline std::string format_names() {
   std::string s;
-  for (const FormatInfo& f : kFormats) {
+  for (const FormatInfo& f : tool_formats()) {
     if (!s.empty()) s += ", ";
     s += f.name;
     std::string al;

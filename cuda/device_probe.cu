@@ -19,8 +19,9 @@ __host__ __device__ __nv_saturation_t cuda_sat(Saturation s) { return s == Satur
 __host__ __device__ nv::Saturation mirror_sat(Saturation s) {
   return s == Saturation::kSatFinite ? nv::Saturation::kSatFinite : nv::Saturation::kNoSat;
 }
+// The CUDA mirror's name of an FP8 format (the probes run E4M3 and E5M2 only).
 __host__ __device__ nv::Fp8Interpretation mirror_interp(Format f) {
-  return f == Format::kE4M3 ? nv::Fp8Interpretation::kE4M3 : nv::Fp8Interpretation::kE5M2;
+  return cuda_format(f).interpretation == __NV_E5M2 ? nv::Fp8Interpretation::kE5M2 : nv::Fp8Interpretation::kE4M3;
 }
 
 __global__ void cvt_kernel(const float* x, int n, __nv_saturation_t sat, __nv_fp8_interpretation_t interp,
@@ -102,7 +103,7 @@ std::vector<std::uint16_t> device_cvt_x2_ptx(const std::vector<float>& a, const 
   detail::use_fp8_device();
   detail::DeviceBuffer<float> da(a.data(), a.size()), db(b.data(), b.size());
   detail::DeviceBuffer<std::uint16_t> dout(a.size());
-  cvt_x2_ptx_kernel<<<blocks(int(a.size())), kThreads>>>(da.get(), db.get(), int(a.size()), fmt == Format::kE4M3,
+  cvt_x2_ptx_kernel<<<blocks(int(a.size())), kThreads>>>(da.get(), db.get(), int(a.size()), cuda_format(fmt).interpretation == __NV_E4M3,
                                                           dout.get());
   FP8EMU_CUDA_CHECK_LAUNCH("cvt_x2_ptx_kernel");
   dout.download(out.data(), out.size());

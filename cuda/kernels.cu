@@ -35,6 +35,7 @@ unsigned int blocks_for(std::size_t work) {
 // The format record by value, for a format known at compile time.
 template <Format F>
 __device__ __forceinline__ FormatSpec spec_value() {
+  static_assert(F == Format::kE4M3 || F == Format::kE5M2, "the FP8 cast kernels are instantiated for OCP FP8");
   if constexpr (F == Format::kE4M3) {
     return kSpecE4M3;
   } else {
@@ -173,7 +174,7 @@ __global__ void tile_cast_kernel(const float* __restrict__ x, int rows, int cols
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int r = int(i / std::size_t(cols)), col = int(i % std::size_t(cols));
-    const float mult = tile_scale[std::size_t(r / tile) * std::size_t(tc) + std::size_t(col / tile)];
+    const float mult = tile_scale[core::tile_index(r, col, tile, tc)];
     codes[i] = core::cast_element(x[i], mult, f, c);
   }
   commit_counts(c, totals);
@@ -208,10 +209,11 @@ void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std
   const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(q) % 4 == 0;
   const unsigned int blocks = blocks_for(vec ? (n + 3) / 4 : n);
   emu::require_fp8(fmt, "quantize");
-  if (fmt == Format::kE4M3) {
-    quantize_kernel<Format::kE4M3><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals);
-  } else {
-    quantize_kernel<Format::kE5M2><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals);
+  switch (fmt) {  // no default: a new FP8 format needs its instance here
+    case Format::kE4M3: quantize_kernel<Format::kE4M3><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals); break;
+    case Format::kE5M2: quantize_kernel<Format::kE5M2><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals); break;
+    case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
+    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
   }
   FP8EMU_CUDA_CHECK_LAUNCH("quantize_kernel");
 }
@@ -220,10 +222,11 @@ void launch_dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Fo
                        cudaStream_t stream) {
   if (n == 0) return;
   emu::require_fp8(fmt, "dequantize");
-  if (fmt == Format::kE4M3) {
-    dequantize_kernel<Format::kE4M3><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y);
-  } else {
-    dequantize_kernel<Format::kE5M2><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y);
+  switch (fmt) {  // no default: a new FP8 format needs its instance here
+    case Format::kE4M3: dequantize_kernel<Format::kE4M3><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y); break;
+    case Format::kE5M2: dequantize_kernel<Format::kE5M2><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y); break;
+    case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
+    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
   }
   FP8EMU_CUDA_CHECK_LAUNCH("dequantize_kernel");
 }
@@ -347,7 +350,7 @@ class CudaKernels final : public backend::Kernels {
   }
 
   emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                     scaling::E8M0Rule rule, emu::QuantizeStats* stats) const override {
+                                     E8M0Rule rule, emu::QuantizeStats* stats) const override {
     FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
     return block_cast(x, rows, cols, axis, fmt, 32, emu::mxfp8_rule(fmt, rule), true, stats);
   }

@@ -84,17 +84,17 @@ void check_gemm_block_tn(const BlockQuantized& A, const BlockQuantized& B) {
   FP8EMU_CHECK(A.block >= 1, "block-scaled GEMM: block size must be >= 1, got ", A.block);
 }
 
-core::BlockRule mxfp8_rule(Format fmt, scaling::E8M0Rule rule) {
-  return core::BlockRule::mxfp8(spec_of(fmt), rule == scaling::E8M0Rule::kTransformerEngine);
+core::BlockRule mxfp8_rule(Format fmt, E8M0Rule rule) {
+  return core::BlockRule::mxfp8(spec_of(fmt), rule == E8M0Rule::kTransformerEngine);
 }
 
-std::uint8_t mxfp8_scale_code(float amax, Format fmt, scaling::E8M0Rule rule) {
+std::uint8_t mxfp8_scale_code(float amax, Format fmt, E8M0Rule rule) {
   const core::BlockRule r = mxfp8_rule(fmt, rule);
   return core::mxfp8_scale_code(amax, spec_of(fmt), r.kind == core::BlockRule::kMxfp8Te, r.rcp_max);
 }
 
 BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis, Format fmt,
-                              scaling::E8M0Rule rule, QuantizeStats* stats) {
+                              E8M0Rule rule, QuantizeStats* stats) {
   FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
   BlockQuantized q = make_block_record(rows, cols, axis, kMxBlock, fmt, true);
   const QuantizeStats st = cast_blocks(x, cols, axis, mxfp8_rule(fmt, rule), q);
@@ -122,11 +122,8 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
   std::vector<float> scale(std::size_t(tr) * std::size_t(tc)), scale_inv(scale.size());
   for (int bi = 0; bi < tr; ++bi)
     for (int bj = 0; bj < tc; ++bj) {
-      std::uint32_t m = 0;
-      for (int r = bi * tile; r < std::min(rows, (bi + 1) * tile); ++r)
-        for (int c = bj * tile; c < std::min(cols, (bj + 1) * tile); ++c)
-          m = core::max_u32(m, core::amax_bits(x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]));
-      const core::BlockScale s = core::block_scale(core::bits_to_f32(m), float(f.max_finite()), pow2, epsilon);
+      const float amax = core::tile_amax(x, rows, cols, tile, bi, bj);
+      const core::BlockScale s = core::block_scale(amax, float(f.max_finite()), pow2, epsilon);
       scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
       scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
     }
@@ -142,7 +139,7 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
     core::CastCounts c;
     for (int col = 0; col < cols; ++col) {
       const std::size_t i = std::size_t(r) * std::size_t(cols) + std::size_t(col);
-      codes[i] = core::cast_element(x[i], scale[std::size_t(r / tile) * std::size_t(tc) + std::size_t(col / tile)], f, c);
+      codes[i] = core::cast_element(x[i], scale[core::tile_index(r, col, tile, tc)], f, c);
     }
     sat += c.saturated;
     under += c.underflow;

@@ -245,7 +245,7 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   FP8EMU_CHECK(ep.beta == 0.0f || ep.C != nullptr, "GEMM: beta = ", ep.beta, " needs a C matrix");
   std::vector<float> t(std::size_t(M) * std::size_t(N));
   gemm_fp8_tn(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc, t.data());
-  float amax = 0.0f;
+  std::uint32_t amax = 0;  // max over core::amax_bits: NaN ignored (signaling NaNs too), exact
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       const std::size_t idx = std::size_t(i) * std::size_t(N) + std::size_t(j);
@@ -253,10 +253,10 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
       if (ep.alpha != 1.0f) v = ep.alpha * v;
       if (ep.beta != 0.0f) v = v + ep.beta * ep.C[idx];
       if (ep.bias) v = v + ep.bias[j];
-      amax = std::fmax(amax, std::fabs(v));
+      amax = core::max_u32(amax, core::amax_bits(v));
       t[idx] = v;
     }
-  if (ep.amax_d) *ep.amax_d = std::fmax(*ep.amax_d, amax);
+  if (ep.amax_d) *ep.amax_d = std::fmax(*ep.amax_d, core::bits_to_f32(amax));
   const std::size_t n = t.size();
   switch (ep.output) {
     case GemmOutput::kFp32:

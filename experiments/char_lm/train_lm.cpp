@@ -365,13 +365,8 @@ struct RecipeSet {
   scaling::CurrentScaling current;
   scaling::MXFP8BlockScaling mxfp8;
   scaling::Float8BlockScaling block;
-  scaling::Recipe get(const std::string& name) const {
-    if (name == "delayed") return delayed;
-    if (name == "current") return current;
-    if (name == "mxfp8") return mxfp8;
-    if (name == "block") return block;
-    FP8EMU_FAIL("unknown recipe '", name, "' (accepted: delayed, current, mxfp8, block)");
-  }
+  std::vector<scaling::Recipe> all() const { return {delayed, current, mxfp8, block}; }
+  scaling::Recipe get(const std::string& name) const { return scaling::parse_recipe(name, all()); }
 };
 
 std::vector<std::string> layer_names_of(int layers) {
@@ -455,7 +450,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
     for (std::size_t i = 0; i < lins.size(); ++i) {
       nn::Linear& l = *lins[i];
       if (l.precision() != nn::Precision::kFp8) continue;  // the FP32 head
-      if (l.recipe().index() < 2) common::set_te_accumulation(l, ctx.accumulation);
+      if (scaling::supports_accumulation_models(l.recipe())) common::set_te_accumulation(l, ctx.accumulation);
       if (kinds[i] == backend::Kind::kReference) l.set_precision(nn::Precision::kFp32);
       else l.set_kernels(backend::kernels_of(kinds[i]));
     }
@@ -463,7 +458,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
       const emu::Accumulation la = emu::parse_accumulation(a);
       nn::Linear& l = *lins[i];
       if (l.precision() != nn::Precision::kFp8) continue;
-      FP8EMU_CHECK(l.recipe().index() < 2 || la == emu::Accumulation::kFp32, "--layer-accumulation: ", names[i],
+      FP8EMU_CHECK(scaling::supports_accumulation_models(l.recipe()) || la == emu::Accumulation::kFp32, "--layer-accumulation: ", names[i],
                    " runs a block recipe, which accumulates in fp32 only");
       common::set_te_accumulation(l, la);
     }
@@ -638,10 +633,8 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
   }
   const scaling::DelayedScaling& delayed = rs.delayed;
   std::vector<RunSpec> runs{{"fp32", nn::Precision::kFp32, delayed}};
-  for (const auto& [name, r] : std::vector<std::pair<std::string, scaling::Recipe>>{
-           {"delayed", rs.delayed}, {"current", rs.current}, {"mxfp8", rs.mxfp8}, {"block", rs.block}})
-    if (cfg.recipe == name || cfg.recipe == "all") runs.push_back({"fp8_" + name, nn::Precision::kFp8, r});
-  FP8EMU_CHECK(runs.size() > 1, "unknown recipe '", cfg.recipe, "' (accepted: delayed, current, mxfp8, block, all)");
+  for (const scaling::Recipe& r : scaling::parse_recipe_selection(cfg.recipe, rs.all()))
+    runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
   for (const RunSpec& r : runs) scaling::validate(r.recipe);
   FP8EMU_CHECK(cfg.steps >= 1, "--steps must be >= 1, got ", cfg.steps);
   FP8EMU_CHECK(cfg.batch_size >= 1 && cfg.batch_size <= kMaxDim, "--batch-size must be in [1, ", kMaxDim, "], got ",

@@ -18,7 +18,7 @@
 namespace fp8emu::experiments::common {
 
 void set_te_accumulation(nn::Linear& layer, emu::Accumulation acc) {
-  if (acc == emu::Accumulation::kHopper || acc == emu::Accumulation::kAda)
+  if (model_of(acc).datapath == Datapath::kTensorCore)  // TE's fast/split wrappers (tensor cores only)
     layer.set_accumulation(emu::te_fprop(acc), emu::te_dgrad(acc), emu::te_wgrad(acc));
   else
     layer.set_accumulation({acc, 0}, {acc, 0}, {acc, 0});

@@ -306,7 +306,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
   RunLog log;
   log.result.name = name;
   nn::Mlp model(set.sizes, set.activation, precision, recipe, cfg.seed);
-  if (precision == nn::Precision::kFp8 && recipe.index() < 2) {
+  if (precision == nn::Precision::kFp8 && scaling::supports_accumulation_models(recipe)) {
     for (auto& l : model.layers) common::set_te_accumulation(l, set.accumulation);
   }
   if (precision == nn::Precision::kFp8) {
@@ -450,14 +450,14 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
                   {"use_power_2_scales", cfg.current.use_power_2_scales},
                   {"amax_epsilon", shortest(cfg.current.amax_epsilon)}};
   c["mxfp8"] = {{"fp8_format", scaling::to_string(cfg.mxfp8.fp8_format)},
-                {"e8m0_rule", cfg.mxfp8.rule == scaling::E8M0Rule::kOcp ? "ocp" : "te"}};
+                {"e8m0_rule", cfg.mxfp8.rule == E8M0Rule::kOcp ? "ocp" : "te"}};
   c["block"] = {{"fp8_format", scaling::to_string(cfg.block.fp8_format)},
                 {"use_f32_scales", cfg.block.use_f32_scales},
                 {"amax_epsilon", shortest(cfg.block.amax_epsilon)}};
   c["backend"] = cfg.backend;
   common::record_backends(c, cfg.backend, layer_names(sizes), false);
   c["gemm_accumulation"] =
-      cfg.accumulation == "hopper" || cfg.accumulation == "ada"
+      model_of(emu::parse_accumulation(cfg.accumulation)).datapath == Datapath::kTensorCore
           ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"
           : cfg.accumulation + " (every GEMM; block recipes: fp32)";
   return c;
@@ -534,13 +534,8 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
     const scaling::RecipeFormat f = scaling::parse_recipe_format(cfg.format);
     cfg.delayed.fp8_format = cfg.current.fp8_format = cfg.mxfp8.fp8_format = cfg.block.fp8_format = f;
   }
-  std::vector<scaling::Recipe> recipes;
-  if (cfg.recipe == "delayed" || cfg.recipe == "all") recipes.emplace_back(cfg.delayed);
-  if (cfg.recipe == "current" || cfg.recipe == "all") recipes.emplace_back(cfg.current);
-  if (cfg.recipe == "mxfp8" || cfg.recipe == "all") recipes.emplace_back(cfg.mxfp8);
-  if (cfg.recipe == "block" || cfg.recipe == "all") recipes.emplace_back(cfg.block);
-  FP8EMU_CHECK(!recipes.empty(), "unknown recipe '", cfg.recipe,
-               "' (accepted: delayed, current, mxfp8, block, all)");
+  const std::vector<scaling::Recipe> recipes =
+      scaling::parse_recipe_selection(cfg.recipe, {cfg.delayed, cfg.current, cfg.mxfp8, cfg.block});
   // Every recipe's parameters are checked, whichever recipes run.
   for (const scaling::Recipe& r : {scaling::Recipe(cfg.delayed), scaling::Recipe(cfg.current),
                                    scaling::Recipe(cfg.mxfp8), scaling::Recipe(cfg.block)})

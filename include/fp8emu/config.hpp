@@ -16,3 +16,14 @@
 #else
 #define FP8EMU_HD inline
 #endif
+
+/// FP8EMU_HD for the hot conversion routines whose policy arguments are usually constants: always
+/// inlined on the host too, so that the compiler folds the policy (the exhaustive oracle sweeps run
+/// about 1.3x slower when GCC keeps the general encoder out of line).
+#if defined(__CUDACC__)
+#define FP8EMU_HD_FLATTEN __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#define FP8EMU_HD_FLATTEN inline __attribute__((always_inline))
+#else
+#define FP8EMU_HD_FLATTEN inline
+#endif

@@ -73,7 +73,7 @@ class ElementKernels final : public Kernels {
   }
 
   emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                     scaling::E8M0Rule rule, emu::QuantizeStats* stats) const override {
+                                     E8M0Rule rule, emu::QuantizeStats* stats) const override {
     FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
     return block_cast(x, rows, cols, axis, fmt, 32, emu::mxfp8_rule(fmt, rule), stats);
   }
@@ -95,11 +95,8 @@ class ElementKernels final : public Kernels {
     std::vector<float> scale(std::size_t(tr) * std::size_t(tc)), scale_inv(scale.size());
     for (int bi = 0; bi < tr; ++bi)
       for (int bj = 0; bj < tc; ++bj) {
-        std::uint32_t m = 0;  // the tile's amax, a max of bits as the GPU's reduction
-        for (int r = bi * tile; r < rows && r < (bi + 1) * tile; ++r)
-          for (int c = bj * tile; c < cols && c < (bj + 1) * tile; ++c)
-            m = core::max_u32(m, core::amax_bits(x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]));
-        const core::BlockScale s = core::block_scale(core::bits_to_f32(m), float(f.max_finite()), pow2, epsilon);
+        const float amax = core::tile_amax(x, rows, cols, tile, bi, bj);  // the GPU reduces the same bits
+        const core::BlockScale s = core::block_scale(amax, float(f.max_finite()), pow2, epsilon);
         scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
         scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
       }
@@ -113,7 +110,7 @@ class ElementKernels final : public Kernels {
         core::CastCounts cc;
         const std::size_t i = std::size_t(r) * std::size_t(cols) + std::size_t(c);
         out.rowwise.codes[i] =
-            core::cast_element(x[i], scale[std::size_t(r / tile) * std::size_t(tc) + std::size_t(c / tile)], f, cc);
+            core::cast_element(x[i], scale[core::tile_index(r, c, tile, tc)], f, cc);
         add_counts(st, cc);
       }
     transpose(rows, cols, out.rowwise.codes.data(), out.columnwise.codes.data());

@@ -50,7 +50,7 @@ class EmulatedKernels final : public Kernels {
     emu::gemm_fp8_tn(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc, D);
   }
   emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                     scaling::E8M0Rule rule, emu::QuantizeStats* stats) const override {
+                                     E8M0Rule rule, emu::QuantizeStats* stats) const override {
     return emu::quantize_mxfp8(x, rows, cols, axis, fmt, rule, stats);
   }
   emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,

@@ -262,11 +262,15 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
   const Format kFormats[] = {Format::kE4M3, Format::kE5M2};
   const std::pair<Format, Format> kPairs[] = {
       {Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}, {Format::kE5M2, Format::kE4M3}};
-  const emu::GemmAccumulation kAccs[] = {
-      {emu::Accumulation::kFp32, 0},    {emu::Accumulation::kFp32, 50},   {emu::Accumulation::kFp32, 128},
-      {emu::Accumulation::kExact, 0},   {emu::Accumulation::kHopper, 0},  {emu::Accumulation::kHopper, 32},
-      {emu::Accumulation::kHopper, 128}, {emu::Accumulation::kAda, 0},    {emu::Accumulation::kAda, 16},
-      {emu::Accumulation::kAda, 128}};
+  // Every model of the accumulation table, with fast accumulation and, where the model takes one, a
+  // promotion interval of one block (50 for block-less models: ragged runs) and of 128 (TE's split).
+  std::vector<emu::GemmAccumulation> kAccs;
+  for (const AccumulationModel& m : kAccumulationModels) {
+    kAccs.push_back({m.id, 0});
+    if (!m.takes_promotion()) continue;
+    kAccs.push_back({m.id, m.block > 1 ? m.block : 50});
+    if (128 % m.block == 0 && 128 != m.block) kAccs.push_back({m.id, 128});
+  }
   const CodeFamily kCodeFamilies[] = {CodeFamily::kNormal, CodeFamily::kWide, CodeFamily::kSpecial};
 
   for (const int s : opt.sizes) {
@@ -309,9 +313,9 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
         for (const emu::BlockAxis axis : {emu::BlockAxis::kRowwise, emu::BlockAxis::kColumnwise}) {
           const std::string wa = w + (axis == emu::BlockAxis::kRowwise ? " rowwise" : " columnwise");
           if (wants("quantize_mxfp8")) {
-            for (const scaling::E8M0Rule rule : {scaling::E8M0Rule::kTransformerEngine, scaling::E8M0Rule::kOcp}) {
+            for (const E8M0Rule rule : {E8M0Rule::kTransformerEngine, E8M0Rule::kOcp}) {
               KernelCheckRow& r =
-                  rec.row(rule == scaling::E8M0Rule::kOcp ? "quantize_mxfp8 ocp" : "quantize_mxfp8 te", in);
+                  rec.row(rule == E8M0Rule::kOcp ? "quantize_mxfp8 ocp" : "quantize_mxfp8 te", in);
               emu::QuantizeStats sa, sb;
               const emu::BlockQuantized a = ref.quantize_mxfp8(x.data(), rows, cols, axis, fmt, rule, &sa);
               emu::BlockQuantized b;
@@ -442,8 +446,8 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
         const emu::BlockAxis rw = emu::BlockAxis::kRowwise;
         const Pair pairs[] = {
             {"gemm_fp8_block_tn mxfp8",
-             ref.quantize_mxfp8(xa.data(), M, K, rw, Format::kE4M3, scaling::E8M0Rule::kTransformerEngine, nullptr),
-             ref.quantize_mxfp8(xb.data(), N, K, rw, Format::kE4M3, scaling::E8M0Rule::kTransformerEngine, nullptr)},
+             ref.quantize_mxfp8(xa.data(), M, K, rw, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr),
+             ref.quantize_mxfp8(xb.data(), N, K, rw, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr)},
             {"gemm_fp8_block_tn 1x128 x 128x128",
              ref.quantize_block_1d(xa.data(), M, K, rw, Format::kE4M3, 128, true, 0.0f, nullptr),
              ref.quantize_block_2d(xb.data(), N, K, Format::kE4M3, 128, true, 0.0f, nullptr).rowwise},

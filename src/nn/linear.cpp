@@ -1,23 +1,14 @@
 // Linear layer in FP32 or emulated FP8 (see include/fp8emu/nn/linear.hpp).
 #include "fp8emu/nn/linear.hpp"
 
-#include <cfloat>
 #include <cmath>
 #include <limits>
 
-#include "fp8emu/core/scale.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
 namespace {
-
-constexpr int kFloat8Block = 128;    // TE Float8BlockScaling: 1x128 blocks, 128x128 weight tiles
-
-int history_len_of(const scaling::Recipe& r) {
-  const auto* d = std::get_if<scaling::DelayedScaling>(&r);
-  return d ? std::max(1, d->amax_history_len) : 1;
-}
 
 void add_bias(Matrix& y, const Matrix& bias) {
   for (int i = 0; i < y.rows; ++i) {
@@ -26,10 +17,14 @@ void add_bias(Matrix& y, const Matrix& bias) {
   }
 }
 
+std::unique_ptr<scaling::Quantizer> clone_of(const std::unique_ptr<scaling::Quantizer>& q) {
+  return q ? q->clone() : nullptr;
+}
+
 }  // namespace
 
 Linear::Linear(int in_features, int out_features, Precision precision, const scaling::Recipe& recipe)
-    : precision_(precision), recipe_(recipe), fwd_state_(3, 1), bwd_state_(2, 1) {
+    : precision_(precision), recipe_(recipe) {
   FP8EMU_CHECK(in_features > 0 && out_features > 0, "Linear: sizes must be positive, got in=",
                in_features, " out=", out_features);
   set_recipe(recipe);
@@ -39,20 +34,73 @@ Linear::Linear(int in_features, int out_features, Precision precision, const sca
   grad_bias = Matrix(1, out_features);
 }
 
+Linear::Linear(const Linear& o)
+    : weight(o.weight),
+      bias(o.bias),
+      grad_weight(o.grad_weight),
+      grad_bias(o.grad_bias),
+      stats(o.stats),
+      twin_error(o.twin_error),
+      precision_(o.precision_),
+      kernels_(o.kernels_),
+      recipe_(o.recipe_),
+      fwd_q_(clone_of(o.fwd_q_)),
+      bwd_q_(clone_of(o.bwd_q_)),
+      idle_fwd_state_(o.idle_fwd_state_),
+      idle_bwd_state_(o.idle_bwd_state_),
+      acc_fprop_(o.acc_fprop_),
+      acc_dgrad_(o.acc_dgrad_),
+      acc_wgrad_(o.acc_wgrad_),
+      have_saved_(o.have_saved_),
+      saved_batch_(o.saved_batch_),
+      saved_x_(o.saved_x_),
+      x_q_(o.x_q_),
+      w_q_(o.w_q_),
+      have_weight_cache_(o.have_weight_cache_) {
+  for (int i = 0; i < 3; ++i) last_scale_[i] = o.last_scale_[i];
+}
+
+Linear& Linear::operator=(const Linear& o) {
+  if (this != &o) {
+    Linear copy(o);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
 void Linear::set_recipe(const scaling::Recipe& recipe) {
-  scaling::validate(recipe);
+  // make_quantizer validates the recipe before anything changes.
+  std::unique_ptr<scaling::Quantizer> fwd = scaling::make_quantizer(recipe, scaling::Direction::kForward);
+  std::unique_ptr<scaling::Quantizer> bwd = scaling::make_quantizer(recipe, scaling::Direction::kBackward);
   recipe_ = recipe;
-  fwd_state_ = scaling::DelayedScalingState(3, history_len_of(recipe));
-  bwd_state_ = scaling::DelayedScalingState(2, history_len_of(recipe));
-  fwd_format_ = scaling::forward_format(scaling::recipe_format(recipe_));
-  bwd_format_ = scaling::backward_format(scaling::recipe_format(recipe_));
+  fwd_q_ = std::move(fwd);
+  bwd_q_ = std::move(bwd);
+  idle_fwd_state_ = scaling::DelayedScalingState(scaling::num_slots(scaling::Direction::kForward), 1);
+  idle_bwd_state_ = scaling::DelayedScalingState(scaling::num_slots(scaling::Direction::kBackward), 1);
   for (float& sc : last_scale_) sc = std::numeric_limits<float>::quiet_NaN();
   have_weight_cache_ = false;
-  if (!is_block_recipe())  // TE's choice on Hopper: fprop fast accumulation, dgrad/wgrad split
+  if (supports_accumulation_models())  // TE's choice on Hopper: fprop fast accumulation, dgrad/wgrad split
     set_accumulation(emu::te_fprop(emu::Accumulation::kHopper), emu::te_dgrad(emu::Accumulation::kHopper),
                      emu::te_wgrad(emu::Accumulation::kHopper));
   else
     set_accumulation({}, {}, {});
+}
+
+const scaling::DelayedScalingState& Linear::forward_state() const {
+  const scaling::DelayedScalingState* s = fwd_q_->amax_history_state();
+  return s ? *s : idle_fwd_state_;
+}
+const scaling::DelayedScalingState& Linear::backward_state() const {
+  const scaling::DelayedScalingState* s = bwd_q_->amax_history_state();
+  return s ? *s : idle_bwd_state_;
+}
+scaling::DelayedScalingState& Linear::forward_state() {
+  scaling::DelayedScalingState* s = fwd_q_->amax_history_state();
+  return s ? *s : idle_fwd_state_;
+}
+scaling::DelayedScalingState& Linear::backward_state() {
+  scaling::DelayedScalingState* s = bwd_q_->amax_history_state();
+  return s ? *s : idle_bwd_state_;
 }
 
 void Linear::init(Rng& rng) {
@@ -71,54 +119,16 @@ void Linear::forward_fp32(const Matrix& x, Matrix& y) const {
   add_bias(y, bias);
 }
 
-// Per-tensor cast of m into q under delayed or current scaling; records the scale used in
-// last_scale_[role] and returns scale_inv = RN(1/scale).
-float Linear::per_tensor_cast(const Matrix& m, Format fmt, bool forward, int slot, int role,
-                              std::vector<std::uint8_t>& q, emu::QuantizeStats& st) {
-  float* amax = nullptr;  // current scaling: TE casts with a null amax pointer after its amax kernel
-  float scale;
-  if (const auto* cur = std::get_if<scaling::CurrentScaling>(&recipe_)) {
-    scale = core::compute_scale_from_amax(kernels_->compute_amax(m.data.data(), m.size()), max_finite_f32(fmt),
-                                          cur->use_power_2_scales, cur->amax_epsilon, FLT_MAX);
-  } else {
-    scaling::DelayedScalingState& state = forward ? fwd_state_ : bwd_state_;
-    amax = state.amax_ptr(slot);
-    scale = state.scale(slot);
-  }
-  q.resize(m.size());
-  st += kernels_->quantize(m.data.data(), m.size(), scale, fmt, q.data(), amax);
-  last_scale_[role] = scale;
-  return emu::scale_inv_of(scale);
-}
-
-// 1D block cast of an activation or gradient (or an MXFP8 weight) along `axis`.
-emu::BlockQuantized Linear::block_cast(const Matrix& m, emu::BlockAxis axis, Format fmt,
-                                       emu::QuantizeStats* st) const {
-  if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&recipe_))
-    return kernels_->quantize_mxfp8(m.data.data(), m.rows, m.cols, axis, fmt, mx->rule, st);
-  const auto& bl = std::get<scaling::Float8BlockScaling>(recipe_);
-  return kernels_->quantize_block_1d(m.data.data(), m.rows, m.cols, axis, fmt, kFloat8Block, !bl.use_f32_scales,
-                                bl.amax_epsilon, st);
-}
-
 void Linear::cast_weight(std::optional<bool> is_first_microbatch) {
   if (is_first_microbatch == false) {
     FP8EMU_CHECK(have_weight_cache_, "Linear: is_first_microbatch=false but no FP8 weight is cached "
                                      "(call with true first)");
     return;  // reuse the cached FP8 weight: no cast, no amax
   }
-  const int out = out_features(), in = in_features();
-  if (std::holds_alternative<scaling::MXFP8BlockScaling>(recipe_)) {
-    w_row_ = block_cast(weight, emu::BlockAxis::kRowwise, fwd_format_, &stats.weight);
-    w_col_ = block_cast(weight, emu::BlockAxis::kColumnwise, fwd_format_, nullptr);
-  } else if (const auto* bl = std::get_if<scaling::Float8BlockScaling>(&recipe_)) {
-    emu::BlockQuantized2D w = kernels_->quantize_block_2d(weight.data.data(), out, in, fwd_format_, kFloat8Block,
-                                                     !bl->use_f32_scales, bl->amax_epsilon, &stats.weight);
-    w_row_ = std::move(w.rowwise);
-    w_col_ = std::move(w.columnwise);
-  } else {
-    sinv_w_ = per_tensor_cast(weight, fwd_format_, true, kWeight, 1, w_q_, stats.weight);
-  }
+  // Both copies: row-wise for fprop, column-wise for dgrad.
+  w_q_ = fwd_q_->quantize(*kernels_, weight.data.data(), out_features(), in_features(), scaling::TensorRole::kWeight,
+                          scaling::Usage::kBoth, &stats.weight);
+  last_scale_[1] = w_q_.scale;
   have_weight_cache_ = true;
 }
 
@@ -129,19 +139,16 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
   if (precision_ == Precision::kFp32) {
     forward_fp32(x, y);
     if (training) saved_x_ = x;
-  } else if (is_block_recipe()) {
-    cast_weight(is_first_microbatch);
-    const emu::BlockQuantized x_row = block_cast(x, emu::BlockAxis::kRowwise, fwd_format_, &stats.input);
-    if (training) x_col_ = block_cast(x, emu::BlockAxis::kColumnwise, fwd_format_, nullptr);
-    y.resize(batch, out);
-    kernels_->gemm_fp8_block_tn(x_row, w_row_, y.data.data());
-    add_bias(y, bias);
   } else {
     cast_weight(is_first_microbatch);
-    sinv_x_ = per_tensor_cast(x, fwd_format_, true, kInput, 0, x_q_, stats.input);
+    // Row-wise for fprop; a training forward also keeps the column-wise copy for wgrad.
+    x_q_ = fwd_q_->quantize(*kernels_, x.data.data(), batch, in, scaling::TensorRole::kInput,
+                            training ? scaling::Usage::kBoth : scaling::Usage::kRowwise, &stats.input);
+    last_scale_[0] = x_q_.scale;
     y.resize(batch, out);
-    kernels_->gemm_fp8_tn(batch, out, in, x_q_.data(), fwd_format_, sinv_x_, w_q_.data(), fwd_format_, sinv_w_,
-                     acc_fprop_, y.data.data());  // x [batch, in] . W [out, in]^T
+    // fprop: x [batch, in] . W [out, in]^T
+    scaling::gemm_tn(*kernels_, x_q_, scaling::Usage::kRowwise, w_q_, scaling::Usage::kRowwise, acc_fprop_,
+                     y.data.data());
     add_bias(y, bias);
   }
   if (twin_error && precision_ == Precision::kFp8) {
@@ -176,29 +183,19 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
       dx->resize(batch, in);
       emu::gemm_f32_nn(batch, in, out, dy.data.data(), weight.data.data(), dx->data.data());
     }
-  } else if (is_block_recipe()) {
-    const emu::BlockQuantized dy_row = block_cast(dy, emu::BlockAxis::kRowwise, bwd_format_, &stats.grad_output);
-    const emu::BlockQuantized dy_col = block_cast(dy, emu::BlockAxis::kColumnwise, bwd_format_, nullptr);
-    kernels_->gemm_fp8_block_tn(dy_col, x_col_, grad_weight.data.data());  // [out, K=batch] x [in, K=batch]
-    if (dx) {
-      dx->resize(batch, in);
-      kernels_->gemm_fp8_block_tn(dy_row, w_col_, dx->data.data());  // [batch, K=out] x [in, K=out]
-    }
   } else {
-    std::vector<std::uint8_t> dy_q;
-    const float sinv_dy = per_tensor_cast(dy, bwd_format_, false, kGradOutput, 2, dy_q, stats.grad_output);
-    // TE's transposed FP8 copies (Hopper/Ada take only the TN layout): dy^T, x^T, W^T.
-    std::vector<std::uint8_t> dy_q_t(dy_q.size()), x_q_t(x_q_.size());
-    kernels_->transpose(batch, out, dy_q.data(), dy_q_t.data());  // [out, batch]
-    kernels_->transpose(batch, in, x_q_.data(), x_q_t.data());    // [in, batch]
-    kernels_->gemm_fp8_tn(out, in, batch, dy_q_t.data(), bwd_format_, sinv_dy, x_q_t.data(), fwd_format_, sinv_x_,
-                     acc_wgrad_, grad_weight.data.data());
+    const scaling::QuantizedTensor dy_q = bwd_q_->quantize(*kernels_, dy.data.data(), batch, out,
+                                                           scaling::TensorRole::kGradOutput, scaling::Usage::kBoth,
+                                                           &stats.grad_output);
+    last_scale_[2] = dy_q.scale;
+    // wgrad: dy^T [out, K=batch] . x^T [in, K=batch]^T
+    scaling::gemm_tn(*kernels_, dy_q, scaling::Usage::kColumnwise, x_q_, scaling::Usage::kColumnwise, acc_wgrad_,
+                     grad_weight.data.data());
     if (dx) {
-      std::vector<std::uint8_t> w_q_t(w_q_.size());
-      kernels_->transpose(out, in, w_q_.data(), w_q_t.data());  // [in, out]
       dx->resize(batch, in);
-      kernels_->gemm_fp8_tn(batch, in, out, dy_q.data(), bwd_format_, sinv_dy, w_q_t.data(), fwd_format_, sinv_w_,
-                       acc_dgrad_, dx->data.data());
+      // dgrad: dy [batch, K=out] . W^T [in, K=out]^T
+      scaling::gemm_tn(*kernels_, dy_q, scaling::Usage::kRowwise, w_q_, scaling::Usage::kColumnwise, acc_dgrad_,
+                       dx->data.data());
     }
   }
   have_saved_ = false;
@@ -206,8 +203,9 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
 
 void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
                               const emu::GemmAccumulation& wgrad) {
-  FP8EMU_CHECK(!is_block_recipe() || (fprop.model == emu::Accumulation::kFp32 && dgrad.model == emu::Accumulation::kFp32 &&
-                                      wgrad.model == emu::Accumulation::kFp32),
+  FP8EMU_CHECK(supports_accumulation_models() ||
+                   (fprop.model == emu::Accumulation::kFp32 && dgrad.model == emu::Accumulation::kFp32 &&
+                    wgrad.model == emu::Accumulation::kFp32),
                "Linear: the ", scaling::recipe_name(recipe_),
                " recipe supports only fp32 accumulation (tensor-core models are per-tensor only for now)");
   acc_fprop_ = fprop;
@@ -216,13 +214,11 @@ void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::Gem
 }
 
 void Linear::update_forward_scales() {
-  if (precision_ != Precision::kFp8) return;
-  if (const auto* d = std::get_if<scaling::DelayedScaling>(&recipe_)) fwd_state_.update(*d, fwd_format_);
+  if (precision_ == Precision::kFp8) fwd_q_->update_scales();
 }
 
 void Linear::update_backward_scales() {
-  if (precision_ != Precision::kFp8) return;
-  if (const auto* d = std::get_if<scaling::DelayedScaling>(&recipe_)) bwd_state_.update(*d, bwd_format_);
+  if (precision_ == Precision::kFp8) bwd_q_->update_scales();
 }
 
 }  // namespace fp8emu::nn

@@ -43,7 +43,7 @@ void LayerNormLinear::forward(const Matrix& x, Matrix& y, bool training) {
   norm.forward(x, ln, training);
   // TE: under current scaling the LN kernel writes bf16 and the FP8 cast reads it; under delayed
   // scaling the LN kernel casts its fp32 result to FP8 directly.
-  if (linear.precision() == Precision::kFp8 && std::holds_alternative<scaling::CurrentScaling>(linear.recipe()))
+  if (linear.precision() == Precision::kFp8 && linear.forward_quantizer().reads_bf16_norm_output())
     round_to_bf16(ln);
   linear.forward(ln, y, training);
 }
@@ -72,7 +72,7 @@ LayerNormMLP::LayerNormMLP(NormKind norm_kind, int hidden, int ffn, MlpActivatio
 
 void LayerNormMLP::forward(const Matrix& x, Matrix& y, bool training) {
   norm.forward(x, ln_out_, training);
-  if (fc1.precision() == Precision::kFp8 && std::holds_alternative<scaling::CurrentScaling>(fc1.recipe()))
+  if (fc1.precision() == Precision::kFp8 && fc1.forward_quantizer().reads_bf16_norm_output())
     round_to_bf16(ln_out_);
   fc1.forward(ln_out_, h_, training);
   if (act_dtype == ActivationDtype::kBf16) round_to_bf16(h_);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "fp8emu/util/error.hpp"
 
@@ -65,12 +66,65 @@ void Float8BlockScaling::validate() const {
 }
 
 const char* recipe_name(const Recipe& r) {
-  switch (r.index()) {
-    case 0: return "delayed";
-    case 1: return "current";
-    case 2: return "mxfp8";
-    default: return "block";
+  return std::visit([](const auto& x) { return std::decay_t<decltype(x)>::kName; }, r);
+}
+
+namespace {
+template <std::size_t... I>
+std::vector<std::string> names_of(std::index_sequence<I...>) {
+  return {std::variant_alternative_t<I, Recipe>::kName...};
+}
+
+// The default record of the alternative named `name`, if any.
+template <std::size_t... I>
+std::optional<Recipe> default_recipe(const std::string& name, std::index_sequence<I...>) {
+  std::optional<Recipe> out;
+  ((name == std::variant_alternative_t<I, Recipe>::kName ? (void)out.emplace(std::in_place_index<I>) : (void)0), ...);
+  return out;
+}
+
+std::string accepted_list(bool with_all) {
+  std::string s;
+  for (const std::string& n : recipe_names()) s += (s.empty() ? "" : ", ") + n;
+  return with_all ? s + ", all" : s;
+}
+}  // namespace
+
+const std::vector<std::string>& recipe_names() {
+  static const std::vector<std::string> names = names_of(std::make_index_sequence<std::variant_size_v<Recipe>>{});
+  return names;
+}
+
+ScalingMode scaling_mode(const Recipe& r) {
+  return std::visit([](const auto& x) { return std::decay_t<decltype(x)>::kScalingMode; }, r);
+}
+
+bool uses_per_tensor_scales(const Recipe& r) { return scaling_mode(r) == ScalingMode::kPerTensor; }
+
+bool supports_accumulation_models(const Recipe& r) { return scaling_mode(r) == ScalingMode::kPerTensor; }
+
+std::optional<Recipe> find_recipe(const std::string& name, const std::vector<Recipe>& configured) {
+  for (const Recipe& r : configured)
+    if (name == recipe_name(r)) return r;
+  return default_recipe(name, std::make_index_sequence<std::variant_size_v<Recipe>>{});
+}
+
+Recipe parse_recipe(const std::string& name, const std::vector<Recipe>& configured) {
+  std::optional<Recipe> r = find_recipe(name, configured);
+  if (!r) FP8EMU_FAIL("unknown recipe '", name, "' (accepted: ", accepted_list(false), ")");
+  return *r;
+}
+
+std::vector<Recipe> parse_recipe_selection(const std::string& name, const std::vector<Recipe>& configured) {
+  std::vector<Recipe> out;
+  if (name == "all") {
+    for (const std::string& n : recipe_names()) out.push_back(*find_recipe(n, configured));
+    return out;
   }
+  std::optional<Recipe> r = find_recipe(name, configured);
+  if (!r) FP8EMU_FAIL("unknown recipe '", name, "' (accepted: ", accepted_list(true), ")");
+  out.push_back(*r);
+  return out;
 }
 
 RecipeFormat recipe_format(const Recipe& r) {

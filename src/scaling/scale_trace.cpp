@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/scaling/delayed_scaling.hpp"
@@ -35,6 +36,17 @@ std::vector<ScaleTraceRow> trace_current(const CurrentScaling& recipe, Format fm
     rows.push_back({int(i), amax[i], s, 1.0f / s});
   }
   return rows;
+}
+
+std::vector<ScaleTraceRow> trace_scales(const Recipe& recipe, Format fmt, const std::vector<float>& amax) {
+  return std::visit(
+      [&](const auto& r) -> std::vector<ScaleTraceRow> {
+        using R = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<R, DelayedScaling>) return trace_delayed(r, fmt, amax);
+        else if constexpr (std::is_same_v<R, CurrentScaling>) return trace_current(r, fmt, amax);
+        else FP8EMU_FAIL("scale-trace: the ", R::kName, " recipe has per-block scales, not one per tensor");
+      },
+      recipe);
 }
 
 std::string trace_csv(const std::vector<ScaleTraceRow>& rows) {

@@ -14,7 +14,6 @@
 
 using namespace fp8emu;
 using namespace fp8emu::emu;
-using scaling::E8M0Rule;
 
 TEST_CASE("MXFP8 scale at the rounding boundary of the E8M0 code", "[emulation][mxfp8]") {
   // fl32(1/448) = 0x3B124925 (TE max_norm_rcp) = 9586981 * 2^-32, just above 1/448.
@@ -176,7 +175,7 @@ TEST_CASE("Block amax ignores a signaling NaN (MXFP8, 1x128 and 128x128)", "[emu
   // One block: 4.0 then a signaling NaN then 1.0: amax 4, not 1 (the max must not restart).
   const std::vector<float> x{4.0f, snan, 1.0f};
   const emu::BlockQuantized mx = emu::quantize_mxfp8(x.data(), 1, 3, emu::BlockAxis::kRowwise, Format::kE4M3,
-                                                     scaling::E8M0Rule::kOcp, nullptr);
+                                                     E8M0Rule::kOcp, nullptr);
   CHECK(mx.e8m0[0] == 127 + 2 - 8);  // OCP: floor(log2 4) - emax(E4M3) = 2 - 8
   const emu::BlockQuantized b1 =
       emu::quantize_block_1d(x.data(), 1, 3, emu::BlockAxis::kRowwise, Format::kE4M3, 128, false, 0.0f, nullptr);

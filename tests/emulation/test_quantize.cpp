@@ -119,6 +119,6 @@ TEST_CASE("FP8 kernels reject formats that are not OCP FP8, by name", "[quantize
                                      {Accumulation::kFp32, 0}, &d),
                     "GEMM operand A: format e8m0fnu is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
   CHECK_THROWS_WITH(emu::quantize_mxfp8(x, 1, 2, emu::BlockAxis::kRowwise, Format::kE2M3,
-                                        scaling::E8M0Rule::kTransformerEngine, nullptr),
+                                        E8M0Rule::kTransformerEngine, nullptr),
                     "block quantize: format e2m3fn is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
 }

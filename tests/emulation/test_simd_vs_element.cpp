@@ -41,7 +41,7 @@ class OffByOneUlpGemm final : public backend::Kernels {
     if (M > 0 && N > 0 && std::isfinite(D[0]) && D[0] != 0.0f) D[0] = std::nextafter(D[0], INFINITY);
   }
   emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                     scaling::E8M0Rule rule, emu::QuantizeStats* st) const override {
+                                     E8M0Rule rule, emu::QuantizeStats* st) const override {
     return base_.quantize_mxfp8(x, rows, cols, axis, fmt, rule, st);
   }
   emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt, int block,

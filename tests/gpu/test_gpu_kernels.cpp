@@ -98,9 +98,9 @@ TEST_CASE("gpu: degenerate shapes as the emulator", "[gpu]") {
   CHECK(bits(d_e) == bits(d_g));
   // A block-quantized operand with zero columns.
   const auto qe = emu.quantize_mxfp8(nullptr, 3, 0, emu::BlockAxis::kRowwise, Format::kE4M3,
-                                     scaling::E8M0Rule::kTransformerEngine, nullptr);
+                                     E8M0Rule::kTransformerEngine, nullptr);
   const auto qg = gpu.quantize_mxfp8(nullptr, 3, 0, emu::BlockAxis::kRowwise, Format::kE4M3,
-                                     scaling::E8M0Rule::kTransformerEngine, nullptr);
+                                     E8M0Rule::kTransformerEngine, nullptr);
   CHECK(qe.n == qg.n);
   CHECK(qe.k == qg.k);
   CHECK(qe.codes.size() == qg.codes.size());

@@ -59,7 +59,7 @@ TEST_CASE("Linear FP8 with MXFP8 and block scaling matches dequantized reference
 
     auto q = [&](const Matrix& m, emu::BlockAxis axis, Format f) {
       return which == 0 ? emu::quantize_mxfp8(m.data.data(), m.rows, m.cols, axis, f,
-                                             scaling::E8M0Rule::kTransformerEngine, nullptr)
+                                             E8M0Rule::kTransformerEngine, nullptr)
                         : emu::quantize_block_1d(m.data.data(), m.rows, m.cols, axis, f, 128, true, 0.0f, nullptr);
     };
     emu::BlockQuantized w_row, w_col;

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "support/bits.hpp"
@@ -153,4 +154,57 @@ TEST_CASE("E8M0 rounds up and saturates", "[scaling][mxfp8][e8m0]") {
   CHECK(core::e8m0_reciprocal_f32_bits(0) == bits(0x1p127f));
   CHECK(core::e8m0_reciprocal_f32_bits(0xFE) == 0x00400000u);
   CHECK(core::e8m0_reciprocal_f32_bits(119) == bits(256.0f));
+}
+
+// recipe_names / parse_recipe: one parser for the CLI and both experiments.
+TEST_CASE("recipe_names, parse_recipe and its errors", "[scaling][recipe][parse]") {
+  CHECK(recipe_names() == std::vector<std::string>{"delayed", "current", "mxfp8", "block"});
+  CHECK(std::string(recipe_name(parse_recipe("delayed"))) == "delayed");
+  CHECK(std::string(recipe_name(parse_recipe("current"))) == "current");
+  CHECK(std::string(recipe_name(parse_recipe("mxfp8"))) == "mxfp8");
+  CHECK(std::string(recipe_name(parse_recipe("block"))) == "block");
+  CHECK_THROWS_WITH(parse_recipe("fp4"), Catch::Contains("unknown recipe 'fp4' (accepted: delayed, current, mxfp8, block)"));
+  CHECK_THROWS_WITH(parse_recipe("Delayed"), Catch::Contains("accepted: delayed, current, mxfp8, block"));
+  CHECK_THROWS_WITH(parse_recipe("all"), Catch::Contains("unknown recipe 'all'"));
+  CHECK_THROWS_WITH(parse_recipe_selection("nvfp4"),
+                    Catch::Contains("unknown recipe 'nvfp4' (accepted: delayed, current, mxfp8, block, all)"));
+  CHECK_FALSE(find_recipe("").has_value());
+  CHECK_FALSE(find_recipe("mxfp4").has_value());
+
+  // The caller's parameters win over TE's defaults.
+  DelayedScaling d;
+  d.margin = 2.0f;
+  d.amax_history_len = 16;
+  Float8BlockScaling b;
+  b.use_f32_scales = true;
+  const Recipe got = parse_recipe("delayed", {CurrentScaling{}, d, b});
+  REQUIRE(std::holds_alternative<DelayedScaling>(got));
+  CHECK(std::get<DelayedScaling>(got).margin == 2.0f);
+  CHECK(std::get<DelayedScaling>(got).amax_history_len == 16);
+  CHECK(std::get<Float8BlockScaling>(parse_recipe("block", {d, b})).use_f32_scales);
+  // Not configured: TE's defaults (MXFP8: E4M3 everywhere).
+  CHECK(std::get<MXFP8BlockScaling>(parse_recipe("mxfp8", {d})).fp8_format == RecipeFormat::kE4M3);
+  CHECK(std::get<DelayedScaling>(parse_recipe("delayed")).amax_history_len == 1024);
+
+  const std::vector<Recipe> all = parse_recipe_selection("all", {b, d});
+  REQUIRE(all.size() == 4);
+  CHECK(std::string(recipe_name(all[0])) == "delayed");
+  CHECK(std::get<DelayedScaling>(all[0]).margin == 2.0f);
+  CHECK(std::string(recipe_name(all[1])) == "current");
+  CHECK(std::string(recipe_name(all[2])) == "mxfp8");
+  CHECK(std::get<Float8BlockScaling>(all[3]).use_f32_scales);
+  REQUIRE(parse_recipe_selection("current").size() == 1);
+}
+
+TEST_CASE("recipe questions replace variant positions", "[scaling][recipe]") {
+  CHECK(scaling_mode(DelayedScaling{}) == ScalingMode::kPerTensor);
+  CHECK(scaling_mode(CurrentScaling{}) == ScalingMode::kPerTensor);
+  CHECK(scaling_mode(MXFP8BlockScaling{}) == ScalingMode::kBlock);
+  CHECK(scaling_mode(Float8BlockScaling{}) == ScalingMode::kBlock);
+  CHECK(uses_per_tensor_scales(DelayedScaling{}));
+  CHECK(uses_per_tensor_scales(CurrentScaling{}));
+  CHECK_FALSE(uses_per_tensor_scales(MXFP8BlockScaling{}));
+  CHECK_FALSE(uses_per_tensor_scales(Float8BlockScaling{}));
+  CHECK(supports_accumulation_models(DelayedScaling{}));
+  CHECK_FALSE(supports_accumulation_models(Float8BlockScaling{}));
 }

@@ -28,7 +28,7 @@
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
-#include "fp8emu/scaling/recipe.hpp"
+#include "fp8emu/core/e8m0.hpp"
 
 namespace fp8emu::backend {
 
@@ -58,7 +58,7 @@ class Kernels {
                            float* D) const = 0;
   /// emu::quantize_mxfp8.
   virtual emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                             scaling::E8M0Rule rule, emu::QuantizeStats* stats) const = 0;
+                                             E8M0Rule rule, emu::QuantizeStats* stats) const = 0;
   /// emu::quantize_block_1d.
   virtual emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis,
                                                 Format fmt, int block, bool pow2, float epsilon,

@@ -44,9 +44,11 @@ struct AccumulationModel {
   int block;                ///< Products fused per block step (1 for non-tensor-core datapaths).
   int fraction_bits;        ///< kTensorCore: bits kept below the block's largest exponent (F).
   core::MmaAccumulator accumulator;  ///< kTensorCore: the accumulator type between blocks.
-  /// kTensorCore: true when an addend C joins the first block's alignment (Ada mma.sync, Hopper
-  /// wgmma with scale-d = 1); false when the chain starts from zero and C is added last with one RN
-  /// fp32 add. Inside fp8emu's GEMMs (beta = 0) C is zero and both give the same bits.
+  /// kTensorCore: true when an addend C joins the first block's alignment (the Ada mma.sync
+  /// recordings with C confirm it); false when the chain starts from zero and C is added last with
+  /// one RN fp32 add. Inside fp8emu's GEMMs (beta = 0) C is zero and both give the same bits; it
+  /// matters to `fp8emu mma-check --c`. For `hopper` it is fp8emu's convention, not a measurement:
+  /// the H100 recordings were made without C (docs/tensor-core-model.md).
   bool c_joins_first_block;
 
   /// Whether a GEMM promotion interval is allowed (every model but the exact sum, which would no

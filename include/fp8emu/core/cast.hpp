@@ -80,6 +80,21 @@ FP8EMU_HD std::uint8_t mxfp8_scale_code(float amax, FormatSpec f, bool te_rule, 
   return std::uint8_t(code < 0 ? 0 : code > int(kE8M0MaxCode) ? int(kE8M0MaxCode) : code);
 }
 
+/// Amax of tile (bi, bj) of a row-major [rows, cols] input cut into tile x tile tiles (the last row
+/// and column of tiles may be partial); NaN ignored.
+FP8EMU_HD float tile_amax(const float* x, int rows, int cols, int tile, int bi, int bj) {
+  std::uint32_t m = 0;
+  for (int r = bi * tile; r < rows && r < (bi + 1) * tile; ++r)
+    for (int c = bj * tile; c < cols && c < (bj + 1) * tile; ++c)
+      m = max_u32(m, amax_bits(x[std::size_t(r) * std::size_t(cols) + std::size_t(c)]));
+  return bits_to_f32(m);
+}
+
+/// Index of the tile holding element (r, c), in the row-major [ceil(rows/tile), tc] tile grid.
+FP8EMU_HD std::size_t tile_index(int r, int c, int tile, int tc) {
+  return std::size_t(r / tile) * std::size_t(tc) + std::size_t(c / tile);
+}
+
 /// The scale and scale_inv of one Float8BlockScaling block or tile: compute_scale_from_amax with
 /// value_for_inf = FLT_MAX (TE recipe_common.cuh), scale_inv = RN(1 / scale).
 struct BlockScale {

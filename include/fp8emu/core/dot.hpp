@@ -3,7 +3,7 @@
 /// accumulation model (core/accumulation.hpp), the promotion wrapper, and the scaled GEMM elements.
 /// Host and device (FP8EMU_HD): the CPU emulator's scalar paths and the CUDA kernels call exactly
 /// these functions, so both compute the same bits by construction; the CPU's vectorised GEMMs are
-/// tested against them (tests/core/test_element_layer.cpp).
+/// tested against them (tests/emulation/test_simd_vs_element.cpp).
 ///
 /// Operands are FP8 codes with their format records passed by value; a and b are K consecutive codes
 /// (row i of A and row j of B of a TN GEMM). fp32 arithmetic goes through core/fp32_ops.hpp (one

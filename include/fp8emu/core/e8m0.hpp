@@ -11,6 +11,19 @@
 
 #include "fp8emu/config.hpp"
 
+namespace fp8emu {
+
+/// How the E8M0 block scale is chosen from the block amax.
+enum class E8M0Rule : std::uint8_t {
+  /// TE / CUDA (quantize_mxfp8.cuh, ptx float_to_e8m0): e = round-up of RN(amax * fl32(1/fp8_max)),
+  /// so amax * 2^-scale never exceeds fp8_max: no block value saturates.
+  kTransformerEngine,
+  /// OCP MX v1.0 §6.3: X = 2^(floor(log2 amax) - emax_elem); values above fp8_max * X saturate.
+  kOcp,
+};
+
+}  // namespace fp8emu
+
 namespace fp8emu::core {
 
 inline constexpr int kE8M0Bias = 127;           ///< OCP MX v1.0 Table: E8M0 exponent bias.

@@ -157,7 +157,7 @@ using Binary64Source = IeeeSource<std::uint64_t, 11, 52>;
 ///  4. A rounded magnitude above max finite overflows per p.overflow (see Overflow).
 ///  5. Zero results keep the sign (-0), except in fnuz formats, which have no -0 (code 0).
 template <class Src>
-FP8EMU_HD constexpr std::uint8_t encode_bits(typename Src::Bits bits, FormatSpec f, Policy p,
+FP8EMU_HD_FLATTEN constexpr std::uint8_t encode_bits(typename Src::Bits bits, FormatSpec f, Policy p,
                                              std::uint32_t random_bits = 0) {
   using U = typename Src::Bits;
   constexpr int kMan = Src::kManBits;
@@ -186,8 +186,7 @@ FP8EMU_HD constexpr std::uint8_t encode_bits(typename Src::Bits bits, FormatSpec
   const int e = biased ? biased - Src::kBias : 1 - Src::kBias;
   const int ue = e > f.emin() ? e : f.emin();  // exponent of the target ulp's binade
   const int s = kMan - m + (ue - e);           // bits of sig below the target ulp (>= 20)
-  U q = 0, rem = sig;
-  std::uint32_t frac32 = 0;                    // first 32 bits of the discarded fraction
+  U q = 0, rem = sig;  // |x| far below the ulp (s >= width): q = 0 and all of sig is discarded
   bool half_exact = false, above_half = false;
   if (s < Src::kWidth) {
     q = sig >> s;
@@ -195,9 +194,6 @@ FP8EMU_HD constexpr std::uint8_t encode_bits(typename Src::Bits bits, FormatSpec
     const U half = U(1) << (s - 1);
     half_exact = rem == half;
     above_half = rem > half;
-    frac32 = s >= 32 ? std::uint32_t(rem >> (s >= 32 ? s - 32 : 0)) : std::uint32_t(rem << (s < 32 ? 32 - s : 0));
-  } else {  // |x| is far below the ulp: only the sticky part is left
-    frac32 = s - 32 < Src::kWidth ? std::uint32_t(sig >> (s - 32)) : 0u;
   }
   bool up = false;
   switch (p.rounding) {
@@ -205,7 +201,13 @@ FP8EMU_HD constexpr std::uint8_t encode_bits(typename Src::Bits bits, FormatSpec
     case Rounding::kTowardZero: break;
     case Rounding::kTowardPositive: up = rem != 0 && !neg; break;
     case Rounding::kTowardNegative: up = rem != 0 && neg; break;
-    case Rounding::kStochastic: up = std::uint64_t(frac32) + random_bits >= (std::uint64_t(1) << 32); break;
+    case Rounding::kStochastic: {
+      // The first 32 bits of the discarded fraction rem / 2^s, as a 0.32 fixed-point number.
+      const std::uint32_t frac32 = s >= 32 ? (s - 32 < Src::kWidth ? std::uint32_t(rem >> (s - 32)) : 0u)
+                                           : std::uint32_t(rem << (32 - s));
+      up = std::uint64_t(frac32) + random_bits >= (std::uint64_t(1) << 32);
+      break;
+    }
   }
   // Code = q + (biased exponent - 1) << m for normals (q holds the implicit bit), q for subnormals;
   // a carry out of the mantissa moves the exponent.

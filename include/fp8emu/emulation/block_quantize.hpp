@@ -23,7 +23,7 @@
 #include "fp8emu/core/cast.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
-#include "fp8emu/scaling/recipe.hpp"
+#include "fp8emu/core/e8m0.hpp"
 
 namespace fp8emu::emu {
 
@@ -50,10 +50,10 @@ struct BlockQuantized {
 ///              (2^(floor(log2 amax) - emax_elem), clamped to the E8M0 range; may saturate).
 /// \param stats If non-null, accumulates what the cast did.
 BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis, Format fmt,
-                              scaling::E8M0Rule rule, QuantizeStats* stats);
+                              E8M0Rule rule, QuantizeStats* stats);
 
 /// E8M0 code of a block amax under a rule (the scale of one MXFP8 block).
-std::uint8_t mxfp8_scale_code(float amax, Format fmt, scaling::E8M0Rule rule);
+std::uint8_t mxfp8_scale_code(float amax, Format fmt, E8M0Rule rule);
 
 /// 1 x `block` cast (Float8BlockScaling 1D) along `axis`, fp32 scales from compute_scale_from_amax.
 BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
@@ -76,7 +76,7 @@ BlockQuantized make_block_record(int rows, int cols, BlockAxis axis, int block, 
 void spread_tile_scales(int rows, int cols, int tile, const float* tile_scale_inv, BlockQuantized2D& q);
 
 /// The element layer's scale rule of quantize_mxfp8 for a format and E8M0 rule.
-core::BlockRule mxfp8_rule(Format fmt, scaling::E8M0Rule rule);
+core::BlockRule mxfp8_rule(Format fmt, E8M0Rule rule);
 
 /// The argument checks of gemm_fp8_block_tn, shared by every backend (same messages).
 /// \throws fp8emu::Error if the K lengths or block sizes differ, or the block size is < 1.

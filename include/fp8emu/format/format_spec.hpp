@@ -125,10 +125,10 @@ enum class Format : std::uint8_t {
   kE5M2,      ///< OCP FP8 e5m2.
   kE4M3FNUZ,  ///< e4m3fnuz.
   kE5M2FNUZ,  ///< e5m2fnuz.
+  kE8M0,      ///< OCP MX scale e8m0fnu.
   kE2M3,      ///< OCP MX FP6 e2m3fn.
   kE3M2,      ///< OCP MX FP6 e3m2fn.
   kE2M1,      ///< OCP MX FP4 e2m1fn.
-  kE8M0,      ///< OCP MX scale e8m0fnu.
   kBinary16,  ///< IEEE half.
   kBFloat16,  ///< bfloat16.
 };
@@ -159,10 +159,10 @@ inline constexpr FormatRecord kFormats[] = {
     {Format::kE5M2, &kSpecE5M2, {nullptr, nullptr}, "OCP FP8 E5M2", FormatFamily::kFp8},
     {Format::kE4M3FNUZ, &kSpecE4M3FNUZ, {nullptr, nullptr}, "FP8 E4M3 fnuz, Graphcore/AMD", FormatFamily::kFp8Fnuz},
     {Format::kE5M2FNUZ, &kSpecE5M2FNUZ, {nullptr, nullptr}, "FP8 E5M2 fnuz, Graphcore/AMD", FormatFamily::kFp8Fnuz},
+    {Format::kE8M0, &kSpecE8M0, {"e8m0", nullptr}, "OCP MX E8M0 scale", FormatFamily::kScale},
     {Format::kE2M3, &kSpecE2M3, {"e2m3", "fp6"}, "OCP MX FP6 E2M3", FormatFamily::kFp6},
     {Format::kE3M2, &kSpecE3M2, {nullptr, nullptr}, "OCP MX FP6 E3M2", FormatFamily::kFp6},
     {Format::kE2M1, &kSpecE2M1, {"e2m1", "fp4"}, "OCP MX FP4 E2M1", FormatFamily::kFp4},
-    {Format::kE8M0, &kSpecE8M0, {"e8m0", nullptr}, "OCP MX E8M0 scale", FormatFamily::kScale},
     {Format::kBinary16, &kSpecBinary16, {"half", nullptr}, "IEEE binary16", FormatFamily::kWide},
     {Format::kBFloat16, &kSpecBFloat16, {nullptr, nullptr}, "bfloat16", FormatFamily::kWide},
 };

@@ -20,10 +20,16 @@
 /// Per-tensor GEMMs take an accumulation model each (emu::gemm_models.hpp; default TE's choice on
 /// Hopper, see set_accumulation); block-scaled GEMMs: emu::gemm_fp8_block_tn (fp32 accumulation).
 ///
+/// The layer holds a forward and a backward scaling::Quantizer made by scaling::make_quantizer
+/// (TE's RecipeState: one for the forward pass, one for the backward) and asks them for every
+/// cast; the GEMMs are scaling::gemm_tn of the quantized operands. It has no recipe-specific code:
+/// a new recipe is a new quantizer (scaling/quantizer.hpp).
+///
 /// Determinism: bit-identical results for any OpenMP thread count.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -33,6 +39,7 @@
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/nn/matrix.hpp"
 #include "fp8emu/scaling/delayed_scaling.hpp"
+#include "fp8emu/scaling/quantizer.hpp"
 #include "fp8emu/scaling/recipe.hpp"
 
 namespace fp8emu::nn {
@@ -63,6 +70,12 @@ class Linear {
   /// \throws fp8emu::Error for non-positive sizes or an invalid recipe.
   Linear(int in_features, int out_features, Precision precision,
          const scaling::Recipe& recipe = scaling::DelayedScaling{});
+  /// Copies weights, gradients, settings and the quantizers' state (the quantizers are cloned).
+  Linear(const Linear& o);
+  Linear& operator=(const Linear& o);
+  Linear(Linear&&) noexcept = default;
+  Linear& operator=(Linear&&) noexcept = default;
+  ~Linear() = default;
 
   /// torch.nn.Linear's default init: W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
   void init(Rng& rng);
@@ -88,7 +101,8 @@ class Linear {
   /// Accumulation models of the three per-tensor FP8 GEMMs. Default: TE's choice on Hopper,
   /// {te_fprop(kHopper), te_dgrad(kHopper), te_wgrad(kHopper)}: the Hopper tensor-core model with
   /// fast accumulation in fprop, promoted to fp32 every 128 K-elements in dgrad and wgrad.
-  /// \throws fp8emu::Error for a tensor-core model with a block recipe.
+  /// \throws fp8emu::Error for a non-fp32 model with a recipe whose GEMMs accumulate in fp32 only
+  ///         (!supports_accumulation_models(), the block recipes).
   void set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
                         const emu::GemmAccumulation& wgrad);
 
@@ -102,8 +116,8 @@ class Linear {
   void set_precision(Precision p) { precision_ = p; }
   const backend::Kernels& kernels() const { return *kernels_; }
 
-  /// TE forward update point (after the forward): delayed-scaling update of slots 0..2
-  /// (no-op for the other recipes and in FP32).
+  /// TE forward update point (after the forward): the forward quantizer's update_scales()
+  /// (delayed scaling: amax/scale update of slots 0..2; no-op for the other recipes and in FP32).
   void update_forward_scales();
   /// TE backward update point (after the backward): update of the backward slots.
   void update_backward_scales();
@@ -117,11 +131,19 @@ class Linear {
   int in_features() const { return weight.cols; }
   int out_features() const { return weight.rows; }
   Precision precision() const { return precision_; }
-  const scaling::DelayedScalingState& forward_state() const { return fwd_state_; }
-  const scaling::DelayedScalingState& backward_state() const { return bwd_state_; }
-  /// Checkpoint access to the delayed-scaling states.
-  scaling::DelayedScalingState& forward_state() { return fwd_state_; }
-  scaling::DelayedScalingState& backward_state() { return bwd_state_; }
+  /// The quantizers of the forward (input, weight) and backward (grad_output) casts.
+  const scaling::Quantizer& forward_quantizer() const { return *fwd_q_; }
+  const scaling::Quantizer& backward_quantizer() const { return *bwd_q_; }
+  /// The forward/backward scale and amax_history state (checkpoint access): the quantizer's
+  /// (delayed scaling: [history_len, 3] and [history_len, 2]), or, for recipes that keep none, an
+  /// idle state of 3 / 2 slots and history length 1 that keeps its initial values (scale 1,
+  /// amax 0), so checkpoints have one layout for every recipe.
+  const scaling::DelayedScalingState& forward_state() const;
+  const scaling::DelayedScalingState& backward_state() const;
+  scaling::DelayedScalingState& forward_state();
+  scaling::DelayedScalingState& backward_state();
+  /// supports_accumulation_models() of the recipe: its GEMMs take any accumulation model.
+  bool supports_accumulation_models() const { return fwd_q_->supports_accumulation_models(); }
 
   Matrix weight;       ///< Shape: [out, in].
   Matrix bias;         ///< Shape: [1, out].
@@ -133,31 +155,22 @@ class Linear {
   TwinError* twin_error = nullptr;
 
  private:
-  float per_tensor_cast(const Matrix& m, Format fmt, bool forward, int slot, int role,
-                        std::vector<std::uint8_t>& q, emu::QuantizeStats& st);
   void cast_weight(std::optional<bool> is_first_microbatch);
-  emu::BlockQuantized block_cast(const Matrix& m, emu::BlockAxis axis, Format fmt, emu::QuantizeStats* st) const;
-  bool is_block_recipe() const { return recipe_.index() >= 2; }
 
   Precision precision_;
   const backend::Kernels* kernels_ = &backend::emulated_kernels();
   scaling::Recipe recipe_;
-  Format fwd_format_ = Format::kE4M3, bwd_format_ = Format::kE5M2;
-  scaling::DelayedScalingState fwd_state_;
-  scaling::DelayedScalingState bwd_state_;
+  std::unique_ptr<scaling::Quantizer> fwd_q_, bwd_q_;
+  scaling::DelayedScalingState idle_fwd_state_{3, 1}, idle_bwd_state_{2, 1};
   float last_scale_[3];
   emu::GemmAccumulation acc_fprop_, acc_dgrad_, acc_wgrad_;
   // Saved by a training forward.
   bool have_saved_ = false;
   int saved_batch_ = 0;
-  Matrix saved_x_;                 // fp32 mode
-  std::vector<std::uint8_t> x_q_;  // per-tensor: Shape [batch, in]
-  std::vector<std::uint8_t> w_q_;  // per-tensor: Shape [out, in] (cached across calls)
-  float sinv_x_ = 1.0f, sinv_w_ = 1.0f;
+  Matrix saved_x_;            // fp32 mode
+  scaling::QuantizedTensor x_q_;  // FP8: input, row-wise (+ column-wise after a training forward)
+  scaling::QuantizedTensor w_q_;  // FP8: weight, row- and column-wise (cached across calls)
   bool have_weight_cache_ = false;
-  emu::BlockQuantized x_col_;      // block: x column-wise, view [in, batch]
-  emu::BlockQuantized w_row_;      // block: W row-wise, view [out, in]
-  emu::BlockQuantized w_col_;      // block: W column-wise, view [in, out]
 };
 
 }  // namespace fp8emu::nn

@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
+#include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/format/format_spec.hpp"
 
 namespace fp8emu::scaling {
@@ -27,6 +30,16 @@ const char* to_string(RecipeFormat f);
 Format forward_format(RecipeFormat f);
 /// Element format of backward tensors: E5M2 for HYBRID, E4M3 for E4M3. \throws for E5M2.
 Format backward_format(RecipeFormat f);
+
+/// How a recipe's quantized operands carry their scales (TE NVTEScalingMode).
+enum class ScalingMode : std::uint8_t {
+  /// One fp32 scale_inv per tensor (TE NVTE_DELAYED_TENSOR_SCALING, used by delayed and current
+  /// scaling alike); the GEMM takes any accumulation model (emu::gemm_fp8_tn).
+  kPerTensor,
+  /// One scale_inv per block of K elements (TE NVTE_MXFP8_1D_SCALING, NVTE_BLOCK_SCALING_1D/2D);
+  /// the block-scaled GEMM accumulates in fp32 (emu::gemm_fp8_block_tn).
+  kBlock,
+};
 
 /// TE `amax_compute_algo`.
 enum class AmaxComputeAlgo : std::uint8_t {
@@ -54,6 +67,8 @@ inline constexpr int kMaxAmaxHistoryLen = 1 << 20;
 
 /// TE `DelayedScaling` (defaults as TE). See delayed_scaling.hpp for the update.
 struct DelayedScaling {
+  static constexpr const char* kName = "delayed";
+  static constexpr ScalingMode kScalingMode = ScalingMode::kPerTensor;
   float margin = 0.0f;  ///< scale = (fp8_max * 2^-margin) / amax; any finite value (powf, as TE's C API).
   RecipeFormat fp8_format = RecipeFormat::kHybrid;
   int amax_history_len = 1024;  ///< L >= 1.
@@ -73,6 +88,8 @@ struct DelayedScaling {
 
 /// TE `Float8CurrentScaling`: each tensor is scaled by its own amax at cast time.
 struct CurrentScaling {
+  static constexpr const char* kName = "current";
+  static constexpr ScalingMode kScalingMode = ScalingMode::kPerTensor;
   RecipeFormat fp8_format = RecipeFormat::kHybrid;
   bool use_power_2_scales = false;  ///< TE env NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1.
   float amax_epsilon = 0.0f;        ///< amax is raised to at least this (>= 0).
@@ -80,17 +97,13 @@ struct CurrentScaling {
   void validate() const;
 };
 
-/// How the E8M0 block scale is chosen from the block amax.
-enum class E8M0Rule : std::uint8_t {
-  /// TE / CUDA (quantize_mxfp8.cuh, ptx float_to_e8m0): e = round-up of RN(amax * fl32(1/fp8_max)),
-  /// so amax * 2^-scale never exceeds fp8_max: no block value saturates.
-  kTransformerEngine,
-  /// OCP MX v1.0 §6.3: X = 2^(floor(log2 amax) - emax_elem); values above fp8_max * X saturate.
-  kOcp,
-};
+/// How the E8M0 block scale is chosen from the block amax (defined with the element layer).
+using ::fp8emu::E8M0Rule;
 
 /// TE `MXFP8BlockScaling`: 32-element blocks along the GEMM's K dim with an E8M0 scale each.
 struct MXFP8BlockScaling {
+  static constexpr const char* kName = "mxfp8";
+  static constexpr ScalingMode kScalingMode = ScalingMode::kBlock;
   RecipeFormat fp8_format = RecipeFormat::kE4M3;
   E8M0Rule rule = E8M0Rule::kTransformerEngine;
   void validate() const;
@@ -99,20 +112,45 @@ struct MXFP8BlockScaling {
 /// TE `Float8BlockScaling` (DeepSeek-V3 style): 1x128 blocks for activations and gradients, 128x128
 /// tiles for weights, fp32 scales (power of two unless use_f32_scales).
 struct Float8BlockScaling {
+  static constexpr const char* kName = "block";
+  static constexpr ScalingMode kScalingMode = ScalingMode::kBlock;
   RecipeFormat fp8_format = RecipeFormat::kE4M3;
   bool use_f32_scales = false;  ///< TE env NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1; default pow2 scales.
   float amax_epsilon = 0.0f;
   void validate() const;
 };
 
-/// One recipe of the four.
+/// One recipe of the four. Behaviour is asked of the recipe (scaling_mode, recipe_name) or of its
+/// quantizer (quantizer.hpp), never read from the alternative's position.
 using Recipe = std::variant<DelayedScaling, CurrentScaling, MXFP8BlockScaling, Float8BlockScaling>;
 
-/// "delayed", "current", "mxfp8", "block" (the names of `fp8emu train --recipe`).
+/// The recipe's name: "delayed", "current", "mxfp8" or "block" (its record's kName; the names of
+/// `fp8emu train --recipe`).
 const char* recipe_name(const Recipe& r);
+/// Every recipe name, in the order of the Recipe alternatives: {"delayed", "current", "mxfp8", "block"}.
+const std::vector<std::string>& recipe_names();
 /// The recipe's format field.
 RecipeFormat recipe_format(const Recipe& r);
 /// Validate whichever recipe it holds.
 void validate(const Recipe& r);
+/// How the recipe's operands carry their scales (its record's kScalingMode).
+ScalingMode scaling_mode(const Recipe& r);
+/// True for recipes with one scale per tensor (delayed, current).
+bool uses_per_tensor_scales(const Recipe& r);
+/// True when the recipe's GEMMs take any accumulation model (emu::gemm_models.hpp: tensor-core
+/// models, fp32, exact); false when they accumulate in fp32 only (block-scaled GEMMs).
+bool supports_accumulation_models(const Recipe& r);
+
+/// The recipe named `name` (exact, lower case): the element of `configured` with that name if
+/// there is one (the caller's parameters), else that recipe's record with TE's defaults; nullopt
+/// for an unknown name. Never throws.
+std::optional<Recipe> find_recipe(const std::string& name, const std::vector<Recipe>& configured = {});
+/// As find_recipe. \throws fp8emu::Error "unknown recipe '<name>' (accepted: delayed, current,
+///         mxfp8, block)" for an unknown name (the list is recipe_names()).
+Recipe parse_recipe(const std::string& name, const std::vector<Recipe>& configured = {});
+/// A `--recipe` value that may also be "all": one recipe (as parse_recipe), or every recipe in
+/// recipe_names() order. \throws fp8emu::Error "unknown recipe '<name>' (accepted: delayed,
+///         current, mxfp8, block, all)" for an unknown name.
+std::vector<Recipe> parse_recipe_selection(const std::string& name, const std::vector<Recipe>& configured = {});
 
 }  // namespace fp8emu::scaling

@@ -24,6 +24,10 @@ std::vector<ScaleTraceRow> trace_delayed(const DelayedScaling& recipe, Format fm
 /// Current scaling: each row is compute_scale_from_amax(amax, fp8_max, pow2, epsilon, FLT_MAX).
 std::vector<ScaleTraceRow> trace_current(const CurrentScaling& recipe, Format fmt, const std::vector<float>& amax);
 
+/// The trace of a per-tensor recipe: trace_delayed or trace_current of the recipe it holds.
+/// \throws fp8emu::Error for a recipe without per-tensor scales (MXFP8, block: scales per block).
+std::vector<ScaleTraceRow> trace_scales(const Recipe& recipe, Format fmt, const std::vector<float>& amax);
+
 /// CSV with header `step,amax,scale,scale_inv`, every number printed with C's `%.9g`.
 std::string trace_csv(const std::vector<ScaleTraceRow>& rows);
 

@@ -1,7 +1,7 @@
 /// \file kernel_check.hpp
 /// \brief Bit-for-bit comparison of two kernel sets (backend::Kernels) on the same random inputs:
-/// what `fp8emu validate` runs for the GPU twins, what the `gpu`-labelled tests assert, and what
-/// the CPU tests run against a host build of the twins.
+/// what `fp8emu validate` runs for the GPU kernels, what the `gpu`-labelled tests assert, and what
+/// the CPU tests run between the emulator's fast paths and backend::element_kernels().
 ///
 /// Every method of Kernels is called on both sets with identical inputs, over several sizes (odd
 /// ones included), both FP8 formats (and the mixed GEMM pairs), the accumulation models with and

@@ -1,0 +1,19 @@
+// Delayed scaling's quantizer (see include/fp8emu/scaling/delayed_quantizer.hpp).
+#include "fp8emu/scaling/delayed_quantizer.hpp"
+
+namespace fp8emu::scaling {
+
+DelayedQuantizer::DelayedQuantizer(const DelayedScaling& recipe, Direction direction)
+    : Quantizer(direction, cast_format(recipe, direction)),
+      recipe_(recipe),
+      state_(num_slots(direction), recipe.amax_history_len) {}
+
+QuantizedTensor DelayedQuantizer::quantize(const backend::Kernels& kernels, const float* x, int rows, int cols,
+                                           TensorRole role, Usage usage, emu::QuantizeStats* stats) {
+  check_cast(rows, cols, role);
+  const int slot = slot_of(role);
+  return quantize_per_tensor(kernels, x, rows, cols, usage, state_.scale(slot), format(), state_.amax_ptr(slot),
+                             stats);
+}
+
+}  // namespace fp8emu::scaling
