@@ -32,7 +32,7 @@ Command add_train(CLI::App& app) {
       ->capture_default_str();
   train->add_option("--threads", cfg.threads, "OpenMP threads (0: OpenMP default)")
       ->capture_default_str();
-  train->add_option("--recipe", cfg.recipe, "FP8 recipe: delayed, current, mxfp8, block, or all (FP32 and every recipe)")
+  train->add_option("--recipe", cfg.recipe, "FP8 recipe: " + recipe_list() + ", or all (FP32 and every recipe)")
       ->capture_default_str();
   train->add_option("--format", cfg.format,
                     "FP8 formats for every recipe: hybrid (E4M3 fwd, E5M2 bwd) or e4m3 "

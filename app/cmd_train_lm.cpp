@@ -30,7 +30,7 @@ Command add_train_lm(CLI::App& app) {
   train_lm->add_option("--mlp-activation", lm.mlp_activation, "gelu or swiglu")->capture_default_str();
   train_lm->add_option("--activation-dtype", lm.activation_dtype, "fp32 or bf16 (activations stored in bf16, as TE)")
       ->capture_default_str();
-  train_lm->add_option("--recipe", lm.recipe, "FP8 recipe: delayed, current, mxfp8, block, or all")->capture_default_str();
+  train_lm->add_option("--recipe", lm.recipe, "FP8 recipe: " + recipe_list() + ", or all")->capture_default_str();
   train_lm->add_option("--format", lm.format, "hybrid or e4m3 (default: each recipe's TE default)");
   train_lm->add_option("--accumulation", lm.accumulation, "FP8 GEMM accumulation model: " + emu::accumulation_names())->capture_default_str();
   train_lm->add_option("--backend", lm.backend,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/scaling/recipe.hpp"
 
 namespace fp8emu::cli {
 
@@ -23,6 +24,13 @@ struct Command {
 /// "e4m3fn", "e5m2"). Returns false for anything else (the caller words the error).
 inline bool parse_fp8_format(const std::string& s, Format* out) {
   return find_format(s.data(), s.size(), out) && is_fp8(*out);
+}
+
+/// The recipe names of scaling::recipe_names(), comma-separated (help texts).
+inline std::string recipe_list() {
+  std::string s;
+  for (const std::string& n : scaling::recipe_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
 }
 
 Command add_train(CLI::App& app);               // cmd_train.cpp: experiments/fashion_mnist

@@ -48,12 +48,11 @@ inline const std::vector<FormatInfo>& tool_formats() {
 }
 
 inline const FormatInfo* lookup_format(const std::string& s) {
-  for (const FormatInfo& f : tool_formats()) {
-    if (s == f.name) return &f;
-    for (const char* a : f.aliases)
-      if (a && s == a) return &f;
-  }
-  return nullptr;
+  Format f = Format::kE4M3;
+  if (!find_format(s.data(), s.size(), &f)) return nullptr;
+  for (const FormatInfo& i : tool_formats())
+    if (i.id == f) return &i;
+  return nullptr;  // a registry format that is not a code format (binary16, bfloat16)
 }
 
 inline const FormatInfo& find_format(const std::string& s, const char* what) {

@@ -115,7 +115,6 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
                                    float epsilon, QuantizeStats* stats) {
   FP8EMU_CHECK(tile >= 1, "block quantize: tile size must be >= 1, got ", tile);
   FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
-  require_fp8(fmt, "block quantize");
   const FormatSpec f = spec_of(fmt);
   const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
   // 1. Each tile's amax (a max of amax_bits) and its scale.
@@ -127,7 +126,7 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
       scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
       scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
     }
-  // 2. The row-wise codes, each element by its tile's scale.
+  // 2. The row-wise codes, each element by its tile's scale (make_block_record checks the format).
   BlockQuantized2D out;
   out.rowwise = make_block_record(rows, cols, BlockAxis::kRowwise, tile, fmt, false);
   out.columnwise = make_block_record(rows, cols, BlockAxis::kColumnwise, tile, fmt, false);

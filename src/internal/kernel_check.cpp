@@ -259,7 +259,7 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
   auto progress = [&](const std::string& s) {
     if (opt.progress) opt.progress(s);
   };
-  const Format kFormats[] = {Format::kE4M3, Format::kE5M2};
+  const Format kFp8Formats[] = {Format::kE4M3, Format::kE5M2};
   const std::pair<Format, Format> kPairs[] = {
       {Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}, {Format::kE5M2, Format::kE4M3}};
   // Every model of the accumulation table, with fast accumulation and, where the model takes one, a
@@ -291,7 +291,7 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
         ++r.calls;
         if (guarded(r, sz, [&] { b = cand.compute_amax(x.data(), n); })) cmp_f32(r, sz + " amax", &a, &b, 1);
       }
-      for (const Format fmt : kFormats) {
+      for (const Format fmt : kFp8Formats) {
         const std::string w = sz + " " + short_name(fmt);
         if (wants("quantize")) {
           KernelCheckRow& r = rec.row("quantize", in);
@@ -377,7 +377,7 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
       const std::string in = to_string(cf);
       if (wants("dequantize") || wants("transpose")) {
         progress(sz + ", " + in + ": dequantize, transpose");
-        for (const Format fmt : kFormats) {
+        for (const Format fmt : kFp8Formats) {
           const std::string w = sz + " " + short_name(fmt);
           float si = 1.0f;
           std::vector<std::uint8_t> q = make_codes(cf, fmt, n, mix(opt.seed, std::uint64_t(s), 100 + std::uint64_t(cf)), &si);
