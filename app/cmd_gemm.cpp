@@ -21,7 +21,7 @@ namespace {
 
 Format parse_format(const std::string& s, const char* flag) {
   Format f = Format::kE4M3;
-  FP8EMU_CHECK(parse_fp8_format(s, &f), "unknown ", flag, " '", s, "' (accepted: e4m3, e5m2)");
+  FP8EMU_CHECK(parse_fp8_format(s, &f), "unknown ", flag, " '", s, "' (accepted: ", fp8_format_names(), ")");
   return f;
 }
 
@@ -98,9 +98,8 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
     if (o.output == "fp32") ep.output = emu::GemmOutput::kFp32, D.dtype = "<f4";
     else if (o.output == "bf16") ep.output = emu::GemmOutput::kBf16, D.dtype = "<u2";
     else if (o.output == "fp16") ep.output = emu::GemmOutput::kFp16, D.dtype = "<f2";
-    else if (Format of = Format::kE4M3; parse_fp8_format(o.output, &of))
-      ep.output = of == Format::kE4M3 ? emu::GemmOutput::kE4M3 : emu::GemmOutput::kE5M2, D.dtype = "|u1";
-    else FP8EMU_FAIL("unknown --output '", o.output, "' (accepted: fp32, bf16, fp16, e4m3, e5m2)");
+    else if (parse_fp8_format(o.output, &ep.output_format)) ep.output = emu::GemmOutput::kFp8, D.dtype = "|u1";
+    else FP8EMU_FAIL("unknown --output '", o.output, "' (accepted: fp32, bf16, fp16, ", fp8_format_names(), ")");
     D.data.resize(M * N * D.itemsize());
     emu::gemm_fp8_tn(int(M), int(N), int(K), qa.data(), fa, sa, qb.data(), fb, sb, acc, ep, D.data.data());
     io::write_npy(o.out, D);
@@ -130,7 +129,7 @@ Command add_gemm(CLI::App& app) {
   gemm_cmd->add_option("--accumulation", gemm.accumulation, "Accumulation model: " + emu::accumulation_names())->capture_default_str();
   gemm_cmd->add_option("--promotion", gemm.promotion, "Promote to fp32 every N K-elements (0: fast accumulation)")
       ->capture_default_str();
-  gemm_cmd->add_option("--output", gemm.output, "D type: fp32, bf16 (uint16 bits), fp16, e4m3, e5m2 (uint8 codes)")
+  gemm_cmd->add_option("--output", gemm.output, "D type: fp32, bf16 (uint16 bits), fp16, or an FP8 format (uint8 codes): " + fp8_format_names())
       ->capture_default_str();
   gemm_cmd->add_option("--d-scale", gemm.d_scale, "FP8 outputs: D = Q(t * d_scale)")->capture_default_str();
   gemm_cmd->add_option("--alpha", gemm.alpha, "D = alpha * (A B) * scales + beta * C + bias")->capture_default_str();

@@ -22,7 +22,7 @@ struct ScaleTraceOptions {
 // Prints the trace as CSV. \throws fp8emu::Error on a bad flag or amax list.
 int run_scale_trace(ScaleTraceOptions o) {
   Format fmt = Format::kE4M3;
-  FP8EMU_CHECK(parse_fp8_format(o.format, &fmt), "unknown --format '", o.format, "' (accepted: e4m3, e5m2)");
+  FP8EMU_CHECK(parse_fp8_format(o.format, &fmt), "unknown --format '", o.format, "' (accepted: ", fp8_format_names(), ")");
   const std::vector<float> amax = scaling::parse_amax_list(o.amax);
   if (o.algo == "max") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
   else if (o.algo == "most_recent") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;

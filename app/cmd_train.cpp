@@ -37,16 +37,16 @@ Command add_train(CLI::App& app) {
   train->add_option("--format", cfg.format,
                     "FP8 formats for every recipe: hybrid (E4M3 fwd, E5M2 bwd) or e4m3 "
                     "(default: TE's per recipe, hybrid for delayed/current, e4m3 for mxfp8/block)");
-  train->add_option("--amax-history-len", cfg.delayed.amax_history_len, "Delayed scaling amax_history_len")
+  train->add_option("--amax-history-len", cfg.recipes.get<scaling::DelayedScaling>().amax_history_len, "Delayed scaling amax_history_len")
       ->capture_default_str();
   train->add_option("--amax-compute-algo", o->algo, "Delayed scaling amax_compute_algo: max or most_recent")
       ->capture_default_str();
-  train->add_option("--margin", cfg.delayed.margin, "Delayed scaling margin")->capture_default_str();
+  train->add_option("--margin", cfg.recipes.get<scaling::DelayedScaling>().margin, "Delayed scaling margin")->capture_default_str();
   train->add_flag("--unfused-update", o->unfused, "Delayed scaling: TE's unfused (Python) update path");
-  train->add_flag("--pow2", cfg.current.use_power_2_scales, "Current scaling: power-of-2 scales");
-  train->add_option("--amax-epsilon", cfg.current.amax_epsilon, "Current and block scaling amax_epsilon")
+  train->add_flag("--pow2", cfg.recipes.get<scaling::CurrentScaling>().use_power_2_scales, "Current scaling: power-of-2 scales");
+  train->add_option("--amax-epsilon", cfg.recipes.get<scaling::CurrentScaling>().amax_epsilon, "Current and block scaling amax_epsilon")
       ->capture_default_str();
-  train->add_flag("--block-f32-scales", cfg.block.use_f32_scales,
+  train->add_flag("--block-f32-scales", cfg.recipes.get<scaling::Float8BlockScaling>().use_f32_scales,
                   "Block scaling: plain fp32 scales instead of powers of 2");
   train->add_option("--mxfp8-rule", o->mx_rule, "MXFP8 E8M0 scale rule: te (round up) or ocp (floor)")
       ->capture_default_str();
@@ -69,13 +69,16 @@ Command add_train(CLI::App& app) {
   train->add_option("--resume", cfg.resume, "Continue the interrupted run in this folder (same flags as that run)");
   return {train, [o] {
             experiments::TrainConfig& c = o->cfg;
-            c.delayed.fused_update = !o->unfused;
-            c.block.amax_epsilon = c.current.amax_epsilon;
-            if (o->mx_rule == "te") c.mxfp8.rule = E8M0Rule::kTransformerEngine;
-            else if (o->mx_rule == "ocp") c.mxfp8.rule = E8M0Rule::kOcp;
+            auto& delayed = c.recipes.get<scaling::DelayedScaling>();
+            auto& mxfp8 = c.recipes.get<scaling::MXFP8BlockScaling>();
+            delayed.fused_update = !o->unfused;
+            c.recipes.get<scaling::Float8BlockScaling>().amax_epsilon =
+                c.recipes.get<scaling::CurrentScaling>().amax_epsilon;
+            if (o->mx_rule == "te") mxfp8.rule = E8M0Rule::kTransformerEngine;
+            else if (o->mx_rule == "ocp") mxfp8.rule = E8M0Rule::kOcp;
             else FP8EMU_FAIL("unknown --mxfp8-rule '", o->mx_rule, "' (accepted: te, ocp)");
-            if (o->algo == "max") c.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
-            else if (o->algo == "most_recent") c.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+            if (o->algo == "max") delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
+            else if (o->algo == "most_recent") delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
             else FP8EMU_FAIL("unknown --amax-compute-algo '", o->algo, "' (accepted: max, most_recent)");
             c.progress = !o->quiet;
             experiments::run_train(c);

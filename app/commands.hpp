@@ -26,6 +26,21 @@ inline bool parse_fp8_format(const std::string& s, Format* out) {
   return find_format(s.data(), s.size(), out) && is_fp8(*out);
 }
 
+/// The OCP FP8 formats of the registry with their aliases, comma-separated ("e4m3fn (e4m3), e5m2"):
+/// the accepted values of parse_fp8_format, for help texts and errors.
+inline std::string fp8_format_names() {
+  std::string s;
+  for (const FormatRecord& r : kFormats) {
+    if (!is_fp8(r.id)) continue;
+    s += (s.empty() ? "" : ", ") + std::string(r.spec->name);
+    std::string al;
+    for (const char* a : r.aliases)
+      if (a) al += (al.empty() ? "" : ", ") + std::string(a);
+    if (!al.empty()) s += " (" + al + ")";
+  }
+  return s;
+}
+
 /// The recipe names of scaling::recipe_names(), comma-separated (help texts).
 inline std::string recipe_list() {
   std::string s;

@@ -33,7 +33,8 @@ void check_gemm_tn(int M, int N, int K, Format fa, Format fb, const GemmAccumula
   FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "GEMM: negative shape M=", M, " N=", N, " K=", K);
   require_fp8(fa, "GEMM operand A");
   require_fp8(fb, "GEMM operand B");
-  FP8EMU_CHECK(!(fa == Format::kE5M2 && fb == Format::kE5M2),
+  // Both are FP8 here, so the pair the tensor cores lack is E5M2 x E5M2.
+  FP8EMU_CHECK(gemm_operand_pair_supported(fa, fb),
                "GEMM: E5M2 x E5M2 is not supported (cuBLASLt rejects it); use E4M3 for one operand");
   const AccumulationModel& m = model_of(acc.model);
   FP8EMU_CHECK(m.takes_promotion() || acc.promotion_interval == 0,
@@ -269,10 +270,8 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
       for (std::size_t i = 0; i < n; ++i)
         static_cast<std::uint16_t*>(D)[i] = core::f32_bits_to_half_rne(core::f32_to_bits(t[i]));
       break;
-    case GemmOutput::kE4M3:
-    case GemmOutput::kE5M2:
-      quantize(t.data(), n, ep.d_scale, ep.output == GemmOutput::kE4M3 ? Format::kE4M3 : Format::kE5M2,
-               static_cast<std::uint8_t*>(D), nullptr);
+    case GemmOutput::kFp8:
+      quantize(t.data(), n, ep.d_scale, ep.output_format, static_cast<std::uint8_t*>(D), nullptr);
       break;
   }
 }

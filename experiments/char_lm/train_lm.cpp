@@ -360,15 +360,6 @@ std::vector<std::pair<std::size_t, std::string>> parse_layer_values(const std::s
   return out;
 }
 
-struct RecipeSet {
-  scaling::DelayedScaling delayed;
-  scaling::CurrentScaling current;
-  scaling::MXFP8BlockScaling mxfp8;
-  scaling::Float8BlockScaling block;
-  std::vector<scaling::Recipe> all() const { return {delayed, current, mxfp8, block}; }
-  scaling::Recipe get(const std::string& name) const { return scaling::parse_recipe(name, all()); }
-};
-
 std::vector<std::string> layer_names_of(int layers) {
   std::vector<std::string> names;
   for (int l = 0; l < layers; ++l)
@@ -381,7 +372,7 @@ using common::RunSpec;
 
 struct Context {
   const TrainLmConfig& cfg;
-  RecipeSet recipes;
+  scaling::RecipeSet recipes;
   LmSpec spec;
   emu::Accumulation accumulation;       // --accumulation, parsed once
   std::vector<backend::Kind> backends;  // per Linear, resolved (after any cuda fallback)
@@ -445,7 +436,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
     std::vector<std::string> names;
     for (auto& nl : named) names.push_back(nl.first);
     for (const auto& [i, r] : parse_layer_values("--layer-recipe", cfg.layer_recipe, names))
-      if (lins[i]->precision() == nn::Precision::kFp8) lins[i]->set_recipe(ctx.recipes.get(r));
+      if (lins[i]->precision() == nn::Precision::kFp8) lins[i]->set_recipe(ctx.recipes.find(r));
     const std::vector<backend::Kind>& kinds = ctx.backends;
     for (std::size_t i = 0; i < lins.size(); ++i) {
       nn::Linear& l = *lins[i];
@@ -626,14 +617,10 @@ bool write_plot(const common::ResultsFolder& out, const std::vector<LmLog>& logs
 
 std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
   // 1. Flags, before touching data or disk.
-  RecipeSet rs;
-  if (!cfg.format.empty()) {
-    const scaling::RecipeFormat f = scaling::parse_recipe_format(cfg.format);
-    rs.delayed.fp8_format = rs.current.fp8_format = rs.mxfp8.fp8_format = rs.block.fp8_format = f;
-  }
-  const scaling::DelayedScaling& delayed = rs.delayed;
-  std::vector<RunSpec> runs{{"fp32", nn::Precision::kFp32, delayed}};
-  for (const scaling::Recipe& r : scaling::parse_recipe_selection(cfg.recipe, rs.all()))
+  scaling::RecipeSet rs;
+  if (!cfg.format.empty()) rs.set_format(scaling::parse_recipe_format(cfg.format));
+  std::vector<RunSpec> runs{{"fp32", nn::Precision::kFp32, rs.get<scaling::DelayedScaling>()}};
+  for (const scaling::Recipe& r : rs.select(cfg.recipe))
     runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
   for (const RunSpec& r : runs) scaling::validate(r.recipe);
   FP8EMU_CHECK(cfg.steps >= 1, "--steps must be >= 1, got ", cfg.steps);
@@ -671,7 +658,7 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
   std::vector<backend::Kind> backends;
   {
     const std::vector<std::string> names = layer_names_of(cfg.layers);
-    for (const auto& lr : parse_layer_values("--layer-recipe", cfg.layer_recipe, names)) rs.get(lr.second);
+    for (const auto& lr : parse_layer_values("--layer-recipe", cfg.layer_recipe, names)) rs.find(lr.second);
     for (const auto& la : parse_layer_values("--layer-accumulation", cfg.layer_accumulation, names))
       emu::parse_accumulation(la.second);
     backends = backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated),

@@ -1,11 +1,15 @@
 // The runner shared by the training experiments (see runner.hpp).
 #include "common/runner.hpp"
 
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -93,6 +97,25 @@ bool ResultsFolder::write_curves(const std::string& header, const std::vector<Pa
   }
   s << "unset multiplot\n";
   return io::render_png(s.str(), path("curves.png"));
+}
+
+double shortest(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+nlohmann::json recipe_parameters_json(const scaling::Recipe& recipe) {
+  nlohmann::json j = nlohmann::json::object();
+  std::visit(
+      [&j](const auto& r) {
+        r.visit_parameters([&j](const char* name, const auto& value) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(value)>, float>) j[name] = shortest(value);
+          else j[name] = value;
+        });
+      },
+      recipe);
+  return j;
 }
 
 void record_backends(nlohmann::json& config, const std::string& spec, const std::vector<std::string>& names,

@@ -243,6 +243,13 @@ std::vector<typename Codec::Log> run_all(
 void record_backends(nlohmann::json& config, const std::string& spec, const std::vector<std::string>& names,
                      bool last_fp32);
 
+/// The shortest decimal that reads back as the same fp32 (so 1e-3f records as 0.001).
+double shortest(float v);
+
+/// A recipe's parameters as summary.json records them: {name: value} from the record's
+/// visit_parameters (floats as their shortest decimal).
+nlohmann::json recipe_parameters_json(const scaling::Recipe& recipe);
+
 /// Sets the OpenMP thread count (0: the default). \return the threads parallel regions will use.
 int set_threads(int threads);
 

@@ -91,12 +91,7 @@ struct RunLog {
   std::vector<std::vector<LayerEpoch>> layers;  // [epoch][layer], FP8 runs only
 };
 
-// The shortest decimal that reads back as the same fp32 (so 1e-3f prints as 0.001).
-double shortest(float v) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
-}
+using common::shortest;
 
 // The flags, parsed once.
 struct Settings {
@@ -440,20 +435,7 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   c["activation"] = cfg.activation;
   c["optimizer"] = cfg.optimizer;
   c["lr"] = shortest(cfg.lr);
-  c["delayed"] = {{"fp8_format", scaling::to_string(cfg.delayed.fp8_format)},
-                  {"amax_history_len", cfg.delayed.amax_history_len},
-                  {"amax_compute_algo",
-                   cfg.delayed.amax_compute_algo == scaling::AmaxComputeAlgo::kMax ? "max" : "most_recent"},
-                  {"margin", shortest(cfg.delayed.margin)},
-                  {"fused_update", cfg.delayed.fused_update}};
-  c["current"] = {{"fp8_format", scaling::to_string(cfg.current.fp8_format)},
-                  {"use_power_2_scales", cfg.current.use_power_2_scales},
-                  {"amax_epsilon", shortest(cfg.current.amax_epsilon)}};
-  c["mxfp8"] = {{"fp8_format", scaling::to_string(cfg.mxfp8.fp8_format)},
-                {"e8m0_rule", cfg.mxfp8.rule == E8M0Rule::kOcp ? "ocp" : "te"}};
-  c["block"] = {{"fp8_format", scaling::to_string(cfg.block.fp8_format)},
-                {"use_f32_scales", cfg.block.use_f32_scales},
-                {"amax_epsilon", shortest(cfg.block.amax_epsilon)}};
+  for (const scaling::Recipe& r : cfg.recipes.all()) c[scaling::recipe_name(r)] = common::recipe_parameters_json(r);
   c["backend"] = cfg.backend;
   common::record_backends(c, cfg.backend, layer_names(sizes), false);
   c["gemm_accumulation"] =
@@ -531,15 +513,10 @@ bool write_plot(const common::ResultsFolder& out, const std::vector<RunLog>& log
 std::vector<RunResult> run_train(TrainConfig cfg) {
   // 1. Check the whole configuration before touching data or disk.
   if (!cfg.format.empty()) {
-    const scaling::RecipeFormat f = scaling::parse_recipe_format(cfg.format);
-    cfg.delayed.fp8_format = cfg.current.fp8_format = cfg.mxfp8.fp8_format = cfg.block.fp8_format = f;
+    cfg.recipes.set_format(scaling::parse_recipe_format(cfg.format));
   }
-  const std::vector<scaling::Recipe> recipes =
-      scaling::parse_recipe_selection(cfg.recipe, {cfg.delayed, cfg.current, cfg.mxfp8, cfg.block});
-  // Every recipe's parameters are checked, whichever recipes run.
-  for (const scaling::Recipe& r : {scaling::Recipe(cfg.delayed), scaling::Recipe(cfg.current),
-                                   scaling::Recipe(cfg.mxfp8), scaling::Recipe(cfg.block)})
-    scaling::validate(r);
+  const std::vector<scaling::Recipe> recipes = cfg.recipes.select(cfg.recipe);
+  cfg.recipes.validate();  // every recipe's parameters, whichever recipes run
   FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
   FP8EMU_CHECK(cfg.epochs >= 1, "--epochs must be >= 1, got ", cfg.epochs);
   FP8EMU_CHECK(cfg.batch_size >= 1, "--batch-size must be >= 1, got ", cfg.batch_size);

@@ -50,10 +50,10 @@ struct TrainConfig {
   bool strict = false;
   std::string optimizer = "adam";
   float lr = 1e-3f;
-  scaling::DelayedScaling delayed;    ///< TE defaults: HYBRID, history 1024, max, margin 0.
-  scaling::CurrentScaling current;    ///< TE defaults: HYBRID, no pow2, epsilon 0.
-  scaling::MXFP8BlockScaling mxfp8;   ///< TE defaults: E4M3, TE's E8M0 rule.
-  scaling::Float8BlockScaling block;  ///< TE defaults: E4M3, pow2 scales, epsilon 0.
+  /// Every recipe's parameters, from TE's defaults (delayed: HYBRID, history 1024, max, margin 0;
+  /// current: HYBRID, no pow2, epsilon 0; mxfp8: E4M3, TE's E8M0 rule; block: E4M3, pow2 scales,
+  /// epsilon 0); `recipe` selects which of them run. All are validated whichever run.
+  scaling::RecipeSet recipes;
   bool progress = true;
   /// Write <out>/checkpoint.bin (atomically) after every N epochs of a run and at the end of each
   /// run; 0: never. A checkpoint holds the whole state: weights, optimizer moments, every scale and

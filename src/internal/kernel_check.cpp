@@ -259,9 +259,14 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
   auto progress = [&](const std::string& s) {
     if (opt.progress) opt.progress(s);
   };
-  const Format kFp8Formats[] = {Format::kE4M3, Format::kE5M2};
-  const std::pair<Format, Format> kPairs[] = {
-      {Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}, {Format::kE5M2, Format::kE4M3}};
+  // Every FP8 format of the registry, and every operand pair a GEMM takes.
+  std::vector<Format> kFp8Formats;
+  for (const FormatRecord& r : kFormats)
+    if (is_fp8(r.id)) kFp8Formats.push_back(r.id);
+  std::vector<std::pair<Format, Format>> kPairs;
+  for (Format a : kFp8Formats)
+    for (Format b : kFp8Formats)
+      if (emu::gemm_operand_pair_supported(a, b)) kPairs.emplace_back(a, b);
   // Every model of the accumulation table, with fast accumulation and, where the model takes one, a
   // promotion interval of one block (50 for block-less models: ragged runs) and of 128 (TE's split).
   std::vector<emu::GemmAccumulation> kAccs;

@@ -28,4 +28,8 @@ QuantizedTensor BlockQuantizer::quantize(const backend::Kernels& kernels, const 
   return q;
 }
 
+std::unique_ptr<Quantizer> Float8BlockScaling::make_quantizer(Direction direction) const {
+  return std::make_unique<BlockQuantizer>(*this, direction);
+}
+
 }  // namespace fp8emu::scaling

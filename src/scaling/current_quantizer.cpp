@@ -20,4 +20,8 @@ QuantizedTensor CurrentQuantizer::quantize(const backend::Kernels& kernels, cons
   return quantize_per_tensor(kernels, x, rows, cols, usage, scale, format(), nullptr, stats);
 }
 
+std::unique_ptr<Quantizer> CurrentScaling::make_quantizer(Direction direction) const {
+  return std::make_unique<CurrentQuantizer>(*this, direction);
+}
+
 }  // namespace fp8emu::scaling

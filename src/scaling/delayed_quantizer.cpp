@@ -16,4 +16,8 @@ QuantizedTensor DelayedQuantizer::quantize(const backend::Kernels& kernels, cons
                              stats);
 }
 
+std::unique_ptr<Quantizer> DelayedScaling::make_quantizer(Direction direction) const {
+  return std::make_unique<DelayedQuantizer>(*this, direction);
+}
+
 }  // namespace fp8emu::scaling

@@ -18,4 +18,8 @@ QuantizedTensor Mxfp8Quantizer::quantize(const backend::Kernels& kernels, const 
   return q;
 }
 
+std::unique_ptr<Quantizer> MXFP8BlockScaling::make_quantizer(Direction direction) const {
+  return std::make_unique<Mxfp8Quantizer>(*this, direction);
+}
+
 }  // namespace fp8emu::scaling

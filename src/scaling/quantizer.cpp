@@ -1,14 +1,7 @@
-// The Quantizer interface's shared parts: roles, the factory (registration of every recipe's
-// quantizer), the per-tensor cast and the FP8 GEMM of quantized operands (see
-// include/fp8emu/scaling/quantizer.hpp).
+// The Quantizer interface's shared parts: roles, the factory, the per-tensor cast and the FP8 GEMM
+// of quantized operands (see include/fp8emu/scaling/quantizer.hpp).
 #include "fp8emu/scaling/quantizer.hpp"
 
-#include <type_traits>
-
-#include "fp8emu/scaling/block_quantizer.hpp"
-#include "fp8emu/scaling/current_quantizer.hpp"
-#include "fp8emu/scaling/delayed_quantizer.hpp"
-#include "fp8emu/scaling/mxfp8_quantizer.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::scaling {
@@ -46,23 +39,9 @@ void Quantizer::check_cast(int rows, int cols, TensorRole role) const {
                " tensors");
 }
 
-namespace {
-template <class>
-inline constexpr bool kNoQuantizerFor = false;
-}  // namespace
-
-// Registration: one line per recipe. A recipe of the variant without one fails to compile here.
+// Each recipe record makes its own quantizer (defined beside it, in src/scaling/<name>_quantizer.cpp).
 std::unique_ptr<Quantizer> make_quantizer(const Recipe& recipe, Direction direction) {
-  return std::visit(
-      [direction](const auto& r) -> std::unique_ptr<Quantizer> {
-        using R = std::decay_t<decltype(r)>;
-        if constexpr (std::is_same_v<R, DelayedScaling>) return std::make_unique<DelayedQuantizer>(r, direction);
-        else if constexpr (std::is_same_v<R, CurrentScaling>) return std::make_unique<CurrentQuantizer>(r, direction);
-        else if constexpr (std::is_same_v<R, MXFP8BlockScaling>) return std::make_unique<Mxfp8Quantizer>(r, direction);
-        else if constexpr (std::is_same_v<R, Float8BlockScaling>) return std::make_unique<BlockQuantizer>(r, direction);
-        else static_assert(kNoQuantizerFor<R>, "register the recipe's quantizer in make_quantizer");
-      },
-      recipe);
+  return std::visit([direction](const auto& r) { return r.make_quantizer(direction); }, recipe);
 }
 
 QuantizedTensor block_operand(Format format, int rows, int cols, Usage usage) {

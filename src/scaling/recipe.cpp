@@ -25,6 +25,14 @@ const char* to_string(RecipeFormat f) {
   return "?";
 }
 
+const char* to_string(AmaxComputeAlgo a) {
+  switch (a) {
+    case AmaxComputeAlgo::kMax: return "max";
+    case AmaxComputeAlgo::kMostRecent: return "most_recent";
+  }
+  return "?";
+}
+
 namespace {
 void check_not_e5m2(RecipeFormat f, const char* recipe) {
   FP8EMU_CHECK(f != RecipeFormat::kE5M2, recipe,
@@ -133,6 +141,23 @@ RecipeFormat recipe_format(const Recipe& r) {
 
 void validate(const Recipe& r) {
   std::visit([](const auto& x) { x.validate(); }, r);
+}
+
+namespace {
+template <std::size_t... I>
+std::array<Recipe, sizeof...(I)> default_records(std::index_sequence<I...>) {
+  return {Recipe(std::in_place_index<I>)...};
+}
+}  // namespace
+
+RecipeSet::RecipeSet() : records_(default_records(std::make_index_sequence<kSize>{})) {}
+
+void RecipeSet::set_format(RecipeFormat f) {
+  for (Recipe& r : records_) std::visit([f](auto& x) { x.fp8_format = f; }, r);
+}
+
+void RecipeSet::validate() const {
+  for (const Recipe& r : records_) scaling::validate(r);
 }
 
 }  // namespace fp8emu::scaling

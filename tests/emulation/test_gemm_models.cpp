@@ -196,7 +196,8 @@ TEST_CASE("epilogue: alpha, beta*C, bias, amax of D and the output types, worked
   // E4M3 output with D scale 2: 10.5 = 1.3125 * 8 ties between 1.25 and 1.375 -> even 1.25: 0x52;
   // 2 -> 0x40. amax of D is taken before the D scale: still 5.25.
   std::uint8_t d8[2];
-  ep.output = GemmOutput::kE4M3;
+  ep.output = GemmOutput::kFp8;
+  ep.output_format = Format::kE4M3;
   ep.d_scale = 2.0f;
   amax = 0.0f;
   gemm_fp8_tn(1, 2, 2, A, Format::kE4M3, 0.5f, B, Format::kE4M3, 4.0f, acc, ep, d8);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "support/bits.hpp"
@@ -207,4 +209,71 @@ TEST_CASE("recipe questions replace variant positions", "[scaling][recipe]") {
   CHECK_FALSE(uses_per_tensor_scales(Float8BlockScaling{}));
   CHECK(supports_accumulation_models(DelayedScaling{}));
   CHECK_FALSE(supports_accumulation_models(Float8BlockScaling{}));
+}
+
+TEST_CASE("RecipeSet: one configured record per recipe, from TE's defaults", "[scaling][recipe][set]") {
+  RecipeSet set;
+  // TE transformer_engine/common/recipe/__init__.py defaults: DelayedScaling(margin=0,
+  // fp8_format=HYBRID, amax_history_len=1024, amax_compute_algo="max"), Float8CurrentScaling
+  // (HYBRID), MXFP8BlockScaling (E4M3), Float8BlockScaling (E4M3).
+  const std::vector<Recipe> all = set.all();
+  REQUIRE(all.size() == recipe_names().size());
+  for (std::size_t i = 0; i < all.size(); ++i) CHECK(recipe_name(all[i]) == recipe_names()[i]);
+  CHECK(set.get<DelayedScaling>().amax_history_len == 1024);
+  CHECK(set.get<DelayedScaling>().margin == 0.0f);
+  CHECK(set.get<DelayedScaling>().amax_compute_algo == AmaxComputeAlgo::kMax);
+  CHECK(set.get<DelayedScaling>().fp8_format == RecipeFormat::kHybrid);
+  CHECK(set.get<CurrentScaling>().fp8_format == RecipeFormat::kHybrid);
+  CHECK(set.get<MXFP8BlockScaling>().fp8_format == RecipeFormat::kE4M3);
+  CHECK(set.get<Float8BlockScaling>().fp8_format == RecipeFormat::kE4M3);
+
+  // Configured parameters reach find, select and all; the reference stays the record's.
+  int& len = set.get<DelayedScaling>().amax_history_len;
+  len = 16;
+  set.get<Float8BlockScaling>().use_f32_scales = true;
+  CHECK(std::get<DelayedScaling>(set.find("delayed")).amax_history_len == 16);
+  const std::vector<Recipe> sel = set.select("all");
+  REQUIRE(sel.size() == all.size());
+  CHECK(std::get<DelayedScaling>(sel[0]).amax_history_len == 16);
+  CHECK(std::get<Float8BlockScaling>(sel[3]).use_f32_scales);
+  REQUIRE(set.select("block").size() == 1);
+  CHECK(std::get<Float8BlockScaling>(set.select("block")[0]).use_f32_scales);
+  CHECK_THROWS_WITH(set.find("nvfp4"), Catch::Contains("unknown recipe 'nvfp4'"));
+
+  // A copy is independent of its source.
+  RecipeSet copy = set;
+  copy.get<DelayedScaling>().amax_history_len = 3;
+  CHECK(set.get<DelayedScaling>().amax_history_len == 16);
+
+  // --format fans out to every record; validate checks every record, selected or not.
+  set.set_format(RecipeFormat::kE4M3);
+  for (const Recipe& r : set.all()) CHECK(recipe_format(r) == RecipeFormat::kE4M3);
+  CHECK_NOTHROW(set.validate());
+  set.get<CurrentScaling>().amax_epsilon = -1.0f;
+  CHECK_THROWS_WITH(set.validate(), Catch::Contains("current scaling: amax_epsilon"));
+}
+
+TEST_CASE("recipe records list their parameters by name", "[scaling][recipe][set]") {
+  std::vector<std::string> names;
+  auto collect = [&](const char* n, const auto&) { names.push_back(n); };
+  DelayedScaling{}.visit_parameters(collect);
+  CHECK(names == std::vector<std::string>{"fp8_format", "amax_history_len", "amax_compute_algo", "margin",
+                                          "fused_update"});
+  names.clear();
+  MXFP8BlockScaling mx;
+  mx.rule = E8M0Rule::kOcp;
+  std::string rule;
+  mx.visit_parameters([&](const char* n, const auto& v) {
+    if constexpr (std::is_convertible_v<decltype(v), std::string>)
+      if (std::string(n) == "e8m0_rule") rule = v;
+  });
+  CHECK(rule == "ocp");
+  CurrentScaling cur;
+  cur.amax_epsilon = 0.5f;
+  float eps = -1.0f;
+  cur.visit_parameters([&](const char* n, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, float>)
+      if (std::string(n) == "amax_epsilon") eps = v;
+  });
+  CHECK(eps == 0.5f);
 }

@@ -58,14 +58,20 @@ inline GemmAccumulation te_wgrad(Accumulation m) { return {m, 128}; }
 ///         given to the exact model, or not a multiple of the model's block.
 void check_gemm_tn(int M, int N, int K, Format fa, Format fb, const GemmAccumulation& acc);
 
+/// Whether an FP8 GEMM takes this operand pair: both OCP FP8 formats, not both E5M2 (cuBLASLt and
+/// TE reject E5M2 x E5M2; the tensor cores take every other pair).
+constexpr bool gemm_operand_pair_supported(Format a, Format b) {
+  return is_fp8(a) && is_fp8(b) && !(a == Format::kE5M2 && b == Format::kE5M2);
+}
+
 /// D = RN(acc * RN(scale_inv_a * scale_inv_b)) (see the file comment).
 /// \throws fp8emu::Error for E5M2 x E5M2, negative sizes, or a promotion interval that is negative
 ///         or not a multiple of the model's block.
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const GemmAccumulation& acc, float* D);
 
-/// Element type of D (cuBLASLt's D type).
-enum class GemmOutput : std::uint8_t { kFp32, kBf16, kFp16, kE4M3, kE5M2 };
+/// Element type of D (cuBLASLt's D type). kFp8: codes of GemmEpilogue::output_format.
+enum class GemmOutput : std::uint8_t { kFp32, kBf16, kFp16, kFp8 };
 
 /// cuBLASLt-style epilogue of the FP8 matmul, applied to each element t of the scaled product:
 ///   t = RN(acc * RN(scale_inv_a * scale_inv_b))
@@ -80,12 +86,14 @@ struct GemmEpilogue {
   const float* C = nullptr;     ///< Shape: [M, N] row-major fp32; needed when beta != 0.
   const float* bias = nullptr;  ///< Shape: [N] fp32, or null.
   GemmOutput output = GemmOutput::kFp32;
+  Format output_format = Format::kE4M3;  ///< kFp8 outputs only: an OCP FP8 format (is_fp8).
   float d_scale = 1.0f;         ///< FP8 outputs only (the D scale; D's scale_inv is RN(1/d_scale)).
   float* amax_d = nullptr;      ///< If set, max-accumulated with |t| (not reset first).
 };
 
 /// The scaled GEMM with an epilogue. D points to M*N elements of the output type: float, uint16
-/// bits (bf16, fp16) or uint8 codes (FP8). \throws as gemm_fp8_tn, and when beta != 0 without C.
+/// bits (bf16, fp16) or uint8 codes (FP8). \throws as gemm_fp8_tn, when beta != 0 without C, and
+///         for a kFp8 output whose output_format is not an FP8 format (named).
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const GemmAccumulation& acc, const GemmEpilogue& epilogue, void* D);
 

@@ -13,9 +13,10 @@
 ///   - block_quantizer.hpp    (TE quantize_transpose_square_blockwise.cu / _vector_blockwise.cu,
 ///                             1x128 blocks and 128x128 weight tiles).
 ///
-/// Adding a recipe: its configuration record in recipe.hpp (with kName and kScalingMode), one
-/// quantizer file pair here and in src/scaling/, and its line in make_quantizer (quantizer.cpp).
-/// nn::Linear needs no edit. A recipe with a new ScalingMode (NVFP4) also adds its GEMM case to
+/// Adding a recipe: its configuration record in recipe.hpp (kName, kScalingMode, validate,
+/// make_quantizer, visit_parameters, and its place in the Recipe variant), one quantizer file pair
+/// here and in src/scaling/ (which defines the record's make_quantizer), and its source line in
+/// CMakeLists.txt. nn::Linear, RecipeSet, `--recipe` and the experiments need no edit. A recipe with a new ScalingMode (NVFP4) also adds its GEMM case to
 /// gemm_tn.
 ///
 /// Determinism: every quantizer and gemm_tn give the same bits for any OpenMP thread count and for
@@ -170,7 +171,8 @@ Format cast_format(const RecipeRecord& recipe, Direction direction) {
 /// rowwise_blocks / columnwise_blocks).
 QuantizedTensor block_operand(Format format, int rows, int cols, Usage usage);
 
-/// The quantizer of a recipe for one direction (registration of every recipe's quantizer).
+/// The quantizer of a recipe for one direction: the record's own make_quantizer (each recipe
+/// defines it in src/scaling/<name>_quantizer.cpp).
 /// \throws fp8emu::Error for invalid recipe parameters (Recipe validate()).
 std::unique_ptr<Quantizer> make_quantizer(const Recipe& recipe, Direction direction);
 

@@ -5,9 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -15,6 +18,10 @@
 #include "fp8emu/format/format_spec.hpp"
 
 namespace fp8emu::scaling {
+
+class Quantizer;  // quantizer.hpp
+/// Which pass a quantizer serves (defined in quantizer.hpp).
+enum class Direction : std::uint8_t;
 
 /// TE `Format`: which FP8 element format the forward and backward tensors use.
 enum class RecipeFormat : std::uint8_t {
@@ -46,6 +53,9 @@ enum class AmaxComputeAlgo : std::uint8_t {
   kMax,         ///< "max": the largest amax in the window.
   kMostRecent,  ///< "most_recent": this step's amax.
 };
+
+/// "max" or "most_recent" (TE's strings).
+const char* to_string(AmaxComputeAlgo a);
 
 struct DelayedScaling;
 
@@ -84,6 +94,18 @@ struct DelayedScaling {
   ///         margin or the E5M2 format.
   void validate() const;
   bool uses_fused_update() const { return fused_update && !amax_compute_fn && !scaling_factor_compute_fn; }
+  /// Its quantizer (delayed_quantizer.hpp). \throws fp8emu::Error as validate().
+  std::unique_ptr<Quantizer> make_quantizer(Direction direction) const;
+  /// Calls f(name, value) for each plain parameter (what summary.json records): strings for enums,
+  /// int, float or bool otherwise. Callables and hooks are not parameters.
+  template <class F>
+  void visit_parameters(F&& f) const {
+    f("fp8_format", to_string(fp8_format));
+    f("amax_history_len", amax_history_len);
+    f("amax_compute_algo", to_string(amax_compute_algo));
+    f("margin", margin);
+    f("fused_update", fused_update);
+  }
 };
 
 /// TE `Float8CurrentScaling`: each tensor is scaled by its own amax at cast time.
@@ -95,6 +117,15 @@ struct CurrentScaling {
   float amax_epsilon = 0.0f;        ///< amax is raised to at least this (>= 0).
   /// \throws fp8emu::Error for a negative or non-finite epsilon or the E5M2 format.
   void validate() const;
+  /// Its quantizer (current_quantizer.hpp). \throws fp8emu::Error as validate().
+  std::unique_ptr<Quantizer> make_quantizer(Direction direction) const;
+  /// As DelayedScaling::visit_parameters.
+  template <class F>
+  void visit_parameters(F&& f) const {
+    f("fp8_format", to_string(fp8_format));
+    f("use_power_2_scales", use_power_2_scales);
+    f("amax_epsilon", amax_epsilon);
+  }
 };
 
 /// How the E8M0 block scale is chosen from the block amax (defined with the element layer).
@@ -106,7 +137,16 @@ struct MXFP8BlockScaling {
   static constexpr ScalingMode kScalingMode = ScalingMode::kBlock;
   RecipeFormat fp8_format = RecipeFormat::kE4M3;
   E8M0Rule rule = E8M0Rule::kTransformerEngine;
+  /// \throws fp8emu::Error for the E5M2 format.
   void validate() const;
+  /// Its quantizer (mxfp8_quantizer.hpp). \throws fp8emu::Error as validate().
+  std::unique_ptr<Quantizer> make_quantizer(Direction direction) const;
+  /// As DelayedScaling::visit_parameters; the E8M0 rule as "te" or "ocp".
+  template <class F>
+  void visit_parameters(F&& f) const {
+    f("fp8_format", to_string(fp8_format));
+    f("e8m0_rule", rule == E8M0Rule::kOcp ? "ocp" : "te");
+  }
 };
 
 /// TE `Float8BlockScaling` (DeepSeek-V3 style): 1x128 blocks for activations and gradients, 128x128
@@ -117,7 +157,17 @@ struct Float8BlockScaling {
   RecipeFormat fp8_format = RecipeFormat::kE4M3;
   bool use_f32_scales = false;  ///< TE env NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1; default pow2 scales.
   float amax_epsilon = 0.0f;
+  /// \throws fp8emu::Error for a negative or non-finite epsilon or the E5M2 format.
   void validate() const;
+  /// Its quantizer (block_quantizer.hpp). \throws fp8emu::Error as validate().
+  std::unique_ptr<Quantizer> make_quantizer(Direction direction) const;
+  /// As DelayedScaling::visit_parameters.
+  template <class F>
+  void visit_parameters(F&& f) const {
+    f("fp8_format", to_string(fp8_format));
+    f("use_f32_scales", use_f32_scales);
+    f("amax_epsilon", amax_epsilon);
+  }
 };
 
 /// One recipe of the four. Behaviour is asked of the recipe (scaling_mode, recipe_name) or of its
@@ -152,5 +202,42 @@ Recipe parse_recipe(const std::string& name, const std::vector<Recipe>& configur
 /// recipe_names() order. \throws fp8emu::Error "unknown recipe '<name>' (accepted: delayed,
 ///         current, mxfp8, block, all)" for an unknown name.
 std::vector<Recipe> parse_recipe_selection(const std::string& name, const std::vector<Recipe>& configured = {});
+
+/// One configured record of every recipe, in the order of the Recipe alternatives, each starting
+/// from TE's defaults: what an experiment or a tool configures from its flags and then selects from
+/// by name. Built from the variant, so a new recipe joins every set (and `--recipe all`) by being an
+/// alternative of Recipe. Copyable; get<R>() references stay valid for the set's lifetime.
+class RecipeSet {
+ public:
+  static constexpr std::size_t kSize = std::variant_size_v<Recipe>;
+
+  RecipeSet();
+
+  /// The configured record of recipe R (one of the Recipe alternatives).
+  template <class R>
+  R& get() { return std::get<R>(records_[index_of<R>()]); }
+  template <class R>
+  const R& get() const { return std::get<R>(records_[index_of<R>()]); }
+
+  /// Every configured record, in recipe_names() order.
+  std::vector<Recipe> all() const { return {records_.begin(), records_.end()}; }
+  /// The configured record named `name`. \throws fp8emu::Error as parse_recipe.
+  Recipe find(const std::string& name) const { return parse_recipe(name, all()); }
+  /// A `--recipe` value: one name or "all". \throws fp8emu::Error as parse_recipe_selection.
+  std::vector<Recipe> select(const std::string& selection) const { return parse_recipe_selection(selection, all()); }
+  /// Sets every record's fp8_format (the experiments' `--format`).
+  void set_format(RecipeFormat f);
+  /// Validates every record, whichever will run. \throws fp8emu::Error from the first bad record.
+  void validate() const;
+
+ private:
+  template <class R, std::size_t I = 0>
+  static constexpr std::size_t index_of() {
+    static_assert(I < kSize, "not a Recipe alternative");
+    if constexpr (std::is_same_v<R, std::variant_alternative_t<I, Recipe>>) return I;
+    else return index_of<R, I + 1>();
+  }
+  std::array<Recipe, kSize> records_;
+};
 
 }  // namespace fp8emu::scaling
