@@ -21,6 +21,7 @@
 #include "cuda_host_baseline.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
+#include "bench_blas.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 
 namespace fp8emu::cli {
@@ -64,25 +65,34 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
 #else
   const int threads = 1;
 #endif
-  char line[256];
+  char line[320];
   std::snprintf(line, sizeof line, "GEMM M = N = K, %d threads, best of %d; GFLOP/s = 2 M N K / seconds\n", threads,
                 repeat);
-  out << line << "  size  eigen_sgemm  fp32_model  hopper_model  fp32/eigen  hopper/eigen\n";
+  out << line;
+  const bool blas = have_openblas();
+  out << "baselines: eigen_sgemm = Eigen " << EIGEN_WORLD_VERSION << '.' << EIGEN_MAJOR_VERSION << '.'
+      << EIGEN_MINOR_VERSION << " built with fp8emu's flags (" << Eigen::SimdInstructionSetsInUse() << ")";
+  if (blas) out << "; openblas_sgemm = " << openblas_description();
+  else out << "; openblas_sgemm: not in this build (install libopenblas-dev and reconfigure)";
+  out << "\nratios are against the best baseline of each size (best = the faster of the two)\n";
+  out << "  size  openblas_sgemm  eigen_sgemm  fp32_model  hopper_model  best  fp32/best  hopper/best\n";
   double first_fp32 = 0, first_hopper = 0;
+  const char* first_best = "eigen";
   for (std::size_t si = 0; si < sizes.size(); ++si) {
     const int n = sizes[si];
     std::mt19937 g(1);
-    Eigen::MatrixXf A = Eigen::MatrixXf::Random(n, n), B = Eigen::MatrixXf::Random(n, n), C(n, n);
+    Eigen::MatrixXf A = Eigen::MatrixXf::Random(n, n), B = Eigen::MatrixXf::Random(n, n), C(n, n), Cb(n, n);
     std::vector<std::uint8_t> qa(std::size_t(n) * n), qb(qa.size());
     for (auto& c : qa) c = std::uint8_t(g() & 0x77);  // finite E4M3 codes
     for (auto& c : qb) c = std::uint8_t(g() & 0x77);
     std::vector<float> D(qa.size());
     const double flop = 2.0 * n * double(n) * n;
-    // Rounds interleave the baseline and the models, so that all three see the same machine
+    // Rounds interleave the baselines and the models, so that all of them see the same machine
     // conditions; the best time of each is kept.
-    double t_eigen = 1e300, t_fp32 = 1e300, t_hopper = 1e300;
+    double t_eigen = 1e300, t_blas = 1e300, t_fp32 = 1e300, t_hopper = 1e300;
     for (int r = 0; r < repeat; ++r) {
       t_eigen = std::min(t_eigen, seconds([&] { C.noalias() = A * B; }));
+      if (blas) t_blas = std::min(t_blas, seconds([&] { openblas_sgemm(n, A.data(), B.data(), Cb.data(), threads); }));
       t_fp32 = std::min(t_fp32, seconds([&] {
         emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1,
                          {emu::Accumulation::kFp32, 0}, D.data());
@@ -92,15 +102,34 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
                          {emu::Accumulation::kHopper, 0}, D.data());
       }));
     }
-    const double ge = flop / t_eigen / 1e9, gf = flop / t_fp32 / 1e9, gh = flop / t_hopper / 1e9;
-    std::snprintf(line, sizeof line, "%6d %12.2f %11.2f %13.2f %11.3f %13.3f\n", n, ge, gf, gh, gf / ge, gh / ge);
+    // The two baselines compute the same product: a BLAS that is fast because it is wrong is no
+    // baseline (fp32 sums in different orders differ by rounding only).
+    if (blas) {
+      const float err = (C - Cb).cwiseAbs().maxCoeff(), scale = C.cwiseAbs().maxCoeff();
+      if (!(err <= 1e-4f * std::max(scale, 1.0f) * float(n))) {
+        out << "fp8emu bench gemm: error: OpenBLAS and Eigen disagree at n = " << n << " (max |diff| " << err << ")\n";
+        return 1;
+      }
+    }
+    const double ge = flop / t_eigen / 1e9, gb = blas ? flop / t_blas / 1e9 : 0.0, gf = flop / t_fp32 / 1e9,
+                 gh = flop / t_hopper / 1e9;
+    const bool blas_best = blas && gb >= ge;
+    const double best = blas_best ? gb : ge;
+    if (blas)
+      std::snprintf(line, sizeof line, "%6d %15.2f %12.2f %11.2f %13.2f %5s %10.3f %12.3f\n", n, gb, ge, gf, gh,
+                    blas_best ? "blas" : "eigen", gf / best, gh / best);
+    else
+      std::snprintf(line, sizeof line, "%6d %15s %12.2f %11.2f %13.2f %5s %10.3f %12.3f\n", n, "-", ge, gf, gh,
+                    "eigen", gf / best, gh / best);
     out << line << std::flush;
     if (si == 0) {
-      first_fp32 = gf / ge;
-      first_hopper = gh / ge;
+      first_fp32 = gf / best;
+      first_hopper = gh / best;
+      first_best = blas_best ? "openblas_sgemm" : "eigen_sgemm";
     }
   }
-  std::snprintf(line, sizeof line, "hopper_vs_eigen_sgemm: %.3f\nfp32_vs_eigen_sgemm: %.3f\n", first_hopper, first_fp32);
+  std::snprintf(line, sizeof line, "best_baseline: %s\nhopper_vs_best_sgemm: %.3f\nfp32_vs_best_sgemm: %.3f\n",
+                first_best, first_hopper, first_fp32);
   out << line;
   return 0;
 }

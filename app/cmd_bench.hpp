@@ -1,4 +1,4 @@
-// `fp8emu bench gemm`: GEMM throughput of the accumulation models against Eigen's fp32 GEMM.
+// `fp8emu bench gemm`: GEMM throughput of the accumulation models against OpenBLAS's and Eigen's fp32 GEMMs.
 // `fp8emu bench convert`: the bulk fp32 -> FP8 cast against CUDA's host code and a copy pass.
 #pragma once
 
@@ -8,9 +8,13 @@
 
 namespace fp8emu::cli {
 
-/// Times Eigen's sgemm (the baseline, measured in the same run), the fp32 model and the Hopper
-/// model (fast accumulation) at M = N = K = each size; best of `repeat` runs. Prints a table and,
-/// last, `hopper_vs_eigen_sgemm: X` and `fp32_vs_eigen_sgemm: Y` (GFLOP/s ratios at the first size).
+/// Times two fp32 baselines, measured in the same run: OpenBLAS's cblas_sgemm (runtime-dispatched
+/// kernels; when the build found OpenBLAS) and Eigen's product built with fp8emu's flags, then the
+/// fp32 model and the Hopper model (fast accumulation), at M = N = K = each size, on all OpenMP
+/// threads; best of `repeat` interleaved rounds. Checks that the two baselines agree (returns 1 if
+/// not). Prints a table with the ratios against the faster baseline of each size and, last,
+/// `best_baseline: openblas_sgemm|eigen_sgemm`, `hopper_vs_best_sgemm: X` and
+/// `fp32_vs_best_sgemm: Y` (GFLOP/s ratios at the first size). Returns 2 for bad arguments.
 int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out);
 
 /// fp32 -> E4M3 (__NV_SATFINITE) with a per-tensor scale and the amax, over `elements` values

@@ -1,5 +1,6 @@
-// `fp8emu bench convert` end to end on a small array: it runs, its paths agree (else it exits 1),
-// and it ends with the two ratio lines (their values depend on the machine and are not checked).
+// `fp8emu bench convert` and `bench gemm` end to end on small sizes: they run, their paths agree
+// (else they exit 1), and they end with their ratio lines (the values depend on the machine and are
+// not checked beyond being positive).
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <sstream>
@@ -55,4 +56,28 @@ TEST_CASE("bench convert rejects bad arguments with exit 2", "[cli][bench][error
     CHECK(r.code == 2);
     CHECK(r.output.find("error") != std::string::npos);
   }
+}
+
+TEST_CASE("bench gemm times both baselines and ends with the best-baseline ratios", "[cli][bench]") {
+  const fp8emu::testing::CliResult r = fp8emu::testing::run_cli("bench gemm --sizes 96,64 --repeat 1");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const std::vector<std::string> lines = lines_of(r.output);
+  REQUIRE(lines.size() >= 3);
+  CHECK(value_of(lines.back(), "fp32_vs_best_sgemm") > 0.0);
+  CHECK(value_of(lines[lines.size() - 2], "hopper_vs_best_sgemm") > 0.0);
+  const std::string best = lines[lines.size() - 3];
+#ifdef FP8EMU_BENCH_OPENBLAS
+  CHECK(r.output.find("openblas_sgemm = OpenBLAS") != std::string::npos);
+  CHECK((best == "best_baseline: openblas_sgemm" || best == "best_baseline: eigen_sgemm"));
+#else
+  CHECK(r.output.find("openblas_sgemm: not in this build") != std::string::npos);
+  CHECK(best == "best_baseline: eigen_sgemm");
+#endif
+}
+
+TEST_CASE("bench gemm rejects bad sizes by name", "[cli][bench]") {
+  const fp8emu::testing::CliResult r = fp8emu::testing::run_cli("bench gemm --sizes 0");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--sizes must be in [1, 16384], got 0") != std::string::npos);
 }
