@@ -143,3 +143,7 @@ if(FP8EMU_BUILD_EXPERIMENTS)
   set_target_properties(fp8emu_cli PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
   install(TARGETS fp8emu_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT fp8emu_Runtime)
 endif()
+
+if(FP8EMU_BUILD_TESTS)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/tests/package ${PROJECT_BINARY_DIR}/tests/package)
+endif()
