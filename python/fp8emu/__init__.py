@@ -38,6 +38,14 @@ __all__ = [
     "cast",
     "decode",
     "gemm",
+    "Format",
+    "DelayedScaling",
+    "Float8CurrentScaling",
+    "MXFP8BlockScaling",
+    "Float8BlockScaling",
+    "Quantizer",
+    "QuantizedTensor",
+    "recipe",
 ]
 
 
@@ -449,3 +457,15 @@ def gemm(
     amax = _fp8emu.gemm(qa, qb, fa, fb, float(scale_inv_a), float(scale_inv_b), accumulation, int(promotion), layout,
                         kind, float(d_scale), float(alpha), float(beta), c_arr, bias_arr, target)
     return (result, amax) if return_amax else result
+
+
+from . import recipe  # noqa: E402  (TE's recipe classes; they use the functions above)
+from .recipe import (  # noqa: E402
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    Format,
+    MXFP8BlockScaling,
+    QuantizedTensor,
+    Quantizer,
+)

@@ -11,11 +11,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,7 +26,10 @@
 #include "fp8emu/emulation/cast_policy.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/scaling/quantizer.hpp"
+#include "fp8emu/scaling/recipe.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace nb = nanobind;
@@ -322,6 +327,220 @@ float gemm(const Array& a, const Array& b, const std::string& format_a, const st
   return amax_d;
 }
 
+
+// ----------------------------------------------------------------------------- recipes
+
+using scaling::Direction;
+using scaling::QuantizedTensor;
+using scaling::TensorRole;
+using scaling::Usage;
+
+// The recipe record of fp8emu.recipe's classes (fields by TE's names; see python/fp8emu/recipe.py).
+scaling::Recipe make_recipe(const std::string& kind, const std::string& fp8_format, float margin,
+                            int amax_history_len, const std::string& amax_compute_algo, bool fused_update,
+                            bool use_power_2_scales, float amax_epsilon, const std::string& mxfp8_rule,
+                            bool use_f32_scales) {
+  const scaling::RecipeFormat f = scaling::parse_recipe_format(fp8_format);
+  if (kind == "delayed") {
+    scaling::DelayedScaling r;
+    r.fp8_format = f;
+    r.margin = margin;
+    r.amax_history_len = amax_history_len;
+    if (amax_compute_algo == "max") r.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
+    else if (amax_compute_algo == "most_recent") r.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+    else throw nb::value_error(("unknown amax_compute_algo '" + amax_compute_algo + "' (accepted: max, most_recent)").c_str());
+    r.fused_update = fused_update;
+    return r;
+  }
+  if (kind == "current") {
+    scaling::CurrentScaling r;
+    r.fp8_format = f;
+    r.use_power_2_scales = use_power_2_scales;
+    r.amax_epsilon = amax_epsilon;
+    return r;
+  }
+  if (kind == "mxfp8") {
+    scaling::MXFP8BlockScaling r;
+    r.fp8_format = f;
+    if (mxfp8_rule == "te") r.rule = E8M0Rule::kTransformerEngine;
+    else if (mxfp8_rule == "ocp") r.rule = E8M0Rule::kOcp;
+    else throw nb::value_error(("unknown scale_rule '" + mxfp8_rule + "' (accepted: te, ocp)").c_str());
+    return r;
+  }
+  if (kind == "block") {
+    scaling::Float8BlockScaling r;
+    r.fp8_format = f;
+    r.use_f32_scales = use_f32_scales;
+    r.amax_epsilon = amax_epsilon;
+    return r;
+  }
+  return scaling::parse_recipe(kind);  // throws, naming the recipes
+}
+
+TensorRole parse_role(const std::string& s) {
+  if (s == "input") return TensorRole::kInput;
+  if (s == "weight") return TensorRole::kWeight;
+  if (s == "output") return TensorRole::kOutput;
+  if (s == "grad_output") return TensorRole::kGradOutput;
+  if (s == "grad_input") return TensorRole::kGradInput;
+  throw nb::value_error(("unknown role '" + s + "' (accepted: input, weight, output, grad_output, grad_input)").c_str());
+}
+
+Usage parse_usage(const std::string& s) {
+  if (s == "rowwise") return Usage::kRowwise;
+  if (s == "columnwise") return Usage::kColumnwise;
+  if (s == "both") return Usage::kBoth;
+  throw nb::value_error(("unknown usage '" + s + "' (accepted: rowwise, columnwise, both)").c_str());
+}
+
+const char* usage_name(Usage u) {
+  return u == Usage::kRowwise ? "rowwise" : u == Usage::kColumnwise ? "columnwise" : "both";
+}
+
+// A read-only NumPy view of a vector owned by the Python object `owner` (a QuantizedTensor).
+template <class T>
+nb::object view_of(const std::vector<T>& v, std::initializer_list<std::size_t> shape, nb::handle owner) {
+  if (v.empty()) return nb::none();
+  return nb::cast(nb::ndarray<nb::numpy, const T>(v.data(), shape.size(), shape.begin(), owner),
+                  nb::rv_policy::reference);
+}
+
+struct PyQuantizer {
+  std::unique_ptr<scaling::Quantizer> q;
+};
+
+QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
+                              emu::QuantizeStats& stats) {
+  check_array(x, "x");
+  if (!is(x.dtype(), dl::dtype_code::Float, 32))
+    throw nb::type_error(("x has dtype " + dtype_text(x.dtype()) + "; quantizers take float32 (TE casts fp32 "
+                          "master values)")
+                             .c_str());
+  if (x.ndim() != 2)
+    throw nb::value_error(("x has " + std::to_string(x.ndim()) + " dimensions; quantizers take 2-D (rows, cols) "
+                           "tensors")
+                              .c_str());
+  if (x.shape(0) > 0x7FFFFFFF || x.shape(1) > 0x7FFFFFFF) throw nb::value_error("x: a dimension exceeds 2^31 - 1");
+  const TensorRole r = parse_role(role);
+  const Usage u = parse_usage(usage);
+  const float* p = static_cast<const float*>(x.data());
+  const int rows = int(x.shape(0)), cols = int(x.shape(1));
+  nb::gil_scoped_release release;
+  return self.q->quantize(backend::emulated_kernels(), p, rows, cols, r, u, &stats);
+}
+
+void bind_recipes(nb::module_& m) {
+  nb::class_<QuantizedTensor>(m, "QuantizedTensor", "A recipe's FP8 operand; see fp8emu.recipe.QuantizedTensor.")
+      .def_prop_ro("mode", [](const QuantizedTensor& t) {
+        return t.mode == scaling::ScalingMode::kPerTensor ? "per_tensor" : "block";
+      })
+      .def_prop_ro("format", [](const QuantizedTensor& t) { return std::string(format_name(t.format)); })
+      .def_ro("rows", &QuantizedTensor::rows)
+      .def_ro("cols", &QuantizedTensor::cols)
+      .def_prop_ro("usage", [](const QuantizedTensor& t) { return usage_name(t.usage); })
+      .def_ro("scale", &QuantizedTensor::scale)
+      .def_ro("scale_inv", &QuantizedTensor::scale_inv)
+      .def_prop_ro("rowwise_data", [](nb::handle h) {
+        const QuantizedTensor& t = nb::cast<const QuantizedTensor&>(h);
+        if (t.mode == scaling::ScalingMode::kBlock)
+          return view_of(t.rowwise_blocks.codes, {std::size_t(t.rowwise_blocks.n), std::size_t(t.rowwise_blocks.k)}, h);
+        return view_of(t.rowwise_data, {std::size_t(t.rows), std::size_t(t.cols)}, h);
+      })
+      .def_prop_ro("columnwise_data", [](nb::handle h) {
+        const QuantizedTensor& t = nb::cast<const QuantizedTensor&>(h);
+        if (t.mode == scaling::ScalingMode::kBlock)
+          return view_of(t.columnwise_blocks.codes,
+                         {std::size_t(t.columnwise_blocks.n), std::size_t(t.columnwise_blocks.k)}, h);
+        return view_of(t.columnwise_data, {std::size_t(t.cols), std::size_t(t.rows)}, h);
+      })
+      .def_prop_ro("rowwise_scale_inv", [](nb::handle h) {
+        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).rowwise_blocks;
+        return view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+      })
+      .def_prop_ro("columnwise_scale_inv", [](nb::handle h) {
+        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).columnwise_blocks;
+        return view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+      })
+      .def_prop_ro("rowwise_e8m0", [](nb::handle h) {
+        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).rowwise_blocks;
+        return view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+      })
+      .def_prop_ro("columnwise_e8m0", [](nb::handle h) {
+        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).columnwise_blocks;
+        return view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+      })
+      .def_prop_ro("block", [](const QuantizedTensor& t) {
+        return t.mode == scaling::ScalingMode::kBlock
+                   ? (t.rowwise_blocks.block ? t.rowwise_blocks.block : t.columnwise_blocks.block)
+                   : 0;
+      });
+
+  nb::class_<PyQuantizer>(m, "Quantizer", "One direction's casts of a recipe; see fp8emu.recipe.Quantizer.")
+      .def("__init__",
+           [](PyQuantizer* self, const std::string& kind, const std::string& fp8_format, float margin,
+              int amax_history_len, const std::string& amax_compute_algo, bool fused_update, bool use_power_2_scales,
+              float amax_epsilon, const std::string& mxfp8_rule, bool use_f32_scales, const std::string& direction) {
+             if (direction != "forward" && direction != "backward")
+               throw nb::value_error(("unknown direction '" + direction + "' (accepted: forward, backward)").c_str());
+             const scaling::Recipe r = make_recipe(kind, fp8_format, margin, amax_history_len, amax_compute_algo,
+                                                   fused_update, use_power_2_scales, amax_epsilon, mxfp8_rule,
+                                                   use_f32_scales);
+             new (self) PyQuantizer{scaling::make_quantizer(
+                 r, direction == "forward" ? Direction::kForward : Direction::kBackward)};
+           },
+           "kind"_a, "fp8_format"_a, "margin"_a, "amax_history_len"_a, "amax_compute_algo"_a, "fused_update"_a,
+           "use_power_2_scales"_a, "amax_epsilon"_a, "mxfp8_rule"_a, "use_f32_scales"_a, "direction"_a)
+      .def_prop_ro("recipe", [](const PyQuantizer& q) { return std::string(q.q->recipe_name()); })
+      .def_prop_ro("format", [](const PyQuantizer& q) { return std::string(format_name(q.q->format())); })
+      .def("quantize",
+           [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage) {
+             emu::QuantizeStats st;
+             QuantizedTensor t = quantize_with(self, x, role, usage, st);
+             nb::dict stats;
+             stats["count"] = st.count;
+             stats["saturated"] = st.saturated;
+             stats["underflow"] = st.underflow;
+             stats["nan"] = st.nan;
+             return nb::make_tuple(nb::cast(std::move(t)), stats);
+           },
+           "x"_a, "role"_a, "usage"_a)
+      .def("update_scales", [](PyQuantizer& self) { self.q->update_scales(); })
+      .def("state", [](PyQuantizer& self) -> nb::object {
+        const scaling::DelayedScalingState* s = self.q->amax_history_state();
+        if (!s) return nb::none();
+        const std::size_t n = std::size_t(s->num_slots()), L = std::size_t(s->history_len());
+        auto* scales = new std::vector<float>(s->scales());
+        auto* hist = new std::vector<float>(s->history_values());
+        nb::capsule own_s(scales, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+        nb::capsule own_h(hist, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+        std::size_t shape_s[1] = {n}, shape_h[2] = {L, n};
+        return nb::make_tuple(nb::ndarray<nb::numpy, float>(scales->data(), 1, shape_s, own_s),
+                              nb::ndarray<nb::numpy, float>(hist->data(), 2, shape_h, own_h));
+      });
+
+  m.def("slot_of", [](const std::string& role) { return scaling::slot_of(parse_role(role)); }, "role"_a);
+  m.def("gemm_tn",
+        [](const QuantizedTensor& a, const std::string& a_usage, const QuantizedTensor& b, const std::string& b_usage,
+           const std::string& accumulation, int promotion) {
+          const Usage ua = parse_usage(a_usage), ub = parse_usage(b_usage);
+          if (ua == Usage::kBoth || ub == Usage::kBoth) throw nb::value_error("gemm_tn reads one copy of each operand: "
+                                                                              "'rowwise' or 'columnwise'");
+          const emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
+          const bool arow = ua == Usage::kRowwise, brow = ub == Usage::kRowwise;
+          const std::size_t M = std::size_t(arow ? a.rows : a.cols), N = std::size_t(brow ? b.rows : b.cols);
+          auto* d = new std::vector<float>(M * N);
+          nb::capsule own(d, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+          {
+            nb::gil_scoped_release release;
+            scaling::gemm_tn(backend::emulated_kernels(), a, ua, b, ub, acc, d->data());
+          }
+          std::size_t shape[2] = {M, N};
+          return nb::ndarray<nb::numpy, float>(d->data(), 2, shape, own);
+        },
+        "a"_a, "a_usage"_a, "b"_a, "b_usage"_a, "accumulation"_a, "promotion"_a,
+        "D = A B^T of two quantized operands (scaling::gemm_tn); see fp8emu.recipe.gemm.");
+}
+
 }  // namespace
 }  // namespace fp8emu::python
 
@@ -368,6 +587,7 @@ NB_MODULE(_fp8emu, m) {
   m.def("gemm", &gemm, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "scale_inv_a"_a, "scale_inv_b"_a, "accumulation"_a,
         "promotion"_a, "layout"_a, "out_dtype"_a, "d_scale"_a, "alpha"_a, "beta"_a, "c"_a.none(), "bias"_a.none(),
         "out"_a, "D = A B^T or A B into out; returns the amax of D; see fp8emu.gemm.");
+  bind_recipes(m);
   m.def("data_pointer", [](const Array& x) { return reinterpret_cast<std::uintptr_t>(x.data()); }, "x"_a,
         "The address of x's first element as this module sees it (no copy is made): for zero-copy checks.");
 }
