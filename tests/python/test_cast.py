@@ -156,19 +156,20 @@ def test_pytorch_policy_rounds_doubles_through_float32():
 
 
 def test_cuda_e4m3_values_by_hand():
-    # E4M3: max 448 = 0x7E; 464 = 448 + half an ulp (32) ties to even 448; min subnormal 2^-9.
+    # E4M3 (OCP OFP8 Table 1): max 1.75 * 2^8 = 0x7E; 464 = max + half an ulp (2^4) ties to even,
+    # the max; min subnormal 2^-9.
     x = np.array([464, 465, 480, 1e30, np.inf, -np.inf, 2.0**-10, 1.5 * 2.0**-10, 2.0**-9, -0.0, 0.1],
                  np.float32)
     want = [0x7E, 0x7E, 0x7E, 0x7E, 0x7E, 0xFE, 0x00, 0x01, 0x01, 0x80, 0x1D]
     assert codes(fp8emu.cast(x, "e4m3fn")).tolist() == want
-    # __NV_NOSAT: overflow to the NaN code with the sign; 464 still rounds to 448.
+    # __NV_NOSAT: overflow to the NaN code with the sign; 464 still rounds to the max.
     want_nosat = [0x7E, 0x7F, 0x7F, 0x7F, 0x7F, 0xFF, 0x00, 0x01, 0x01, 0x80, 0x1D]
     assert codes(fp8emu.cast(x, "e4m3fn", policy="cuda-nosat")).tolist() == want_nosat
 
 
 def test_cuda_e5m2_values_by_hand():
-    # E5M2: max 57344 = 0x7B; 61440 = max + half an ulp ties to the even 2^16, which overflows.
-    x = np.array([57344, 61439, 61440, np.inf, np.nan], np.float32)
+    # E5M2: max 1.75 * 2^15 = 0x7B; 61440 = max + half an ulp ties to the even 2^16, which overflows.
+    x = np.array([1.75 * 2**15, 61439, 61440, np.inf, np.nan], np.float32)
     assert codes(fp8emu.cast(x, "e5m2")).tolist() == [0x7B, 0x7B, 0x7B, 0x7B, 0x7F]
     assert codes(fp8emu.cast(x, "e5m2", policy="cuda-nosat")).tolist() == [0x7B, 0x7B, 0x7C, 0x7C, 0x7F]
     # ml_dtypes' NaN keeps the sign and sets the quiet bit: 0x7E | sign.

@@ -106,7 +106,7 @@ def e8m0_round_up(t):
 def test_mxfp8_blocks_by_hand():
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((3, 96)) * np.float32([[1], [40], [0.01]])).astype(np.float32)
-    x[1, 40] = 3584.0  # 448 * 8: the rounding of amax * fl32(1/448) decides between 2^3 and 2^4
+    x[1, 40] = 8 * E4M3_MAX  # the rounding of amax * fl32(1/max) decides between 2^3 and 2^4
     q = fp8emu.Quantizer(fp8emu.MXFP8BlockScaling(), "forward").quantize(x, "input", "both")
     assert q.mode == "block" and q.block == 32
     rcp = np.float32(1) / E4M3_MAX  # fl32(1 / fp8_max)
@@ -124,8 +124,9 @@ def test_mxfp8_blocks_by_hand():
                 assert scale_inv[r, b] == np.float32(2.0 ** (e - 127))
                 want = satfinite_codes(blk * np.float32(2.0 ** (127 - e)), "e4m3fn")
                 assert np.array_equal(data[r, 32 * b:32 * b + 32].view(np.uint8), want)
-    # The 3584 block: RN(3584 * fl32(1/448)) is 8 exactly (worked out: fl32(1/448) = 0x3B124925 and
-    # 3584 * it rounds to 8), so the scale is 2^3 and 3584 * 2^-3 = 448 is the max, not saturated.
+    # That block: RN(8 max * fl32(1/max)) is 8 exactly (worked out: fl32(1/max) = 0x3B124925, and
+    # 8 max times it is 8 + 3 * 2^-23, which rounds to 8), so the scale is 2^3 and the element
+    # becomes the max exactly, not saturated.
     assert q.rowwise_e8m0[1, 1] == 127 + 3
     assert q.rowwise_data[1, 40].astype(np.float32) == E4M3_MAX
 
