@@ -157,6 +157,8 @@ class Quantizer:
     Raises:
         ValueError: invalid recipe parameters (TE's checks: E5M2 format, history length, ...), an
             unknown direction.
+    Not thread-safe (as TE's quantizers): casts release the GIL, so give each thread its own
+    Quantizer. Deterministic: the same inputs give the same bits for any thread count.
     """
 
     def __init__(self, recipe: Any, direction: str = "forward"):
