@@ -86,21 +86,22 @@ std::size_t check_array(const A& a, const char* what) {
                              .c_str());
   std::int64_t expect = 1;
   for (std::size_t i = a.ndim(); i-- > 0;) {
-    if (a.shape(i) != 1 && a.stride(i) != expect) {
+    if (a.shape(i) != 1 && a.stride(i) != expect) {  // size-1 dimensions may have any stride
       std::string strides;
       for (std::size_t j = 0; j < a.ndim(); ++j) strides += (j ? ", " : "") + std::to_string(a.stride(j));
       throw nb::value_error((std::string(what) + " is not C-contiguous (strides in elements: (" + strides +
                              ")); pass a contiguous copy, e.g. numpy.ascontiguousarray(" + what + ")")
                                 .c_str());
     }
-    expect *= a.shape(i);
+    expect *= std::int64_t(a.shape(i));
   }
   return a.size();
 }
 
-std::vector<std::int64_t> shape_of(const Array& a) {
+template <class A>
+std::vector<std::int64_t> shape_of(const A& a) {
   std::vector<std::int64_t> s(a.ndim());
-  for (std::size_t i = 0; i < a.ndim(); ++i) s[i] = a.shape(i);
+  for (std::size_t i = 0; i < a.ndim(); ++i) s[i] = std::int64_t(a.shape(i));
   return s;
 }
 
@@ -110,12 +111,6 @@ std::string shape_text(const std::vector<std::int64_t>& s) {
   return t + (s.size() == 1 ? ",)" : ")");
 }
 
-template <class A>
-std::vector<std::int64_t> shape_of_any(const A& a) {
-  std::vector<std::int64_t> s(a.ndim());
-  for (std::size_t i = 0; i < a.ndim(); ++i) s[i] = a.shape(i);
-  return s;
-}
 
 bool is(const dl::dtype& t, dl::dtype_code code, int bits) { return t.code == std::uint8_t(code) && t.bits == bits; }
 
@@ -200,8 +195,8 @@ void cast(const Array& x, const std::string& format, float scale, const std::str
     throw nb::type_error(("out has dtype " + dtype_text(out.dtype()) + "; it must hold 8-bit codes (uint8 or the "
                           "format's ml_dtypes dtype)")
                              .c_str());
-  if (shape_of_any(out) != shape_of(x))
-    throw nb::value_error(("out has shape " + shape_text(shape_of_any(out)) + ", x has shape " +
+  if (shape_of(out) != shape_of(x))
+    throw nb::value_error(("out has shape " + shape_text(shape_of(out)) + ", x has shape " +
                            shape_text(shape_of(x)) + "; they must be equal")
                               .c_str());
   const void* xp = x.data();
@@ -220,8 +215,8 @@ void decode(const Array& codes, const std::string& format, float scale_inv, OutA
   check_array(out, "out");
   if (!is(out.dtype(), dl::dtype_code::Float, 32))
     throw nb::type_error(("out has dtype " + dtype_text(out.dtype()) + "; decode writes float32").c_str());
-  if (shape_of_any(out) != shape_of(codes))
-    throw nb::value_error(("out has shape " + shape_text(shape_of_any(out)) + ", codes has shape " +
+  if (shape_of(out) != shape_of(codes))
+    throw nb::value_error(("out has shape " + shape_text(shape_of(out)) + ", codes has shape " +
                            shape_text(shape_of(codes)) + "; they must be equal")
                               .c_str());
   const std::uint8_t* q = static_cast<const std::uint8_t*>(codes.data());
@@ -256,22 +251,23 @@ float gemm(const Array& a, const Array& b, const std::string& format_a, const st
                               .c_str());
   if (layout != "tn" && layout != "nn")
     throw nb::value_error(("unknown layout '" + layout + "' (accepted: tn, nn)").c_str());
-  const std::int64_t M = a.shape(0), K = a.shape(1);
+  const std::int64_t M = std::int64_t(a.shape(0)), K = std::int64_t(a.shape(1));
+  const std::int64_t b0 = std::int64_t(b.shape(0)), b1 = std::int64_t(b.shape(1));
   std::int64_t N = 0;
   if (layout == "tn") {
-    if (b.shape(1) != K)
+    if (b1 != K)
       throw nb::value_error(("shape mismatch: a is (" + std::to_string(M) + ", " + std::to_string(K) + "), b is (" +
-                             std::to_string(b.shape(0)) + ", " + std::to_string(b.shape(1)) +
+                             std::to_string(b0) + ", " + std::to_string(b1) +
                              "); layout 'tn' needs b as (N, " + std::to_string(K) + ")")
                                 .c_str());
-    N = b.shape(0);
+    N = b0;
   } else {
-    if (b.shape(0) != K)
+    if (b0 != K)
       throw nb::value_error(("shape mismatch: a is (" + std::to_string(M) + ", " + std::to_string(K) + "), b is (" +
-                             std::to_string(b.shape(0)) + ", " + std::to_string(b.shape(1)) +
+                             std::to_string(b0) + ", " + std::to_string(b1) +
                              "); layout 'nn' needs b as (" + std::to_string(K) + ", N)")
                                 .c_str());
-    N = b.shape(1);
+    N = b1;
   }
   const std::int64_t kMax = 0x7FFFFFFF;
   if (M > kMax || N > kMax || K > kMax) throw nb::value_error("gemm: a dimension exceeds 2^31 - 1");
@@ -310,8 +306,8 @@ float gemm(const Array& a, const Array& b, const std::string& format_a, const st
   if (out.dtype().bits != want.bits || (out.dtype().code != want.code && !is_code_dtype(out.dtype())))
     throw nb::type_error(("out has dtype " + dtype_text(out.dtype()) + ", which does not hold out_dtype " + out_kind)
                              .c_str());
-  if (shape_of_any(out) != std::vector<std::int64_t>{M, N})
-    throw nb::value_error(("out has shape " + shape_text(shape_of_any(out)) + "; expected " + shape_text({M, N}))
+  if (shape_of(out) != std::vector<std::int64_t>{M, N})
+    throw nb::value_error(("out has shape " + shape_text(shape_of(out)) + "; expected " + shape_text({M, N}))
                               .c_str());
   const std::uint8_t* pa = static_cast<const std::uint8_t*>(a.data());
   const std::uint8_t* pb = static_cast<const std::uint8_t*>(b.data());
