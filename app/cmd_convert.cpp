@@ -17,6 +17,7 @@
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/core/encode.hpp"
+#include "fp8emu/emulation/cast_policy.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/io/atomic_file.hpp"
@@ -112,51 +113,6 @@ std::vector<std::uint8_t> read_raw(const std::string& path) {
   return std::vector<std::uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-// How the encoder to a small format is configured.
-struct Encoder {
-  const FormatInfo* fmt = nullptr;
-  Policy policy;
-  bool e8m0_satfinite = true, e8m0_up = true;
-  bool stochastic = false;
-};
-
-Encoder make_encoder(const ConvertOptions& o, const FormatInfo& f) {
-  Encoder enc;
-  enc.fmt = &f;
-  const std::string pol = o.policy.empty() ? "cuda" : o.policy;
-  if (!f.spec) {  // E8M0: CUDA's conversions only
-    FP8EMU_CHECK(pol == "cuda" || pol == "cuda-nosat", "--policy ", pol, " does not apply to e8m0fnu (accepted: "
-                 "cuda, cuda-nosat: CUDA's __nv_cvt_float_to_e8m0)");
-    enc.e8m0_satfinite = pol == "cuda";
-    FP8EMU_CHECK(o.rounding.empty() || o.rounding == "up" || o.rounding == "zero", "--rounding ", o.rounding,
-                 " does not apply to e8m0fnu (accepted: up, CUDA's default, or zero)");
-    enc.e8m0_up = o.rounding != "zero";
-    return enc;
-  }
-  const bool e4m3fn = f.spec == &kSpecE4M3, e5m2 = f.spec == &kSpecE5M2;
-  if (pol == "cuda") enc.policy = Policy::cuda_float(true);
-  else if (pol == "cuda-nosat") enc.policy = Policy::cuda_float(false);
-  else if (pol == "ml_dtypes") enc.policy = Policy::ml_dtypes();
-  else if (pol == "ml_dtypes-saturate") enc.policy = Policy::ml_dtypes_saturate();
-  else if (pol == "pytorch" || pol == "pytorch-2.12") {
-    FP8EMU_CHECK(e4m3fn || e5m2, "--policy ", pol, " applies to e4m3fn and e5m2 only (PyTorch's casts to ", f.name,
-                 " are not modelled)");
-    // PyTorch 2.12 (pytorch#178817) changed e4m3fn's finite overflow only.
-    enc.policy = pol == "pytorch-2.12" && e4m3fn ? Policy::pytorch_2_12() : Policy::pytorch();
-  } else {
-    FP8EMU_FAIL("unknown --policy '", pol, "' (accepted: cuda, cuda-nosat, ml_dtypes, ml_dtypes-saturate, pytorch, "
-                "pytorch-2.12)");
-  }
-  if (o.rounding.empty() || o.rounding == "nearest") enc.policy.rounding = Rounding::kNearestEven;
-  else if (o.rounding == "zero") enc.policy.rounding = Rounding::kTowardZero;
-  else if (o.rounding == "up") enc.policy.rounding = Rounding::kTowardPositive;
-  else if (o.rounding == "down") enc.policy.rounding = Rounding::kTowardNegative;
-  else if (o.rounding == "stochastic") enc.policy.rounding = Rounding::kStochastic;
-  else FP8EMU_FAIL("unknown --rounding '", o.rounding, "' (accepted: nearest, zero, up, down, stochastic)");
-  enc.stochastic = enc.policy.rounding == Rounding::kStochastic;
-  return enc;
-}
-
 int convert(const ConvertOptions& o, std::ostream& out) {
   // 1. Flags, before any file is read.
   FP8EMU_CHECK(!same_file(o.in, o.out), "OUT ", o.out, " is the input file; write the result to another file");
@@ -211,11 +167,11 @@ int convert(const ConvertOptions& o, std::ostream& out) {
   FP8EMU_CHECK(enc_side || (o.policy.empty() && o.rounding.empty()),
                "--policy and --rounding apply to conversions to a small format, not to ", to.name(),
                " (float16 and bfloat16 outputs always round to nearest even)");
-  Encoder enc;
-  if (enc_side) enc = make_encoder(o, *to.fmt);
-  FP8EMU_CHECK(!enc.stochastic || !o.seed.empty(), "--rounding stochastic needs --seed N (results are reproducible "
+  emu::CastPolicy enc;
+  if (enc_side) enc = emu::resolve_cast_policy(to.fmt->id, o.policy, o.rounding);
+  FP8EMU_CHECK(!enc.stochastic() || !o.seed.empty(), "--rounding stochastic needs --seed N (results are reproducible "
                "for a given seed)");
-  FP8EMU_CHECK(o.seed.empty() || enc.stochastic, "--seed applies to --rounding stochastic only");
+  FP8EMU_CHECK(o.seed.empty() || enc.stochastic(), "--seed applies to --rounding stochastic only");
   const std::uint32_t seed = o.seed.empty() ? 0u : parse_seed(o.seed);
   const float scale_inv = 1.0f / scale;
   FP8EMU_CHECK(!dec_side || !scale_given || std::isfinite(scale_inv), "--scale ", o.scale,
@@ -235,7 +191,10 @@ int convert(const ConvertOptions& o, std::ostream& out) {
     std::uint16_t h = 0;
     switch (in.kind) {
       case Kind::kF32: std::memcpy(&b, src + 4 * i, 4); break;
-      case Kind::kF16: std::memcpy(&h, src + 2 * i, 2); b = core::half_to_f32_bits(h); break;
+      case Kind::kF16:  // to a small format: NaN keeps its sign for the policies that read it
+        std::memcpy(&h, src + 2 * i, 2);
+        b = enc_side ? emu::widen_f16_bits(h) : core::half_to_f32_bits(h);
+        break;
       case Kind::kBF16: std::memcpy(&h, src + 2 * i, 2); b = core::bf16_to_f32_bits(h); break;
       case Kind::kCodes:
         FP8EMU_CHECK(src[i] < code_count(*in.fmt), o.in, ": element ", i, " is ", hex_code(src[i], *in.fmt),
@@ -255,9 +214,8 @@ int convert(const ConvertOptions& o, std::ostream& out) {
       case Kind::kF16: h = core::f32_bits_to_half_rne(b); std::memcpy(dst, &h, 2); break;
       case Kind::kBF16: h = core::f32_bits_to_bf16_rne(b); std::memcpy(dst, &h, 2); break;
       case Kind::kCodes: {
-        const std::uint32_t random = enc.stochastic ? std::uint32_t(rng()) : 0u;
-        *dst = to.fmt->spec ? core::encode_f32_bits_with(b, *to.fmt->spec, enc.policy, random)
-                            : core::e8m0_from_f32_bits(b, enc.e8m0_satfinite, enc.e8m0_up);
+        const std::uint32_t random = enc.stochastic() ? std::uint32_t(rng()) : 0u;
+        *dst = emu::cast_f32_bits(enc, b, random);
         break;
       }
     }
@@ -300,10 +258,9 @@ Command add_convert(CLI::App& app) {
   convert_cmd->add_option("--format", conv.format, "Format of uint8 (|u1) .npy input codes");
   convert_cmd->add_option("--scale", conv.scale,
                           "To a small format: code = Q(x * scale); from one: value * fp32(1/scale) (default 1)");
-  convert_cmd->add_option("--policy", conv.policy,
-                          "cuda (default), cuda-nosat, ml_dtypes, ml_dtypes-saturate, pytorch, pytorch-2.12");
+  convert_cmd->add_option("--policy", conv.policy, emu::policy_names() + " (default: cuda)");
   convert_cmd->add_option("--rounding", conv.rounding,
-                          "nearest (default; E8M0: up), zero, up, down, stochastic (needs --seed)");
+                          emu::rounding_names() + " (default: nearest; E8M0: up; stochastic needs --seed)");
   convert_cmd->add_option("--seed", conv.seed, "Seed of std::mt19937 for stochastic rounding (32 bits per element)");
   convert_cmd->add_flag("--amax", conv.amax, "Print the input's amax (max |x|, NaN ignored)");
   return {convert_cmd, [o] { return run_convert(*o, std::cout, std::cerr); }};

@@ -1,0 +1,232 @@
+"""Transformer Engine's FP8 recipes, with TE's class and field names, and their quantizers.
+
+Mirrors ``transformer_engine/common/recipe/__init__.py`` (the recipe records and their defaults) and
+TE's quantizers (``pytorch/tensor/float8_tensor.py`` Float8Quantizer / Float8CurrentScalingQuantizer,
+``mxfp8_tensor.py`` MXFP8Quantizer, ``float8_blockwise_tensor.py`` Float8BlockQuantizer), through
+fp8emu's C++ quantizers (``include/fp8emu/scaling/``; docs/transformer-engine.md has the formulas and
+the TE sources of each). Every cast rounds to nearest even and saturates (CUDA ``__NV_SATFINITE``:
+finite overflow and +-Inf to +-max, NaN to the NaN code), as TE's cast kernels.
+
+    recipe = fp8emu.DelayedScaling(fp8_format=fp8emu.Format.HYBRID, amax_history_len=16)
+    fwd = fp8emu.Quantizer(recipe, "forward")
+    x_q = fwd.quantize(x, "input")                 # codes, scale_inv, ... (x: float32 (rows, cols))
+    w_q = fwd.quantize(w, "weight")
+    y = fp8emu.recipe.gemm(x_q, w_q)               # y = x W^T, TE's fprop GEMM
+    fwd.update_scales()                            # TE's amax/scale update after the forward pass
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from . import _fp8emu
+
+__all__ = ["Format", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "Float8BlockScaling",
+           "Quantizer", "QuantizedTensor", "gemm"]
+
+
+class Format(enum.Enum):
+    """TE ``Format``: the element formats of the forward and backward tensors."""
+
+    E4M3 = "e4m3"  #: E4M3 everywhere
+    E5M2 = "e5m2"  #: E5M2 everywhere (TE rejects it in every recipe: "Pure E5M2 training is not supported")
+    HYBRID = "hybrid"  #: E4M3 forward (input, weight, output), E5M2 backward (grad_output, grad_input)
+
+
+def _format_name(f: Any) -> str:
+    return f.value if isinstance(f, Format) else str(f)
+
+
+@dataclass
+class DelayedScaling:
+    """TE ``DelayedScaling``: each tensor is cast with a scale from the amax history of earlier steps.
+
+    After a pass, :meth:`Quantizer.update_scales` runs TE's update for every tensor slot (fused
+    kernel, ``delayed_scaling.cu``): the window's amax (``"max"``) or this step's (``"most_recent"``),
+    ``scale = RN(RN(fp8_max * 2^-margin) / amax)`` in fp32 where amax is finite and > 0, else the old
+    scale; ``fused_update=False`` is TE's Python path (``NVTE_UNFUSED_FP8_UPDATE=1``).
+    """
+
+    margin: float = 0.0
+    fp8_format: Format = Format.HYBRID
+    amax_history_len: int = 1024
+    amax_compute_algo: str = "max"
+    fused_update: bool = True  #: fp8emu's name for TE's NVTE_UNFUSED_FP8_UPDATE=0
+
+    _kind = "delayed"
+
+
+@dataclass
+class Float8CurrentScaling:
+    """TE ``Float8CurrentScaling``: each tensor is scaled by its own amax at cast time,
+    ``scale = fp8_max / max(amax, amax_epsilon)`` in fp32 (TE ``compute_scale_from_amax``), a power of
+    two below it with ``use_power_2_scales`` (TE's NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1)."""
+
+    fp8_format: Format = Format.HYBRID
+    use_power_2_scales: bool = False
+    amax_epsilon: float = 0.0
+
+    _kind = "current"
+
+
+@dataclass
+class MXFP8BlockScaling:
+    """TE ``MXFP8BlockScaling``: blocks of 32 elements along K, each with an E8M0 scale. TE's rule
+    (``scale_rule="te"``) rounds ``amax * fl32(1/fp8_max)`` up to a power of two, so no element
+    saturates; ``"ocp"`` is OCP MX v1.0's ``2^(floor(log2 amax) - emax)``, which may saturate."""
+
+    fp8_format: Format = Format.E4M3
+    scale_rule: str = "te"  #: fp8emu's addition: "te" or "ocp"
+
+    _kind = "mxfp8"
+
+
+@dataclass
+class Float8BlockScaling:
+    """TE ``Float8BlockScaling`` (DeepSeek-V3 style): 1 x 128 blocks for activations and gradients,
+    128 x 128 tiles for weights, fp32 scales rounded down to powers of two unless ``use_f32_scales``
+    (TE's NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1)."""
+
+    fp8_format: Format = Format.E4M3
+    use_f32_scales: bool = False
+    amax_epsilon: float = 0.0
+
+    _kind = "block"
+
+
+class QuantizedTensor:
+    """One FP8 operand as the GEMM reads it (TE Float8Tensor, MXFP8Tensor, Float8BlockwiseQTensor),
+    from an fp32 source of shape (rows, cols).
+
+    Attributes (NumPy arrays are read-only views of the operand's memory; None where absent):
+        mode: "per_tensor" (delayed and current scaling) or "block" (MXFP8, 128-block).
+        format: element format name ("e4m3fn", "e5m2").
+        rowwise_data: codes of the row-wise copy, (rows, cols), ml_dtypes dtype (K = cols).
+        columnwise_data: codes of the column-wise copy, (cols, rows): per-tensor modes the transpose of
+            the row-wise codes (TE's cast-transpose); block modes quantized along columns (K = rows).
+        scale, scale_inv: per-tensor modes: the cast's scale and RN(1/scale) (NaN for block modes).
+        rowwise_scale_inv, columnwise_scale_inv: block modes: one fp32 per block, (n, ceil(K/block)).
+        rowwise_e8m0, columnwise_e8m0: MXFP8: the E8M0 codes of those scales.
+        block: block length along K (32 MXFP8, 128 block scaling; 0 per-tensor).
+        stats: the cast's counts: count, saturated, underflow, nan.
+    """
+
+    def __init__(self, impl: Any, stats: Dict[str, int]):
+        self._impl = impl
+        self.stats = stats
+
+    def _codes(self, a):
+        if a is None:
+            return None
+        from . import dtype
+
+        return a.view(dtype(self.format))
+
+    mode = property(lambda self: self._impl.mode)
+    format = property(lambda self: self._impl.format)
+    rows = property(lambda self: self._impl.rows)
+    cols = property(lambda self: self._impl.cols)
+    usage = property(lambda self: self._impl.usage)
+    scale = property(lambda self: self._impl.scale)
+    scale_inv = property(lambda self: self._impl.scale_inv)
+    block = property(lambda self: self._impl.block)
+    rowwise_data = property(lambda self: self._codes(self._impl.rowwise_data))
+    columnwise_data = property(lambda self: self._codes(self._impl.columnwise_data))
+    rowwise_scale_inv = property(lambda self: self._impl.rowwise_scale_inv)
+    columnwise_scale_inv = property(lambda self: self._impl.columnwise_scale_inv)
+    rowwise_e8m0 = property(lambda self: self._impl.rowwise_e8m0)
+    columnwise_e8m0 = property(lambda self: self._impl.columnwise_e8m0)
+
+    def __repr__(self):
+        return (f"QuantizedTensor(mode={self.mode!r}, format={self.format!r}, shape=({self.rows}, {self.cols}), "
+                f"usage={self.usage!r})")
+
+
+class Quantizer:
+    """The casts of one recipe for one direction, with the recipe's state (TE ``RecipeState`` for
+    ``forward`` or ``backward``, and its quantizers).
+
+    Args:
+        recipe: a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or Float8BlockScaling.
+        direction: "forward" (input, weight, output: the recipe's forward format, E4M3) or
+            "backward" (grad_output, grad_input: the backward format, E5M2 under HYBRID).
+    Raises:
+        ValueError: invalid recipe parameters (TE's checks: E5M2 format, history length, ...), an
+            unknown direction.
+    Not thread-safe (as TE's quantizers): casts release the GIL, so give each thread its own
+    Quantizer. Deterministic: the same inputs give the same bits for any thread count.
+    """
+
+    def __init__(self, recipe: Any, direction: str = "forward"):
+        kind = getattr(recipe, "_kind", None)
+        if kind is None:
+            raise TypeError(f"recipe must be a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
+                            f"Float8BlockScaling (got {type(recipe).__name__})")
+        self.recipe = recipe
+        self.direction = direction
+        self._impl = _fp8emu.Quantizer(
+            kind, _format_name(recipe.fp8_format), float(getattr(recipe, "margin", 0.0)),
+            int(getattr(recipe, "amax_history_len", 1024)), str(getattr(recipe, "amax_compute_algo", "max")),
+            bool(getattr(recipe, "fused_update", True)), bool(getattr(recipe, "use_power_2_scales", False)),
+            float(getattr(recipe, "amax_epsilon", 0.0)), str(getattr(recipe, "scale_rule", "te")),
+            bool(getattr(recipe, "use_f32_scales", False)), direction)
+
+    @property
+    def format(self) -> str:
+        """The element format of this direction's casts."""
+        return self._impl.format
+
+    def quantize(self, x: Any, role: str = "input", usage: str = "rowwise") -> QuantizedTensor:
+        """Cast an fp32 tensor.
+
+        Args:
+            x: float32, (rows, cols), C-contiguous (NumPy or a CPU DLPack array; read in place).
+            role: "input", "weight" or "output" (forward), "grad_output" or "grad_input" (backward).
+                Delayed scaling casts with the role's stored scale and records x's amax in the
+                role's history slot; block scaling casts "weight" in 128 x 128 tiles, the others in
+                1 x 128 blocks.
+            usage: "rowwise" (fprop operands, dgrad's grad_output), "columnwise" (wgrad operands,
+                dgrad's weight) or "both".
+        Raises:
+            TypeError: x not float32 or not on the CPU. ValueError: not 2-D, empty, non-contiguous, a
+                role of the other direction, unknown role/usage.
+        """
+        impl, stats = self._impl.quantize(x, role, usage)
+        return QuantizedTensor(impl, stats)
+
+    def update_scales(self) -> None:
+        """TE's scale update after this direction's pass (delayed scaling; a no-op otherwise)."""
+        self._impl.update_scales()
+
+    def scale(self, role: str) -> Optional[float]:
+        """Delayed scaling: the role's current scale (the next cast multiplies by it); None otherwise."""
+        st = self._impl.state()
+        return None if st is None else float(st[0][_fp8emu.slot_of(role)])
+
+    def amax_history(self, role: str) -> Optional[np.ndarray]:
+        """Delayed scaling: the role's amax history column, (amax_history_len,), as TE stores it:
+        row 0 this step's amax (the staging row), rows 1.. the earlier steps; None otherwise."""
+        st = self._impl.state()
+        return None if st is None else st[1][:, _fp8emu.slot_of(role)].copy()
+
+
+def gemm(a: QuantizedTensor, b: QuantizedTensor, *, a_usage: str = "rowwise", b_usage: str = "rowwise",
+         accumulation: str = "hopper", promotion: int = 0) -> np.ndarray:
+    """FP8 GEMM of two quantized operands, TN layout: ``D[M, N] = A[M, K] B[N, K]^T``, fp32 out (TE
+    ``general_gemm``). A is ``a`` read as ``a_usage`` (rowwise: (rows, cols); columnwise: (cols, rows)),
+    B likewise: fprop ``y = x W^T`` (x rowwise, W rowwise), dgrad ``dx = dy W`` (dy rowwise, W
+    columnwise), wgrad ``dW = dy^T x`` (dy columnwise, x columnwise).
+
+    Per-tensor operands: ``D = RN(acc * RN(a.scale_inv * b.scale_inv))`` with any accumulation model
+    (see :func:`fp8emu.gemm`); block operands: per-block scales, fp32 accumulation per block (the
+    accumulation must be "fp32").
+
+    Raises:
+        ValueError: operands of different modes, a missing copy, K mismatch, a block GEMM with another
+            accumulation model, unknown names.
+    """
+    return _fp8emu.gemm_tn(a._impl, a_usage, b._impl, b_usage, accumulation, int(promotion))

@@ -1,0 +1,589 @@
+// The Python extension `fp8emu._fp8emu` (nanobind): the array entry points of the Python module
+// fp8emu (python/fp8emu/__init__.py wraps them with ml_dtypes dtypes and docstrings).
+//
+// Arrays arrive as nanobind ndarrays (DLPack or the buffer protocol): NumPy, JAX, PyTorch and
+// CuPy arrays are accepted without copies. Every entry point checks, in this order, and raises:
+//   TypeError   an array that is not on the CPU (this build has no GPU path), or of a dtype the
+//               argument does not take;
+//   ValueError  a non-C-contiguous array, a wrong number of dimensions or a shape mismatch, and any
+//               fp8emu::Error of the library (unknown names, unsupported combinations).
+// The GIL is released while the library's kernels run.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fp8emu/core/accumulation.hpp"
+#include "fp8emu/emulation/cast_policy.hpp"
+#include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/scaling/quantizer.hpp"
+#include "fp8emu/scaling/recipe.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace fp8emu::python {
+namespace {
+
+using Array = nb::ndarray<nb::ro>;  // any dtype, device and layout; checked below
+using OutArray = nb::ndarray<>;     // writable
+
+namespace dl = nb::dlpack;
+
+std::string dtype_text(const dl::dtype& t) {
+  std::string code;
+  switch (dl::dtype_code(t.code)) {
+    case dl::dtype_code::Int: code = "int"; break;
+    case dl::dtype_code::UInt: code = "uint"; break;
+    case dl::dtype_code::Float: code = "float"; break;
+    case dl::dtype_code::Bfloat: code = "bfloat"; break;
+    case dl::dtype_code::Complex: code = "complex"; break;
+    case dl::dtype_code::Bool: code = "bool"; break;
+    default: return "DLPack type code " + std::to_string(int(t.code)) + " (" + std::to_string(int(t.bits)) + " bits)";
+  }
+  return code + std::to_string(int(t.bits));
+}
+
+const char* device_text(int device_type) {
+  switch (device_type) {
+    case 2: return "CUDA";
+    case 3: return "CUDA host (pinned)";
+    case 4: return "OpenCL";
+    case 7: return "Vulkan";
+    case 8: return "Metal";
+    case 10: return "ROCm";
+    case 13: return "CUDA managed";
+    case 14: return "oneAPI";
+    default: return "non-CPU";
+  }
+}
+
+// Device and layout checks of every array argument. Returns the element count.
+template <class A>
+std::size_t check_array(const A& a, const char* what) {
+  if (a.device_type() != nb::device::cpu::value)
+    throw nb::type_error((std::string(what) + " is a " + device_text(a.device_type()) +
+                          " array (DLPack device type " + std::to_string(a.device_type()) +
+                          "); this build of fp8emu runs on the CPU only (built without CUDA): copy it to the host "
+                          "first (e.g. .cpu(), cupy.asnumpy, jax.device_get)")
+                             .c_str());
+  if (a.dtype().lanes != 1)
+    throw nb::type_error((std::string(what) + " has vector lanes (" + std::to_string(a.dtype().lanes) +
+                          "); fp8emu takes scalar element types")
+                             .c_str());
+  std::int64_t expect = 1;
+  for (std::size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect) {  // size-1 dimensions may have any stride
+      std::string strides;
+      for (std::size_t j = 0; j < a.ndim(); ++j) strides += (j ? ", " : "") + std::to_string(a.stride(j));
+      throw nb::value_error((std::string(what) + " is not C-contiguous (strides in elements: (" + strides +
+                             ")); pass a contiguous copy, e.g. numpy.ascontiguousarray(" + what + ")")
+                                .c_str());
+    }
+    expect *= std::int64_t(a.shape(i));
+  }
+  return a.size();
+}
+
+template <class A>
+std::vector<std::int64_t> shape_of(const A& a) {
+  std::vector<std::int64_t> s(a.ndim());
+  for (std::size_t i = 0; i < a.ndim(); ++i) s[i] = std::int64_t(a.shape(i));
+  return s;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string t = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + (s.size() == 1 ? ",)" : ")");
+}
+
+
+bool is(const dl::dtype& t, dl::dtype_code code, int bits) { return t.code == std::uint8_t(code) && t.bits == bits; }
+
+// An 8-bit code array: uint8, or one of DLPack 1.1's small-float codes (PyTorch float8 tensors).
+bool is_code_dtype(const dl::dtype& t) {
+  if (t.bits != 8) return false;
+  if (t.code == std::uint8_t(dl::dtype_code::UInt)) return true;
+  return t.code >= std::uint8_t(dl::dtype_code::Float8_E3M4) && t.code <= std::uint8_t(dl::dtype_code::Float4_E2M1FN);
+}
+
+Format format_of(const std::string& name, const char* what) {
+  Format f = Format::kE4M3;
+  if (!find_format(name.data(), name.size(), &f)) {
+    std::string names;
+    for (const FormatRecord& r : kFormats) {
+      names += (names.empty() ? "" : ", ") + std::string(r.spec->name);
+      for (const char* a : r.aliases)
+        if (a) names += std::string(" (") + a + ")";
+    }
+    throw nb::value_error(("unknown " + std::string(what) + " '" + name + "' (accepted: " + names + ")").c_str());
+  }
+  return f;
+}
+
+// The record of one format, as a dict for fp8emu.FormatInfo.
+nb::dict format_dict(const FormatRecord& r) {
+  const FormatSpec& s = *r.spec;
+  nb::dict d;
+  d["name"] = s.name;
+  nb::list aliases;
+  for (const char* a : r.aliases)
+    if (a) aliases.append(a);
+  d["aliases"] = nb::tuple(aliases);
+  d["title"] = r.title;
+  const char* family = "fp8";
+  switch (r.family) {
+    case FormatFamily::kFp8: family = "fp8"; break;
+    case FormatFamily::kFp8Fnuz: family = "fp8_fnuz"; break;
+    case FormatFamily::kFp6: family = "fp6"; break;
+    case FormatFamily::kFp4: family = "fp4"; break;
+    case FormatFamily::kScale: family = "scale"; break;
+    case FormatFamily::kWide: family = "wide"; break;
+  }
+  d["family"] = family;
+  d["bits"] = s.bits();
+  d["exponent_bits"] = s.exponent_bits;
+  d["mantissa_bits"] = s.mantissa_bits;
+  d["bias"] = s.bias;
+  d["signed"] = s.has_sign;
+  d["has_inf"] = s.has_inf;
+  d["has_nan"] = s.has_nan();
+  d["fnuz"] = s.fnuz;
+  d["subnormals"] = s.subnormals;
+  d["emin"] = s.emin();
+  d["emax"] = s.emax();
+  d["max"] = s.max_finite();
+  d["min_normal"] = s.min_normal();
+  d["min_subnormal"] = s.min_subnormal();
+  d["max_code"] = s.max_finite_code();
+  d["nan_code"] = s.has_nan() ? nb::object(nb::int_(s.nan_code())) : nb::none();
+  d["inf_code"] = s.has_inf ? nb::object(nb::int_(s.inf_code())) : nb::none();
+  return d;
+}
+
+void cast(const Array& x, const std::string& format, float scale, const std::string& policy,
+          const std::string& rounding, std::uint32_t seed, bool bf16_bits, OutArray out) {
+  const std::size_t n = check_array(x, "x");
+  emu::CastSource src = emu::CastSource::kF32;
+  const dl::dtype t = x.dtype();
+  if (is(t, dl::dtype_code::Float, 32)) src = emu::CastSource::kF32;
+  else if (is(t, dl::dtype_code::Float, 64)) src = emu::CastSource::kF64;
+  else if (is(t, dl::dtype_code::Float, 16)) src = emu::CastSource::kF16;
+  else if (is(t, dl::dtype_code::Bfloat, 16) || (bf16_bits && is(t, dl::dtype_code::UInt, 16))) src = emu::CastSource::kBF16;
+  else
+    throw nb::type_error(("x has dtype " + dtype_text(t) +
+                          "; cast takes float32, float64, float16 or bfloat16 arrays")
+                             .c_str());
+  const Format f = format_of(format, "format");
+  const emu::CastPolicy p = emu::resolve_cast_policy(f, policy, rounding, "policy", "rounding");
+  check_array(out, "out");
+  if (!is_code_dtype(out.dtype()))
+    throw nb::type_error(("out has dtype " + dtype_text(out.dtype()) + "; it must hold 8-bit codes (uint8 or the "
+                          "format's ml_dtypes dtype)")
+                             .c_str());
+  if (shape_of(out) != shape_of(x))
+    throw nb::value_error(("out has shape " + shape_text(shape_of(out)) + ", x has shape " +
+                           shape_text(shape_of(x)) + "; they must be equal")
+                              .c_str());
+  const void* xp = x.data();
+  std::uint8_t* q = static_cast<std::uint8_t*>(out.data());
+  nb::gil_scoped_release release;
+  emu::cast_array(xp, src, n, scale, p, seed, q);
+}
+
+void decode(const Array& codes, const std::string& format, float scale_inv, OutArray out) {
+  const std::size_t n = check_array(codes, "codes");
+  if (!is_code_dtype(codes.dtype()))
+    throw nb::type_error(("codes has dtype " + dtype_text(codes.dtype()) +
+                          "; decode takes 8-bit codes (uint8 or an ml_dtypes float8/6/4 dtype)")
+                             .c_str());
+  const Format f = format_of(format, "format");
+  check_array(out, "out");
+  if (!is(out.dtype(), dl::dtype_code::Float, 32))
+    throw nb::type_error(("out has dtype " + dtype_text(out.dtype()) + "; decode writes float32").c_str());
+  if (shape_of(out) != shape_of(codes))
+    throw nb::value_error(("out has shape " + shape_text(shape_of(out)) + ", codes has shape " +
+                           shape_text(shape_of(codes)) + "; they must be equal")
+                              .c_str());
+  const std::uint8_t* q = static_cast<const std::uint8_t*>(codes.data());
+  float* y = static_cast<float*>(out.data());
+  nb::gil_scoped_release release;
+  emu::decode_array(q, n, f, scale_inv, y);
+}
+
+// D = A B^T (tn) or A B (nn) on the GEMM models; see fp8emu.gemm. Returns the amax of D (before d_scale).
+float gemm(const Array& a, const Array& b, const std::string& format_a, const std::string& format_b,
+           float scale_inv_a, float scale_inv_b, const std::string& accumulation, int promotion,
+           const std::string& layout, const std::string& out_kind, float d_scale, float alpha, float beta,
+           std::optional<Array> c, std::optional<Array> bias, OutArray out) {
+  check_array(a, "a");
+  check_array(b, "b");
+  for (const auto& [arr, name] : {std::pair<const Array*, const char*>{&a, "a"}, {&b, "b"}}) {
+    if (!is_code_dtype(arr->dtype()))
+      throw nb::type_error((std::string(name) + " has dtype " + dtype_text(arr->dtype()) +
+                            "; gemm takes FP8 codes (uint8 with format_" + name +
+                            ", or an ml_dtypes float8_e4m3fn / float8_e5m2 array): quantize it first, e.g. "
+                            "fp8emu.cast(x, 'e4m3fn', scale=...)")
+                               .c_str());
+    if (arr->ndim() != 2)
+      throw nb::value_error((std::string(name) + " has " + std::to_string(arr->ndim()) +
+                             " dimensions; gemm takes 2-D operands")
+                                .c_str());
+  }
+  const Format fa = format_of(format_a, "format_a"), fb = format_of(format_b, "format_b");
+  if (!is_fp8(fa) || !is_fp8(fb))
+    throw nb::value_error(("gemm takes OCP FP8 operands (e4m3fn, e5m2); got format_a " + std::string(format_name(fa)) +
+                           ", format_b " + format_name(fb))
+                              .c_str());
+  if (layout != "tn" && layout != "nn")
+    throw nb::value_error(("unknown layout '" + layout + "' (accepted: tn, nn)").c_str());
+  const std::int64_t M = std::int64_t(a.shape(0)), K = std::int64_t(a.shape(1));
+  const std::int64_t b0 = std::int64_t(b.shape(0)), b1 = std::int64_t(b.shape(1));
+  std::int64_t N = 0;
+  if (layout == "tn") {
+    if (b1 != K)
+      throw nb::value_error(("shape mismatch: a is (" + std::to_string(M) + ", " + std::to_string(K) + "), b is (" +
+                             std::to_string(b0) + ", " + std::to_string(b1) +
+                             "); layout 'tn' needs b as (N, " + std::to_string(K) + ")")
+                                .c_str());
+    N = b0;
+  } else {
+    if (b0 != K)
+      throw nb::value_error(("shape mismatch: a is (" + std::to_string(M) + ", " + std::to_string(K) + "), b is (" +
+                             std::to_string(b0) + ", " + std::to_string(b1) +
+                             "); layout 'nn' needs b as (" + std::to_string(K) + ", N)")
+                                .c_str());
+    N = b1;
+  }
+  const std::int64_t kMax = 0x7FFFFFFF;
+  if (M > kMax || N > kMax || K > kMax) throw nb::value_error("gemm: a dimension exceeds 2^31 - 1");
+  emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
+  emu::check_gemm_tn(int(M), int(N), int(K), fa, fb, acc);
+
+  emu::GemmEpilogue ep;
+  ep.alpha = alpha;
+  ep.beta = beta;
+  ep.d_scale = d_scale;
+  float amax_d = 0.0f;
+  ep.amax_d = &amax_d;
+  dl::dtype want{};
+  if (out_kind == "float32") ep.output = emu::GemmOutput::kFp32, want = nb::dtype<float>();
+  else if (out_kind == "bfloat16") ep.output = emu::GemmOutput::kBf16, want = nb::dtype<std::uint16_t>();
+  else if (out_kind == "float16") ep.output = emu::GemmOutput::kFp16, want = nb::dtype<std::uint16_t>();
+  else if (out_kind == "e4m3fn") ep.output = emu::GemmOutput::kE4M3, want = nb::dtype<std::uint8_t>();
+  else if (out_kind == "e5m2") ep.output = emu::GemmOutput::kE5M2, want = nb::dtype<std::uint8_t>();
+  else
+    throw nb::value_error(("unknown out_dtype '" + out_kind + "' (accepted: float32, bfloat16, float16, e4m3fn, e5m2)")
+                              .c_str());
+  auto check_f32 = [](const Array& x, const char* name, const std::vector<std::int64_t>& shape) {
+    check_array(x, name);
+    if (!is(x.dtype(), dl::dtype_code::Float, 32))
+      throw nb::type_error((std::string(name) + " has dtype " + dtype_text(x.dtype()) + "; it must be float32").c_str());
+    if (shape_of(x) != shape)
+      throw nb::value_error((std::string(name) + " has shape " + shape_text(shape_of(x)) + "; expected " +
+                             shape_text(shape))
+                                .c_str());
+    return static_cast<const float*>(x.data());
+  };
+  if (c) ep.C = check_f32(*c, "c", {M, N});
+  if (beta != 0.0f && !c) throw nb::value_error("beta != 0 needs c (an (M, N) float32 array)");
+  if (bias) ep.bias = check_f32(*bias, "bias", {N});
+  check_array(out, "out");
+  if (out.dtype().bits != want.bits || (out.dtype().code != want.code && !is_code_dtype(out.dtype())))
+    throw nb::type_error(("out has dtype " + dtype_text(out.dtype()) + ", which does not hold out_dtype " + out_kind)
+                             .c_str());
+  if (shape_of(out) != std::vector<std::int64_t>{M, N})
+    throw nb::value_error(("out has shape " + shape_text(shape_of(out)) + "; expected " + shape_text({M, N}))
+                              .c_str());
+  const std::uint8_t* pa = static_cast<const std::uint8_t*>(a.data());
+  const std::uint8_t* pb = static_cast<const std::uint8_t*>(b.data());
+  void* d = out.data();
+  nb::gil_scoped_release release;
+  std::vector<std::uint8_t> bt;
+  if (layout == "nn") {
+    bt.resize(std::size_t(K) * std::size_t(N));
+    emu::transpose(int(K), int(N), pb, bt.data());
+    pb = bt.data();
+  }
+  emu::gemm_fp8_tn(int(M), int(N), int(K), pa, fa, scale_inv_a, pb, fb, scale_inv_b, acc, ep, d);
+  return amax_d;
+}
+
+
+// ----------------------------------------------------------------------------- recipes
+
+using scaling::Direction;
+using scaling::QuantizedTensor;
+using scaling::TensorRole;
+using scaling::Usage;
+
+// The recipe record of fp8emu.recipe's classes (fields by TE's names; see python/fp8emu/recipe.py).
+scaling::Recipe make_recipe(const std::string& kind, const std::string& fp8_format, float margin,
+                            int amax_history_len, const std::string& amax_compute_algo, bool fused_update,
+                            bool use_power_2_scales, float amax_epsilon, const std::string& mxfp8_rule,
+                            bool use_f32_scales) {
+  const scaling::RecipeFormat f = scaling::parse_recipe_format(fp8_format);
+  if (kind == "delayed") {
+    scaling::DelayedScaling r;
+    r.fp8_format = f;
+    r.margin = margin;
+    r.amax_history_len = amax_history_len;
+    if (amax_compute_algo == "max") r.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
+    else if (amax_compute_algo == "most_recent") r.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+    else throw nb::value_error(("unknown amax_compute_algo '" + amax_compute_algo + "' (accepted: max, most_recent)").c_str());
+    r.fused_update = fused_update;
+    return r;
+  }
+  if (kind == "current") {
+    scaling::CurrentScaling r;
+    r.fp8_format = f;
+    r.use_power_2_scales = use_power_2_scales;
+    r.amax_epsilon = amax_epsilon;
+    return r;
+  }
+  if (kind == "mxfp8") {
+    scaling::MXFP8BlockScaling r;
+    r.fp8_format = f;
+    if (mxfp8_rule == "te") r.rule = E8M0Rule::kTransformerEngine;
+    else if (mxfp8_rule == "ocp") r.rule = E8M0Rule::kOcp;
+    else throw nb::value_error(("unknown scale_rule '" + mxfp8_rule + "' (accepted: te, ocp)").c_str());
+    return r;
+  }
+  if (kind == "block") {
+    scaling::Float8BlockScaling r;
+    r.fp8_format = f;
+    r.use_f32_scales = use_f32_scales;
+    r.amax_epsilon = amax_epsilon;
+    return r;
+  }
+  return scaling::parse_recipe(kind);  // throws, naming the recipes
+}
+
+TensorRole parse_role(const std::string& s) {
+  if (s == "input") return TensorRole::kInput;
+  if (s == "weight") return TensorRole::kWeight;
+  if (s == "output") return TensorRole::kOutput;
+  if (s == "grad_output") return TensorRole::kGradOutput;
+  if (s == "grad_input") return TensorRole::kGradInput;
+  throw nb::value_error(("unknown role '" + s + "' (accepted: input, weight, output, grad_output, grad_input)").c_str());
+}
+
+Usage parse_usage(const std::string& s) {
+  if (s == "rowwise") return Usage::kRowwise;
+  if (s == "columnwise") return Usage::kColumnwise;
+  if (s == "both") return Usage::kBoth;
+  throw nb::value_error(("unknown usage '" + s + "' (accepted: rowwise, columnwise, both)").c_str());
+}
+
+const char* usage_name(Usage u) {
+  return u == Usage::kRowwise ? "rowwise" : u == Usage::kColumnwise ? "columnwise" : "both";
+}
+
+// A read-only NumPy view of a vector owned by the Python object `owner` (a QuantizedTensor).
+template <class T>
+nb::object view_of(const std::vector<T>& v, std::initializer_list<std::size_t> shape, nb::handle owner) {
+  if (v.empty()) return nb::none();
+  return nb::cast(nb::ndarray<nb::numpy, const T>(v.data(), shape.size(), shape.begin(), owner),
+                  nb::rv_policy::reference);
+}
+
+struct PyQuantizer {
+  std::unique_ptr<scaling::Quantizer> q;
+};
+
+QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
+                              emu::QuantizeStats& stats) {
+  check_array(x, "x");
+  if (!is(x.dtype(), dl::dtype_code::Float, 32))
+    throw nb::type_error(("x has dtype " + dtype_text(x.dtype()) + "; quantizers take float32 (TE casts fp32 "
+                          "master values)")
+                             .c_str());
+  if (x.ndim() != 2)
+    throw nb::value_error(("x has " + std::to_string(x.ndim()) + " dimensions; quantizers take 2-D (rows, cols) "
+                           "tensors")
+                              .c_str());
+  if (x.shape(0) > 0x7FFFFFFF || x.shape(1) > 0x7FFFFFFF) throw nb::value_error("x: a dimension exceeds 2^31 - 1");
+  const TensorRole r = parse_role(role);
+  const Usage u = parse_usage(usage);
+  const float* p = static_cast<const float*>(x.data());
+  const int rows = int(x.shape(0)), cols = int(x.shape(1));
+  nb::gil_scoped_release release;
+  return self.q->quantize(backend::emulated_kernels(), p, rows, cols, r, u, &stats);
+}
+
+void bind_recipes(nb::module_& m) {
+  nb::class_<QuantizedTensor>(m, "QuantizedTensor", "A recipe's FP8 operand; see fp8emu.recipe.QuantizedTensor.")
+      .def_prop_ro("mode", [](const QuantizedTensor& t) {
+        return t.mode == scaling::ScalingMode::kPerTensor ? "per_tensor" : "block";
+      })
+      .def_prop_ro("format", [](const QuantizedTensor& t) { return std::string(format_name(t.format)); })
+      .def_ro("rows", &QuantizedTensor::rows)
+      .def_ro("cols", &QuantizedTensor::cols)
+      .def_prop_ro("usage", [](const QuantizedTensor& t) { return usage_name(t.usage); })
+      .def_ro("scale", &QuantizedTensor::scale)
+      .def_ro("scale_inv", &QuantizedTensor::scale_inv)
+      .def_prop_ro("rowwise_data", [](nb::handle h) {
+        const QuantizedTensor& t = nb::cast<const QuantizedTensor&>(h);
+        if (t.mode == scaling::ScalingMode::kBlock)
+          return view_of(t.rowwise_blocks.codes, {std::size_t(t.rowwise_blocks.n), std::size_t(t.rowwise_blocks.k)}, h);
+        return view_of(t.rowwise_data, {std::size_t(t.rows), std::size_t(t.cols)}, h);
+      })
+      .def_prop_ro("columnwise_data", [](nb::handle h) {
+        const QuantizedTensor& t = nb::cast<const QuantizedTensor&>(h);
+        if (t.mode == scaling::ScalingMode::kBlock)
+          return view_of(t.columnwise_blocks.codes,
+                         {std::size_t(t.columnwise_blocks.n), std::size_t(t.columnwise_blocks.k)}, h);
+        return view_of(t.columnwise_data, {std::size_t(t.cols), std::size_t(t.rows)}, h);
+      })
+      .def_prop_ro("rowwise_scale_inv", [](nb::handle h) {
+        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).rowwise_blocks;
+        return view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+      })
+      .def_prop_ro("columnwise_scale_inv", [](nb::handle h) {
+        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).columnwise_blocks;
+        return view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+      })
+      .def_prop_ro("rowwise_e8m0", [](nb::handle h) {
+        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).rowwise_blocks;
+        return view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+      })
+      .def_prop_ro("columnwise_e8m0", [](nb::handle h) {
+        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).columnwise_blocks;
+        return view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+      })
+      .def_prop_ro("block", [](const QuantizedTensor& t) {
+        return t.mode == scaling::ScalingMode::kBlock
+                   ? (t.rowwise_blocks.block ? t.rowwise_blocks.block : t.columnwise_blocks.block)
+                   : 0;
+      });
+
+  nb::class_<PyQuantizer>(m, "Quantizer", "One direction's casts of a recipe; see fp8emu.recipe.Quantizer.")
+      .def("__init__",
+           [](PyQuantizer* self, const std::string& kind, const std::string& fp8_format, float margin,
+              int amax_history_len, const std::string& amax_compute_algo, bool fused_update, bool use_power_2_scales,
+              float amax_epsilon, const std::string& mxfp8_rule, bool use_f32_scales, const std::string& direction) {
+             if (direction != "forward" && direction != "backward")
+               throw nb::value_error(("unknown direction '" + direction + "' (accepted: forward, backward)").c_str());
+             const scaling::Recipe r = make_recipe(kind, fp8_format, margin, amax_history_len, amax_compute_algo,
+                                                   fused_update, use_power_2_scales, amax_epsilon, mxfp8_rule,
+                                                   use_f32_scales);
+             new (self) PyQuantizer{scaling::make_quantizer(
+                 r, direction == "forward" ? Direction::kForward : Direction::kBackward)};
+           },
+           "kind"_a, "fp8_format"_a, "margin"_a, "amax_history_len"_a, "amax_compute_algo"_a, "fused_update"_a,
+           "use_power_2_scales"_a, "amax_epsilon"_a, "mxfp8_rule"_a, "use_f32_scales"_a, "direction"_a)
+      .def_prop_ro("recipe", [](const PyQuantizer& q) { return std::string(q.q->recipe_name()); })
+      .def_prop_ro("format", [](const PyQuantizer& q) { return std::string(format_name(q.q->format())); })
+      .def("quantize",
+           [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage) {
+             emu::QuantizeStats st;
+             QuantizedTensor t = quantize_with(self, x, role, usage, st);
+             nb::dict stats;
+             stats["count"] = st.count;
+             stats["saturated"] = st.saturated;
+             stats["underflow"] = st.underflow;
+             stats["nan"] = st.nan;
+             return nb::make_tuple(nb::cast(std::move(t)), stats);
+           },
+           "x"_a, "role"_a, "usage"_a)
+      .def("update_scales", [](PyQuantizer& self) { self.q->update_scales(); })
+      .def("state", [](PyQuantizer& self) -> nb::object {
+        const scaling::DelayedScalingState* s = self.q->amax_history_state();
+        if (!s) return nb::none();
+        const std::size_t n = std::size_t(s->num_slots()), L = std::size_t(s->history_len());
+        auto* scales = new std::vector<float>(s->scales());
+        auto* hist = new std::vector<float>(s->history_values());
+        nb::capsule own_s(scales, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+        nb::capsule own_h(hist, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+        std::size_t shape_s[1] = {n}, shape_h[2] = {L, n};
+        return nb::make_tuple(nb::ndarray<nb::numpy, float>(scales->data(), 1, shape_s, own_s),
+                              nb::ndarray<nb::numpy, float>(hist->data(), 2, shape_h, own_h));
+      });
+
+  m.def("slot_of", [](const std::string& role) { return scaling::slot_of(parse_role(role)); }, "role"_a);
+  m.def("gemm_tn",
+        [](const QuantizedTensor& a, const std::string& a_usage, const QuantizedTensor& b, const std::string& b_usage,
+           const std::string& accumulation, int promotion) {
+          const Usage ua = parse_usage(a_usage), ub = parse_usage(b_usage);
+          if (ua == Usage::kBoth || ub == Usage::kBoth) throw nb::value_error("gemm_tn reads one copy of each operand: "
+                                                                              "'rowwise' or 'columnwise'");
+          const emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
+          const bool arow = ua == Usage::kRowwise, brow = ub == Usage::kRowwise;
+          const std::size_t M = std::size_t(arow ? a.rows : a.cols), N = std::size_t(brow ? b.rows : b.cols);
+          auto* d = new std::vector<float>(M * N);
+          nb::capsule own(d, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+          {
+            nb::gil_scoped_release release;
+            scaling::gemm_tn(backend::emulated_kernels(), a, ua, b, ub, acc, d->data());
+          }
+          std::size_t shape[2] = {M, N};
+          return nb::ndarray<nb::numpy, float>(d->data(), 2, shape, own);
+        },
+        "a"_a, "a_usage"_a, "b"_a, "b_usage"_a, "accumulation"_a, "promotion"_a,
+        "D = A B^T of two quantized operands (scaling::gemm_tn); see fp8emu.recipe.gemm.");
+}
+
+}  // namespace
+}  // namespace fp8emu::python
+
+NB_MODULE(_fp8emu, m) {
+  using namespace fp8emu;
+  using namespace fp8emu::python;
+  m.doc() = "fp8emu's compiled entry points; use the fp8emu package, which wraps them.";
+  m.attr("__version__") = FP8EMU_PYTHON_VERSION;
+  m.attr("cuda") = false;
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const fp8emu::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  m.def("formats", [] {
+    nb::list l;
+    for (const FormatRecord& r : kFormats) l.append(format_dict(r));
+    return l;
+  }, "The format registry (include/fp8emu/format/format_spec.hpp) as a list of dicts.");
+  m.def("canonical_format", [](const std::string& name) { return std::string(format_name(format_of(name, "format"))); },
+        "name"_a, "The canonical name of a format name or alias; ValueError if unknown.");
+  m.def("policies", [] {
+    std::vector<std::tuple<std::string, std::string>> v;
+    for (const emu::PolicyPreset& p : emu::kPolicyPresets) v.emplace_back(p.name, p.reproduces);
+    return v;
+  }, "The named conversion policies: (name, what it reproduces).");
+  m.def("roundings", [] {
+    std::vector<std::string> v;
+    for (const emu::RoundingName& r : emu::kRoundingNames) v.emplace_back(r.name);
+    return v;
+  }, "The rounding names of element formats.");
+  m.def("accumulations", [] {
+    std::vector<std::tuple<std::string, std::string, int>> v;
+    for (const AccumulationModel& a : kAccumulationModels) v.emplace_back(a.name, a.hardware, a.block);
+    return v;
+  }, "The GEMM accumulation models: (name, hardware, block).");
+  m.def("cast", &cast, "x"_a, "format"_a, "scale"_a, "policy"_a, "rounding"_a, "seed"_a, "bf16_bits"_a, "out"_a,
+        "Cast x into out (codes); see fp8emu.cast.");
+  m.def("decode", &decode, "codes"_a, "format"_a, "scale_inv"_a, "out"_a, "Decode codes into out; see fp8emu.decode.");
+  m.def("gemm", &gemm, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "scale_inv_a"_a, "scale_inv_b"_a, "accumulation"_a,
+        "promotion"_a, "layout"_a, "out_dtype"_a, "d_scale"_a, "alpha"_a, "beta"_a, "c"_a.none(), "bias"_a.none(),
+        "out"_a, "D = A B^T or A B into out; returns the amax of D; see fp8emu.gemm.");
+  bind_recipes(m);
+  m.def("data_pointer", [](const Array& x) { return reinterpret_cast<std::uintptr_t>(x.data()); }, "x"_a,
+        "The address of x's first element as this module sees it (no copy is made): for zero-copy checks.");
+}

@@ -1,0 +1,220 @@
+"""TE's recipes through fp8emu.Quantizer: scale sequences against `fp8emu scale-trace` and against
+TE's formulas worked in NumPy float32; codes against ml_dtypes (satfinite = clip, then round to
+nearest even); block scales by hand; the recipes' GEMMs against NumPy."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8emu
+from conftest import run_cli
+
+E4M3_MAX = np.float32(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)
+E5M2_MAX = np.float32(ml_dtypes.finfo(ml_dtypes.float8_e5m2).max)
+
+
+def satfinite_codes(v, fmt):
+    """CUDA __NV_SATFINITE cast of float32 values: finite values clipped to +-max, then ml_dtypes'
+    round to nearest even (NaN stays NaN; none here)."""
+    t = ml_dtypes.float8_e4m3fn if fmt == "e4m3fn" else ml_dtypes.float8_e5m2
+    mx = np.float32(ml_dtypes.finfo(t).max)
+    return np.clip(np.asarray(v, np.float32), -mx, mx).astype(t).view(np.uint8)
+
+
+def te_delayed_scales(amaxes, fp8_max, history_len, algo, margin):
+    """TE's fused delayed-scaling update (delayed_scaling.cu kernel_bulk), step by step, in float32:
+    the window holds the last history_len - 1 non-zero amaxes plus this one; scale = RN(RN(fp8_max *
+    2^-margin) / amax) when amax is finite and > 0, else unchanged."""
+    window, scale, out = [], np.float32(1), []
+    target = np.float32(fp8_max) * np.float32(2.0 ** -margin)
+    for r in map(np.float32, amaxes):
+        if r != 0:
+            m = max(window + [r]) if algo == "max" else r
+            window = (window + [r])[-(history_len - 1):] if history_len > 1 else []
+        else:
+            m = np.float32(0) if algo == "max" else r
+        if np.isfinite(m) and m > 0:
+            scale = np.float32(target / m)
+        out.append(scale)
+    return out
+
+
+AMAX = [1.0, 3.5, 0.25, 100.0, 0.0, 7.0, 2.0, 0.5, 0.5, 0.125]
+
+
+@pytest.mark.parametrize("history_len,algo,margin", [(3, "max", 0), (1, "max", 0), (4, "most_recent", 0),
+                                                     (3, "max", 2)])
+def test_delayed_scaling_scales(cli, history_len, algo, margin):
+    recipe = fp8emu.DelayedScaling(margin=margin, amax_history_len=history_len, amax_compute_algo=algo)
+    fwd = fp8emu.Quantizer(recipe, "forward")
+    got, prev = [], np.float32(1)
+    for a in AMAX:
+        x = np.float32([[a, -a / 2], [a / 8, 0.0]])
+        q = fwd.quantize(x, "input")
+        # The cast uses the scale of the previous update (delayed), with __NV_SATFINITE.
+        assert q.scale == prev
+        assert np.array_equal(q.rowwise_data.view(np.uint8), satfinite_codes(x * prev, "e4m3fn"))
+        assert q.scale_inv == np.float32(1) / prev
+        assert fwd.amax_history(role="input")[0] == np.float32(a)  # staging row, before the update
+        fwd.update_scales()
+        prev = np.float32(fwd.scale("input"))
+        got.append(prev)
+    want = te_delayed_scales(AMAX, E4M3_MAX, history_len, algo, margin)
+    assert [float(g) for g in got] == [float(w) for w in want]
+    csv = run_cli(cli, "scale-trace", "--recipe", "delayed", "--format", "e4m3", "--history-len", history_len,
+                  "--algo", algo, "--margin", margin, "--amax", ",".join(map(str, AMAX)))
+    rows = [line.split(",") for line in csv.strip().splitlines()[1:]]
+    assert [float(np.float32(r[2])) for r in rows] == [float(g) for g in got]
+
+
+def test_delayed_scaling_hybrid_backward_targets_e5m2():
+    bwd = fp8emu.Quantizer(fp8emu.DelayedScaling(amax_history_len=2), "backward")
+    assert bwd.format == "e5m2"
+    bwd.quantize(np.float32([[3.0, -1.0]]), "grad_output")
+    bwd.update_scales()
+    assert bwd.scale("grad_output") == np.float32(E5M2_MAX / np.float32(3.0))
+    with pytest.raises(ValueError, match="the backward quantizer casts only grad_output"):
+        bwd.quantize(np.float32([[1.0]]), "input")  # a forward role
+
+
+@pytest.mark.parametrize("pow2", [False, True])
+def test_current_scaling(cli, pow2):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((7, 33)) * 3).astype(np.float32)
+    q = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(use_power_2_scales=pow2), "forward").quantize(
+        x, "weight", "both")
+    amax = np.max(np.abs(x))
+    scale = np.float32(E4M3_MAX / amax)  # TE compute_scale_from_amax: fp8_max / amax in fp32
+    if pow2:
+        scale = np.float32(2.0 ** np.floor(np.log2(scale)))  # rounded down to a power of two
+    assert q.scale == scale and q.scale_inv == np.float32(1) / scale
+    codes = satfinite_codes(x * scale, "e4m3fn")
+    assert np.array_equal(q.rowwise_data.view(np.uint8), codes)
+    assert np.array_equal(q.columnwise_data.view(np.uint8), codes.T)  # TE's cast-transpose
+    assert q.rowwise_data.dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+    csv = run_cli(cli, "scale-trace", "--recipe", "current", "--format", "e4m3", *(["--pow2"] if pow2 else []),
+                  "--amax", repr(float(amax)))
+    assert np.float32(csv.strip().splitlines()[1].split(",")[2]) == scale
+
+
+def e8m0_round_up(t):
+    """TE float_to_e8m0 (ptx.cuh) for a positive normal fp32 t: biased exponent + (mantissa != 0)."""
+    bits = np.float32(t).view(np.uint32)
+    return int(bits >> 23) + (1 if bits & 0x7FFFFF else 0)
+
+
+def test_mxfp8_blocks_by_hand():
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((3, 96)) * np.float32([[1], [40], [0.01]])).astype(np.float32)
+    x[1, 40] = 8 * E4M3_MAX  # the rounding of amax * fl32(1/max) decides between 2^3 and 2^4
+    q = fp8emu.Quantizer(fp8emu.MXFP8BlockScaling(), "forward").quantize(x, "input", "both")
+    assert q.mode == "block" and q.block == 32
+    rcp = np.float32(1) / E4M3_MAX  # fl32(1 / fp8_max)
+    for view, data, e8m0, scale_inv in ((x, q.rowwise_data, q.rowwise_e8m0, q.rowwise_scale_inv),
+                                        (np.ascontiguousarray(x.T), q.columnwise_data, q.columnwise_e8m0,
+                                         q.columnwise_scale_inv)):
+        n, k = view.shape  # rows: K = 96, three blocks; columns: K = 3, one partial block
+        nb = (k + 31) // 32
+        assert data.shape == (n, k) and e8m0.shape == (n, nb)
+        for r in range(n):
+            for b in range(nb):
+                blk = view[r, 32 * b:32 * b + 32]
+                e = e8m0_round_up(np.max(np.abs(blk)) * rcp)
+                assert e8m0[r, b] == e
+                assert scale_inv[r, b] == np.float32(2.0 ** (e - 127))
+                want = satfinite_codes(blk * np.float32(2.0 ** (127 - e)), "e4m3fn")
+                assert np.array_equal(data[r, 32 * b:32 * b + 32].view(np.uint8), want)
+    # That block: RN(8 max * fl32(1/max)) is 8 exactly (worked out: fl32(1/max) = 0x3B124925, and
+    # 8 max times it is 8 + 3 * 2^-23, which rounds to 8), so the scale is 2^3 and the element
+    # becomes the max exactly, not saturated.
+    assert q.rowwise_e8m0[1, 1] == 127 + 3
+    assert q.rowwise_data[1, 40].astype(np.float32) == E4M3_MAX
+
+
+def test_float8_block_scaling_by_hand():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((5, 300)) * 7).astype(np.float32)
+    q = fp8emu.Quantizer(fp8emu.Float8BlockScaling(), "forward").quantize(x, "input")
+    assert q.block == 128 and q.rowwise_scale_inv.shape == (5, 3)  # 300 = 128 + 128 + 44
+    for r in range(5):
+        for b in range(3):
+            blk = x[r, 128 * b:128 * b + 128]
+            scale = np.float32(2.0 ** np.floor(np.log2(E4M3_MAX / np.max(np.abs(blk)))))  # pow2 scales
+            assert q.rowwise_scale_inv[r, b] == np.float32(1) / scale
+            assert np.array_equal(q.rowwise_data[r, 128 * b:128 * b + 128].view(np.uint8),
+                                  satfinite_codes(blk * scale, "e4m3fn"))
+    # Weights: 128 x 128 tiles, one scale each, shared by the row-wise and column-wise views.
+    w = (rng.standard_normal((130, 260)) * 2).astype(np.float32)
+    qw = fp8emu.Quantizer(fp8emu.Float8BlockScaling(), "forward").quantize(w, "weight", "both")
+    for ti in range(2):
+        for tj in range(3):
+            tile = w[128 * ti:128 * ti + 128, 128 * tj:128 * tj + 128]
+            s = np.float32(2.0 ** np.floor(np.log2(E4M3_MAX / np.max(np.abs(tile)))))
+            assert qw.rowwise_scale_inv[128 * ti, tj] == np.float32(1) / s
+            assert qw.columnwise_scale_inv[128 * tj, ti] == np.float32(1) / s
+
+
+def test_per_tensor_gemm_is_the_scaled_gemm():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 64)).astype(np.float32)
+    w = rng.standard_normal((5, 64)).astype(np.float32)
+    fwd = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward")
+    xq, wq = fwd.quantize(x, "input"), fwd.quantize(w, "weight", "both")
+    y = fp8emu.recipe.gemm(xq, wq, accumulation="exact")
+    exact = xq.rowwise_data.astype(np.float64) @ wq.rowwise_data.astype(np.float64).T
+    assert np.array_equal(y, exact.astype(np.float32) * np.float32(np.float32(xq.scale_inv) * np.float32(wq.scale_inv)))
+    # dgrad-style read of the column-wise copy: D = dy W with W (5, 64) read as (64, 5).
+    dy = fwd.quantize(rng.standard_normal((6, 5)).astype(np.float32), "input")
+    dx = fp8emu.recipe.gemm(dy, wq, b_usage="columnwise", accumulation="exact")
+    exact = dy.rowwise_data.astype(np.float64) @ wq.rowwise_data.astype(np.float64)
+    assert np.array_equal(dx, exact.astype(np.float32) * np.float32(np.float32(dy.scale_inv) * np.float32(wq.scale_inv)))
+
+
+def test_block_gemm_by_hand():
+    # D[i,j] = sum over K-blocks b (increasing, fp32 from +0) of RN(P_b * RN(sa * sb)), P_b the
+    # sequential fp32 sum of the block's exact products (include/fp8emu/emulation/block_quantize.hpp).
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    w = (rng.standard_normal((2, 96)) * 10).astype(np.float32)
+    fwd = fp8emu.Quantizer(fp8emu.MXFP8BlockScaling(), "forward")
+    xq, wq = fwd.quantize(x, "input"), fwd.quantize(w, "weight")
+    d = fp8emu.recipe.gemm(xq, wq, accumulation="fp32")
+    a, b = xq.rowwise_data.astype(np.float32), wq.rowwise_data.astype(np.float32)
+    want = np.zeros((3, 2), np.float32)
+    for i in range(3):
+        for j in range(2):
+            acc = np.float32(0)
+            for blk in range(3):
+                p = np.float32(0)
+                for k in range(32 * blk, 32 * blk + 32):
+                    p = np.float32(p + a[i, k] * b[j, k])
+                s = np.float32(xq.rowwise_scale_inv[i, blk] * wq.rowwise_scale_inv[j, blk])
+                acc = np.float32(acc + np.float32(p * s))
+            want[i, j] = acc
+    assert np.array_equal(d, want)
+    with pytest.raises(ValueError, match="fp32"):
+        fp8emu.recipe.gemm(xq, wq, accumulation="hopper")
+
+
+def test_recipe_errors_name_the_problem():
+    with pytest.raises(ValueError, match="Pure E5M2 training is not supported|E5M2"):
+        fp8emu.Quantizer(fp8emu.DelayedScaling(fp8_format=fp8emu.Format.E5M2))
+    with pytest.raises(ValueError, match="amax_history_len"):
+        fp8emu.Quantizer(fp8emu.DelayedScaling(amax_history_len=0))
+    with pytest.raises(ValueError, match="unknown amax_compute_algo 'mean'"):
+        fp8emu.Quantizer(fp8emu.DelayedScaling(amax_compute_algo="mean"))
+    with pytest.raises(ValueError, match="unknown direction 'sideways'"):
+        fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "sideways")
+    with pytest.raises(TypeError, match="recipe must be"):
+        fp8emu.Quantizer("delayed")
+    fwd = fp8emu.Quantizer(fp8emu.Float8CurrentScaling())
+    with pytest.raises(TypeError, match="x has dtype float64; quantizers take float32"):
+        fwd.quantize(np.zeros((2, 2)), "input")
+    with pytest.raises(ValueError, match="x has 1 dimensions"):
+        fwd.quantize(np.zeros(4, np.float32), "input")
+    with pytest.raises(ValueError, match="unknown role 'bias'"):
+        fwd.quantize(np.zeros((2, 2), np.float32), "bias")
+    with pytest.raises(ValueError, match="unknown usage 'diagonal'"):
+        fwd.quantize(np.zeros((2, 2), np.float32), "input", "diagonal")
+    with pytest.raises(ValueError, match="the forward quantizer casts only input and weight"):
+        fwd.quantize(np.zeros((2, 2), np.float32), "grad_output")
