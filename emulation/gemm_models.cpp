@@ -189,11 +189,13 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   const FormatSpec& sa = spec_of(fa);
   const FormatSpec& sb = spec_of(fb);
   const std::size_t na = std::size_t(M) * std::size_t(K), nb = std::size_t(N) * std::size_t(K);
-  // The vectorised path implements the fp32-accumulator block FMA with F = 13 (its 14-bit cut is the
-  // 0xFFFFFC00 mask below); other tensor-core rows take the per-element path.
-  const bool vectorised_tensor_core = model.datapath == Datapath::kTensorCore &&
-                                      model.accumulator == core::MmaAccumulator::kFp32 &&
-                                      model.fraction_bits == core::kMmaFractionBits;
+  // The vectorised path implements one-step blocks of the fp32-accumulator block FMA on FP8 fields
+  // with F = 13 and 14 bits kept (its 14-bit cut is the 0xFFFFFC00 mask), C in the alignment; other
+  // tensor-core rows take the per-element path.
+  const bool vectorised_tensor_core =
+      model.datapath == Datapath::kTensorCore && model.accumulator == core::MmaAccumulator::kFp32 &&
+      model.fraction_bits == core::kMmaFractionBits && model.significant_bits == core::kMmaSignificantBits &&
+      model.steps == 1 && model.operands == core::MmaOperands::kFp8 && model.c_joins_first_block;
   if (vectorised_tensor_core && all_finite(A, na, sa) && all_finite(B, nb, sb)) {
     const Decoded a = decode_for_model(A, na, sa);
     const int Npad = (N + kLanes - 1) / kLanes * kLanes;

@@ -199,3 +199,48 @@ TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
   CHECK(r.output.find("shape mismatch") != std::string::npos);
   fs::remove_all(d);
 }
+
+TEST_CASE("mma-check --arch hopper --instruction mma.sync reproduces every H200 mma.sync tile", "[cli][mma][h200]") {
+  // tests/data/h200/mma-sync (768 tiles per pair) and mma-sync-edge (192 special-value tiles).
+  const std::string dir = std::string(FP8EMU_TEST_DATA_DIR) + "/h200/";
+  struct Pair {
+    const char* name;
+    const char* formats;
+  };
+  for (const Pair p : {Pair{"e4m3_e4m3", " --format e4m3"}, Pair{"e5m2_e5m2", " --format e5m2"},
+                       Pair{"e4m3_e5m2", " --format-a e4m3 --format-b e5m2"}}) {
+    for (const char* set : {"mma-sync/", "mma-sync-edge/"}) {
+      const std::string tiles = " --tiles " + dir + set + p.name;
+      INFO(set << p.name);
+      Result r = run_cli(std::string("mma-check --arch hopper --instruction mma.sync") + p.formats + tiles);
+      CHECK(r.code == 0);
+      CHECK(r.output == std::string("mismatches: 0 of ") + (std::string(set) == "mma-sync/" ? "98304" : "24576") + "\n");
+      if (std::string(set) != "mma-sync/") continue;
+      // Hopper's default instruction (wgmma) and Ada's mma.sync are other datapaths: exit 1.
+      r = run_cli(std::string("mma-check --arch hopper") + p.formats + tiles);
+      CHECK(r.code == 1);
+      r = run_cli(std::string("mma-check --arch ada") + p.formats + tiles);
+      CHECK(r.code == 1);
+    }
+  }
+  // Errors name the problem and exit 2.
+  const std::string tiles = " --tiles " + dir + "mma-sync/e4m3_e4m3";
+  Result r = run_cli("mma-check --arch hopper --instruction mma.syn --format e4m3" + tiles);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--arch hopper has no --instruction 'mma.syn' (accepted: wgmma, mma.sync)") != std::string::npos);
+  r = run_cli("mma-check --arch volta --format e4m3" + tiles);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("unknown --arch 'volta' (accepted: hopper, ada)") != std::string::npos);
+  r = run_cli("mma-check --arch hopper --instruction mma.sync --format e4m3 --output fp16" + tiles);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("adds C with an fp32 add") != std::string::npos);
+  r = run_cli("mma-check --arch hopper --instruction mma.sync --format-a e4m3" + tiles);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("no format for --format-b") != std::string::npos);
+  r = run_cli("mma-check --arch hopper --format e4m3 --tiles " + dir + "mma-sync/e4m3_e4m3 --a x.txt");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--tiles replaces --a") != std::string::npos);
+  r = run_cli("mma-check --arch hopper --format e4m3 --tiles " + dir + "mma-sync/nonexistent");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("nonexistent_A.u8: not found") != std::string::npos);
+}

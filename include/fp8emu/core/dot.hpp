@@ -63,21 +63,18 @@ FP8EMU_HD float dot_run(const std::uint8_t* a, FormatSpec fa, const std::uint8_t
   switch (m.datapath) {
     case Datapath::kExactSum: return dot_exact(a, fa, b, fb, K);
     case Datapath::kFp32Sequential: return dot_fp32(a, fa, b, fb, K);
-    case Datapath::kTensorCore:
-      return bits_to_f32(mma_dot(a, fa, b, fb, K, m.block, 0u, m.accumulator, m.fraction_bits));
+    case Datapath::kTensorCore: return bits_to_f32(mma_dot(a, fa, b, fb, K, 0u, m.tensor_core()));
   }
   return bits_to_f32(0x7FFFFFFFu);  // unreachable: every Datapath is handled above
 }
 
 /// A tensor-core dot product with an addend C (fp32 bits; fp16 bits for an fp16 accumulator), as
-/// one MMA instruction computes it: C joins the first block (c_joins_first_block), or the chain runs
-/// from zero and C is added last with one RN fp32 add. Returns fp32 bits. Only for kTensorCore models.
+/// chained MMA instructions compute it: C is the first block's C, which joins the first step's
+/// alignment or is added last with one RN fp32 add (the row's c_joins_first_block). Returns fp32
+/// bits. Only for kTensorCore models.
 FP8EMU_HD std::uint32_t mma_dot_with_c(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb,
                                        int K, const AccumulationModel& m, std::uint32_t c) {
-  if (m.c_joins_first_block) return mma_dot(a, fa, b, fb, K, m.block, c, m.accumulator, m.fraction_bits);
-  const std::uint32_t d = mma_dot(a, fa, b, fb, K, m.block, 0u, m.accumulator, m.fraction_bits);
-  const std::uint32_t c32 = m.accumulator == MmaAccumulator::kFp16 ? half_to_f32_bits(std::uint16_t(c)) : c;
-  return f32_to_bits(add_rn(bits_to_f32(c32), bits_to_f32(d)));
+  return mma_dot(a, fa, b, fb, K, c, m.tensor_core());
 }
 
 /// The accumulation of one output element with TE's promotion wrapper: runs of `promotion`

@@ -8,8 +8,8 @@
 ///
 /// Accumulation models (the value of acc for one output element) are the rows of
 /// core/accumulation.hpp: exact, fp32 (sequential), hopper (wgmma k32 block FMA, blocks of 32),
-/// ada (mma.sync m16n8k32, blocks of 16); every element runs the one per-element body of
-/// core/dot.hpp that the CUDA kernels also run.
+/// ada (mma.sync m16n8k32, blocks of 16), hopper-mma-sync (Hopper's mma.sync: fp16 steps, C added
+/// last); every element runs the one per-element body of core/dot.hpp that the CUDA kernels also run.
 /// GEMM-level wrapper for the tensor-core models (promotion_interval):
 ///   0 - fast accumulation (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1, TE fprop default): the whole
 ///       K stays in the tensor-core chain;
@@ -33,7 +33,8 @@ namespace fp8emu::emu {
 /// The model selector of core/accumulation.hpp, under its historical emu:: name.
 using ::fp8emu::Accumulation;
 
-/// The model named s (a row name of kAccumulationModels: "exact", "fp32", "hopper", "ada").
+/// The model named s (a row name of kAccumulationModels: "exact", "fp32", "hopper", "ada",
+/// "hopper-mma-sync").
 /// \throws fp8emu::Error naming the accepted values.
 Accumulation parse_accumulation(const std::string& s);
 /// The model's name (its row's `name`).
