@@ -183,6 +183,13 @@ TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
   const io::NpyArray D8 = io::read_npy((d / "D8.npy").string());
   CHECK(D8.dtype == "|u1");
   CHECK(D8.data == std::vector<std::uint8_t>{0x54, 0x54});
+  // --split-k reaches the model and is checked: one split is the plain GEMM, 0 is refused.
+  r = run_cli("gemm" + common + " --split-k 2 --out " + (d / "S.npy").string());
+  CHECK(r.code == 0);
+  CHECK(r.output.find("split-K 2") != std::string::npos);
+  r = run_cli("gemm" + common + " --split-k 0 --out " + (d / "X.npy").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("split_k must be >= 1, got 0") != std::string::npos);
   r = run_cli("gemm" + common + " --output int8 --out " + (d / "X.npy").string());
   CHECK(r.code == 2);
   CHECK(r.output.find("unknown --output 'int8'") != std::string::npos);
@@ -197,6 +204,27 @@ TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
   r = run_cli("gemm --a " + (d / "A.npy").string() + " --b " + (d / "B3.npy").string() + " --out " + (d / "X.npy").string());
   CHECK(r.code == 2);
   CHECK(r.output.find("shape mismatch") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("gemm --split-k reproduces cuBLASLt's split-K output recorded on an H200", "[cli][gemm][h200]") {
+  // 16 x 16 x 65536, FAST_ACCUM = 1 forced to 25 splits (tests/data/h200/README.md): the Hopper model
+  // with --split-k 25 gives the recorded bits; without it nearly every element differs.
+  const std::string dir = std::string(FP8EMU_TEST_DATA_DIR) + "/h200/cublaslt-splitk/k65536_m16/";
+  const fs::path d = fs::temp_directory_path() / ("fp8emu-splitk-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  const std::string gemm = "gemm --a " + dir + "A.npy --b " + dir + "B.npy --accumulation hopper --promotion 0";
+  Result r = run_cli(gemm + " --split-k 25 --out " + (d / "D.npy").string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  r = run_cli("compare " + (d / "D.npy").string() + " " + dir + "D_f1_s25_r2.npy");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("bitwise mismatches: 0") != std::string::npos);
+  r = run_cli(gemm + " --out " + (d / "U.npy").string());
+  REQUIRE(r.code == 0);
+  r = run_cli("compare " + (d / "U.npy").string() + " " + dir + "D_f1_s25_r2.npy");
+  CHECK(r.code == 1);
+  CHECK(r.output.find("bitwise mismatches: 256") != std::string::npos);
   fs::remove_all(d);
 }
 

@@ -18,8 +18,8 @@
 ///
 /// Adding a model: one row in kAccumulationModels (and an enumerator, in the same order); a model
 /// whose datapath is new adds a Datapath and its case in core/dot.hpp (switches there have no
-/// `default:`, so the compiler names every place to extend). The GEMM-level promotion wrapper (TE's
-/// split accumulator) is not part of the model: see emu::GemmAccumulation.
+/// `default:`, so the compiler names every place to extend). The GEMM-level wrappers (TE's split
+/// accumulator, cuBLASLt's split-K) are not part of the model: see emu::GemmAccumulation.
 #pragma once
 
 #include <cstdint>
@@ -66,8 +66,8 @@ struct AccumulationModel {
   /// decides how blocks chain.
   bool c_joins_first_block;
 
-  /// Whether a GEMM promotion interval is allowed (every model but the exact sum, which would no
-  /// longer be exact); an interval must be a multiple of `block`.
+  /// Whether a GEMM promotion interval (or a split-K) is allowed (every model but the exact sum,
+  /// which would no longer be exact); an interval must be a multiple of `block`.
   FP8EMU_HD constexpr bool takes_promotion() const { return datapath != Datapath::kExactSum; }
   /// The tensor-core datapath of the row (kTensorCore rows), as core/mma_model.hpp takes it.
   FP8EMU_HD constexpr core::MmaDatapath tensor_core() const {
