@@ -50,7 +50,7 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
   try {
     const Format fa = parse_format(o.format_a, "--format-a"), fb = parse_format(o.format_b, "--format-b");
     FP8EMU_CHECK(o.layout == "tn" || o.layout == "nn", "unknown --layout '", o.layout, "' (accepted: tn, nn)");
-    const emu::GemmAccumulation acc{emu::parse_accumulation(o.accumulation), o.promotion};
+    const emu::GemmAccumulation acc{emu::parse_accumulation(o.accumulation), o.promotion, o.split_k};
     const io::NpyArray A = io::read_npy(o.a), B = io::read_npy(o.b);
     float sa = o.scale_inv_a, sb = o.scale_inv_b;
     std::vector<std::uint8_t> qa = operand(A, o.a, fa, sa, out), qb = operand(B, o.b, fb, sb, out);
@@ -106,7 +106,7 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
     out << "D = A" << (o.layout == "tn" ? " B^T" : " B") << ": [" << M << ", " << N << "], K = " << K << ", "
         << emu::to_string(acc.model)
         << (acc.promotion_interval ? " promoted every " + std::to_string(acc.promotion_interval) : std::string(" fast"))
-        << ", " << o.output << " written to " << o.out << "; amax of D " << amax_d << "\n";
+        << (acc.split_k > 1 ? ", split-K " + std::to_string(acc.split_k) : std::string()) << ", " << o.output << " written to " << o.out << "; amax of D " << amax_d << "\n";
     return 0;
   } catch (const std::exception& e) {
     err << "fp8emu gemm: error: " << e.what() << "\n";
@@ -128,6 +128,10 @@ Command add_gemm(CLI::App& app) {
   gemm_cmd->add_option("--scale-inv-b", gemm.scale_inv_b, "Dequantization scale of uint8 B")->capture_default_str();
   gemm_cmd->add_option("--accumulation", gemm.accumulation, "Accumulation model: " + emu::accumulation_names())->capture_default_str();
   gemm_cmd->add_option("--promotion", gemm.promotion, "Promote to fp32 every N K-elements (0: fast accumulation)")
+      ->capture_default_str();
+  gemm_cmd->add_option("--split-k", gemm.split_k,
+                       "cuBLASLt split-K: K cut into S ranges of whole 128-element tiles, each accumulated from zero, "
+                       "the partials summed in fp32 (1: no split)")
       ->capture_default_str();
   gemm_cmd->add_option("--output", gemm.output, "D type: fp32, bf16 (uint16 bits), fp16, or an FP8 format (uint8 codes): " + fp8_format_names())
       ->capture_default_str();

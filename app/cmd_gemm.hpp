@@ -13,6 +13,7 @@ struct GemmOptions {
   float scale_inv_a = 1.0f, scale_inv_b = 1.0f;  ///< for uint8 (FP8 code) inputs
   std::string accumulation = "hopper";
   int promotion = 0;                ///< 0: fast accumulation
+  int split_k = 1;                  ///< cuBLASLt's split-K count (1: no split)
   std::string output = "fp32";      ///< fp32, bf16, fp16, or an FP8 format name (fp8_format_names())
   float d_scale = 1.0f, alpha = 1.0f, beta = 0.0f;
   std::string c, bias;              ///< optional .npy: C [M, N] float32 (with beta), bias [N] float32

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -83,50 +84,139 @@ std::string hex(std::uint32_t u) {
   return os.str();
 }
 
+std::vector<std::uint8_t> read_binary(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Malformed{path + ": not found or not a regular file"};
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Malformed{path + ": cannot open"};
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// m16n8k32 tiles PREFIX_{A.u8,B.u8,C.f32,D.f32} (A 16 x 32 row-major codes, B 32 x 8 row-major
+// codes B[k][n], C and D 16 x 8 row-major little-endian fp32) as rows of 32 products: one row per
+// output element, in tile, row, column order.
+struct TileRows {
+  std::vector<std::vector<std::uint8_t>> a, b;
+  std::vector<std::uint32_t> c, d;
+};
+TileRows read_tiles(const std::string& prefix) {
+  const std::vector<std::uint8_t> A = read_binary(prefix + "_A.u8"), B = read_binary(prefix + "_B.u8"),
+                                  C = read_binary(prefix + "_C.f32"), D = read_binary(prefix + "_D.f32");
+  const std::size_t tiles = A.size() / 512;
+  if (tiles == 0 || A.size() % 512 != 0)
+    throw Malformed{prefix + "_A.u8: " + std::to_string(A.size()) + " bytes, not a whole number of 16 x 32 tiles"};
+  auto same_tiles = [&](const std::vector<std::uint8_t>& v, std::size_t per_tile, const std::string& suffix) {
+    if (v.size() != tiles * per_tile)
+      throw Malformed{prefix + suffix + ": " + std::to_string(v.size()) + " bytes, but " + prefix + "_A.u8 has " +
+                      std::to_string(tiles) + " tiles (" + std::to_string(per_tile) + " bytes each expected)"};
+  };
+  same_tiles(B, 256, "_B.u8");
+  same_tiles(C, 512, "_C.f32");
+  same_tiles(D, 512, "_D.f32");
+  auto word = [](const std::vector<std::uint8_t>& v, std::size_t i) {
+    return std::uint32_t(v[4 * i]) | std::uint32_t(v[4 * i + 1]) << 8 | std::uint32_t(v[4 * i + 2]) << 16 |
+           std::uint32_t(v[4 * i + 3]) << 24;
+  };
+  TileRows t;
+  for (std::size_t tile = 0; tile < tiles; ++tile)
+    for (std::size_t m = 0; m < 16; ++m)
+      for (std::size_t n = 0; n < 8; ++n) {
+        std::vector<std::uint8_t> a(32), b(32);
+        for (std::size_t k = 0; k < 32; ++k) {
+          a[k] = A[tile * 512 + m * 32 + k];
+          b[k] = B[tile * 256 + k * 8 + n];
+        }
+        t.a.push_back(a);
+        t.b.push_back(b);
+        t.c.push_back(word(C, tile * 128 + m * 8 + n));
+        t.d.push_back(word(D, tile * 128 + m * 8 + n));
+      }
+  return t;
+}
+
+// The tensor-core row of --arch and --instruction (the arch's first row without --instruction).
+const AccumulationModel& select_model(const std::string& arch, const std::string& instruction) {
+  std::string archs, instructions;
+  const AccumulationModel* chosen = nullptr;
+  bool arch_known = false;
+  for (const AccumulationModel& m : kAccumulationModels) {
+    if (m.datapath != Datapath::kTensorCore) continue;
+    if (archs.find(m.arch) == std::string::npos) archs += (archs.empty() ? "" : ", ") + std::string(m.arch);
+    if (arch != m.arch) continue;
+    arch_known = true;
+    instructions += (instructions.empty() ? "" : ", ") + std::string(m.instruction);
+    if (!chosen && (instruction.empty() || instruction == m.instruction)) chosen = &m;
+  }
+  if (!arch_known) throw Malformed{"unknown --arch '" + arch + "' (accepted: " + archs + ")"};
+  if (!chosen)
+    throw Malformed{"--arch " + arch + " has no --instruction '" + instruction + "' (accepted: " + instructions + ")"};
+  return *chosen;
+}
+
+Format select_format(const std::string& specific, const std::string& both, const char* flag) {
+  const std::string& name = specific.empty() ? both : specific;
+  if (name.empty()) throw Malformed{std::string("no format for ") + flag + ": give --format, or " + flag};
+  Format f = Format::kE4M3;
+  if (!parse_fp8_format(name, &f))
+    throw Malformed{"unknown " + std::string(specific.empty() ? "--format" : flag) + " '" + name +
+                    "' (accepted: " + fp8_format_names() + ")"};
+  return f;
+}
+
 }  // namespace
 
 int run_mma_check(const MmaCheckOptions& o, std::ostream& out, std::ostream& err) {
   try {
-    // --arch names a tensor-core row of the accumulation-model table (core/accumulation.hpp).
-    const AccumulationModel* model = nullptr;
-    std::string archs;
-    for (const AccumulationModel& m : kAccumulationModels) {
-      if (m.datapath != Datapath::kTensorCore) continue;
-      archs += (archs.empty() ? "" : ", ") + std::string(m.name);
-      if (o.arch == m.name) model = &m;
-    }
-    if (!model) throw Malformed{"unknown --arch '" + o.arch + "' (accepted: " + archs + ")"};
-    Format fmt = Format::kE4M3;
-    if (!parse_fp8_format(o.format, &fmt))
-      throw Malformed{"unknown --format '" + o.format + "' (accepted: e4m3, e5m2)"};
-    const FormatSpec* f = &spec_of(fmt);
-    const char* format_label = fmt == Format::kE4M3 ? "E4M3" : "E5M2";
+    // --arch and --instruction name a tensor-core row of the accumulation-model table
+    // (core/accumulation.hpp).
+    const AccumulationModel& model = select_model(o.arch, o.instruction);
+    const Format fmt_a = select_format(o.format_a, o.format, "--format-a");
+    const Format fmt_b = select_format(o.format_b, o.format, "--format-b");
+    const FormatSpec& fa = spec_of(fmt_a);
+    const FormatSpec& fb = spec_of(fmt_b);
+    const std::string label_a = format_label(fmt_a), label_b = format_label(fmt_b);
     core::MmaAccumulator acc;
     if (o.output == "fp32") acc = core::MmaAccumulator::kFp32;
     else if (o.output == "fp16") acc = core::MmaAccumulator::kFp16;
     else throw Malformed{"unknown --output '" + o.output + "' (accepted: fp32, fp16)"};
+    if (acc == core::MmaAccumulator::kFp16 && !model.c_joins_first_block)
+      throw Malformed{"--output fp16: the " + std::string(model.name) +
+                      " model adds C with an fp32 add; only its fp32 output is modelled"};
 
-    const auto a = read_operands(o.a, *f, format_label);
-    const auto b = read_operands(o.b, *f, format_label);
-    const auto d = read_binary32(o.d);
-    std::vector<std::uint32_t> c;
-    if (!o.c.empty()) c = read_binary32(o.c);
-    auto same_count = [&](std::size_t n, const std::string& path) {
-      if (n != a.size())
-        throw Malformed{path + ": " + std::to_string(n) + " rows, but " + o.a + " has " + std::to_string(a.size())};
-    };
-    if (a.empty()) throw Malformed{o.a + ": no rows"};
-    same_count(b.size(), o.b);
-    same_count(d.size(), o.d);
-    if (!o.c.empty()) same_count(c.size(), o.c);
+    std::vector<std::vector<std::uint8_t>> a, b;
+    std::vector<std::uint32_t> c, d;
+    const bool text = !o.a.empty() || !o.b.empty() || !o.c.empty() || !o.d.empty();
+    if (!o.tiles.empty()) {
+      if (text) throw Malformed{"--tiles replaces --a, --b, --c and --d: give one or the other"};
+      if (acc != core::MmaAccumulator::kFp32) throw Malformed{"--tiles holds fp32 C and D: --output must be fp32"};
+      TileRows t = read_tiles(o.tiles);
+      a = std::move(t.a);
+      b = std::move(t.b);
+      c = std::move(t.c);
+      d = std::move(t.d);
+    } else {
+      if (o.a.empty() || o.b.empty() || o.d.empty()) throw Malformed{"give --a, --b and --d (or --tiles)"};
+      a = read_operands(o.a, fa, label_a.c_str());
+      b = read_operands(o.b, fb, label_b.c_str());
+      d = read_binary32(o.d);
+      if (!o.c.empty()) c = read_binary32(o.c);
+      auto same_count = [&](std::size_t n, const std::string& path) {
+        if (n != a.size())
+          throw Malformed{path + ": " + std::to_string(n) + " rows, but " + o.a + " has " + std::to_string(a.size())};
+      };
+      if (a.empty()) throw Malformed{o.a + ": no rows"};
+      same_count(b.size(), o.b);
+      same_count(d.size(), o.d);
+      if (!o.c.empty()) same_count(c.size(), o.c);
+    }
 
+    AccumulationModel m = model;
+    m.accumulator = acc;  // --output: the instruction's D type
     std::size_t mismatches = 0;
     for (std::size_t i = 0; i < a.size(); ++i) {
       std::uint32_t c0 = c.empty() ? 0u : c[i];
       if (acc == core::MmaAccumulator::kFp16) c0 = core::f32_bits_to_half_rne(c0);  // the GPU's C is fp16(c)
-      AccumulationModel m = *model;
-      m.accumulator = acc;  // --output: the instruction's D type
-      const std::uint32_t got = core::mma_dot_with_c(a[i].data(), *f, b[i].data(), *f, 32, m, c0);
+      const std::uint32_t got = core::mma_dot_with_c(a[i].data(), fa, b[i].data(), fb, 32, m, c0);
       if (got != d[i]) {
         if (++mismatches <= 10)
           out << "row " << i + 1 << ": recorded " << hex(d[i]) << ", model " << hex(got) << "\n";
@@ -147,14 +237,21 @@ Command add_mma_check(CLI::App& app) {
   std::string archs;  // the tensor-core rows of the accumulation-model table
   for (const AccumulationModel& m : kAccumulationModels)
     if (m.datapath == Datapath::kTensorCore)
-      archs += (archs.empty() ? "" : ", ") + std::string(m.name) + " (" + m.hardware + ")";
-  check->add_option("--arch", o->arch, "Tensor-core model: " + archs)->required();
-  check->add_option("--format", o->format, "e4m3 or e5m2")->required();
+      archs += (archs.empty() ? "" : "; ") + std::string(m.arch) + " " + m.instruction + ": " + m.hardware;
+  check->add_option("--arch", o->arch, "GPU architecture of the tensor-core model (" + archs + ")")->required();
+  check->add_option("--instruction", o->instruction,
+                    "MMA instruction of --arch (default: the architecture's first model: wgmma for hopper)");
+  check->add_option("--format", o->format, "e4m3 or e5m2: both operands");
+  check->add_option("--format-a", o->format_a, "e4m3 or e5m2: operand a (overrides --format)");
+  check->add_option("--format-b", o->format_b, "e4m3 or e5m2: operand b (overrides --format)");
   check->add_option("--output", o->output, "Accumulator/output: fp32 or fp16")->capture_default_str();
-  check->add_option("--a", o->a, "a file: 32 hex fp32 values per line")->required();
-  check->add_option("--b", o->b, "b file: 32 hex fp32 values per line")->required();
+  check->add_option("--a", o->a, "a file: 32 hex fp32 values per line");
+  check->add_option("--b", o->b, "b file: 32 hex fp32 values per line");
   check->add_option("--c", o->c, "c file: binary fp32 per line; omit for an accumulator starting at 0");
-  check->add_option("--d", o->d, "d file: the recorded results, binary fp32 per line")->required();
+  check->add_option("--d", o->d, "d file: the recorded results, binary fp32 per line");
+  check->add_option("--tiles", o->tiles,
+                    "instead of --a/--b/--c/--d: m16n8k32 tiles PREFIX_A.u8 (16 x 32 codes), PREFIX_B.u8 (32 x 8 "
+                    "codes, B[k][n]), PREFIX_C.f32 and PREFIX_D.f32 (16 x 8 fp32), all row-major");
   o->output = "fp32";
   return {check, [o] { return run_mma_check(*o, std::cout, std::cerr); }};
 }

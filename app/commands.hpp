@@ -41,6 +41,15 @@ inline std::string fp8_format_names() {
   return s;
 }
 
+/// A format's label in tables and reports: its short name (first alias, else the canonical name),
+/// upper case ("E4M3", "E5M2", "E4M3FNUZ").
+inline std::string format_label(Format f) {
+  const FormatRecord& r = record_of(f);
+  std::string s = r.aliases[0] ? r.aliases[0] : r.spec->name;
+  for (char& c : s) c = char(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  return s;
+}
+
 /// The recipe names of scaling::recipe_names(), comma-separated (help texts).
 inline std::string recipe_list() {
   std::string s;

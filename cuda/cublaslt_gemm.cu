@@ -77,9 +77,10 @@ struct PlanKey {
   int M, N, K;
   int fa, fb, output;
   bool fast, bias, amax;
+  int split_k;  // 0: the heuristic's choice
   bool operator<(const PlanKey& o) const {
-    return std::tie(kind, M, N, K, fa, fb, output, fast, bias, amax) <
-           std::tie(o.kind, o.M, o.N, o.K, o.fa, o.fb, o.output, o.fast, o.bias, o.amax);
+    return std::tie(kind, M, N, K, fa, fb, output, fast, bias, amax, split_k) <
+           std::tie(o.kind, o.M, o.N, o.K, o.fa, o.fb, o.output, o.fast, o.bias, o.amax, o.split_k);
   }
 };
 
@@ -88,7 +89,17 @@ struct Plan {
   Desc desc;
   Layout la, lb, lc, ld;
   cublasLtMatmulAlgo_t algo{};
+  LtAlgo config;              // the algorithm's split-K, reduction scheme, tile, stages
+  bool c_null = false;        // pass C as null (beta = 0) instead of D in place
 };
+
+template <class T>
+T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t a, const char* what) {
+  T v{};
+  std::size_t written = 0;
+  check_lt(cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof v, &written), what);
+  return v;
+}
 
 }  // namespace
 
@@ -99,7 +110,7 @@ struct LtContext::Impl {
 
   // Layouts for D^T = op(Alt) op(Blt) (see the file comment), then the heuristic's choice.
   void finish_plan(Plan& p, cudaDataType_t type_a, cudaDataType_t type_b, cudaDataType_t c_type,
-                   cudaDataType_t d_type, int M, int N, int K, const char* what) {
+                   cudaDataType_t d_type, int M, int N, int K, const char* what, int split_k = 0) {
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
     set_attr(p.desc.d, CUBLASLT_MATMUL_DESC_TRANSA, transa, "TRANSA");
     set_attr(p.desc.d, CUBLASLT_MATMUL_DESC_TRANSB, transb, "TRANSB");
@@ -120,12 +131,33 @@ struct LtContext::Impl {
     FP8EMU_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, "cuBLASLt has no algorithm for the ", what,
                  " GEMM M=", M, " N=", N, " K=", K);
     p.algo = result.algo;
+    if (split_k > 0) {  // the heuristic's algorithm with a forced split-K (and, split, a workspace reduction)
+      const std::int32_t splits = split_k;
+      const std::uint32_t scheme = split_k > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+      FP8EMU_LT_CHECK(cublasLtMatmulAlgoConfigSetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                                           sizeof splits));
+      FP8EMU_LT_CHECK(cublasLtMatmulAlgoConfigSetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                           sizeof scheme));
+      cublasLtMatmulHeuristicResult_t checked{};
+      const cublasStatus_t st =
+          cublasLtMatmulAlgoCheck(handle, p.desc.d, p.la.l, p.lb.l, p.lc.l, p.ld.l, &p.algo, &checked);
+      FP8EMU_CHECK(st == CUBLAS_STATUS_SUCCESS && checked.workspaceSize <= workspace.size(), "cuBLASLt: the ", what,
+                   " GEMM M=", M, " N=", N, " K=", K, " does not run with split-K ", split_k, ": ",
+                   st == CUBLAS_STATUS_SUCCESS ? "it needs more than the workspace" : cublasLtGetStatusString(st));
+    }
+    p.config.split_k = algo_attr<std::int32_t>(p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "SPLITK_NUM");
+    p.config.reduction = algo_attr<std::uint32_t>(p.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "REDUCTION_SCHEME");
+    p.config.tile = algo_attr<std::uint32_t>(p.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, "TILE_ID");
+    p.config.stages = algo_attr<std::uint32_t>(p.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, "STAGES_ID");
   }
 
-  // beta = 0: C is never read (cuBLASLt still wants its layout and a pointer; D stands in).
+  // beta = 0: C is never read. cuBLASLt still wants its layout; D stands in for its pointer when C
+  // and D have one type, and a null pointer when they differ (an FP8 D with a bf16 C: D in place of
+  // C is CUBLAS_STATUS_INVALID_VALUE there, measured on an H200).
   void run(Plan& p, const void* A, const void* B, void* D) {
     const float alpha = 1.0f, beta = 0.0f;
-    FP8EMU_LT_CHECK(cublasLtMatmul(handle, p.desc.d, &alpha, B, p.la.l, A, p.lb.l, &beta, D, p.lc.l, D, p.ld.l,
+    const void* C = p.c_null ? nullptr : D;
+    FP8EMU_LT_CHECK(cublasLtMatmul(handle, p.desc.d, &alpha, B, p.la.l, A, p.lb.l, &beta, C, p.lc.l, D, p.ld.l,
                                    &p.algo, workspace.get(), workspace.size(), nullptr));
   }
 };
@@ -153,9 +185,11 @@ void LtContext::gemm_fp8_tn(const LtFp8Gemm& g) {
   FP8EMU_CHECK(g.output != LtOutput::kE4M3 || g.d_scale, "cuBLASLt FP8 GEMM: an E4M3 output needs a D scale");
   FP8EMU_CHECK(!g.amax_d || g.output == LtOutput::kE4M3,
                "cuBLASLt FP8 GEMM: AMAX_D is computed only for an FP8 output (use LtOutput::kE4M3)");
+  FP8EMU_CHECK(g.split_k >= 0, "cuBLASLt FP8 GEMM: split_k must be >= 0 (0: the heuristic's choice), got ",
+               g.split_k);
   detail::use_fp8_device();
   const PlanKey key{0, g.M, g.N, g.K, int(g.format_a), int(g.format_b), int(g.output), g.fast_accum,
-                    g.bias != nullptr, g.amax_d != nullptr};
+                    g.bias != nullptr, g.amax_d != nullptr, g.split_k};
   std::unique_ptr<Plan>& slot = impl_->plans[key];
   if (!slot) {
     auto p = std::make_unique<Plan>();
@@ -171,11 +205,14 @@ void LtContext::gemm_fp8_tn(const LtFp8Gemm& g) {
     set_pointers(p->desc.d, g);  // the heuristic reads them for alignment
     const cudaDataType_t c_type = g.output == LtOutput::kFp32 ? CUDA_R_32F : CUDA_R_16BF;
     const cudaDataType_t d_type = g.output == LtOutput::kE4M3 ? CUDA_R_8F_E4M3 : c_type;
-    impl_->finish_plan(*p, fp8_type(g.format_a), fp8_type(g.format_b), c_type, d_type, g.M, g.N, g.K, "FP8");
+    p->c_null = d_type != c_type;
+    impl_->finish_plan(*p, fp8_type(g.format_a), fp8_type(g.format_b), c_type, d_type, g.M, g.N, g.K, "FP8",
+                       g.split_k);
     slot = std::move(p);
   }
   set_pointers(slot->desc.d, g);
   impl_->run(*slot, g.A, g.B, g.D);
+  if (g.algo) *g.algo = slot->config;
 }
 
 void LtContext::set_pointers(void* desc_handle, const LtFp8Gemm& g) {
@@ -202,7 +239,7 @@ void LtContext::set_pointers(void* desc_handle, const LtFp8Gemm& g) {
 void LtContext::gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, std::uint16_t* D) {
   FP8EMU_CHECK(M > 0 && N > 0 && K > 0, "cuBLASLt BF16 GEMM: M, N, K must be positive");
   detail::use_fp8_device();
-  const PlanKey key{1, M, N, K, 0, 0, 0, false, false, false};
+  const PlanKey key{1, M, N, K, 0, 0, 0, false, false, false, 0};
   std::unique_ptr<Plan>& slot = impl_->plans[key];
   if (!slot) {
     auto p = std::make_unique<Plan>();
@@ -216,7 +253,7 @@ void LtContext::gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const 
 void LtContext::gemm_f32_tn(int M, int N, int K, const float* A, const float* B, float* D, bool tf32) {
   FP8EMU_CHECK(M > 0 && N > 0 && K > 0, "cuBLASLt FP32 GEMM: M, N, K must be positive");
   detail::use_fp8_device();
-  const PlanKey key{tf32 ? 3 : 2, M, N, K, 0, 0, 0, false, false, false};
+  const PlanKey key{tf32 ? 3 : 2, M, N, K, 0, 0, 0, false, false, false, 0};
   std::unique_ptr<Plan>& slot = impl_->plans[key];
   if (!slot) {
     auto p = std::make_unique<Plan>();
@@ -232,7 +269,7 @@ void LtContext::synchronize() { FP8EMU_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
                          const std::uint8_t* B, Format fb, float scale_inv_b, bool fast_accum, const float* bias,
-                         LtOutput output, void* D, float d_scale, float* amax_d) {
+                         LtOutput output, void* D, float d_scale, float* amax_d, int split_k, LtAlgo* algo) {
   LtContext ctx;
   using detail::DeviceBuffer;
   DeviceBuffer<std::uint8_t> da(A, std::size_t(M) * std::size_t(K)), db(B, std::size_t(N) * std::size_t(K));
@@ -262,6 +299,8 @@ void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, 
   g.D = dd.get();
   g.d_scale = output == LtOutput::kE4M3 ? dds.get() : nullptr;
   g.amax_d = amax_d ? damax.get() : nullptr;
+  g.split_k = split_k;
+  g.algo = algo;
   ctx.gemm_fp8_tn(g);
   dd.download(static_cast<unsigned char*>(D), dd.size());  // synchronizes
   if (amax_d) damax.download(amax_d, 1);

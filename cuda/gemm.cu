@@ -1,4 +1,4 @@
-// GPU twins of emu::gemm_fp8_tn (every accumulation model, with the promotion wrapper) and
+// GPU twins of emu::gemm_fp8_tn (every accumulation model, with the promotion and split-K wrappers) and
 // emu::gemm_fp8_block_tn: one thread per output element, running the per-element body of
 // include/fp8emu/core/dot.hpp, the function the emulator's per-element path calls. Threads of a warp take consecutive columns of D, so the writes are
 // coalesced and each warp shares its row of A.
@@ -17,12 +17,12 @@ constexpr int kBlockX = 32, kBlockY = 8;
 
 __global__ void gemm_tn_kernel(int M, int N, int K, const std::uint8_t* __restrict__ A, FormatSpec fa,
                                const std::uint8_t* __restrict__ B, FormatSpec fb, AccumulationModel model,
-                               int promotion, float s, float* __restrict__ D) {
+                               int promotion, int split_k, float s, float* __restrict__ D) {
   for (int i = int(blockIdx.y * blockDim.y + threadIdx.y); i < M; i += int(gridDim.y * blockDim.y))
     for (int j = int(blockIdx.x * blockDim.x + threadIdx.x); j < N; j += int(gridDim.x * blockDim.x))
       D[std::size_t(i) * std::size_t(N) + std::size_t(j)] =
           core::gemm_tn_element(A + std::size_t(i) * std::size_t(K), fa, B + std::size_t(j) * std::size_t(K), fb, K,
-                                model, promotion, s);
+                                model, promotion, split_k, s);
 }
 
 __global__ void gemm_block_tn_kernel(int M, int N, int K, int block, int nb, const std::uint8_t* __restrict__ A,
@@ -43,10 +43,10 @@ dim3 grid_for(int M, int N) {
 }  // namespace
 
 void launch_gemm_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
-                    Accumulation model, int promotion, float s, float* D, cudaStream_t stream) {
+                    Accumulation model, int promotion, int split_k, float s, float* D, cudaStream_t stream) {
   if (M <= 0 || N <= 0) return;
   gemm_tn_kernel<<<grid_for(M, N), dim3(kBlockX, kBlockY), 0, stream>>>(M, N, K, A, spec_of(fa), B, spec_of(fb),
-                                                                       model_of(model), promotion, s, D);
+                                                                       model_of(model), promotion, split_k, s, D);
   FP8EMU_CUDA_CHECK_LAUNCH("gemm_tn_kernel");
 }
 

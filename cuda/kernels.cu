@@ -345,7 +345,8 @@ class CudaKernels final : public backend::Kernels {
     const float s = scale_inv_a * scale_inv_b;  // RN on the host, as the emulator
     DeviceBuffer<std::uint8_t> da(A, std::size_t(M) * std::size_t(K)), db(B, std::size_t(N) * std::size_t(K));
     DeviceBuffer<float> dd(std::size_t(M) * std::size_t(N));
-    launch_gemm_tn(M, N, K, da.get(), fa, db.get(), fb, acc.model, acc.promotion_interval, s, dd.get(), nullptr);
+    launch_gemm_tn(M, N, K, da.get(), fa, db.get(), fb, acc.model, acc.promotion_interval, acc.split_k, s, dd.get(),
+                   nullptr);
     dd.download(D, dd.size());
   }
 

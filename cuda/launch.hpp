@@ -46,9 +46,10 @@ void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int blo
 void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
                       float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* codes,
                       CastTotals* totals, cudaStream_t stream);
-/// emu::gemm_fp8_tn (checks done by the caller): D [M, N] = RN(acc(A [M, K], B [N, K]) * s).
+/// emu::gemm_fp8_tn (checks done by the caller): D [M, N] = RN(acc(A [M, K], B [N, K]) * s), acc
+/// with the promotion interval and split_k of emu::GemmAccumulation (core::gemm_tn_element).
 void launch_gemm_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
-                    Accumulation model, int promotion, float s, float* D, cudaStream_t stream);
+                    Accumulation model, int promotion, int split_k, float s, float* D, cudaStream_t stream);
 /// emu::gemm_fp8_block_tn: A [M, K] with sa [M, nb], B [N, K] with sb [N, nb], D [M, N].
 void launch_gemm_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
                           const std::uint8_t* B, Format fb, const float* sb, float* D, cudaStream_t stream);

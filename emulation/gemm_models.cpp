@@ -42,10 +42,14 @@ void check_gemm_tn(int M, int N, int K, Format fa, Format fb, const GemmAccumula
   FP8EMU_CHECK(acc.promotion_interval >= 0, "GEMM: promotion interval must be >= 0, got ", acc.promotion_interval);
   FP8EMU_CHECK(acc.promotion_interval % m.block == 0, "GEMM: promotion interval ", acc.promotion_interval,
                " is not a multiple of the ", m.name, " block (", m.block, ")");
+  FP8EMU_CHECK(acc.split_k >= 1, "GEMM: split_k must be >= 1, got ", acc.split_k);
+  FP8EMU_CHECK(m.takes_promotion() || acc.split_k == 1,
+               "GEMM: the exact model takes no split_k (it would no longer be exact)");
 }
 
 float dot_fp8(const std::uint8_t* a, Format fa, const std::uint8_t* b, Format fb, int K, const GemmAccumulation& acc) {
-  return core::dot_promoted(a, spec_of(fa), b, spec_of(fb), K, model_of(acc.model), acc.promotion_interval);
+  return core::dot_split_k(a, spec_of(fa), b, spec_of(fb), K, model_of(acc.model), acc.promotion_interval,
+                           acc.split_k);
 }
 
 namespace {
@@ -56,8 +60,10 @@ namespace {
 // scaled by 2^(13-E) (exact) and truncated toward zero by the float->int conversion, which is
 // the model's per-term magnitude truncation; the integer sum is cut to 14 significant bits by
 // masking the low 10 mantissa bits of its (exact) fp32 value, then scaled back by 2^(E-13).
-// Columns run in the innermost loops so the compiler vectorises them. Operands with NaN/Inf take
-// the scalar path.
+// Columns run in the innermost loops so the compiler vectorises them. Split-K ranges of `range`
+// K-elements (core::split_k_range) each restart the chain and the promotion total from zero, and
+// their values are summed in fp32 in K order (core::dot_split_k). Operands with NaN/Inf take the
+// scalar path.
 constexpr int kColumnChunk = 128;
 
 struct Decoded {
@@ -104,25 +110,32 @@ __attribute__((always_inline)) inline void store8(float* p, v8f v) { std::memcpy
 
 template <int R>
 __attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, int Npad, int K, const Decoded& a,
-                                                                const Decoded& bt, int block, int promotion, float s,
-                                                                float* D) {
+                                                                const Decoded& bt, int block, int promotion, int range,
+                                                                float s, float* D) {
   constexpr int kVecPerChunk = kColumnChunk / kLanes;
-  alignas(32) float chain[R][kColumnChunk], total[R][kColumnChunk];
+  alignas(32) float chain[R][kColumnChunk], total[R][kColumnChunk], sum[R][kColumnChunk];
   const v8i no_exp = {kNoExponentInt, kNoExponentInt, kNoExponentInt, kNoExponentInt,
                       kNoExponentInt, kNoExponentInt, kNoExponentInt, kNoExponentInt};
   const v8i exp_mask = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
   for (int j0 = 0; j0 < Npad; j0 += kColumnChunk) {
     const int nv = std::min(kColumnChunk, Npad - j0) / kLanes;
     for (int r = 0; r < R; ++r)
-      for (int j = 0; j < kColumnChunk; ++j) chain[r][j] = total[r][j] = 0.0f;
+      for (int j = 0; j < kColumnChunk; ++j) chain[r][j] = total[r][j] = sum[r][j] = 0.0f;
     for (int k0 = 0; k0 < K; k0 += block) {
-      if (promotion > 0 && k0 > 0 && k0 % promotion == 0)
+      if (k0 > 0 && k0 % range == 0)
+        for (int r = 0; r < R; ++r)
+          for (int j = 0; j < kColumnChunk; ++j) {  // a split-K range ends: its value joins the fp32 sum
+            const float v = promotion > 0 ? total[r][j] + chain[r][j] : chain[r][j];
+            sum[r][j] = k0 == range ? v : sum[r][j] + v;
+            chain[r][j] = total[r][j] = 0.0f;
+          }
+      if (promotion > 0 && k0 % range > 0 && (k0 % range) % promotion == 0)
         for (int r = 0; r < R; ++r)
           for (int j = 0; j < kColumnChunk; ++j) {  // promote: one RN fp32 add, the chain restarts from zero
             total[r][j] += chain[r][j];
             chain[r][j] = 0.0f;
           }
-      const int k1 = std::min(K, k0 + block);
+      const int k1 = std::min(K, k0 + block);  // split-K ranges hold whole blocks (checked by the caller)
       for (int r = 0; r < R; ++r) {
         const float* av = a.value.data() + std::size_t(i0 + r) * std::size_t(K);
         const std::int32_t* ae = a.exponent.data() + std::size_t(i0 + r) * std::size_t(K);
@@ -163,7 +176,8 @@ __attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, 
       float* d = D + std::size_t(i0 + r) * std::size_t(N);
       for (int j = j0; j < std::min(N, j0 + kColumnChunk); ++j) {
         const int jj = j - j0;
-        d[j] = (promotion > 0 ? total[r][jj] + chain[r][jj] : chain[r][jj]) * s;
+        const float v = promotion > 0 ? total[r][jj] + chain[r][jj] : chain[r][jj];
+        d[j] = (K > range ? sum[r][jj] + v : v) * s;
       }
     }
   }
@@ -172,12 +186,12 @@ __attribute__((always_inline)) inline void gemm_tensor_core_rows(int i0, int N, 
 // AVX2 and baseline clones (see gemm_kernel.hpp): the same IEEE operations and truncating
 // conversions in both, so the same bits.
 FP8EMU_TARGET_CLONES void tensor_core_rows8(int i0, int N, int Npad, int K, const Decoded& a, const Decoded& bt,
-                                            int block, int promotion, float s, float* D) {
-  gemm_tensor_core_rows<8>(i0, N, Npad, K, a, bt, block, promotion, s, D);
+                                            int block, int promotion, int range, float s, float* D) {
+  gemm_tensor_core_rows<8>(i0, N, Npad, K, a, bt, block, promotion, range, s, D);
 }
 FP8EMU_TARGET_CLONES void tensor_core_rows1(int i0, int N, int Npad, int K, const Decoded& a, const Decoded& bt,
-                                            int block, int promotion, float s, float* D) {
-  gemm_tensor_core_rows<1>(i0, N, Npad, K, a, bt, block, promotion, s, D);
+                                            int block, int promotion, int range, float s, float* D) {
+  gemm_tensor_core_rows<1>(i0, N, Npad, K, a, bt, block, promotion, range, s, D);
 }
 
 }  // namespace
@@ -190,11 +204,14 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   const FormatSpec& sa = spec_of(fa);
   const FormatSpec& sb = spec_of(fb);
   const std::size_t na = std::size_t(M) * std::size_t(K), nb = std::size_t(N) * std::size_t(K);
-  // The vectorised path implements the fp32-accumulator block FMA with F = 13 (its 14-bit cut is the
-  // 0xFFFFFC00 mask below); other tensor-core rows take the per-element path.
-  const bool vectorised_tensor_core = model.datapath == Datapath::kTensorCore &&
-                                      model.accumulator == core::MmaAccumulator::kFp32 &&
-                                      model.fraction_bits == core::kMmaFractionBits;
+  // The vectorised path implements one-step blocks of the fp32-accumulator block FMA on FP8 fields
+  // with F = 13 and 14 bits kept (its 14-bit cut is the 0xFFFFFC00 mask), C in the alignment; other
+  // tensor-core rows take the per-element path.
+  const bool vectorised_tensor_core =
+      model.datapath == Datapath::kTensorCore && model.accumulator == core::MmaAccumulator::kFp32 &&
+      model.fraction_bits == core::kMmaFractionBits && model.significant_bits == core::kMmaSignificantBits &&
+      model.steps == 1 && model.operands == core::MmaOperands::kFp8 && model.c_joins_first_block &&
+      core::kSplitKTile % model.block == 0;
   if (vectorised_tensor_core && all_finite(A, na, sa) && all_finite(B, nb, sb)) {
     const Decoded a = decode_for_model(A, na, sa);
     const int Npad = (N + kLanes - 1) / kLanes * kLanes;
@@ -206,21 +223,23 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
             B[std::size_t(j) * std::size_t(K) + std::size_t(k)];
     const Decoded bt = decode_for_model(b_t.data(), b_t.size(), sb);
     const int block = model.block;
-    const int promotion = acc.promotion_interval >= K ? 0 : acc.promotion_interval;
+    const int range = std::max(core::split_k_range(K, acc.split_k), 1);  // K itself without split-K
+    const int promotion = acc.promotion_interval >= std::min(K, range) ? 0 : acc.promotion_interval;
     const double work = double(M) * N * K;
     const int groups = (M + 7) / 8;
 #pragma omp parallel for schedule(dynamic, 1) if (work >= detail::kParallelMinMacs)
     for (int g = 0; g < groups; ++g) {
       const int i0 = 8 * g;
       if (i0 + 8 <= M) {
-        tensor_core_rows8(i0, N, Npad, K, a, bt, block, promotion, s, D);
+        tensor_core_rows8(i0, N, Npad, K, a, bt, block, promotion, range, s, D);
       } else {
-        for (int i = i0; i < M; ++i) tensor_core_rows1(i, N, Npad, K, a, bt, block, promotion, s, D);
+        for (int i = i0; i < M; ++i) tensor_core_rows1(i, N, Npad, K, a, bt, block, promotion, range, s, D);
       }
     }
     return;
   }
-  if (model.datapath == Datapath::kFp32Sequential && (acc.promotion_interval == 0 || acc.promotion_interval >= K)) {
+  if (model.datapath == Datapath::kFp32Sequential && (acc.promotion_interval == 0 || acc.promotion_interval >= K) &&
+      core::split_k_range(K, acc.split_k) >= K) {
     // The same sums as dot_fp32 (k ascending, fp32, IEEE specials), through the vectorised NN kernel.
     std::vector<std::uint8_t> b_kn(nb);
     transpose(N, K, B, b_kn.data());
@@ -234,7 +253,7 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     for (int j = 0; j < N; ++j)
       D[std::size_t(i) * std::size_t(N) + std::size_t(j)] =
           core::gemm_tn_element(A + std::size_t(i) * std::size_t(K), sa, B + std::size_t(j) * std::size_t(K), sb, K,
-                                model, acc.promotion_interval, s);
+                                model, acc.promotion_interval, acc.split_k, s);
 }
 
 std::uint16_t f32_to_bf16_bits(float x) {

@@ -69,7 +69,7 @@ class ElementKernels final : public Kernels {
       for (int j = 0; j < N; ++j)
         D[std::size_t(i) * std::size_t(N) + std::size_t(j)] =
             core::gemm_tn_element(A + std::size_t(i) * std::size_t(K), spec_of(fa), B + std::size_t(j) * std::size_t(K),
-                                  spec_of(fb), K, m, acc.promotion_interval, s);
+                                  spec_of(fb), K, m, acc.promotion_interval, acc.split_k, s);
   }
 
   emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,

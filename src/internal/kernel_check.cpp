@@ -268,13 +268,17 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
     for (Format b : kFp8Formats)
       if (emu::gemm_operand_pair_supported(a, b)) kPairs.emplace_back(a, b);
   // Every model of the accumulation table, with fast accumulation and, where the model takes one, a
-  // promotion interval of one block (50 for block-less models: ragged runs) and of 128 (TE's split).
+  // promotion interval of one block (50 for block-less models: ragged runs) and of 128 (TE's split),
+  // and cuBLASLt's split-K: 3 splits with fast accumulation (K = 2s + 1 > 256 gives three ranges of
+  // 128, the last one short; smaller K one or two ranges) and 2 splits with promotion every 128.
   std::vector<emu::GemmAccumulation> kAccs;
   for (const AccumulationModel& m : kAccumulationModels) {
-    kAccs.push_back({m.id, 0});
+    kAccs.push_back({m.id, 0, 1});
     if (!m.takes_promotion()) continue;
-    kAccs.push_back({m.id, m.block > 1 ? m.block : 50});
-    if (128 % m.block == 0 && 128 != m.block) kAccs.push_back({m.id, 128});
+    kAccs.push_back({m.id, m.block > 1 ? m.block : 50, 1});
+    if (128 % m.block == 0 && 128 != m.block) kAccs.push_back({m.id, 128, 1});
+    kAccs.push_back({m.id, 0, 3});
+    if (128 % m.block == 0) kAccs.push_back({m.id, 128, 2});
   }
   const CodeFamily kCodeFamilies[] = {CodeFamily::kNormal, CodeFamily::kWide, CodeFamily::kSpecial};
 
@@ -424,6 +428,7 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
           for (const emu::GemmAccumulation& acc : kAccs) {
             std::string label = std::string("gemm_fp8_tn ") + emu::to_string(acc.model);
             if (acc.promotion_interval > 0) label += " promote " + std::to_string(acc.promotion_interval);
+            if (acc.split_k > 1) label += " split-k " + std::to_string(acc.split_k);
             KernelCheckRow& r = rec.row(label, in);
             const std::string w = sz + " " + short_name(fa) + "x" + short_name(fb) + " D";
             std::vector<float> da(std::size_t(M) * std::size_t(N)), db(da.size());

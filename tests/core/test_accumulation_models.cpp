@@ -17,19 +17,19 @@ std::uint32_t bits(float x) { return core::f32_to_bits(x); }
 }  // namespace
 
 TEST_CASE("Accumulation models: every row parses by its name and prints its name", "[accumulation]") {
-  CHECK(kAccumulationModelCount == 4);
+  CHECK(kAccumulationModelCount == 5);
   for (const AccumulationModel& m : kAccumulationModels) {
     INFO(m.name);
     CHECK(emu::parse_accumulation(m.name) == m.id);
     CHECK(std::string(emu::to_string(m.id)) == m.name);
   }
-  CHECK(emu::accumulation_names() == "exact, fp32, hopper, ada");
+  CHECK(emu::accumulation_names() == "exact, fp32, hopper, ada, hopper-mma-sync");
   try {
     emu::parse_accumulation("volta");
     FAIL("no error for an unknown model");
   } catch (const Error& e) {
     CHECK(std::string(e.what()) ==
-          "unknown accumulation model 'volta' (accepted: exact, fp32, hopper, ada)");
+          "unknown accumulation model 'volta' (accepted: exact, fp32, hopper, ada, hopper-mma-sync)");
   }
 }
 
@@ -61,12 +61,15 @@ TEST_CASE("Accumulation models: where C joins is a field of the row", "[accumula
 
 TEST_CASE("Accumulation models: the fraction bits of the row set the alignment", "[accumulation]") {
   // Products 1.0 * 1.0 and 2^-6 * 2^-8 = 2^-14 (E4M3 0x38 = 1, 0x08 = 2^-6, subnormal 0x02 = 2 * 2^-9 = 2^-8): with
-  // F = 13 the 2^-14 term is below the last kept bit 2^-13 and truncated away; with F = 14 it is kept.
+  // F = 13 the 2^-14 term is below the last kept bit 2^-13 and truncated away; with F = 14 it is kept
+  // in the sum, and the 15 significant bits of 1 + 2^-14 survive when 15 bits are kept, not 14.
   const std::uint8_t a[2] = {0x38, 0x08}, b[2] = {0x38, 0x02};
   AccumulationModel f13 = model_of(Accumulation::kHopper);
   AccumulationModel f14 = f13;
   f14.fraction_bits = 14;
   CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, f13)) == bits(1.0f));
+  CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, f14)) == bits(1.0f));  // kept, then cut at 14 bits
+  f14.significant_bits = 15;
   CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, f14)) == bits(1.0f + 0x1p-14f));
   // The exact and fp32 rows keep it: 1 + 2^-14 is an fp32.
   CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, model_of(Accumulation::kExact))) == bits(1.0f + 0x1p-14f));

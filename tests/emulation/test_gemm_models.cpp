@@ -106,6 +106,46 @@ TEST_CASE("tensor-core models: fast accumulation vs promotion every N, worked by
         core::mma_dot(x.data(), kSpecE4M3, y.data(), kSpecE4M3, 4096, 32, 0u, core::MmaAccumulator::kFp32));
 }
 
+TEST_CASE("split-K: ranges of whole 128-element tiles, partials summed in fp32, worked by hand",
+          "[emulation][gemm][split-k]") {
+  // K = 256, E4M3: one product 256 (0x78 * 0x38) at k = 0 and one 2^-6 (0x08 * 0x38) at k = 200.
+  // Un-split fast accumulation truncates 2^-6 away at the alignment on 2^8 (quantum 2^-5): 256.
+  // split_k 2 or 3: ceil(256 / S) = 128 or 86, rounded up to 128: ranges [0, 128) and [128, 256),
+  // partials 256 and 2^-6, fp32 sum 256.015625 (exact).
+  std::vector<std::uint8_t> a(256, 0x00), b(256, 0x38);
+  a[0] = 0x78;
+  a[200] = 0x08;
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 256, {Accumulation::kHopper, 0, 1}) == 256.0f);
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 256, {Accumulation::kHopper, 0, 2}) == 256.015625f);
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 256, {Accumulation::kHopper, 0, 3}) == 256.015625f);
+  // split_k 4: ranges of 128 too (ceil(256 / 4) = 64 -> 128): two non-empty ranges, two empty.
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 256, {Accumulation::kHopper, 0, 4}) == 256.015625f);
+  // With the 2^-6 product at k = 100 both products fall into the first range: 256, as un-split.
+  std::swap(a[100], a[200]);
+  CHECK(dot_fp8(a.data(), Format::kE4M3, b.data(), Format::kE4M3, 256, {Accumulation::kHopper, 0, 2}) == 256.0f);
+  // K = 300, split_k 2: ceil(150) -> 256: ranges [0, 256) and [256, 300); a product at k = 280 is
+  // kept, one at k = 250 is truncated (the same range as 256).
+  std::vector<std::uint8_t> c(300, 0x00), d(300, 0x38);
+  c[0] = 0x78;
+  c[280] = 0x08;
+  CHECK(dot_fp8(c.data(), Format::kE4M3, d.data(), Format::kE4M3, 300, {Accumulation::kHopper, 0, 2}) == 256.015625f);
+  std::swap(c[250], c[280]);
+  CHECK(dot_fp8(c.data(), Format::kE4M3, d.data(), Format::kE4M3, 300, {Accumulation::kHopper, 0, 2}) == 256.0f);
+  // The scale product scales the sum of the partials: (256 + 2^-6) * 0.5 * 0.25, exact.
+  float D = 0.0f;
+  std::swap(c[250], c[280]);
+  gemm_fp8_tn(1, 1, 300, c.data(), Format::kE4M3, 0.5f, d.data(), Format::kE4M3, 0.25f, {Accumulation::kHopper, 0, 2},
+              &D);
+  CHECK(D == 32.001953125f);
+  // Argument checks.
+  CHECK_THROWS_WITH(gemm_fp8_tn(1, 1, 300, c.data(), Format::kE4M3, 1, d.data(), Format::kE4M3, 1,
+                                {Accumulation::kHopper, 0, 0}, &D),
+                    "GEMM: split_k must be >= 1, got 0");
+  CHECK_THROWS_WITH(gemm_fp8_tn(1, 1, 300, c.data(), Format::kE4M3, 1, d.data(), Format::kE4M3, 1,
+                                {Accumulation::kExact, 0, 2}, &D),
+                    "GEMM: the exact model takes no split_k (it would no longer be exact)");
+}
+
 TEST_CASE("scaled GEMM: layout, scales, argument checks, thread invariance", "[emulation][gemm]") {
   // A = [[1, 2]], B = [[1, 1], [2, 0.5]] (E4M3: 1 = 0x38, 2 = 0x40, 0.5 = 0x30): D = [[3, 3]] * 0.5 * 4.
   const std::uint8_t A[2] = {0x38, 0x40}, B[4] = {0x38, 0x38, 0x40, 0x30};
@@ -143,15 +183,20 @@ TEST_CASE("vectorised tensor-core GEMM equals the scalar model element by elemen
   // The scalar model (dot_fp8 -> core::mma_dot) reproduces the recorded GPU rows; the vectorised
   // GEMM path must give the same bits for every element, model and wrapper.
   std::mt19937 g(11);
-  const int M = 7, N = 70, K = 200;  // N crosses the 64-column chunk; K is not a multiple of 32
+  const int M = 7, N = 140, K = 300;  // N crosses a 128-column chunk; K is not a multiple of 32
   for (const auto& fmts : {std::pair<Format, Format>{Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2},
                            {Format::kE5M2, Format::kE4M3}}) {
     std::vector<std::uint8_t> a(std::size_t(M) * K), b(std::size_t(N) * K);
     for (auto& c : a) c = (g() % 5 == 0) ? std::uint8_t(g() % 8) : random_finite(g, fmts.first);  // zeros, subnormals
     for (auto& c : b) c = (g() % 7 == 0) ? std::uint8_t(0x80) : random_finite(g, fmts.second);
-    for (const GemmAccumulation acc : {GemmAccumulation{Accumulation::kHopper, 0}, GemmAccumulation{Accumulation::kHopper, 64},
-                                       GemmAccumulation{Accumulation::kAda, 0}, GemmAccumulation{Accumulation::kAda, 128},
-                                       GemmAccumulation{Accumulation::kFp32, 0}}) {
+    // split_k 2 and 3: ranges [0, 256) + [256, 300), and three of 128 with a short last one.
+    for (const GemmAccumulation acc :
+         {GemmAccumulation{Accumulation::kHopper, 0}, GemmAccumulation{Accumulation::kHopper, 64},
+          GemmAccumulation{Accumulation::kAda, 0}, GemmAccumulation{Accumulation::kAda, 128},
+          GemmAccumulation{Accumulation::kFp32, 0}, GemmAccumulation{Accumulation::kHopper, 0, 2},
+          GemmAccumulation{Accumulation::kHopper, 0, 3}, GemmAccumulation{Accumulation::kHopper, 96, 2},
+          GemmAccumulation{Accumulation::kAda, 128, 3}, GemmAccumulation{Accumulation::kFp32, 0, 2},
+          GemmAccumulation{Accumulation::kHopperMmaSync, 0, 2}}) {
       std::vector<float> d(std::size_t(M) * N);
       gemm_fp8_tn(M, N, K, a.data(), fmts.first, 1.0f, b.data(), fmts.second, 1.0f, acc, d.data());
       int mismatches = 0;
@@ -159,7 +204,7 @@ TEST_CASE("vectorised tensor-core GEMM equals the scalar model element by elemen
         for (int j = 0; j < N; ++j)
           mismatches += bits(d[std::size_t(i * N + j)]) !=
                         bits(dot_fp8(a.data() + i * K, fmts.first, b.data() + j * K, fmts.second, K, acc));
-      INFO(to_string(acc.model) << " promotion " << acc.promotion_interval);
+      INFO(to_string(acc.model) << " promotion " << acc.promotion_interval << " split_k " << acc.split_k);
       CHECK(mismatches == 0);
     }
   }

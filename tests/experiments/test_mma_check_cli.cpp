@@ -183,6 +183,13 @@ TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
   const io::NpyArray D8 = io::read_npy((d / "D8.npy").string());
   CHECK(D8.dtype == "|u1");
   CHECK(D8.data == std::vector<std::uint8_t>{0x54, 0x54});
+  // --split-k reaches the model and is checked: one split is the plain GEMM, 0 is refused.
+  r = run_cli("gemm" + common + " --split-k 2 --out " + (d / "S.npy").string());
+  CHECK(r.code == 0);
+  CHECK(r.output.find("split-K 2") != std::string::npos);
+  r = run_cli("gemm" + common + " --split-k 0 --out " + (d / "X.npy").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("split_k must be >= 1, got 0") != std::string::npos);
   r = run_cli("gemm" + common + " --output int8 --out " + (d / "X.npy").string());
   CHECK(r.code == 2);
   CHECK(r.output.find("unknown --output 'int8'") != std::string::npos);
@@ -198,4 +205,70 @@ TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
   CHECK(r.code == 2);
   CHECK(r.output.find("shape mismatch") != std::string::npos);
   fs::remove_all(d);
+}
+
+TEST_CASE("gemm --split-k reproduces cuBLASLt's split-K output recorded on an H200", "[cli][gemm][h200]") {
+  // 16 x 16 x 65536, FAST_ACCUM = 1 forced to 25 splits (tests/data/h200/README.md): the Hopper model
+  // with --split-k 25 gives the recorded bits; without it nearly every element differs.
+  const std::string dir = std::string(FP8EMU_TEST_DATA_DIR) + "/h200/cublaslt-splitk/k65536_m16/";
+  const fs::path d = fs::temp_directory_path() / ("fp8emu-splitk-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  const std::string gemm = "gemm --a " + dir + "A.npy --b " + dir + "B.npy --accumulation hopper --promotion 0";
+  Result r = run_cli(gemm + " --split-k 25 --out " + (d / "D.npy").string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  r = run_cli("compare " + (d / "D.npy").string() + " " + dir + "D_f1_s25_r2.npy");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("bitwise mismatches: 0") != std::string::npos);
+  r = run_cli(gemm + " --out " + (d / "U.npy").string());
+  REQUIRE(r.code == 0);
+  r = run_cli("compare " + (d / "U.npy").string() + " " + dir + "D_f1_s25_r2.npy");
+  CHECK(r.code == 1);
+  CHECK(r.output.find("bitwise mismatches: 256") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("mma-check --arch hopper --instruction mma.sync reproduces every H200 mma.sync tile", "[cli][mma][h200]") {
+  // tests/data/h200/mma-sync (768 tiles per pair) and mma-sync-edge (192 special-value tiles).
+  const std::string dir = std::string(FP8EMU_TEST_DATA_DIR) + "/h200/";
+  struct Pair {
+    const char* name;
+    const char* formats;
+  };
+  for (const Pair p : {Pair{"e4m3_e4m3", " --format e4m3"}, Pair{"e5m2_e5m2", " --format e5m2"},
+                       Pair{"e4m3_e5m2", " --format-a e4m3 --format-b e5m2"}}) {
+    for (const char* set : {"mma-sync/", "mma-sync-edge/"}) {
+      const std::string tiles = " --tiles " + dir + set + p.name;
+      INFO(set << p.name);
+      Result r = run_cli(std::string("mma-check --arch hopper --instruction mma.sync") + p.formats + tiles);
+      CHECK(r.code == 0);
+      CHECK(r.output == std::string("mismatches: 0 of ") + (std::string(set) == "mma-sync/" ? "98304" : "24576") + "\n");
+      if (std::string(set) != "mma-sync/") continue;
+      // Hopper's default instruction (wgmma) and Ada's mma.sync are other datapaths: exit 1.
+      r = run_cli(std::string("mma-check --arch hopper") + p.formats + tiles);
+      CHECK(r.code == 1);
+      r = run_cli(std::string("mma-check --arch ada") + p.formats + tiles);
+      CHECK(r.code == 1);
+    }
+  }
+  // Errors name the problem and exit 2.
+  const std::string tiles = " --tiles " + dir + "mma-sync/e4m3_e4m3";
+  Result r = run_cli("mma-check --arch hopper --instruction mma.syn --format e4m3" + tiles);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--arch hopper has no --instruction 'mma.syn' (accepted: wgmma, mma.sync)") != std::string::npos);
+  r = run_cli("mma-check --arch volta --format e4m3" + tiles);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("unknown --arch 'volta' (accepted: hopper, ada)") != std::string::npos);
+  r = run_cli("mma-check --arch hopper --instruction mma.sync --format e4m3 --output fp16" + tiles);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("adds C with an fp32 add") != std::string::npos);
+  r = run_cli("mma-check --arch hopper --instruction mma.sync --format-a e4m3" + tiles);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("no format for --format-b") != std::string::npos);
+  r = run_cli("mma-check --arch hopper --format e4m3 --tiles " + dir + "mma-sync/e4m3_e4m3 --a x.txt");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--tiles replaces --a") != std::string::npos);
+  r = run_cli("mma-check --arch hopper --format e4m3 --tiles " + dir + "mma-sync/nonexistent");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("nonexistent_A.u8: not found") != std::string::npos);
 }

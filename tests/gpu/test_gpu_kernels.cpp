@@ -7,6 +7,7 @@
 // then a missing GPU is a failure, so a GPU machine cannot pass these tests by skipping them.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -128,42 +129,74 @@ TEST_CASE("gpu: bad arguments throw the emulator's errors", "[gpu]") {
   CHECK(message(gpu, Format::kE5M2, {}) != "no error");
 }
 
-TEST_CASE("gpu: cuBLASLt FP8 GEMM is close to the exact product, with an E4M3 output and its AMAX_D", "[gpu]") {
+namespace {
+// Compute capability of the GPU the kernels use (the first with FP8 MMA), as major * 10 + minor.
+int fp8_device_cc() {
+  for (const backend::GpuInfo& g : backend::cuda_status().gpus)
+    if (g.fp8_mma()) return g.cc_major * 10 + g.cc_minor;
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("gpu: cuBLASLt FP8 GEMM equals the hopper model with its split-K, E4M3 output and AMAX_D included",
+          "[gpu]") {
   if (!have_gpu()) return;
-  const int M = 64, N = 48, K = 256;
-  float sa = 1.0f, sb = 1.0f;
-  const auto A = backend::make_codes(backend::CodeFamily::kNormal, Format::kE4M3, std::size_t(M) * K, 11, &sa);
-  const auto B = backend::make_codes(backend::CodeFamily::kNormal, Format::kE4M3, std::size_t(N) * K, 12, &sb);
-  std::vector<float> exact(std::size_t(M) * N);
-  emu::gemm_fp8_tn(M, N, K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, {emu::Accumulation::kExact, 0},
-                   exact.data());
-  for (const bool fast : {true, false}) {
-    INFO("fast accumulation " << fast);
-    std::vector<float> D(exact.size());
-    cuda::lt_gemm_fp8_tn_host(M, N, K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, fast, nullptr,
-                              cuda::LtOutput::kFp32, D.data());
-    double diff2 = 0.0, ref2 = 0.0;
-    float mx = 0.0f;
-    for (std::size_t i = 0; i < D.size(); ++i) {
-      diff2 += (double(D[i]) - exact[i]) * (double(D[i]) - exact[i]);
-      ref2 += double(exact[i]) * exact[i];
-      mx = std::max(mx, std::fabs(D[i]));
+  // On sm_90 the expectation is bit-exact (measured on an H200, docs/gpu.md): FAST_ACCUM = 1 is the
+  // hopper model without promotion, 0 with promotion every 128, both with the algorithm's split-K.
+  // On other GPUs cuBLASLt runs other kernels: only closeness to the exact product is checked.
+  const bool hopper = fp8_device_cc() == model_of(Accumulation::kHopper).compute_capability;
+  struct Shape {
+    int M, N, K, split_k;  // split_k 0: the heuristic's choice
+  };
+  for (const Shape sh : {Shape{64, 48, 256, 0}, Shape{16, 16, 65536, 0}, Shape{128, 128, 16384, 3}}) {
+    float sa = 1.0f, sb = 1.0f;
+    const auto A = backend::make_codes(backend::CodeFamily::kNormal, Format::kE4M3, std::size_t(sh.M) * sh.K, 11, &sa);
+    const auto B = backend::make_codes(backend::CodeFamily::kNormal, Format::kE4M3, std::size_t(sh.N) * sh.K, 12, &sb);
+    std::vector<float> exact(std::size_t(sh.M) * sh.N);
+    emu::gemm_fp8_tn(sh.M, sh.N, sh.K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb,
+                     {emu::Accumulation::kExact, 0, 1}, exact.data());
+    for (const bool fast : {true, false}) {
+      INFO("M " << sh.M << " N " << sh.N << " K " << sh.K << " split-K asked " << sh.split_k << ", fast accumulation "
+                << fast);
+      std::vector<float> D(exact.size());
+      cuda::LtAlgo algo;
+      cuda::lt_gemm_fp8_tn_host(sh.M, sh.N, sh.K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, fast,
+                                nullptr, cuda::LtOutput::kFp32, D.data(), 1.0f, nullptr, sh.split_k, &algo);
+      if (sh.split_k > 0) CHECK(algo.split_k == sh.split_k);
+      const emu::GemmAccumulation acc{emu::Accumulation::kHopper, fast ? 0 : 128, algo.split_k};
+      std::vector<float> model(D.size());
+      emu::gemm_fp8_tn(sh.M, sh.N, sh.K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, acc, model.data());
+      double diff2 = 0.0, ref2 = 0.0;
+      std::size_t mismatches = 0;
+      float mx = 0.0f;
+      for (std::size_t i = 0; i < D.size(); ++i) {
+        diff2 += (double(D[i]) - exact[i]) * (double(D[i]) - exact[i]);
+        ref2 += double(exact[i]) * exact[i];
+        mismatches += bits(D[i]) != bits(model[i]);
+        mx = std::max(mx, std::fabs(model[i]));
+      }
+      CHECK(std::sqrt(diff2 / ref2) < 1e-2);  // the 14-bit tensor-core chain stays far below this
+      if (hopper) CHECK(mismatches == 0);
+      // E4M3 output with a D scale and AMAX_D (C passed as null): on sm_90 the codes and the amax
+      // equal the emulator's epilogue (emu::GemmEpilogue) bit for bit.
+      const float d_scale = max_finite_f32(Format::kE4M3) / mx;
+      std::vector<std::uint8_t> q(D.size()), want(D.size());
+      float amax = -1.0f, emu_amax = 0.0f;
+      cuda::LtAlgo algo8;
+      cuda::lt_gemm_fp8_tn_host(sh.M, sh.N, sh.K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, fast,
+                                nullptr, cuda::LtOutput::kE4M3, q.data(), d_scale, &amax, sh.split_k, &algo8);
+      emu::GemmEpilogue ep;
+      ep.output = emu::GemmOutput::kFp8;
+      ep.output_format = Format::kE4M3;
+      ep.d_scale = d_scale;
+      ep.amax_d = &emu_amax;
+      emu::gemm_fp8_tn(sh.M, sh.N, sh.K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb,
+                       {emu::Accumulation::kHopper, fast ? 0 : 128, algo8.split_k}, ep, want.data());
+      CHECK(std::fabs(amax - emu_amax) <= 1e-2f * emu_amax);
+      if (hopper) {
+        CHECK(bits(amax) == bits(emu_amax));
+        CHECK(q == want);
+      }
     }
-    CHECK(std::sqrt(diff2 / ref2) < 1e-2);  // the 14-bit tensor-core chain over K = 256 stays far below this
-    // E4M3 output with a D scale and AMAX_D: the amax is max |D| up to the accumulation differences
-    // of another kernel, and every code is within one step of Q(RN(D * d_scale)).
-    const float d_scale = 448.0f / mx;
-    std::vector<std::uint8_t> q(D.size()), want(D.size());
-    float amax = -1.0f;
-    cuda::lt_gemm_fp8_tn_host(M, N, K, A.data(), Format::kE4M3, sa, B.data(), Format::kE4M3, sb, fast, nullptr,
-                              cuda::LtOutput::kE4M3, q.data(), d_scale, &amax);
-    CHECK(std::fabs(amax - mx) <= 1e-2f * mx);
-    emu::quantize(D.data(), D.size(), d_scale, Format::kE4M3, want.data(), nullptr);
-    int worst = 0;
-    for (std::size_t i = 0; i < q.size(); ++i) {
-      const int ma = q[i] & 0x7F, mb = want[i] & 0x7F;
-      worst = std::max(worst, ((q[i] ^ want[i]) & 0x80) ? ma + mb : std::abs(ma - mb));
-    }
-    CHECK(worst <= 1);
   }
 }

@@ -3,19 +3,23 @@
 /// parsing, names, the datapath and its checks are derived (as format_spec.hpp does for formats).
 ///
 /// A model says how one output element's dot product of K FP8 x FP8 products is summed:
-///   exact   the exact sum of the exact products, rounded once to fp32 (RNE);
-///   fp32    fp32 sequential: c = RN(c + a_k * b_k) for k = 0..K-1 (products exact);
-///   hopper  the Hopper `wgmma` k32 tensor-core block FMA: blocks of 32 products chained along K;
-///   ada     the Ada `mma.sync.m16n8k32` block FMA: blocks of 16 products chained along K.
-/// The tensor-core block FMA (core/mma_model.hpp; docs/tensor-core-model.md has the evidence): the
-/// block's products and addend are aligned to `fraction_bits` bits below the largest exponent by
-/// truncation, summed exactly, and the sum is cut to 1 + fraction_bits significant bits (fp32
-/// accumulator) or rounded to fp16 (fp16 accumulator).
+///   exact            the exact sum of the exact products, rounded once to fp32 (RNE);
+///   fp32             fp32 sequential: c = RN(c + a_k * b_k) for k = 0..K-1 (products exact);
+///   hopper           the Hopper `wgmma` k32 tensor-core block FMA: blocks of 32 products chained
+///                    along K;
+///   ada              the Ada `mma.sync.m16n8k32` block FMA: blocks of 16 products chained along K;
+///   hopper-mma-sync  Hopper's `mma.sync.m16n8k32` FP8 (sm_90 runs it on the fp16 tensor core): per
+///                    32 products, FP8 widened to fp16, two block FMAs of 16 (k mod 4 in {0, 1}, then
+///                    {2, 3}), then C added with one RN fp32 add.
+/// The tensor-core block FMA (core/mma_model.hpp; docs/tensor-core-model.md has the evidence): a
+/// step's products and accumulator are aligned to `fraction_bits` bits below the largest exponent by
+/// truncation, summed exactly, and the sum is cut to `significant_bits` (fp32 accumulator) or
+/// rounded to fp16 (fp16 accumulator).
 ///
 /// Adding a model: one row in kAccumulationModels (and an enumerator, in the same order); a model
 /// whose datapath is new adds a Datapath and its case in core/dot.hpp (switches there have no
-/// `default:`, so the compiler names every place to extend). The GEMM-level promotion wrapper (TE's
-/// split accumulator) is not part of the model: see emu::GemmAccumulation.
+/// `default:`, so the compiler names every place to extend). The GEMM-level wrappers (TE's split
+/// accumulator, cuBLASLt's split-K) are not part of the model: see emu::GemmAccumulation.
 #pragma once
 
 #include <cstdint>
@@ -26,46 +30,68 @@
 namespace fp8emu {
 
 /// Run-time selector of an accumulation model: an index into kAccumulationModels.
-enum class Accumulation : std::uint8_t { kExact, kFp32, kHopper, kAda };
+enum class Accumulation : std::uint8_t { kExact, kFp32, kHopper, kAda, kHopperMmaSync };
 
 /// How a model sums a run of products.
 enum class Datapath : std::uint8_t {
   kExactSum,        ///< Exact integer sum of the exact products, one RNE rounding to fp32.
   kFp32Sequential,  ///< One RN fp32 add per product, in increasing k, from +0.
-  kTensorCore,      ///< Block FMA of `block` products (core::mma_block), chained along K.
+  kTensorCore,      ///< Blocks of `block` products (core::mma_instruction), chained along K.
 };
 
-/// One accumulation model (see the file comment).
+/// One accumulation model (see the file comment). The tensor-core fields are meaningful for
+/// kTensorCore only; the other rows carry neutral values (block 1, one step, no fraction bits).
 struct AccumulationModel {
   Accumulation id;
   const char* name;         ///< The name of `--accumulation` and of result files: "hopper".
   const char* hardware;     ///< What it models, for help texts.
+  const char* arch;         ///< kTensorCore: the GPU architecture (`mma-check --arch`): "hopper", "ada"; else "".
+  const char* instruction;  ///< kTensorCore: the MMA instruction (`mma-check --instruction`): "wgmma",
+                            ///< "mma.sync"; else "". The first row of an arch is its default.
+  int compute_capability;   ///< kTensorCore: the architecture's sm number (90, 89); else 0.
   Datapath datapath;
-  int block;                ///< Products fused per block step (1 for non-tensor-core datapaths).
-  int fraction_bits;        ///< kTensorCore: bits kept below the block's largest exponent (F).
-  core::MmaAccumulator accumulator;  ///< kTensorCore: the accumulator type between blocks.
-  /// kTensorCore: true when an addend C joins the first block's alignment (the Ada mma.sync
-  /// recordings with C confirm it); false when the chain starts from zero and C is added last with
-  /// one RN fp32 add. Inside fp8emu's GEMMs (beta = 0) C is zero and both give the same bits; it
-  /// matters to `fp8emu mma-check --c`. For `hopper` it is fp8emu's convention, not a measurement:
-  /// the H100 recordings were made without C (docs/tensor-core-model.md).
+  int block;                ///< Products per block (one instruction's K, or one block FMA), chained along K;
+                            ///< 1 for non-tensor-core datapaths. A promotion interval is a multiple of it.
+  int steps;                ///< kTensorCore: block FMAs per block, chained through the accumulator.
+  int step_interleave;      ///< kTensorCore: product i of a block is in step (i / step_interleave) % steps.
+  int fraction_bits;        ///< kTensorCore: bits kept below a step's largest exponent (F).
+  int significant_bits;     ///< kTensorCore, fp32 accumulator: bits kept (truncated) after each step.
+  core::MmaAccumulator accumulator;  ///< kTensorCore: the accumulator type between steps and blocks.
+  core::MmaOperands operands;        ///< kTensorCore: FP8 fields, or widened to fp16 first.
+  /// kTensorCore: true when C (and, along K, the previous block's result) joins the alignment of a
+  /// block's first step (the Ada mma.sync recordings with C confirm it; for `hopper` it is fp8emu's
+  /// convention: the H100 recordings were made without C, though the chain along K is measured);
+  /// false when a block's steps start from +0 and C is added last with one RN fp32 add (Hopper
+  /// mma.sync's FADD, measured on an H200). Inside fp8emu's GEMMs the first C is +0; along K it
+  /// decides how blocks chain.
   bool c_joins_first_block;
 
-  /// Whether a GEMM promotion interval is allowed (every model but the exact sum, which would no
-  /// longer be exact) and must be a multiple of `block`.
+  /// Whether a GEMM promotion interval (or a split-K) is allowed (every model but the exact sum,
+  /// which would no longer be exact); an interval must be a multiple of `block`.
   FP8EMU_HD constexpr bool takes_promotion() const { return datapath != Datapath::kExactSum; }
+  /// The tensor-core datapath of the row (kTensorCore rows), as core/mma_model.hpp takes it.
+  FP8EMU_HD constexpr core::MmaDatapath tensor_core() const {
+    return core::MmaDatapath{block,       steps,    step_interleave,    fraction_bits, significant_bits,
+                             accumulator, operands, c_joins_first_block};
+  }
 };
 
-/// The models, indexed by Accumulation.
+/// The models, indexed by Accumulation. Columns: id, name, hardware, arch, instruction, sm, datapath,
+/// block, steps, step interleave, fraction bits, significant bits, accumulator, operands, C joins.
 inline constexpr AccumulationModel kAccumulationModels[] = {
-    {Accumulation::kExact, "exact", "exact sum, one rounding (reference)", Datapath::kExactSum, 1, 0,
-     core::MmaAccumulator::kFp32, true},
-    {Accumulation::kFp32, "fp32", "fp32 sequential sum (CUDA cores, CPU BLAS order)", Datapath::kFp32Sequential, 1, 0,
-     core::MmaAccumulator::kFp32, true},
-    {Accumulation::kHopper, "hopper", "Hopper wgmma k32 FP8 tensor core (sm_90)", Datapath::kTensorCore, 32,
-     core::kMmaFractionBits, core::MmaAccumulator::kFp32, true},
-    {Accumulation::kAda, "ada", "Ada mma.sync m16n8k32 FP8 tensor core (sm_89)", Datapath::kTensorCore, 16,
-     core::kMmaFractionBits, core::MmaAccumulator::kFp32, true},
+    {Accumulation::kExact, "exact", "exact sum, one rounding (reference)", "", "", 0, Datapath::kExactSum, 1, 1, 1, 0,
+     0, core::MmaAccumulator::kFp32, core::MmaOperands::kFp8, true},
+    {Accumulation::kFp32, "fp32", "fp32 sequential sum (CUDA cores, CPU BLAS order)", "", "", 0,
+     Datapath::kFp32Sequential, 1, 1, 1, 0, 0, core::MmaAccumulator::kFp32, core::MmaOperands::kFp8, true},
+    {Accumulation::kHopper, "hopper", "Hopper wgmma k32 FP8 tensor core (sm_90)", "hopper", "wgmma", 90,
+     Datapath::kTensorCore, 32, 1, 1, core::kMmaFractionBits, core::kMmaSignificantBits, core::MmaAccumulator::kFp32,
+     core::MmaOperands::kFp8, true},
+    {Accumulation::kAda, "ada", "Ada mma.sync m16n8k32 FP8 tensor core (sm_89)", "ada", "mma.sync", 89,
+     Datapath::kTensorCore, 16, 1, 1, core::kMmaFractionBits, core::kMmaSignificantBits, core::MmaAccumulator::kFp32,
+     core::MmaOperands::kFp8, true},
+    {Accumulation::kHopperMmaSync, "hopper-mma-sync", "Hopper mma.sync m16n8k32 FP8 (sm_90: fp16 HMMA steps, C added last)",
+     "hopper", "mma.sync", 90, Datapath::kTensorCore, 32, 2, 2, core::kHmmaFractionBits, core::kHmmaSignificantBits,
+     core::MmaAccumulator::kFp32, core::MmaOperands::kFp16, false},
 };
 inline constexpr int kAccumulationModelCount = int(sizeof(kAccumulationModels) / sizeof(kAccumulationModels[0]));
 
@@ -78,9 +104,24 @@ constexpr bool accumulation_table_in_order() {
     if (int(kAccumulationModels[i].id) != i) return false;
   return true;
 }
+constexpr bool accumulation_rows_consistent() {
+  for (const AccumulationModel& m : kAccumulationModels) {
+    if (m.block < 1 || m.steps < 1 || m.step_interleave < 1) return false;
+    if (m.datapath != Datapath::kTensorCore) continue;
+    if (m.block % (m.steps * m.step_interleave) != 0) return false;  // every step has block / steps products
+    if (!m.c_joins_first_block && m.accumulator != core::MmaAccumulator::kFp32) return false;  // C's add is fp32
+    if (m.significant_bits < 1 || m.significant_bits > 24) return false;  // the result is an fp32
+  }
+  return true;
+}
 }  // namespace detail
 static_assert(detail::accumulation_table_in_order(), "kAccumulationModels must be indexed by Accumulation");
-static_assert(model_of(Accumulation::kHopper).block == 32 && model_of(Accumulation::kAda).block == 16,
+static_assert(detail::accumulation_rows_consistent(),
+              "kAccumulationModels: a tensor-core row's block must hold whole steps, a C added last needs the fp32 "
+              "accumulator, and at most 24 significant bits are kept");
+static_assert(model_of(Accumulation::kHopper).block == 32 && model_of(Accumulation::kAda).block == 16 &&
+                  model_of(Accumulation::kHopperMmaSync).block == 32 &&
+                  model_of(Accumulation::kHopperMmaSync).block / model_of(Accumulation::kHopperMmaSync).steps == 16,
               "wgmma k32 FP8 fuses 32 products per block, mma.sync m16n8k32 16 per step");
 
 }  // namespace fp8emu

@@ -63,21 +63,18 @@ FP8EMU_HD float dot_run(const std::uint8_t* a, FormatSpec fa, const std::uint8_t
   switch (m.datapath) {
     case Datapath::kExactSum: return dot_exact(a, fa, b, fb, K);
     case Datapath::kFp32Sequential: return dot_fp32(a, fa, b, fb, K);
-    case Datapath::kTensorCore:
-      return bits_to_f32(mma_dot(a, fa, b, fb, K, m.block, 0u, m.accumulator, m.fraction_bits));
+    case Datapath::kTensorCore: return bits_to_f32(mma_dot(a, fa, b, fb, K, 0u, m.tensor_core()));
   }
   return bits_to_f32(0x7FFFFFFFu);  // unreachable: every Datapath is handled above
 }
 
 /// A tensor-core dot product with an addend C (fp32 bits; fp16 bits for an fp16 accumulator), as
-/// one MMA instruction computes it: C joins the first block (c_joins_first_block), or the chain runs
-/// from zero and C is added last with one RN fp32 add. Returns fp32 bits. Only for kTensorCore models.
+/// chained MMA instructions compute it: C is the first block's C, which joins the first step's
+/// alignment or is added last with one RN fp32 add (the row's c_joins_first_block). Returns fp32
+/// bits. Only for kTensorCore models.
 FP8EMU_HD std::uint32_t mma_dot_with_c(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb,
                                        int K, const AccumulationModel& m, std::uint32_t c) {
-  if (m.c_joins_first_block) return mma_dot(a, fa, b, fb, K, m.block, c, m.accumulator, m.fraction_bits);
-  const std::uint32_t d = mma_dot(a, fa, b, fb, K, m.block, 0u, m.accumulator, m.fraction_bits);
-  const std::uint32_t c32 = m.accumulator == MmaAccumulator::kFp16 ? half_to_f32_bits(std::uint16_t(c)) : c;
-  return f32_to_bits(add_rn(bits_to_f32(c32), bits_to_f32(d)));
+  return mma_dot(a, fa, b, fb, K, c, m.tensor_core());
 }
 
 /// The accumulation of one output element with TE's promotion wrapper: runs of `promotion`
@@ -92,11 +89,39 @@ FP8EMU_HD float dot_promoted(const std::uint8_t* a, FormatSpec fa, const std::ui
   return total;
 }
 
-/// One element of the per-tensor-scaled GEMM (emu::gemm_fp8_tn): RN(acc * s), s = RN(scale_inv_a *
-/// scale_inv_b) computed once by the caller. a: row i of A, b: row j of B (K codes each).
+/// cuBLASLt's split-K cuts K on tiles of this many elements (measured on an H200).
+inline constexpr int kSplitKTile = 128;
+
+/// The K-elements of one split-K range: roundup(ceil(K / split_k), kSplitKTile); K for split_k <= 1.
+/// The ranges are [0, L), [L, 2L), ...: the last non-empty one may be short and trailing ones empty
+/// (K = 16384, split_k = 25: L = 768, 22 non-empty ranges).
+FP8EMU_HD constexpr int split_k_range(int K, int split_k) {
+  if (split_k <= 1) return K;
+  const long long per = (static_cast<long long>(K) + split_k - 1) / split_k;
+  return int((per + kSplitKTile - 1) / kSplitKTile * kSplitKTile);
+}
+
+/// One output element's accumulation with both GEMM-level wrappers, as cuBLASLt computes it (measured
+/// on an H200, every reduction scheme): K cut into split_k_range(K, split_k) ranges; each range's
+/// partial is dot_promoted over it (from a zero accumulator, promotion runs starting at the range's
+/// start); D = the fp32 RN sum of the partials in range order (p0 + p1 + ...; an empty range's +0
+/// changes nothing, as no partial is -0). split_k <= 1: dot_promoted over K.
+FP8EMU_HD float dot_split_k(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb, int K,
+                            const AccumulationModel& m, int promotion, int split_k) {
+  const int L = split_k_range(K, split_k);
+  if (L >= K) return dot_promoted(a, fa, b, fb, K, m, promotion);
+  float total = dot_promoted(a, fa, b, fb, L, m, promotion);
+  for (int k0 = L; k0 < K; k0 += L)
+    total = add_rn(total, dot_promoted(a + k0, fa, b + k0, fb, min_int(L, K - k0), m, promotion));
+  return total;
+}
+
+/// One element of the per-tensor-scaled GEMM (emu::gemm_fp8_tn): RN(acc * s), acc = dot_split_k,
+/// s = RN(scale_inv_a * scale_inv_b) computed once by the caller. a: row i of A, b: row j of B (K
+/// codes each).
 FP8EMU_HD float gemm_tn_element(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb, int K,
-                                const AccumulationModel& m, int promotion, float s) {
-  return mul_rn(dot_promoted(a, fa, b, fb, K, m, promotion), s);
+                                const AccumulationModel& m, int promotion, int split_k, float s) {
+  return mul_rn(dot_split_k(a, fa, b, fb, K, m, promotion, split_k), s);
 }
 
 /// One element of the block-scaled GEMM (emu::gemm_fp8_block_tn): d = +0; for each K-block in

@@ -4,9 +4,11 @@
 /// E4M3 output with a D scale and the amax of D), plus BF16 and FP32 GEMMs, the baselines of
 /// `fp8emu bench gpu`.
 ///
-/// Not bit-exact by design: cuBLASLt picks a kernel by heuristic and does not document its
-/// accumulation order or its promotion interval without FAST_ACCUM. `fp8emu validate` measures how
-/// far it is from the emulator's `hopper` models and from the exact product.
+/// Bit-exact to the emulator on Hopper (measured on an H200 with CUDA 13 / cuBLASLt 13.1; see
+/// docs/gpu.md): with FAST_ACCUM = 1 it equals emu::gemm_fp8_tn with the `hopper` model and no
+/// promotion, with FAST_ACCUM = 0 the `hopper` model promoted every 128, in both cases with the
+/// split-K count of the algorithm cuBLASLt ran (LtAlgo::split_k; cuBLASLt documents none of this).
+/// `fp8emu validate` checks it on whatever GPU it runs on.
 ///
 /// Available only when fp8emu is built with CUDA (FP8EMU_HAVE_CUDA); the functions need a GPU with
 /// compute capability 8.9 or newer (backend::cuda_status().usable()) and throw fp8emu::Error
@@ -29,9 +31,18 @@ namespace fp8emu::cuda {
 
 /// Element type of D.
 enum class LtOutput : std::uint8_t {
-  kFp32,  ///< float (cuBLASLt C type fp32).
-  kBf16,  ///< bfloat16 bits (uint16; C type bf16).
-  kE4M3,  ///< E4M3 codes of RN(t * d_scale), satfinite (C type bf16); the only output with AMAX_D.
+  kFp32,  ///< float (cuBLASLt C type fp32; D passed as C, in place, beta = 0).
+  kBf16,  ///< bfloat16 bits (uint16; C type bf16; D passed as C, in place, beta = 0).
+  kE4M3,  ///< E4M3 codes of RN(t * d_scale), satfinite (C type bf16, C pointer null, beta = 0: D
+          ///< cannot stand in for C of another type); the only output with AMAX_D.
+};
+
+/// The algorithm cuBLASLt ran (its CUBLASLT_ALGO_CONFIG_* attributes).
+struct LtAlgo {
+  int split_k = 1;           ///< CUBLASLT_ALGO_CONFIG_SPLITK_NUM: K splits (1: none).
+  unsigned reduction = 0;    ///< CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME (cublasLtReductionScheme_t).
+  unsigned tile = 0;         ///< CUBLASLT_ALGO_CONFIG_TILE_ID (cublasLtMatmulTile_t).
+  unsigned stages = 0;       ///< CUBLASLT_ALGO_CONFIG_STAGES_ID (cublasLtMatmulStages_t).
 };
 
 /// One FP8 GEMM on device memory (all pointers are device pointers).
@@ -51,6 +62,11 @@ struct LtFp8Gemm {
   /// One fp32 set to max |D| before the D scale (CUBLASLT_MATMUL_DESC_AMAX_D_POINTER), or null.
   /// cuBLASLt computes it only for an FP8 D, so it needs output kE4M3 (checked).
   float* amax_d = nullptr;
+  /// 0: the heuristic's algorithm as it comes. S >= 1: that algorithm with
+  /// CUBLASLT_ALGO_CONFIG_SPLITK_NUM = S (for S > 1 with the compute-type workspace reduction,
+  /// CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), checked by cublasLtMatmulAlgoCheck.
+  int split_k = 0;
+  LtAlgo* algo = nullptr;  ///< Host pointer; if set, receives the algorithm that ran.
 };
 
 /// A cuBLASLt handle and a 32 MiB workspace on the FP8 GPU. Each GEMM configuration (kind, shape,
@@ -64,7 +80,8 @@ class LtContext {
   LtContext(const LtContext&) = delete;
   LtContext& operator=(const LtContext&) = delete;
 
-  /// The FP8 GEMM of `g` (see LtFp8Gemm). \throws fp8emu::Error on a bad shape or a cuBLASLt error.
+  /// The FP8 GEMM of `g` (see LtFp8Gemm). \throws fp8emu::Error on a bad shape, a negative split_k,
+  /// a split-K the algorithm does not support, or a cuBLASLt error.
   void gemm_fp8_tn(const LtFp8Gemm& g);
   /// D [M, N] = A [M, K] B [N, K]^T in bf16 (bits), fp32 accumulation, bf16 output.
   void gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, std::uint16_t* D);
@@ -81,9 +98,11 @@ class LtContext {
 
 /// The FP8 GEMM on host memory: copies A, B (and bias, rounded to bf16 RNE) to the device, runs
 /// LtContext::gemm_fp8_tn and copies D (M*N floats, bf16 bits or E4M3 codes) and, if amax_d is
-/// non-null (E4M3 output only), the amax of D back. d_scale is used for the E4M3 output.
+/// non-null (E4M3 output only), the amax of D back. d_scale is used for the E4M3 output; split_k
+/// and algo as LtFp8Gemm::split_k and LtFp8Gemm::algo.
 void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
                          const std::uint8_t* B, Format fb, float scale_inv_b, bool fast_accum, const float* bias,
-                         LtOutput output, void* D, float d_scale = 1.0f, float* amax_d = nullptr);
+                         LtOutput output, void* D, float d_scale = 1.0f, float* amax_d = nullptr, int split_k = 0,
+                         LtAlgo* algo = nullptr);
 
 }  // namespace fp8emu::cuda

@@ -8,15 +8,22 @@
 ///
 /// Accumulation models (the value of acc for one output element) are the rows of
 /// core/accumulation.hpp: exact, fp32 (sequential), hopper (wgmma k32 block FMA, blocks of 32),
-/// ada (mma.sync m16n8k32, blocks of 16); every element runs the one per-element body of
-/// core/dot.hpp that the CUDA kernels also run.
-/// GEMM-level wrapper for the tensor-core models (promotion_interval):
-///   0 - fast accumulation (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1, TE fprop default): the whole
-///       K stays in the tensor-core chain;
-///   N - split accumulator (TE use_split_accumulator; CUTLASS's default 128 = 4 wgmma): each run of N
-///       K-elements is chained from zero and added to an fp32 accumulator with one RN fp32 add, in
-///       increasing K. N must be a multiple of the model's block. With kFp32 the same two-level sum
-///       applies (runs of N summed in fp32, then added); kExact takes no promotion.
+/// ada (mma.sync m16n8k32, blocks of 16), hopper-mma-sync (Hopper's mma.sync: fp16 steps, C added
+/// last); every element runs the one per-element body of core/dot.hpp that the CUDA kernels also run.
+/// GEMM-level wrappers (GemmAccumulation), innermost first:
+///   promotion_interval (TE's split accumulator):
+///     0 - fast accumulation (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1, TE fprop default): the
+///         whole K (of a split-K range) stays in the tensor-core chain;
+///     N - split accumulator (TE use_split_accumulator; CUTLASS's default 128 = 4 wgmma): each run of
+///         N K-elements is chained from zero and added to an fp32 accumulator with one RN fp32 add,
+///         in increasing K. N must be a multiple of the model's block. With kFp32 the same two-level
+///         sum applies (runs of N summed in fp32, then added); kExact takes no promotion.
+///   split_k (cuBLASLt's split-K, CUBLASLT_ALGO_CONFIG_SPLITK_NUM; measured on an H200):
+///     1 - no split;
+///     S - K cut into ranges of roundup(ceil(K / S), 128) elements (the last non-empty one short,
+///         trailing ones empty); each range accumulated as above from zero, its promotion runs
+///         starting at the range's start; acc = the fp32 RN sum of the range partials in K order.
+///         The scale product then scales acc, as without split-K. kExact takes no split-K.
 /// NaN/Inf inputs follow core/mma_model.hpp for the tensor-core models and IEEE fp32 arithmetic for
 /// kFp32/kExact (kExact: any NaN, Inf*0 or +Inf with -Inf -> NaN, else the Inf).
 /// Determinism: output elements are independent; results are identical for any thread count.
@@ -33,7 +40,8 @@ namespace fp8emu::emu {
 /// The model selector of core/accumulation.hpp, under its historical emu:: name.
 using ::fp8emu::Accumulation;
 
-/// The model named s (a row name of kAccumulationModels: "exact", "fp32", "hopper", "ada").
+/// The model named s (a row name of kAccumulationModels: "exact", "fp32", "hopper", "ada",
+/// "hopper-mma-sync").
 /// \throws fp8emu::Error naming the accepted values.
 Accumulation parse_accumulation(const std::string& s);
 /// The model's name (its row's `name`).
@@ -41,10 +49,11 @@ const char* to_string(Accumulation a);
 /// The accepted names, comma-separated, in table order (for help texts and errors).
 std::string accumulation_names();
 
-/// An accumulation model plus the GEMM-level promotion wrapper (see the file comment).
+/// An accumulation model plus the GEMM-level wrappers: promotion and split-K (see the file comment).
 struct GemmAccumulation {
   Accumulation model = Accumulation::kFp32;
   int promotion_interval = 0;  ///< 0: fast accumulation; N > 0: promote every N K-elements.
+  int split_k = 1;             ///< K split into this many ranges, partials summed in fp32 (1: no split).
 };
 
 /// TE's defaults (pytorch/module/base.py _2X_ACC_FPROP/DGRAD/WGRAD) for a tensor-core model:
@@ -54,8 +63,9 @@ inline GemmAccumulation te_dgrad(Accumulation m) { return {m, 128}; }
 inline GemmAccumulation te_wgrad(Accumulation m) { return {m, 128}; }
 
 /// The argument checks of gemm_fp8_tn, shared by every backend (same messages).
-/// \throws fp8emu::Error for E5M2 x E5M2, negative sizes, or a promotion interval that is negative,
-///         given to the exact model, or not a multiple of the model's block.
+/// \throws fp8emu::Error for E5M2 x E5M2, negative sizes, a promotion interval that is negative,
+///         given to the exact model, or not a multiple of the model's block, or a split_k below 1
+///         or above 1 for the exact model.
 void check_gemm_tn(int M, int N, int K, Format fa, Format fb, const GemmAccumulation& acc);
 
 /// Whether an FP8 GEMM takes this operand pair: both OCP FP8 formats, not both E5M2 (cuBLASLt and
@@ -65,8 +75,7 @@ constexpr bool gemm_operand_pair_supported(Format a, Format b) {
 }
 
 /// D = RN(acc * RN(scale_inv_a * scale_inv_b)) (see the file comment).
-/// \throws fp8emu::Error for E5M2 x E5M2, negative sizes, or a promotion interval that is negative
-///         or not a multiple of the model's block.
+/// \throws fp8emu::Error as check_gemm_tn.
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const GemmAccumulation& acc, float* D);
 
@@ -100,7 +109,8 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
 /// bf16 bits of an fp32, round to nearest even (NaN -> 0x7FC0 with the sign kept).
 std::uint16_t f32_to_bf16_bits(float x);
 
-/// One output element's accumulation (no scales): the dot product of a[0..K) and b[0..K).
+/// One output element's accumulation (no scales): the dot product of a[0..K) and b[0..K) with the
+/// model and both wrappers (core::dot_split_k). Arguments are not checked.
 float dot_fp8(const std::uint8_t* a, Format fa, const std::uint8_t* b, Format fb, int K, const GemmAccumulation& acc);
 
 }  // namespace fp8emu::emu

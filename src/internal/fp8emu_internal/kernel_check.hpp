@@ -5,8 +5,8 @@
 ///
 /// Every method of Kernels is called on both sets with identical inputs, over several sizes (odd
 /// ones included), both FP8 formats (and the mixed GEMM pairs), the accumulation models with and
-/// without promotion, and input families (see InputFamily). Each output value is compared by its
-/// bits: FP8 codes, E8M0 codes, fp32 values (signed zeros and infinities included), the amax, and
+/// without promotion and split-K, and input families (see InputFamily). Each output value is
+/// compared by its bits: FP8 codes, E8M0 codes, fp32 values (signed zeros and infinities included), the amax, and
 /// every field of QuantizeStats and of the block-quantized records. The one exception: two NaNs
 /// count as equal, whatever their sign and payload, because an fp32 operation's NaN result is the
 /// FPU's choice (x86 returns the first NaN operand or 0xFFC00000; NVIDIA GPUs always 0x7FFFFFFF);
