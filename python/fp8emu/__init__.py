@@ -371,6 +371,7 @@ def gemm(
     scale_inv_b: float = 1.0,
     accumulation: str = "hopper",
     promotion: int = 0,
+    split_k: int = 1,
     layout: str = "tn",
     out_dtype: Any = "float32",
     d_scale: float = 1.0,
@@ -404,6 +405,10 @@ def gemm(
         promotion: 0 (default): fast accumulation, the whole K in the tensor-core chain (TE's fprop);
             N > 0: TE's split accumulator, each run of N K-elements added to an fp32 accumulator with
             one RN add (TE's dgrad/wgrad use 128); a multiple of the model's block; not with "exact".
+        split_k: cuBLASLt's split-K count S (default 1: no split): K is cut into ranges of
+            roundup(ceil(K/S), 128) elements, each accumulated by the model from zero, and the
+            partials are added in fp32 (round to nearest) in range order before the scales, as
+            measured on an H200 (docs/tensor-core-model.md §Split-K); not with "exact".
         layout: "tn" (default) or "nn".
         out_dtype: "float32" (default), "bfloat16", "float16", "e4m3fn" or "e5m2" (or the NumPy /
             ml_dtypes type).
@@ -421,7 +426,7 @@ def gemm(
         TypeError: operands that are not FP8 codes (e.g. float32: quantize them first with
             :func:`cast`), not on the CPU; c/bias not float32; out of a wrong dtype.
         ValueError: not 2-D, shape mismatch, non-contiguous, unknown names, E5M2 x E5M2, a
-            promotion interval the model does not take, beta != 0 without c.
+            promotion interval the model does not take, split_k < 1, beta != 0 without c.
     Mirrors: emu::gemm_fp8_tn with emu::GemmEpilogue (include/fp8emu/emulation/gemm_models.hpp),
     as ``fp8emu gemm`` runs it.
     """
@@ -454,8 +459,8 @@ def gemm(
         accept = tuple(dict.fromkeys((storage, shown)))
         target = _writable_out(out, "out", (M, N), storage, accept)
         result = out
-    amax = _fp8emu.gemm(qa, qb, fa, fb, float(scale_inv_a), float(scale_inv_b), accumulation, int(promotion), layout,
-                        kind, float(d_scale), float(alpha), float(beta), c_arr, bias_arr, target)
+    amax = _fp8emu.gemm(qa, qb, fa, fb, float(scale_inv_a), float(scale_inv_b), accumulation, int(promotion),
+                        int(split_k), layout, kind, float(d_scale), float(alpha), float(beta), c_arr, bias_arr, target)
     return (result, amax) if return_amax else result
 
 

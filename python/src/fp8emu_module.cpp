@@ -227,7 +227,7 @@ void decode(const Array& codes, const std::string& format, float scale_inv, OutA
 
 // D = A B^T (tn) or A B (nn) on the GEMM models; see fp8emu.gemm. Returns the amax of D (before d_scale).
 float gemm(const Array& a, const Array& b, const std::string& format_a, const std::string& format_b,
-           float scale_inv_a, float scale_inv_b, const std::string& accumulation, int promotion,
+           float scale_inv_a, float scale_inv_b, const std::string& accumulation, int promotion, int split_k,
            const std::string& layout, const std::string& out_kind, float d_scale, float alpha, float beta,
            std::optional<Array> c, std::optional<Array> bias, OutArray out) {
   check_array(a, "a");
@@ -271,7 +271,7 @@ float gemm(const Array& a, const Array& b, const std::string& format_a, const st
   }
   const std::int64_t kMax = 0x7FFFFFFF;
   if (M > kMax || N > kMax || K > kMax) throw nb::value_error("gemm: a dimension exceeds 2^31 - 1");
-  emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
+  emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion, split_k};
   emu::check_gemm_tn(int(M), int(N), int(K), fa, fb, acc);
 
   emu::GemmEpilogue ep;
@@ -284,8 +284,8 @@ float gemm(const Array& a, const Array& b, const std::string& format_a, const st
   if (out_kind == "float32") ep.output = emu::GemmOutput::kFp32, want = nb::dtype<float>();
   else if (out_kind == "bfloat16") ep.output = emu::GemmOutput::kBf16, want = nb::dtype<std::uint16_t>();
   else if (out_kind == "float16") ep.output = emu::GemmOutput::kFp16, want = nb::dtype<std::uint16_t>();
-  else if (out_kind == "e4m3fn") ep.output = emu::GemmOutput::kE4M3, want = nb::dtype<std::uint8_t>();
-  else if (out_kind == "e5m2") ep.output = emu::GemmOutput::kE5M2, want = nb::dtype<std::uint8_t>();
+  else if (find_format(out_kind.data(), out_kind.size(), &ep.output_format) && is_fp8(ep.output_format))
+    ep.output = emu::GemmOutput::kFp8, want = nb::dtype<std::uint8_t>();
   else
     throw nb::value_error(("unknown out_dtype '" + out_kind + "' (accepted: float32, bfloat16, float16, e4m3fn, e5m2)")
                               .c_str());
@@ -581,7 +581,7 @@ NB_MODULE(_fp8emu, m) {
         "Cast x into out (codes); see fp8emu.cast.");
   m.def("decode", &decode, "codes"_a, "format"_a, "scale_inv"_a, "out"_a, "Decode codes into out; see fp8emu.decode.");
   m.def("gemm", &gemm, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "scale_inv_a"_a, "scale_inv_b"_a, "accumulation"_a,
-        "promotion"_a, "layout"_a, "out_dtype"_a, "d_scale"_a, "alpha"_a, "beta"_a, "c"_a.none(), "bias"_a.none(),
+        "promotion"_a, "split_k"_a, "layout"_a, "out_dtype"_a, "d_scale"_a, "alpha"_a, "beta"_a, "c"_a.none(), "bias"_a.none(),
         "out"_a, "D = A B^T or A B into out; returns the amax of D; see fp8emu.gemm.");
   bind_recipes(m);
   m.def("data_pointer", [](const Array& x) { return reinterpret_cast<std::uintptr_t>(x.data()); }, "x"_a,

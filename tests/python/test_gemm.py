@@ -164,7 +164,7 @@ def test_gemm_errors_name_the_problem():
         fp8emu.gemm(a, b, promotion=48)
     with pytest.raises(ValueError, match="the exact model takes no promotion interval"):
         fp8emu.gemm(a, b, accumulation="exact", promotion=32)
-    with pytest.raises(ValueError, match=r"unknown accumulation model 'volta' \(accepted: exact, fp32, hopper, ada\)"):
+    with pytest.raises(ValueError, match=r"unknown accumulation model 'volta' \(accepted: exact, fp32, hopper, ada, hopper-mma-sync\)"):
         fp8emu.gemm(a, b, accumulation="volta")
     with pytest.raises(ValueError, match="gemm takes OCP FP8 operands"):
         fp8emu.gemm(codes(a), b, format_a="e2m1fn")
@@ -176,3 +176,26 @@ def test_gemm_errors_name_the_problem():
         fp8emu.gemm(a, b, out_dtype="int8")
     with pytest.raises(ValueError, match="unknown layout 'nt'"):
         fp8emu.gemm(a, b, layout="nt")
+
+
+@pytest.mark.parametrize("split_k", [2, 3, 25])
+def test_split_k_equals_the_h200_cublaslt_recordings(split_k):
+    """cuBLASLt FP8 GEMMs recorded on an H200 with split-K forced to S (tests/data/h200/README.md):
+    16 x 16 x 65536 E4M3 codes, unit scales, FAST_ACCUM=1. fp8emu.gemm with the same split_k gives
+    every output bit; without the split it misses most of them (so this test can fail)."""
+    from conftest import ROOT
+
+    d = ROOT / "tests" / "data" / "h200" / "cublaslt-splitk" / "k65536_m16"
+    a, b = np.load(d / "A.npy"), np.load(d / "B.npy")
+    want = np.load(d / f"D_f1_s{split_k}_r2.npy").view(np.uint32)
+    got = fp8emu.gemm(a, b, format_a="e4m3fn", format_b="e4m3fn", accumulation="hopper", promotion=0,
+                      split_k=split_k)
+    assert np.array_equal(got.view(np.uint32), want)
+    unsplit = fp8emu.gemm(a, b, format_a="e4m3fn", format_b="e4m3fn", accumulation="hopper", promotion=0)
+    assert np.count_nonzero(unsplit.view(np.uint32) != want) > want.size // 2
+
+
+def test_split_k_below_one_is_rejected_by_name():
+    a = np.zeros((2, 4), np.uint8)
+    with pytest.raises(ValueError, match="split_k must be >= 1"):
+        fp8emu.gemm(a, a, format_a="e4m3fn", format_b="e4m3fn", split_k=0)
