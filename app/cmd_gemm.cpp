@@ -25,6 +25,11 @@ Format parse_format(const std::string& s, const char* flag) {
   return f;
 }
 
+// Bounds of the shapes read from .npy headers: int dimensions for the kernels, and at most 2^30
+// output elements (4 GiB of fp32).
+constexpr std::size_t kMaxGemmDim = 0x7FFFFFFF;
+constexpr std::size_t kMaxGemmOutput = std::size_t(1) << 30;
+
 // FP8 codes of a 2-D operand: uint8 arrays are codes as given; float32 arrays are quantized with
 // current scaling (scale = fp8_max / amax), which sets scale_inv.
 std::vector<std::uint8_t> operand(const io::NpyArray& a, const std::string& path, Format f, float& scale_inv,
@@ -68,6 +73,12 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
       emu::transpose(int(K), int(N), qb.data(), t.data());
       qb.swap(t);
     }
+    // Shapes come from .npy headers: an empty operand may declare any size, so the output's size
+    // and the kernels' int dimensions are checked before anything is allocated.
+    FP8EMU_CHECK(M <= kMaxGemmDim && N <= kMaxGemmDim && K <= kMaxGemmDim, "GEMM shape [", M, ", ", N, "], K = ", K,
+                 " from ", o.a, " and ", o.b, ": every dimension must be at most ", kMaxGemmDim);
+    FP8EMU_CHECK(M * N <= kMaxGemmOutput, "GEMM output [", M, ", ", N, "] from ", o.a, " and ", o.b,
+                 " has more than ", kMaxGemmOutput, " elements");
     emu::GemmEpilogue ep;
     ep.alpha = o.alpha;
     ep.beta = o.beta;

@@ -45,6 +45,21 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args = protect_negative_values(argc, argv);
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
+  // A first word that is neither a flag nor a command: name it (CLI11 would only say that a
+  // subcommand is required).
+  if (args.size() >= 2 && !args[1].empty() && args[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const Command& c : commands) {
+      known = known || c.app->get_name() == args[1];
+      names += (names.empty() ? "" : ", ") + c.app->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "fp8emu: error: unknown command '%s' (commands: %s; see fp8emu --help)\n", args[1].c_str(),
+                   names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(int(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,9 @@
 // Accumulation-error experiment (see accumulation_error.hpp).
 #include "accumulation_error.hpp"
 
+#include <algorithm>
 #include <cfloat>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -30,6 +32,11 @@ const ModelSpec kModels[] = {
     {"fp32", {emu::Accumulation::kFp32, 0}},
 };
 const char* const kDistributions[] = {"normal", "abs_normal"};
+
+// Bounds of the sizes: every buffer stays below 256 MiB, and K (doubling from 256) stays an int.
+constexpr int kMaxSide = 4096;
+constexpr int kMaxK = 1 << 24;
+constexpr std::uint64_t kMaxOperand = std::uint64_t(1) << 26;
 
 // Standard normal by Box-Muller from the project's deterministic uniforms.
 float normal(nn::Rng& rng) {
@@ -79,8 +86,13 @@ std::string g(double v) {
 }  // namespace
 
 void run_accumulation_error(AccumulationErrorConfig cfg) {
-  FP8EMU_CHECK(cfg.m >= 1 && cfg.n >= 1, "accumulation-error: --m and --n must be >= 1");
-  FP8EMU_CHECK(cfg.k_max >= 256, "accumulation-error: --k-max must be >= 256, got ", cfg.k_max);
+  FP8EMU_CHECK(cfg.m >= 1 && cfg.n >= 1 && cfg.m <= kMaxSide && cfg.n <= kMaxSide,
+               "accumulation-error: --m and --n must be in [1, ", kMaxSide, "], got ", cfg.m, " and ", cfg.n);
+  FP8EMU_CHECK(cfg.k_max >= 256 && cfg.k_max <= kMaxK, "accumulation-error: --k-max must be in [256, ", kMaxK,
+               "], got ", cfg.k_max);
+  FP8EMU_CHECK(std::uint64_t(std::max(cfg.m, cfg.n)) * std::uint64_t(cfg.k_max) <= kMaxOperand,
+               "accumulation-error: --m x --k-max and --n x --k-max must be at most ", kMaxOperand,
+               " elements (256 MiB of fp32 per operand), got ", std::max(cfg.m, cfg.n), " x ", cfg.k_max);
   if (cfg.out_dir.empty()) {
     char buf[64];
     const std::time_t t = std::time(nullptr);

@@ -761,7 +761,8 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
   common::record_backends(j["config"], cfg.backend, layer_names_of(cfg.layers), !cfg.fp8_head);
   if (logs.size() > 1 && !logs[0].val_loss.empty() && !logs[1].val_loss.empty())
     j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[1].val_loss.back() / logs[0].val_loss.back() - 1.0);
-  j["plot"] = plot ? "curves.png" : nullptr;
+  // null when gnuplot is missing, failed or ran out of time (a plot is an extra; the note said why).
+  j["plot"] = plot ? nlohmann::json("curves.png") : nlohmann::json(nullptr);
   // Samples are raw bytes of the corpus and need not be valid UTF-8: invalid sequences become U+FFFD
   // in summary.json (samples.txt keeps the bytes).
   out.write("summary.json", common::json_text(j, 1));

@@ -54,8 +54,11 @@ ResultsFolder::ResultsFolder(const std::string& out_dir, const std::string& resu
                              const std::string& timestamp_prefix, std::vector<std::string> result_files)
     : dir_(out_dir), result_files_(std::move(result_files)) {
   if (!resume.empty()) {
-    FP8EMU_CHECK(dir_.empty() || std::filesystem::equivalent(dir_, resume), "--resume ", resume,
-                 " continues in that folder; --out must be omitted or the same folder");
+    // Not the throwing equivalent(): --out need not exist (and neither need --resume, which is
+    // reported later as having no checkpoint).
+    std::error_code ec;
+    const bool same = dir_.empty() || dir_ == resume || (std::filesystem::equivalent(dir_, resume, ec) && !ec);
+    FP8EMU_CHECK(same, "--resume ", resume, " continues in that folder; --out must be omitted or the same folder");
     dir_ = resume;
   }
   if (dir_.empty()) dir_ = timestamp_dir(timestamp_prefix);

@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
@@ -67,10 +68,19 @@ IdxArray read_idx(const std::string& path, int expected_ndim) {
     FP8EMU_CHECK(total <= (std::uint64_t(1) << 34), path, ": implausible IDX dimensions (",
                  total, "+ elements)");
   }
-  a.data.resize(std::size_t(total));
-  const std::size_t got = read_bytes(f.get(), path, a.data.data(), a.data.size());
-  FP8EMU_CHECK(got == a.data.size(), path, ": truncated: expected ", a.data.size(),
-               " bytes of data, got ", got);
+  // Read in bounded chunks: a header that declares more data than the file holds costs no more
+  // memory than the data that is there (plus one chunk) before the truncation is reported.
+  constexpr std::size_t kChunk = std::size_t(1) << 24;
+  std::size_t got = 0;
+  while (got < total) {
+    const std::size_t want = std::size_t(std::min<std::uint64_t>(total - got, kChunk));
+    a.data.resize(got + want);
+    const std::size_t n = read_bytes(f.get(), path, a.data.data() + got, want);
+    got += n;
+    if (n < want) break;
+  }
+  a.data.resize(got);
+  FP8EMU_CHECK(got == total, path, ": truncated: expected ", total, " bytes of data, got ", got);
   std::uint8_t extra;
   FP8EMU_CHECK(read_bytes(f.get(), path, &extra, 1) == 0, path,
                ": corrupt: trailing bytes after the ", a.data.size(), " data bytes its header declares");
@@ -81,8 +91,10 @@ ImageDataset read_idx_dataset(const std::string& images_path, const std::string&
                               int classes) {
   IdxArray im = read_idx(images_path, 3);
   IdxArray lb = read_idx(labels_path, 1);
-  FP8EMU_CHECK(im.dims[0] <= 0x7FFFFFFFu && std::uint64_t(im.dims[1]) * im.dims[2] <= 0x7FFFFFFFu, images_path,
-               ": implausible image count or size");
+  FP8EMU_CHECK(im.dims[0] <= 0x7FFFFFFFu && im.dims[1] <= 0x7FFFFFFFu && im.dims[2] <= 0x7FFFFFFFu &&
+                   std::uint64_t(im.dims[1]) * im.dims[2] <= 0x7FFFFFFFu,
+               images_path, ": implausible image count or size (", im.dims[0], " images of ", im.dims[1], "x",
+               im.dims[2], ")");
   FP8EMU_CHECK(im.dims[0] == lb.dims[0], images_path, " holds ", im.dims[0], " images but ",
                labels_path, " holds ", lb.dims[0], " labels");
   for (std::size_t i = 0; i < lb.data.size(); ++i)

@@ -113,13 +113,17 @@ void write_npy(const std::string& path, const NpyArray& a) {
   for (std::size_t i = 0; i < a.shape.size(); ++i) shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : (i + 1 < a.shape.size() ? ", " : ""));
   shape += ")";
   std::string header = "{'descr': '" + a.dtype + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  // Version 1.0 stores the header length in 16 bits; a longer header (thousands of dimensions)
+  // needs version 2.0 and its 32-bit length, as numpy.save does.
+  const bool v2 = 10 + header.size() + 1 + 63 > 0xFFFF;
+  const std::size_t prefix = v2 ? 12 : 10;
+  while ((prefix + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
+  FP8EMU_CHECK(header.size() <= 0xFFFFFFFFu, "write_npy: ", a.shape.size(), " dimensions do not fit an .npy header");
   std::string out = "\x93NUMPY";
-  out += char(1);
+  out += char(v2 ? 2 : 1);
   out += char(0);
-  out += char(header.size() & 0xFF);
-  out += char((header.size() >> 8) & 0xFF);
+  for (std::size_t i = 0; i < prefix - 8; ++i) out += char((header.size() >> (8 * i)) & 0xFF);
   out += header;
   out.append(reinterpret_cast<const char*>(a.data.data()), a.data.size());
   write_file_atomic(path, out);

@@ -272,3 +272,30 @@ TEST_CASE("mma-check --arch hopper --instruction mma.sync reproduces every H200 
   CHECK(r.code == 2);
   CHECK(r.output.find("nonexistent_A.u8: not found") != std::string::npos);
 }
+
+TEST_CASE("gemm: shapes of empty .npy operands that would need terabytes are refused", "[cli][gemm][errors]") {
+  // An operand with K = 0 holds no data whatever M and N its header declares: [10^6, 0] x [10^6, 0]
+  // would be a 10^12-element output, and 2^31 rows do not fit the kernels' int.
+  namespace io = fp8emu::io;
+  const fs::path d = fs::temp_directory_path() / ("fp8emu-gemm-big-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  io::write_npy((d / "A.npy").string(), io::NpyArray{"|u1", {1000000, 0}, {}});
+  io::write_npy((d / "B.npy").string(), io::NpyArray{"|u1", {1000000, 0}, {}});
+  io::write_npy((d / "W.npy").string(), io::NpyArray{"|u1", {2147483648u, 0}, {}});
+  io::write_npy((d / "S.npy").string(), io::NpyArray{"|u1", {2, 0}, {}});
+  const std::string a = " --a " + (d / "A.npy").string(), out = " --out " + (d / "D.npy").string();
+  Result r = run_cli("gemm" + a + " --b " + (d / "B.npy").string() + out);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("GEMM output [1000000, 1000000] from ") != std::string::npos);
+  CHECK(r.output.find("has more than 1073741824 elements") != std::string::npos);
+  r = run_cli("gemm --a " + (d / "W.npy").string() + " --b " + (d / "S.npy").string() + out);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("every dimension must be at most 2147483647") != std::string::npos);
+  CHECK(!fs::exists(d / "D.npy"));
+  // An empty K is a valid product: D = 0.
+  r = run_cli("gemm --a " + (d / "S.npy").string() + " --b " + (d / "S.npy").string() + out);
+  CHECK(r.code == 0);
+  CHECK(io::read_npy((d / "D.npy").string()).shape == std::vector<std::size_t>{2, 2});
+  fs::remove_all(d);
+}

@@ -283,6 +283,25 @@ TEST_CASE("accumulation-error writes its CSV, table and plot", "[cli][accumulati
   CHECK(run("accumulation-error --k-max 100 --out " + scratch("accerr2").string()).code != 0);
 }
 
+TEST_CASE("accumulation-error: sizes that would need gigabytes are refused before any work", "[cli][accumulation][errors]") {
+  struct Case {
+    std::string flags, message;
+  };
+  for (const Case& c : {Case{"--m 4097", "--m and --n must be in [1, 4096], got 4097 and 64"},
+                        Case{"--n 0", "--m and --n must be in [1, 4096], got 64 and 0"},
+                        Case{"--k-max 33554432", "--k-max must be in [256, 16777216], got 33554432"},
+                        Case{"--k-max 2147483647", "--k-max must be in [256, 16777216], got 2147483647"},
+                        Case{"--m 4096 --k-max 1048576", "must be at most 67108864 elements (256 MiB of fp32 per "
+                                                         "operand), got 4096 x 1048576"}}) {
+    const fs::path out = scratch("accerr-big");
+    const Result r = run("accumulation-error " + c.flags + " --quiet --out " + out.string());
+    INFO(c.flags << "\n" << r.output);
+    CHECK(r.code == 1);
+    CHECK(r.output.find(c.message) != std::string::npos);
+    CHECK(!fs::exists(out));
+  }
+}
+
 namespace {
 // Starts the CLI in the background (output discarded) and returns its pid.
 pid_t spawn_cli(const std::vector<std::string>& args) {

@@ -98,3 +98,20 @@ TEST_CASE(".npy: bytes after the data and folders are rejected by name", "[io][n
   fs::create_directories(dir);
   CHECK_THROWS_WITH(io::read_npy(dir), Catch::Contains("folder.npy: is a folder"));
 }
+
+TEST_CASE(".npy writer: a header longer than 65535 bytes is written as version 2.0", "[io][npy]") {
+  // 30000 dimensions of 1: the header alone is ~90 KB, beyond version 1.0's 16-bit length.
+  const std::string p = tmp("many-dims.npy");
+  io::NpyArray a{"<f4", std::vector<std::size_t>(30000, 1), floats({2.5f})};
+  io::write_npy(p, a);
+  const std::vector<std::uint8_t> bytes = testing::read_all(p);
+  REQUIRE(bytes.size() > 12);
+  CHECK(bytes[6] == 2);
+  CHECK(bytes.size() % 64 == 4);
+  const io::NpyArray b = io::read_npy(p);
+  CHECK(b.shape == a.shape);
+  CHECK(b.data == a.data);
+  // A short header stays version 1.0.
+  io::write_npy(p, io::NpyArray{"<f4", {1}, floats({2.5f})});
+  CHECK(testing::read_all(p)[6] == 1);
+}

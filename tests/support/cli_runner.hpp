@@ -1,5 +1,5 @@
 // Test helper: runs the fp8emu executable (FP8EMU_CLI_PATH) and captures its exit code and
-// combined stdout/stderr.
+// combined stdout/stderr (run through /bin/sh: arguments are shell words).
 #pragma once
 
 #include <sys/wait.h>
@@ -14,8 +14,10 @@ struct CliResult {
   std::string output;
 };
 
-inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(FP8EMU_CLI_PATH) + " " + args + " 2>&1";
+/// Runs `fp8emu args`; `env` (shell assignments such as "PATH=/x FOO=1", or empty) is put before
+/// the command, so it sets the environment of fp8emu only.
+inline CliResult run_cli_env(const std::string& env, const std::string& args) {
+  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(FP8EMU_CLI_PATH) + " " + args + " 2>&1";
   std::FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -24,5 +26,7 @@ inline CliResult run_cli(const std::string& args) {
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+inline CliResult run_cli(const std::string& args) { return run_cli_env("", args); }
 
 }  // namespace fp8emu::testing
