@@ -67,6 +67,14 @@ Command add_train(CLI::App& app) {
                     "Write <out>/checkpoint.bin every N epochs and at the end of each run (0: never)")
       ->capture_default_str();
   train->add_option("--resume", cfg.resume, "Continue the interrupted run in this folder (same flags as that run)");
+  train->add_option("--dp-shards", cfg.dp_shards,
+                    "Data parallelism: cut each batch into S fixed shards (each with its own casts and scales); "
+                    "mpirun -np N with N dividing S gives the same bits for every N")
+      ->capture_default_str();
+  train->add_option("--amax-reduction", cfg.amax_reduction,
+                    "Delayed scaling's amax-reduction group over the shards: dp (all, TE's default), none (each "
+                    "shard its own amax and scale) or group=K (K consecutive shards)")
+      ->capture_default_str();
   return {train, [o] {
             experiments::TrainConfig& c = o->cfg;
             auto& delayed = c.recipes.get<scaling::DelayedScaling>();

@@ -51,6 +51,14 @@ Command add_train_lm(CLI::App& app) {
   train_lm->add_option("--checkpoint-every", lm.checkpoint_every, "Write checkpoint.bin every N steps (0: never)")
       ->capture_default_str();
   train_lm->add_option("--resume", lm.resume, "Continue the run whose checkpoint.bin is in this folder");
+  train_lm->add_option("--dp-shards", lm.dp_shards,
+                       "Data parallelism: cut each batch of sequences into S fixed shards (each with its own casts "
+                       "and scales); mpirun -np N with N dividing S gives the same bits for every N")
+      ->capture_default_str();
+  train_lm->add_option("--amax-reduction", lm.amax_reduction,
+                       "Delayed scaling's amax-reduction group over the shards: dp (all, TE's default), none (each "
+                       "shard its own amax and scale) or group=K (K consecutive shards)")
+      ->capture_default_str();
   train_lm->add_flag("--quiet", o->quiet, "No progress output");
   return {train_lm, [o] {
             o->lm.progress = !o->quiet;

@@ -10,6 +10,7 @@
 
 #include "cmd_explain.hpp"
 #include "commands.hpp"
+#include "common/dist.hpp"
 #include "fp8emu/config.hpp"
 
 namespace {
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
 
   // The one error wrapper. Command-line errors: --help and --version exit 0 through CLI11; any
   // other is bad input: one line, exit 2 (as the tools' own input errors). A command that throws:
-  // one line, exit 1.
+  // one line, exit 1. Under mpirun every rank meets the same error: rank 0 alone prints it.
+  const bool print_errors = fp8emu::experiments::common::dist::reports_errors();
   const std::vector<std::string> args = protect_negative_values(argc, argv);
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
@@ -64,14 +66,15 @@ int main(int argc, char** argv) {
     app.parse(int(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "fp8emu: error: %s (see fp8emu --help or fp8emu <command> --help)\n", e.what());
+    if (print_errors)
+      std::fprintf(stderr, "fp8emu: error: %s (see fp8emu --help or fp8emu <command> --help)\n", e.what());
     return 2;
   }
   try {
     for (const Command& c : commands)
       if (*c.app) return c.run();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fp8emu: error: %s\n", e.what());
+    if (fp8emu::experiments::common::dist::reports_errors()) std::fprintf(stderr, "fp8emu: error: %s\n", e.what());
     return 1;
   }
   return 0;

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -182,16 +183,22 @@ __global__ void tile_cast_kernel(const float* __restrict__ x, int rows, int cols
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_device_slot{0};  // set_device_slot
+}  // namespace
+
 int use_fp8_device() {
   static const int index = [] {
     int n = 0;
     FP8EMU_CUDA_CHECK(cudaGetDeviceCount(&n));
+    std::vector<int> fp8;
     for (int i = 0; i < n; ++i) {
       cudaDeviceProp p{};
       FP8EMU_CUDA_CHECK(cudaGetDeviceProperties(&p, i));
-      if (p.major * 10 + p.minor >= 89) return i;
+      if (p.major * 10 + p.minor >= 89) fp8.push_back(i);
     }
-    FP8EMU_FAIL("no GPU with compute capability 8.9 or newer (FP8) was found");
+    FP8EMU_CHECK(!fp8.empty(), "no GPU with compute capability 8.9 or newer (FP8) was found");
+    return fp8[std::size_t(g_device_slot.load()) % fp8.size()];
   }();
   FP8EMU_CUDA_CHECK(cudaSetDevice(index));
   return index;
@@ -435,6 +442,8 @@ class CudaKernels final : public backend::Kernels {
 }  // namespace fp8emu::cuda::detail
 
 namespace fp8emu::cuda {
+
+void set_device_slot(int slot) { detail::g_device_slot.store(slot < 0 ? 0 : slot); }
 
 const backend::Kernels& kernels() {
   static const detail::CudaKernels k;

@@ -22,8 +22,8 @@ struct CastTotals {
   unsigned int amax_bits, unused;
 };
 
-/// Index of the GPU the twins run on: the first one with compute capability >= 8.9 (cached), made
-/// current for the calling thread. \throws fp8emu::Error when there is none.
+/// Index of the GPU the twins run on: of the GPUs with compute capability >= 8.9, the
+/// (set_device_slot mod count)-th, the first by default (cached), made current for the calling thread. \throws fp8emu::Error when there is none.
 int use_fp8_device();
 
 /// max over i of core::amax_bits(x[i]) max-accumulated into *amax_bits (emu::compute_amax).

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,8 +17,11 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "common/data_parallel.hpp"
+#include "common/dist.hpp"
 #include "common/runner.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/config.hpp"
@@ -211,6 +215,11 @@ struct LmLog {
   std::vector<std::vector<LayerPoint>> layers;
   std::string sample;
   bool diverged = false;
+  // Data parallelism: per evaluation every shard's stored scales (FP8 runs with --dp-shards > 1),
+  // whether the ranks' parameters were identical at every evaluation, rank 0's last checksum.
+  std::vector<std::vector<float>> shard_scales;
+  bool ranks_identical = true;
+  std::uint64_t checksum = 0;
 };
 
 struct LmState {  // a run at a step boundary
@@ -222,11 +231,12 @@ struct LmState {  // a run at a step boundary
   std::vector<emu::QuantizeStats> stats;  // 3 per Linear
   long opt_steps = 0;
   std::string rng;
+  std::vector<std::vector<float>> shard_states;  // every shard's quantizer state (--dp-shards > 1)
 };
 
 // ---- Checkpoints: the runner's envelope (common/runner.hpp) around these logs and states.
 struct Codec : common::CodecTypes<LmLog, LmState> {
-  static constexpr common::CheckpointId id{"FP8EMU-LM-CHECKPOINT-1", "fp8emu train-lm checkpoint"};
+  static constexpr common::CheckpointId id{"FP8EMU-LM-CHECKPOINT-2", "fp8emu train-lm checkpoint"};
 
   static void put_log(common::Writer& w, const LmLog& l) {
     w.str(l.name);
@@ -246,6 +256,9 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     });
     w.str(l.sample);
     w.pod(std::uint8_t(l.diverged));
+    common::put_tensors(w, {&l.shard_scales});
+    w.pod(std::uint8_t(l.ranks_identical));
+    w.pod(l.checksum);
   }
 
   static LmLog get_log(common::Reader& r, const std::string& path) {
@@ -269,6 +282,9 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     });
     l.sample = r.str();
     l.diverged = r.pod<std::uint8_t>() != 0;
+    common::get_tensors(r, path, {&l.shard_scales});
+    l.ranks_identical = r.pod<std::uint8_t>() != 0;
+    l.checksum = r.pod<std::uint64_t>();
     return l;
   }
 
@@ -282,6 +298,7 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     for (const auto& st : s.stats) common::put_stats(w, st);
     w.pod(std::int64_t(s.opt_steps));
     w.str(s.rng);
+    common::put_tensors(w, {&s.shard_states});
   }
 
   static LmState get_state(common::Reader& r, const std::string& path) {
@@ -296,6 +313,7 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     for (std::uint64_t i = 0; i < k; ++i) s.stats.push_back(common::get_stats(r));
     s.opt_steps = long(r.pod<std::int64_t>());
     s.rng = r.str();
+    common::get_tensors(r, path, {&s.shard_states});
     return s;
   }
 };
@@ -381,14 +399,40 @@ struct Context {
   std::string checkpoint_path;
 };
 
-double mean_val_loss(CharLm& model, const Context& ctx) {
-  double sum = 0.0;
-  for (const Batch& b : ctx.val_batches) {
-    Matrix logits;
-    model.forward(b.input, ctx.cfg.seq_len, logits, false);
-    sum += nn::softmax_cross_entropy(logits, b.target, nullptr);
-  }
-  return sum / double(ctx.val_batches.size());
+// The mean validation loss. Validation batch k is evaluated by shard k mod S (with its quantizer
+// state), each shard summing its losses and, per Linear, its FP32-twin error sums (into `twins`
+// when non-null) in batch order; the shards' sums are added in shard order (one shard: the plain
+// sums). `after_shard0` runs right after shard 0's batches (on the rank that holds it).
+double mean_val_loss(CharLm& model, const Context& ctx, common::DataParallel& dp, const std::vector<nn::Linear*>& lins,
+                     std::vector<nn::TwinError>* twins, const std::function<void()>& after_shard0) {
+  const std::size_t L = lins.size(), k = 1 + 2 * L;
+  const int batches = int(ctx.val_batches.size()), S = dp.shards();
+  std::vector<double> local(std::size_t(dp.local_shards()) * k, 0.0);
+  dp.for_each_shard([&](int sh) {
+    std::vector<nn::TwinError> tw(L);
+    for (std::size_t i = 0; i < L; ++i) lins[i]->twin_error = twins ? &tw[i] : nullptr;
+    double sum = 0.0;
+    for (int b = sh; b < batches; b += S) {
+      Matrix logits;
+      model.forward(ctx.val_batches[std::size_t(b)].input, ctx.cfg.seq_len, logits, false);
+      sum += nn::softmax_cross_entropy(logits, ctx.val_batches[std::size_t(b)].target, nullptr);
+    }
+    for (nn::Linear* l : lins) l->twin_error = nullptr;
+    double* v = &local[std::size_t(sh - dp.first_shard()) * k];
+    v[0] = sum;
+    for (std::size_t i = 0; i < L; ++i) {
+      v[1 + 2 * i] = tw[i].err;
+      v[2 + 2 * i] = tw[i].ref;
+    }
+    if (sh == 0) after_shard0();
+  });
+  const std::vector<double> all = dp.gather_shards(local);
+  std::vector<double> sum(all.begin(), all.begin() + long(k));
+  for (int s = 1; s < S; ++s)
+    for (std::size_t i = 0; i < k; ++i) sum[i] += all[std::size_t(s) * k + i];
+  if (twins)
+    for (std::size_t i = 0; i < L; ++i) (*twins)[i] = {sum[1 + 2 * i], sum[2 + 2 * i]};
+  return sum[0] / double(ctx.val_batches.size());
 }
 
 std::string generate(CharLm& model, const Corpus& c, int T, int n, std::uint64_t seed) {
@@ -424,7 +468,7 @@ std::string generate(CharLm& model, const Corpus& c, int T, int n, std::uint64_t
   return out;
 }
 
-LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
+LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp, const LmState* resume,
                 const std::function<void(const LmState&)>& checkpoint) {
   const TrainLmConfig& cfg = ctx.cfg;
   CharLm model(ctx.spec, {run.precision, run.recipe}, cfg.fp8_head, cfg.seed);
@@ -475,6 +519,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
     for (std::size_t i = 0; i < lins.size(); ++i) {
       lins[i]->forward_state().restore(s.fwd_scales[i], s.fwd_hist[i]);
       lins[i]->backward_state().restore(s.bwd_scales[i], s.bwd_hist[i]);
+      if (!dp.root()) continue;  // the counts of every shard: rank 0 carries them on
       lins[i]->stats.input = s.stats[3 * i];
       lins[i]->stats.weight = s.stats[3 * i + 1];
       lins[i]->stats.grad_output = s.stats[3 * i + 2];
@@ -490,22 +535,43 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
     loss_sum = s.loss_sum;
     loss_count = s.loss_count;
   }
-  auto capture = [&](int step) {
+  dp.bind(lins, params);
+  if (resume) dp.restore_states(resume->shard_states, ctx.checkpoint_path);
+  // The casts' counts of every shard, summed over the ranks (collective).
+  auto global_stats = [&] {
+    std::vector<std::uint64_t> c;
+    for (nn::Linear* l : lins)
+      for (const emu::QuantizeStats* st : {&l->stats.input, &l->stats.weight, &l->stats.grad_output})
+        c.insert(c.end(), {st->count, st->saturated, st->underflow, st->nan});
+    c = dp.sum_over_ranks(c);
+    std::vector<emu::QuantizeStats> out(3 * lins.size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i].count = c[4 * i];
+      out[i].saturated = c[4 * i + 1];
+      out[i].underflow = c[4 * i + 2];
+      out[i].nan = c[4 * i + 3];
+    }
+    return out;
+  };
+  auto capture = [&](int step) {  // collective
     LmState s;
     s.log = log;
     s.step = step;
     s.loss_sum = loss_sum;
     s.loss_count = loss_count;
     for (auto& p : params) s.params.push_back(p.first->data);
-    for (nn::Linear* l : lins) {
-      s.fwd_scales.push_back(l->forward_state().scales());
-      s.fwd_hist.push_back(l->forward_state().history_values());
-      s.bwd_scales.push_back(l->backward_state().scales());
-      s.bwd_hist.push_back(l->backward_state().history_values());
-      s.stats.push_back(l->stats.input);
-      s.stats.push_back(l->stats.weight);
-      s.stats.push_back(l->stats.grad_output);
-    }
+    auto layer_states = [&] {  // shard 0's
+      for (nn::Linear* l : lins) {
+        s.fwd_scales.push_back(l->forward_state().scales());
+        s.fwd_hist.push_back(l->forward_state().history_values());
+        s.bwd_scales.push_back(l->backward_state().scales());
+        s.bwd_hist.push_back(l->backward_state().history_values());
+      }
+    };
+    if (dp.owns(0)) dp.with_shard(0, layer_states);
+    else layer_states();
+    s.shard_states = dp.all_states();
+    s.stats = global_stats();
     s.opt_steps = opt.steps();
     s.opt_m = opt.first_moments();
     s.opt_v = opt.second_moments();
@@ -515,27 +581,64 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
 
   const auto t0 = std::chrono::steady_clock::now();
   const double seconds_before = log.seconds.empty() ? 0.0 : log.seconds.back();
-  Progress progress(cfg.progress, run.name, cfg.steps);
+  Progress progress(cfg.progress && dp.root(), run.name, cfg.steps);
   const std::size_t max_start = ctx.corpus.train.size() - std::size_t(cfg.seq_len) - 1;
+  const int S = dp.shards(), rows = cfg.batch_size * cfg.seq_len;
+  std::vector<float> shard0_dy_scale(lins.size(), NAN);  // shard 0's last grad_output casts
   for (int step = first + 1; step <= cfg.steps; ++step) {
     std::vector<std::size_t> starts;
     for (int b = 0; b < cfg.batch_size; ++b) starts.push_back(std::size_t(sampler.below(max_start + 1)));
-    const Batch batch = window_batch(ctx.corpus.train, starts, cfg.seq_len);
-    Matrix logits, dlogits;
-    model.forward(batch.input, cfg.seq_len, logits, true);
-    for (nn::Linear* l : lins) l->update_forward_scales();
-    const double loss = nn::softmax_cross_entropy(logits, batch.target, &dlogits);
-    model.backward(dlogits);
-    for (nn::Linear* l : lins) l->update_backward_scales();
+    // Each shard: its sequences' forward, the loss over the whole batch's tokens, backward.
+    std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
+    std::vector<bool> has_rows(static_cast<std::size_t>(S));
+    for (int sh = 0; sh < S; ++sh) has_rows[std::size_t(sh)] = dp.rows(cfg.batch_size, sh).count() > 0;
+    dp.for_each_shard([&](int sh) {
+      const common::Rows r = dp.rows(cfg.batch_size, sh);
+      if (r.count() == 0) return;
+      const Batch batch = window_batch(
+          ctx.corpus.train, std::vector<std::size_t>(starts.begin() + r.begin, starts.begin() + r.end), cfg.seq_len);
+      Matrix logits, dlogits;
+      model.forward(batch.input, cfg.seq_len, logits, true);
+      totals[std::size_t(sh - dp.first_shard())] = nn::softmax_cross_entropy_sum(logits, batch.target, &dlogits, rows);
+      model.backward(dlogits);
+      dp.keep_gradients(sh);
+      if (sh == 0)
+        for (std::size_t i = 0; i < lins.size(); ++i) shard0_dy_scale[i] = lins[i]->last_scale_grad_output();
+    });
+    // TE's update points with the amax reduction (forward scales at autocast exit, backward ones
+    // after the backward; the backward never reads the forward scales, so both are updated here).
+    dp.update_scales();
+    dp.reduce_gradients(has_rows);
+    const std::vector<double> all_totals = dp.gather_shards(totals);
+    double total = 0.0;
+    bool first_shard = true;
+    for (int sh = 0; sh < S; ++sh) {
+      if (!has_rows[std::size_t(sh)]) continue;
+      total = first_shard ? all_totals[std::size_t(sh)] : total + all_totals[std::size_t(sh)];
+      first_shard = false;
+    }
+    const double loss = total / double(rows);
     opt.step(params);
     loss_sum += loss;
     ++loss_count;
     double val = NAN;
     if (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss)) {
       std::vector<nn::TwinError> twins(lins.size());
-      for (std::size_t i = 0; i < lins.size(); ++i) lins[i]->twin_error = fp8 ? &twins[i] : nullptr;
-      val = mean_val_loss(model, ctx);
-      for (nn::Linear* l : lins) l->twin_error = nullptr;
+      std::vector<std::array<float, 2>> shard0_scales(lins.size());  // x and W of shard 0's last casts
+      val = mean_val_loss(model, ctx, dp, lins, fp8 ? &twins : nullptr, [&] {
+        for (std::size_t i = 0; i < lins.size(); ++i)
+          shard0_scales[i] = {lins[i]->last_scale_input(), lins[i]->last_scale_weight()};
+      });
+      const std::vector<emu::QuantizeStats> stats = global_stats();
+      if (fp8 && S > 1) log.shard_scales.push_back(dp.shard_scales());
+      const std::vector<std::uint64_t> sums = dp.parameter_checksums();
+      log.checksum = sums[0];
+      if (std::any_of(sums.begin(), sums.end(), [&](std::uint64_t c) { return c != sums[0]; })) {
+        if (log.ranks_identical && dp.root())
+          std::fprintf(stderr, "warning: run %s: the ranks' parameters differ at step %d (rank 0's are written)\n",
+                       run.name.c_str(), step);
+        log.ranks_identical = false;
+      }
       log.steps.push_back(step);
       log.train_loss.push_back(loss_sum / loss_count);
       log.val_loss.push_back(val);
@@ -546,12 +649,12 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
         LayerPoint p;
         p.layer = named[i].first;
         p.rel_error = twins[i].ref > 0 ? std::sqrt(twins[i].err / twins[i].ref) : 0.0;
-        p.scale_x = lins[i]->last_scale_input();
-        p.scale_w = lins[i]->last_scale_weight();
-        p.scale_dy = lins[i]->last_scale_grad_output();
-        p.x = lins[i]->stats.input;
-        p.w = lins[i]->stats.weight;
-        p.dy = lins[i]->stats.grad_output;
+        p.scale_x = shard0_scales[i][0];
+        p.scale_w = shard0_scales[i][1];
+        p.scale_dy = shard0_dy_scale[i];
+        p.x = stats[3 * i];
+        p.w = stats[3 * i + 1];
+        p.dy = stats[3 * i + 2];
         lins[i]->stats = nn::LinearFp8Stats{};
         pts.push_back(p);
       }
@@ -567,7 +670,9 @@ LmLog train_run(const Context& ctx, const RunSpec& run, const LmState* resume,
     progress.update(step, loss, val);
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps) checkpoint(capture(step));
   }
-  if (!log.diverged) log.sample = generate(model, ctx.corpus, cfg.seq_len, cfg.sample_chars, cfg.seed);
+  // The sample: rank 0, with shard 0's quantizer state.
+  if (!log.diverged && dp.root())
+    dp.with_shard(0, [&] { log.sample = generate(model, ctx.corpus, cfg.seq_len, cfg.sample_chars, cfg.seed); });
   return log;
 }
 
@@ -613,61 +718,85 @@ bool write_plot(const common::ResultsFolder& out, const std::vector<LmLog>& logs
   return out.write_curves(header, {train, val});
 }
 
-}  // namespace
+std::string shards_csv(const std::vector<LmLog>& logs, const std::vector<std::string>& layers, int shards) {
+  std::ostringstream os;
+  os << "run,step,layer,shard,scale_input,scale_weight,scale_grad_output\n";
+  for (const LmLog& l : logs)
+    for (std::size_t e = 0; e < l.shard_scales.size() && e < l.steps.size(); ++e)
+      common::append_shard_scales(os, l.name, l.steps[e], layers, shards, l.shard_scales[e]);
+  return os.str();
+}
 
-std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
-  // 1. Flags, before touching data or disk.
+// The experiment on every rank of the job (one rank without mpirun).
+std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
+  const common::dist::Group& group = common::dist::world();
+  std::ostringstream quiet;  // lines every rank would print: rank 0's go to stderr
+  std::ostream& log_stream = group.root() ? static_cast<std::ostream&>(std::cerr) : quiet;
+  // 1. Flags, before touching data or disk (every rank; the same verdict).
   scaling::RecipeSet rs;
-  if (!cfg.format.empty()) rs.set_format(scaling::parse_recipe_format(cfg.format));
-  std::vector<RunSpec> runs{{"fp32", nn::Precision::kFp32, rs.get<scaling::DelayedScaling>()}};
-  for (const scaling::Recipe& r : rs.select(cfg.recipe))
-    runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
-  for (const RunSpec& r : runs) scaling::validate(r.recipe);
-  FP8EMU_CHECK(cfg.steps >= 1, "--steps must be >= 1, got ", cfg.steps);
-  FP8EMU_CHECK(cfg.batch_size >= 1 && cfg.batch_size <= kMaxDim, "--batch-size must be in [1, ", kMaxDim, "], got ",
-               cfg.batch_size);
-  FP8EMU_CHECK(cfg.seq_len >= 2 && cfg.seq_len <= kMaxDim, "--seq-len must be in [2, ", kMaxDim, "], got ",
-               cfg.seq_len);
-  FP8EMU_CHECK(cfg.d_model >= 1 && cfg.d_model <= kMaxDim, "--d-model must be in [1, ", kMaxDim, "]");
-  FP8EMU_CHECK(cfg.heads >= 1, "--heads must be >= 1, got ", cfg.heads);
-  FP8EMU_CHECK(cfg.d_model % cfg.heads == 0, "--d-model ", cfg.d_model, " must be a multiple of --heads ",
-               cfg.heads);
-  FP8EMU_CHECK(cfg.layers >= 1 && cfg.layers <= 64, "--layers must be in [1, 64], got ", cfg.layers);
-  FP8EMU_CHECK(cfg.ffn >= 1 && cfg.ffn <= 4 * kMaxDim, "--ffn must be in [1, ", 4 * kMaxDim, "], got ", cfg.ffn);
-  FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
-  FP8EMU_CHECK(cfg.eval_every >= 1, "--eval-every must be >= 1, got ", cfg.eval_every);
-  FP8EMU_CHECK(cfg.eval_batches >= 1 && cfg.eval_batches <= 1000, "--eval-batches must be in [1, 1000]");
-  FP8EMU_CHECK(cfg.val_fraction > 0.0 && cfg.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
-  FP8EMU_CHECK(cfg.sample_chars >= 0 && cfg.sample_chars <= 100000, "--sample-chars must be in [0, 100000]");
-  FP8EMU_CHECK(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be in [0, 1024]");
-  FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
-  LmSpec spec{0,
-              cfg.d_model,
-              cfg.heads,
-              cfg.layers,
-              cfg.ffn,
-              cfg.seq_len,
-              cfg.norm == "rmsnorm" ? nn::NormKind::kRMSNorm : nn::NormKind::kLayerNorm,
-              nn::parse_mlp_activation(cfg.mlp_activation),
-              cfg.activation_dtype == "bf16" ? nn::ActivationDtype::kBf16 : nn::ActivationDtype::kFp32};
-  FP8EMU_CHECK(cfg.norm == "layernorm" || cfg.norm == "rmsnorm", "unknown --norm '", cfg.norm,
-               "' (accepted: layernorm, rmsnorm)");
-  FP8EMU_CHECK(cfg.activation_dtype == "fp32" || cfg.activation_dtype == "bf16", "unknown --activation-dtype '",
-               cfg.activation_dtype, "' (accepted: fp32, bf16)");
-  const emu::Accumulation accumulation = emu::parse_accumulation(cfg.accumulation);
+  std::vector<RunSpec> runs;
+  std::optional<LmSpec> spec_holder;
+  emu::Accumulation accumulation{};
   std::vector<backend::Kind> backends;
-  {
-    const std::vector<std::string> names = layer_names_of(cfg.layers);
-    for (const auto& lr : parse_layer_values("--layer-recipe", cfg.layer_recipe, names)) rs.find(lr.second);
-    for (const auto& la : parse_layer_values("--layer-accumulation", cfg.layer_accumulation, names))
-      emu::parse_accumulation(la.second);
-    backends = backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated),
-                                cfg.strict, std::cerr);
-  }
-  common::set_threads(cfg.threads);
+  std::optional<common::DataParallel> dp_holder;
+  group.agree([&] {
+    if (!cfg.format.empty()) rs.set_format(scaling::parse_recipe_format(cfg.format));
+    runs = {{"fp32", nn::Precision::kFp32, rs.get<scaling::DelayedScaling>()}};
+    for (const scaling::Recipe& r : rs.select(cfg.recipe))
+      runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
+    for (const RunSpec& r : runs) scaling::validate(r.recipe);
+    FP8EMU_CHECK(cfg.steps >= 1, "--steps must be >= 1, got ", cfg.steps);
+    FP8EMU_CHECK(cfg.batch_size >= 1 && cfg.batch_size <= kMaxDim, "--batch-size must be in [1, ", kMaxDim, "], got ",
+                 cfg.batch_size);
+    FP8EMU_CHECK(cfg.seq_len >= 2 && cfg.seq_len <= kMaxDim, "--seq-len must be in [2, ", kMaxDim, "], got ",
+                 cfg.seq_len);
+    FP8EMU_CHECK(cfg.d_model >= 1 && cfg.d_model <= kMaxDim, "--d-model must be in [1, ", kMaxDim, "]");
+    FP8EMU_CHECK(cfg.heads >= 1, "--heads must be >= 1, got ", cfg.heads);
+    FP8EMU_CHECK(cfg.d_model % cfg.heads == 0, "--d-model ", cfg.d_model, " must be a multiple of --heads ",
+                 cfg.heads);
+    FP8EMU_CHECK(cfg.layers >= 1 && cfg.layers <= 64, "--layers must be in [1, 64], got ", cfg.layers);
+    FP8EMU_CHECK(cfg.ffn >= 1 && cfg.ffn <= 4 * kMaxDim, "--ffn must be in [1, ", 4 * kMaxDim, "], got ", cfg.ffn);
+    FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
+    FP8EMU_CHECK(cfg.eval_every >= 1, "--eval-every must be >= 1, got ", cfg.eval_every);
+    FP8EMU_CHECK(cfg.eval_batches >= 1 && cfg.eval_batches <= 1000, "--eval-batches must be in [1, 1000]");
+    FP8EMU_CHECK(cfg.val_fraction > 0.0 && cfg.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
+    FP8EMU_CHECK(cfg.sample_chars >= 0 && cfg.sample_chars <= 100000, "--sample-chars must be in [0, 100000]");
+    FP8EMU_CHECK(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be in [0, 1024]");
+    FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
+    FP8EMU_CHECK(cfg.dp_shards <= cfg.batch_size, "--dp-shards ", cfg.dp_shards, " exceeds --batch-size ",
+                 cfg.batch_size, ": every shard needs at least one sequence of a batch");
+    dp_holder.emplace(group, cfg.dp_shards, common::parse_amax_reduction(cfg.amax_reduction));
+    spec_holder = LmSpec{0,
+                cfg.d_model,
+                cfg.heads,
+                cfg.layers,
+                cfg.ffn,
+                cfg.seq_len,
+                cfg.norm == "rmsnorm" ? nn::NormKind::kRMSNorm : nn::NormKind::kLayerNorm,
+                nn::parse_mlp_activation(cfg.mlp_activation),
+                cfg.activation_dtype == "bf16" ? nn::ActivationDtype::kBf16 : nn::ActivationDtype::kFp32};
+    FP8EMU_CHECK(cfg.norm == "layernorm" || cfg.norm == "rmsnorm", "unknown --norm '", cfg.norm,
+                 "' (accepted: layernorm, rmsnorm)");
+    FP8EMU_CHECK(cfg.activation_dtype == "fp32" || cfg.activation_dtype == "bf16", "unknown --activation-dtype '",
+                 cfg.activation_dtype, "' (accepted: fp32, bf16)");
+    accumulation = emu::parse_accumulation(cfg.accumulation);
+    {
+      const std::vector<std::string> names = layer_names_of(cfg.layers);
+      for (const auto& lr : parse_layer_values("--layer-recipe", cfg.layer_recipe, names)) rs.find(lr.second);
+      for (const auto& la : parse_layer_values("--layer-accumulation", cfg.layer_accumulation, names))
+        emu::parse_accumulation(la.second);
+      backend::set_cuda_device_slot(group.local_rank());  // each rank of a node its own GPU
+      backends = backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated),
+                                  cfg.strict, log_stream);
+    }
+    common::set_threads(cfg.threads);
+  });
+  common::DataParallel& dp = *dp_holder;
+  LmSpec& spec = *spec_holder;
 
-  // 2. The corpus.
-  const Corpus corpus = load_corpus(cfg.text, cfg.seq_len, cfg.val_fraction);
+  // 2. The corpus (every rank reads it).
+  Corpus corpus;
+  group.agree([&] { corpus = load_corpus(cfg.text, cfg.seq_len, cfg.val_fraction); });
   spec.vocab = int(corpus.vocab.size());
 
   // 3. The output folder (after a resume's checkpoint has been read and checked).
@@ -679,17 +808,22 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
      << " format=" << cfg.format << " acc=" << cfg.accumulation << " head=" << cfg.fp8_head
      << " lr=" << fmt_g(cfg.lr) << " seed=" << cfg.seed << " eval=" << cfg.eval_every << "x" << cfg.eval_batches
      << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars << " layer_recipe=" << cfg.layer_recipe
-     << " layer_acc=" << cfg.layer_accumulation;
-  common::ResultsFolder out(cfg.out_dir, cfg.resume, "lm-",
-                            {"metrics.csv", "layers.csv", "samples.txt", "summary.json", "curves.png"});
+     << " layer_acc=" << cfg.layer_accumulation << " dp_shards=" << dp.shards()
+     << " amax_reduction=" << dp.reduction().name();
+  common::ResultsFolder out = common::shared_results_folder(
+      group, cfg.out_dir, cfg.resume, "lm-",
+      {"metrics.csv", "layers.csv", "shards.csv", "samples.txt", "summary.json", "curves.png"});
   cfg.out_dir = out.dir();
-  const common::Checkpoint<Codec> ck = common::resume_point<Codec>(
-      out, !cfg.resume.empty(), fp.str(), runs.size(),
+  const common::Checkpoint<Codec> ck = common::shared_resume_point<Codec>(
+      group, out, !cfg.resume.empty(), fp.str(), runs.size(),
       [](const std::string& path, const std::string& theirs, const std::string& ours) {
         return path + " was written with different flags or data; resume with the same flags:\n  checkpoint: " +
                theirs + "\n  now:        " + ours;
       });
-  out.prepare(!cfg.resume.empty());
+  group.on_root([&] {
+    out.prepare(!cfg.resume.empty());
+    if (dp.shards() == 1) std::filesystem::remove(out.path("shards.csv"));  // an older run's
+  });
 
   Context ctx{cfg, rs, spec, accumulation, backends, corpus, {}, out.checkpoint_path()};
   {
@@ -704,23 +838,45 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
       ctx.val_batches.push_back(window_batch(corpus.val, starts, cfg.seq_len));
     }
   }
-  if (cfg.progress)
+  if (cfg.progress && group.root()) {
     std::fprintf(stderr,
                  "fp8emu train-lm: %zu bytes of text from %s (%zu files, %d distinct bytes), transformer %d x "
-                 "(d %d, %d heads, ffn %d), %d steps of %d x %d tokens, results in %s\n",
+                 "(d %d, %d heads, ffn %d), %d steps of %d x %d tokens",
                  corpus.train.size() + corpus.val.size(), cfg.text.c_str(), corpus.files, spec.vocab, cfg.layers,
-                 cfg.d_model, cfg.heads, cfg.ffn, cfg.steps, cfg.batch_size, cfg.seq_len, cfg.out_dir.c_str());
+                 cfg.d_model, cfg.heads, cfg.ffn, cfg.steps, cfg.batch_size, cfg.seq_len);
+    if (dp.shards() > 1 || dp.ranks() > 1)
+      std::fprintf(stderr, ", %d shards on %d rank(s), amax reduction %s", dp.shards(), dp.ranks(),
+                   dp.reduction().name().c_str());
+    std::fprintf(stderr, ", results in %s\n", cfg.out_dir.c_str());
+  }
+  common::dist::set_termination_note(
+      cfg.checkpoint_every > 0
+          ? "fp8emu train-lm: rank 0 stopped by mpirun (another rank failed or the job was stopped); the last "
+            "checkpoint is intact: continue with --resume " + cfg.out_dir + " and the same flags (any rank count "
+            "that divides --dp-shards)\n"
+          : "fp8emu train-lm: rank 0 stopped by mpirun (another rank failed or the job was stopped); no checkpoint "
+            "was written (--checkpoint-every 0)\n");
+  const std::vector<std::string> names = layer_names_of(cfg.layers);
 
   // 4. The runs: FP32, then each FP8 recipe, from the same initial weights and batches.
   const std::vector<LmLog> logs = common::run_all<Codec>(
-      runs.size(), ck, ctx.checkpoint_path, cfg.checkpoint_every > 0,
+      runs.size(), ck, group.root() ? ctx.checkpoint_path : std::string(), cfg.checkpoint_every > 0,
       [&](std::size_t r, const LmState* resume, const std::function<void(const LmState&)>& checkpoint) {
-        return train_run(ctx, runs[r], resume, checkpoint);
+        return train_run(ctx, runs[r], dp, resume, checkpoint);
       },
       [&](const std::vector<LmLog>& so_far) {
+        if (!group.root()) return;
         out.write("metrics.csv", metrics_csv(so_far));
         out.write("layers.csv", layers_csv(so_far));
+        if (dp.shards() > 1) out.write("shards.csv", shards_csv(so_far, names, dp.shards()));
       });
+  std::vector<LmRunResult> results;
+  if (!group.root()) {
+    for (const LmLog& l : logs)
+      results.push_back({l.name, l.val_loss.empty() ? 0.0 : l.val_loss.back(),
+                         l.train_loss.empty() ? 0.0 : l.train_loss.back()});
+    return results;
+  }
 
   // 5. Samples, summary, plot.
   std::ostringstream samples;
@@ -741,8 +897,9 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
                  {"layer_recipe", cfg.layer_recipe}, {"layer_accumulation", cfg.layer_accumulation},
                  {"lr", cfg.lr},              {"seed", cfg.seed},
                  {"eval_every", cfg.eval_every}, {"eval_batches", cfg.eval_batches}};
+  j["config"]["data_parallel"] = {
+      {"dp_shards", dp.shards()}, {"amax_reduction", dp.reduction().name()}, {"ranks", dp.ranks()}};
   nlohmann::json rj = nlohmann::json::object();
-  std::vector<LmRunResult> results;
   for (const LmLog& l : logs) {
     nlohmann::json x;
     x["val_loss"] = l.val_loss.empty() ? 0.0 : l.val_loss.back();
@@ -752,6 +909,7 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
     x["seconds"] = l.seconds.empty() ? 0.0 : l.seconds.back();
     x["diverged"] = l.diverged;
     x["sample"] = l.sample;
+    x["data_parallel"] = common::data_parallel_run_json(l.shard_scales, dp.shards(), l.ranks_identical, l.checksum);
     rj[l.name] = x;
     results.push_back({l.name, l.val_loss.empty() ? 0.0 : l.val_loss.back(),
                        l.train_loss.empty() ? 0.0 : l.train_loss.back()});
@@ -772,6 +930,14 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
                    std::exp(r.final_val_loss));
     std::fprintf(stderr, "results: %s\n", cfg.out_dir.c_str());
   }
+  return results;
+}
+
+}  // namespace
+
+std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
+  std::vector<LmRunResult> results;
+  common::dist::run_or_abort("train-lm", [&] { results = lm_job(std::move(cfg)); });
   return results;
 }
 

@@ -50,6 +50,12 @@ struct TrainLmConfig {
   int checkpoint_every = 0;    ///< Steps between checkpoints (0: none).
   std::string resume;          ///< Continue from <dir>/checkpoint.bin.
   bool progress = true;
+  /// Data parallelism (docs/data-parallel.md): each batch of sequences is cut into this many fixed
+  /// shards, each with its own casts and quantizer state, combined in shard order; `mpirun -np N`
+  /// (N dividing it) spreads them over N ranks with bit-identical results for every N.
+  int dp_shards = 1;
+  /// Delayed scaling's amax-reduction group over the shards: "dp", "none" or "group=K".
+  std::string amax_reduction = "dp";
 };
 
 struct LmRunResult {
@@ -59,7 +65,8 @@ struct LmRunResult {
 };
 
 /// Trains FP32 and the FP8 recipe(s), writing metrics.csv, layers.csv, samples.txt, summary.json
-/// and curves.png to the output folder (atomically). \throws fp8emu::Error on bad flags, a missing,
+/// and curves.png (and shards.csv with --dp-shards > 1: every shard's stored delayed scales per
+/// evaluation) to the output folder (atomically; under mpirun, rank 0 alone writes). \throws fp8emu::Error on bad flags, a missing,
 /// empty or too-short corpus, a corrupt or mismatched checkpoint; nothing is written before the
 /// configuration and the corpus are known to be good.
 std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg);

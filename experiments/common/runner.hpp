@@ -128,11 +128,19 @@ void write_checkpoint(const std::string& path, const Checkpoint<Codec>& c) {
   write_checksummed(path, w);
 }
 
+/// A checkpoint from the bytes of its file without the CRC (read_checksummed), e.g. as rank 0 of a
+/// data-parallel job read and broadcast them. \throws fp8emu::Error naming `path` when corrupt.
 template <class Codec>
-Checkpoint<Codec> read_checkpoint(const std::string& path) {
-  const std::vector<std::uint8_t> b = read_checksummed(path);
+Checkpoint<Codec> parse_checkpoint(const std::vector<std::uint8_t>& b, const std::string& path) {
   Reader r(b, path);
-  FP8EMU_CHECK(r.str() == Codec::id.magic, path, ": not an ", Codec::id.kind);
+  const std::string magic = r.str();
+  if (magic != Codec::id.magic) {
+    const auto family = [](const std::string& m) { return m.substr(0, m.rfind('-')); };
+    FP8EMU_CHECK(family(magic) != family(Codec::id.magic), path, ": written by another fp8emu version (format ",
+                 magic, "; this one reads ", Codec::id.magic, "), so it cannot be resumed: start the run again "
+                 "without --resume");
+    FP8EMU_FAIL(path, ": not an ", Codec::id.kind);
+  }
   Checkpoint<Codec> c;
   c.fingerprint = r.str();
   const std::uint64_t n = r.pod<std::uint64_t>();
@@ -142,6 +150,11 @@ Checkpoint<Codec> read_checkpoint(const std::string& path) {
   c.has_state = r.pod<std::uint8_t>() != 0;
   if (c.has_state) c.state = Codec::get_state(r, path);
   return c;
+}
+
+template <class Codec>
+Checkpoint<Codec> read_checkpoint(const std::string& path) {
+  return parse_checkpoint<Codec>(read_checksummed(path), path);
 }
 
 /// Groups of float tensors (weights, moments, scales, ...): per group a count, then each tensor.
@@ -207,7 +220,8 @@ Checkpoint<Codec> resume_point(const ResultsFolder& out, bool resuming, const st
 
 /// Runs runs[i] for every i from the resume point on, as train(i, state to resume or nullptr,
 /// write a mid-run checkpoint); after each, after_run(logs so far) and, when `boundaries`, a
-/// checkpoint at the run boundary. \return every run's log, in order.
+/// checkpoint at the run boundary. An empty checkpoint_path writes none (the ranks other than 0 of
+/// a data-parallel job). \return every run's log, in order.
 template <class Codec>
 std::vector<typename Codec::Log> run_all(
     std::size_t runs, const Checkpoint<Codec>& resumed, const std::string& checkpoint_path, bool boundaries,
@@ -224,7 +238,7 @@ std::vector<typename Codec::Log> run_all(
       c.current_run = std::uint32_t(run);
       c.has_state = st != nullptr;
       if (st) c.state = *st;
-      write_checkpoint(checkpoint_path, c);
+      if (!checkpoint_path.empty()) write_checkpoint(checkpoint_path, c);
     };
     const bool resume_here = i == resumed.current_run && resumed.has_state;
     logs.push_back(train(i, resume_here ? &resumed.state : nullptr,

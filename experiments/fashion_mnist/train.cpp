@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -16,8 +17,11 @@
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "common/data_parallel.hpp"
+#include "common/dist.hpp"
 #include "common/runner.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/config.hpp"
@@ -89,6 +93,12 @@ struct RunLog {
   bool diverged = false;                       // a non-finite training loss was seen
   std::vector<double> seconds;                 // cumulative, per epoch
   std::vector<std::vector<LayerEpoch>> layers;  // [epoch][layer], FP8 runs only
+  // Data parallelism: per epoch every shard's stored scales (DataParallel::shard_scales; FP8 runs
+  // with --dp-shards > 1), whether the ranks' parameters were identical after every epoch, and
+  // rank 0's parameter checksum after the last one.
+  std::vector<std::vector<float>> shard_scales;
+  bool ranks_identical = true;
+  std::uint64_t checksum = 0;
 };
 
 using common::shortest;
@@ -111,11 +121,12 @@ struct RunState {
   std::vector<std::vector<float>> opt_m, opt_v;
   std::string rng;
   std::vector<int> order;
+  std::vector<std::vector<float>> shard_states;  // every shard's quantizer state (--dp-shards > 1)
 };
 
 // ---- Checkpoints: the runner's envelope (common/runner.hpp) around these logs and states.
 struct Codec : common::CodecTypes<RunLog, RunState> {
-  static constexpr common::CheckpointId id{"FP8EMU-CHECKPOINT-1", "fp8emu checkpoint"};
+  static constexpr common::CheckpointId id{"FP8EMU-CHECKPOINT-2", "fp8emu checkpoint"};
 
   static void put_log(common::Writer& w, const RunLog& l) {
     w.str(l.result.name);
@@ -134,6 +145,9 @@ struct Codec : common::CodecTypes<RunLog, RunState> {
       w.pod(e.scale_weight);
       w.pod(e.scale_grad_output);
     });
+    common::put_tensors(w, {&l.shard_scales});
+    w.pod(std::uint8_t(l.ranks_identical));
+    w.pod(l.checksum);
   }
 
   static RunLog get_log(common::Reader& r, const std::string& path) {
@@ -156,6 +170,9 @@ struct Codec : common::CodecTypes<RunLog, RunState> {
       x.scale_grad_output = r.pod<float>();
       return x;
     });
+    common::get_tensors(r, path, {&l.shard_scales});
+    l.ranks_identical = r.pod<std::uint8_t>() != 0;
+    l.checksum = r.pod<std::uint64_t>();
     return l;
   }
 
@@ -167,6 +184,7 @@ struct Codec : common::CodecTypes<RunLog, RunState> {
     w.pod(std::int64_t(s.opt_steps));
     w.str(s.rng);
     w.vec(s.order);
+    common::put_tensors(w, {&s.shard_states});
   }
 
   static RunState get_state(common::Reader& r, const std::string& path) {
@@ -178,22 +196,31 @@ struct Codec : common::CodecTypes<RunLog, RunState> {
     s.opt_steps = long(r.pod<std::int64_t>());
     s.rng = r.str();
     s.order = r.vec<int>();
+    common::get_tensors(r, path, {&s.shard_states});
     return s;
   }
 };
 
+// Collective (every rank calls it at the same point): the shards' states are gathered.
 RunState capture(const RunLog& log, int epochs_done, const nn::Mlp& model, const nn::Optimizer& opt,
-                 const nn::Rng& rng, const std::vector<int>& order) {
+                 const nn::Rng& rng, const std::vector<int>& order, common::DataParallel& dp) {
   RunState s;
   s.log = log;
   s.epochs_done = epochs_done;
+  auto layer_states = [&] {  // shard 0's (the layers' own with one shard)
+    for (const nn::Linear& l : model.layers) {
+      s.fwd_scales.push_back(l.forward_state().scales());
+      s.fwd_hist.push_back(l.forward_state().history_values());
+      s.bwd_scales.push_back(l.backward_state().scales());
+      s.bwd_hist.push_back(l.backward_state().history_values());
+    }
+  };
+  if (dp.owns(0)) dp.with_shard(0, layer_states);
+  else layer_states();
+  s.shard_states = dp.all_states();
   for (const nn::Linear& l : model.layers) {
     s.weights.push_back(l.weight.data);
     s.biases.push_back(l.bias.data);
-    s.fwd_scales.push_back(l.forward_state().scales());
-    s.fwd_hist.push_back(l.forward_state().history_values());
-    s.bwd_scales.push_back(l.backward_state().scales());
-    s.bwd_hist.push_back(l.backward_state().history_values());
   }
   s.opt_steps = opt.steps();
   s.opt_m = opt.first_moments();
@@ -252,31 +279,48 @@ class Progress {
   int epoch_, epochs_, batches_, last_quarter_ = 0;
 };
 
-void evaluate(nn::Mlp& model, const Split& test, bool twin, double& loss, double& acc,
+// The test set in batches of kEvalBatch; batch k is evaluated by shard k mod S (with that shard's
+// quantizer state, as the rank holding it would), each shard summing its batches in order; the
+// shards' sums are then added in shard order (one shard: the plain sums in batch order).
+void evaluate(nn::Mlp& model, const Split& test, bool twin, common::DataParallel& dp, double& loss, double& acc,
               std::vector<double>* rel_error) {
-  const int n = test.x.rows;
+  const int n = test.x.rows, S = dp.shards();
+  const int batches = (n + kEvalBatch - 1) / kEvalBatch;
   std::vector<int> order(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) order[std::size_t(i)] = i;
   Matrix x, logits;
   std::vector<std::uint8_t> y;
-  double loss_sum = 0.0;
-  long correct = 0;
-  std::vector<std::pair<double, double>> sums(model.layers.size(), {0.0, 0.0}), part;
-  for (int b = 0; b < n; b += kEvalBatch) {
-    const int cnt = std::min(kEvalBatch, n - b);
-    gather(test, order, std::size_t(b), cnt, x, y);
-    model.forward(x, logits, false, twin ? &part : nullptr);
-    loss_sum += nn::softmax_cross_entropy(logits, y, nullptr) * cnt;
-    const std::vector<int> pred = nn::argmax_rows(logits);
-    for (int i = 0; i < cnt; ++i) correct += pred[std::size_t(i)] == y[std::size_t(i)];
-    if (twin)
-      for (std::size_t l = 0; l < sums.size(); ++l) {
-        sums[l].first += part[l].first;
-        sums[l].second += part[l].second;
-      }
-  }
+  const std::size_t L = model.layers.size(), k = 2 + 2 * L;  // loss sum, correct, (err, ref) per layer
+  std::vector<double> local(std::size_t(dp.local_shards()) * k, 0.0);
+  std::vector<std::pair<double, double>> part;
+  dp.for_each_shard([&](int s) {
+    double* v = &local[std::size_t(s - dp.first_shard()) * k];
+    long correct = 0;
+    for (int bi = s; bi < batches; bi += S) {
+      const int b = bi * kEvalBatch, cnt = std::min(kEvalBatch, n - b);
+      gather(test, order, std::size_t(b), cnt, x, y);
+      model.forward(x, logits, false, twin ? &part : nullptr);
+      v[0] += nn::softmax_cross_entropy(logits, y, nullptr) * cnt;
+      const std::vector<int> pred = nn::argmax_rows(logits);
+      for (int i = 0; i < cnt; ++i) correct += pred[std::size_t(i)] == y[std::size_t(i)];
+      if (twin)
+        for (std::size_t l = 0; l < L; ++l) {
+          v[2 + 2 * l] += part[l].first;
+          v[3 + 2 * l] += part[l].second;
+        }
+    }
+    v[1] = double(correct);
+  });
+  const std::vector<double> all = dp.gather_shards(local);
+  std::vector<double> sum(all.begin(), all.begin() + long(k));  // shard 0, then the others in order
+  for (int s = 1; s < S; ++s)
+    for (std::size_t i = 0; i < k; ++i) sum[i] += all[std::size_t(s) * k + i];
+  const double loss_sum = sum[0];
+  const double correct = sum[1];
+  std::vector<std::pair<double, double>> sums(L);
+  for (std::size_t l = 0; l < L; ++l) sums[l] = {sum[2 + 2 * l], sum[3 + 2 * l]};
   loss = n ? loss_sum / n : 0.0;
-  acc = n ? double(correct) / n : 0.0;
+  acc = n ? correct / n : 0.0;
   if (rel_error) {
     rel_error->clear();
     for (auto& s : sums)  // NaN (a diverged layer) propagates; 0 only for an all-zero reference and error
@@ -293,8 +337,9 @@ std::vector<std::string> layer_names(const std::vector<int>& sizes) {
 }
 
 RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunSpec& run, const Split& train,
-                 const Split& test, const std::function<void(const RunLog&)>& on_epoch, const RunState* resume,
-                 const std::function<void(const RunState&)>& checkpoint, const std::string& checkpoint_path) {
+                 const Split& test, common::DataParallel& dp, const std::function<void(const RunLog&)>& on_epoch,
+                 const RunState* resume, const std::function<void(const RunState&)>& checkpoint,
+                 const std::string& checkpoint_path) {
   const std::string& name = run.name;
   const nn::Precision precision = run.precision;
   const scaling::Recipe& recipe = run.recipe;
@@ -319,47 +364,104 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
   const bool fp8 = precision == nn::Precision::kFp8;
   int first_epoch = 1;
   double seconds_before = 0.0;  // training time before a resume
+  if (resume) restore(*resume, model, opt, shuffle_rng, order, checkpoint_path);
+  std::vector<nn::Linear*> linears;
+  common::Parameters params;  // Optimizer::step(Mlp&)'s order
+  for (nn::Linear& l : model.layers) {
+    linears.push_back(&l);
+    params.emplace_back(&l.weight, &l.grad_weight);
+    params.emplace_back(&l.bias, &l.grad_bias);
+  }
+  dp.bind(linears, params);
   if (resume) {
-    restore(*resume, model, opt, shuffle_rng, order, checkpoint_path);
+    dp.restore_states(resume->shard_states, checkpoint_path);
     log = resume->log;
     first_epoch = resume->epochs_done + 1;
     seconds_before = log.result.seconds;
   }
+  const int S = dp.shards();
   const auto t0 = std::chrono::steady_clock::now();
   Matrix x, logits, dlogits;
   std::vector<std::uint8_t> y;
   for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
     shuffle_rng.shuffle(order);
     for (auto& l : model.layers) l.stats = {};
-    Progress progress(cfg.progress, name, epoch, cfg.epochs, batches);
+    Progress progress(cfg.progress && dp.root(), name, epoch, cfg.epochs, batches);
     double loss_sum = 0.0;
+    std::vector<std::array<float, 3>> shard0_scales(model.layers.size());  // shard 0's last casts
     for (int b = 0; b < batches; ++b) {
       const std::size_t begin = std::size_t(b) * std::size_t(batch_size);
       const int cnt = int(std::min<std::size_t>(std::size_t(batch_size), order.size() - begin));
-      gather(train, order, begin, cnt, x, y);
-      model.forward(x, logits, true);
-      model.update_forward_scales();  // TE: autocast exit, after the forward
-      const double loss = nn::softmax_cross_entropy(logits, y, &dlogits);
-      model.backward(dlogits);
-      model.update_backward_scales();  // TE: end of the first module's backward
+      // Each shard: forward, loss over the whole batch's size, backward (TE's casts of one rank).
+      std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
+      std::vector<bool> has_rows(static_cast<std::size_t>(S));
+      for (int sh = 0; sh < S; ++sh) has_rows[std::size_t(sh)] = dp.rows(cnt, sh).count() > 0;
+      dp.for_each_shard([&](int sh) {
+        const common::Rows r = dp.rows(cnt, sh);
+        if (r.count() == 0) return;
+        gather(train, order, begin + std::size_t(r.begin), r.count(), x, y);
+        model.forward(x, logits, true);
+        totals[std::size_t(sh - dp.first_shard())] = nn::softmax_cross_entropy_sum(logits, y, &dlogits, cnt);
+        model.backward(dlogits);
+        dp.keep_gradients(sh);
+        if (sh == 0)
+          for (std::size_t l = 0; l < model.layers.size(); ++l)
+            shard0_scales[l] = {model.layers[l].last_scale_input(), model.layers[l].last_scale_weight(),
+                                model.layers[l].last_scale_grad_output()};
+      });
+      // TE's update points (autocast exit: forward scales; after the backward: backward scales),
+      // with the amax reduction before the roll. The backward never reads the forward scales, so
+      // updating both here gives the same bits as updating the forward ones before the backward.
+      dp.update_scales();
+      dp.reduce_gradients(has_rows);
+      const std::vector<double> all_totals = dp.gather_shards(totals);
+      double total = 0.0;
+      bool first = true;
+      for (int sh = 0; sh < S; ++sh) {
+        if (!has_rows[std::size_t(sh)]) continue;
+        total = first ? all_totals[std::size_t(sh)] : total + all_totals[std::size_t(sh)];
+        first = false;
+      }
+      const double loss = total / double(cnt);
       opt.step(model);
       loss_sum += loss;
       progress.update(b + 1, loss_sum / (b + 1));
     }
-    // What the training casts did this epoch, taken before evaluation casts the test set.
+    // What the training casts did this epoch (every shard's counts; shard 0's last scales), taken
+    // before evaluation casts the test set.
     std::vector<LayerEpoch> le(fp8 ? model.layers.size() : 0);
+    std::vector<std::uint64_t> counts;
+    for (std::size_t l = 0; l < le.size(); ++l)
+      for (const emu::QuantizeStats* st :
+           {&model.layers[l].stats.input, &model.layers[l].stats.weight, &model.layers[l].stats.grad_output})
+        counts.insert(counts.end(), {st->count, st->saturated, st->underflow, st->nan});
+    counts = dp.sum_over_ranks(counts);
     for (std::size_t l = 0; l < le.size(); ++l) {
-      const nn::Linear& L = model.layers[l];
-      le[l].input = L.stats.input;
-      le[l].weight = L.stats.weight;
-      le[l].grad_output = L.stats.grad_output;
-      le[l].scale_input = L.last_scale_input();
-      le[l].scale_weight = L.last_scale_weight();
-      le[l].scale_grad_output = L.last_scale_grad_output();
+      const std::uint64_t* c = &counts[12 * l];
+      for (emu::QuantizeStats* st : {&le[l].input, &le[l].weight, &le[l].grad_output}) {
+        *st = {};
+        st->count = c[0];
+        st->saturated = c[1];
+        st->underflow = c[2];
+        st->nan = c[3];
+        c += 4;
+      }
+      le[l].scale_input = shard0_scales[l][0];
+      le[l].scale_weight = shard0_scales[l][1];
+      le[l].scale_grad_output = shard0_scales[l][2];
+    }
+    if (fp8 && S > 1) log.shard_scales.push_back(dp.shard_scales());
+    const std::vector<std::uint64_t> sums = dp.parameter_checksums();
+    log.checksum = sums[0];
+    if (std::any_of(sums.begin(), sums.end(), [&](std::uint64_t c) { return c != sums[0]; })) {
+      if (log.ranks_identical && dp.root())
+        std::fprintf(stderr, "warning: run %s: the ranks' parameters differ after epoch %d (rank 0's are written)\n",
+                     name.c_str(), epoch);
+      log.ranks_identical = false;
     }
     double test_loss = 0, test_acc = 0;
     std::vector<double> rel;
-    evaluate(model, test, fp8, test_loss, test_acc, fp8 ? &rel : nullptr);
+    evaluate(model, test, fp8, dp, test_loss, test_acc, fp8 ? &rel : nullptr);
     log.result.train_loss.push_back(batches ? loss_sum / batches : 0.0);
     log.result.test_loss.push_back(test_loss);
     log.result.test_accuracy.push_back(test_acc);
@@ -372,16 +474,16 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
     }
     if (!std::isfinite(log.result.train_loss.back()) && !log.diverged) {
       log.diverged = true;
-      std::fprintf(stderr, "warning: run %s diverged: non-finite training loss in epoch %d "
+      if (dp.root()) std::fprintf(stderr, "warning: run %s diverged: non-finite training loss in epoch %d "
                            "(try a smaller --lr)\n", name.c_str(), epoch);
     }
-    if (cfg.progress)
+    if (cfg.progress && dp.root())
       std::fprintf(stderr, "[%s] epoch %d/%d  train_loss %.4f  test_loss %.4f  test_accuracy %.4f  (%.1f s)\n",
                    name.c_str(), epoch, cfg.epochs, log.result.train_loss.back(), test_loss, test_acc,
                    log.result.seconds);
     on_epoch(log);
     if (cfg.checkpoint_every > 0 && epoch % cfg.checkpoint_every == 0 && epoch < cfg.epochs)
-      checkpoint(capture(log, epoch, model, opt, shuffle_rng, order));
+      checkpoint(capture(log, epoch, model, opt, shuffle_rng, order, dp));
   }
   return log;
 }
@@ -421,7 +523,8 @@ std::string layers_csv(const std::vector<RunLog>& logs) {
 
 nlohmann::json json_scale(float s) { return std::isnan(s) ? nlohmann::json(nullptr) : nlohmann::json(s); }
 
-nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes, int threads) {
+nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes, int threads,
+                           const common::DataParallel& dp) {
   nlohmann::json c;
   c["data_dir"] = cfg.data_dir;
   c["epochs"] = cfg.epochs;
@@ -442,11 +545,12 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
       model_of(emu::parse_accumulation(cfg.accumulation)).datapath == Datapath::kTensorCore
           ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"
           : cfg.accumulation + " (every GEMM; block recipes: fp32)";
+  c["data_parallel"] = {{"dp_shards", dp.shards()}, {"amax_reduction", dp.reduction().name()}, {"ranks", dp.ranks()}};
   return c;
 }
 
 nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::json& config,
-                            bool plot) {
+                            bool plot, int shards) {
   nlohmann::json j;
   j["fp8emu_version"] = FP8EMU_VERSION_STRING;
   j["config"] = config;
@@ -459,6 +563,7 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
     r["seconds"] = l.result.seconds;
     r["epochs"] = l.result.train_loss.size();
     r["diverged"] = l.diverged;
+    r["data_parallel"] = common::data_parallel_run_json(l.shard_scales, shards, l.ranks_identical, l.checksum);
     if (!l.layers.empty()) {
       nlohmann::json layers = nlohmann::json::array();
       for (std::size_t k = 0; k < l.layers.back().size(); ++k) {
@@ -486,6 +591,7 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
     gap[logs[i].result.name] = 100.0 * (logs[i].result.test_accuracy.back() - logs[0].result.test_accuracy.back());
   j["fp8_minus_fp32_accuracy_pp"] = gap;
   j["files"] = {{"metrics", "metrics.csv"}, {"layers", "layers.csv"}, {"plot", plot ? "curves.png" : ""}};
+  if (shards > 1) j["files"]["shards"] = "shards.csv";
   return j;
 }
 
@@ -508,47 +614,76 @@ bool write_plot(const common::ResultsFolder& out, const std::vector<RunLog>& log
   return out.write_curves(header.str(), {loss, accuracy});
 }
 
-}  // namespace
+std::string shards_csv(const std::vector<RunLog>& logs, const std::vector<std::string>& layers, int shards) {
+  std::ostringstream os;
+  os << "run,epoch,layer,shard,scale_input,scale_weight,scale_grad_output\n";
+  for (const auto& l : logs)
+    for (std::size_t e = 0; e < l.shard_scales.size(); ++e)
+      common::append_shard_scales(os, l.result.name, long(e + 1), layers, shards, l.shard_scales[e]);
+  return os.str();
+}
 
-std::vector<RunResult> run_train(TrainConfig cfg) {
-  // 1. Check the whole configuration before touching data or disk.
-  if (!cfg.format.empty()) {
-    cfg.recipes.set_format(scaling::parse_recipe_format(cfg.format));
-  }
-  const std::vector<scaling::Recipe> recipes = cfg.recipes.select(cfg.recipe);
-  cfg.recipes.validate();  // every recipe's parameters, whichever recipes run
-  FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
-  FP8EMU_CHECK(cfg.epochs >= 1, "--epochs must be >= 1, got ", cfg.epochs);
-  FP8EMU_CHECK(cfg.batch_size >= 1, "--batch-size must be >= 1, got ", cfg.batch_size);
-  FP8EMU_CHECK(cfg.train_samples >= 1, "--train-samples must be >= 1, got ", cfg.train_samples);
-  FP8EMU_CHECK(cfg.test_samples >= 1, "--test-samples must be >= 1, got ", cfg.test_samples);
-  FP8EMU_CHECK(cfg.threads >= 0, "--threads must be >= 0, got ", cfg.threads);
-  FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
-  for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1 && h <= kMaxWidth, "--hidden sizes must be in [1, ", kMaxWidth, "], got ", h);
-  FP8EMU_CHECK(cfg.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", cfg.threads);
+// The experiment on every rank of the job (one rank without mpirun).
+std::vector<RunResult> train_job(TrainConfig cfg) {
+  const common::dist::Group& group = common::dist::world();
+  std::ostringstream quiet;  // lines every rank would print: rank 0's go to stderr
+  std::ostream& log_stream = group.root() ? static_cast<std::ostream&>(std::cerr) : quiet;
+
+  // 1. Check the whole configuration before touching data or disk (every rank; the same verdict).
+  std::vector<scaling::Recipe> recipes;
   Settings set;
-  set.activation = nn::parse_activation(cfg.activation);
-  set.accumulation = emu::parse_accumulation(cfg.accumulation);
-  set.optimizer = nn::Optimizer::parse(cfg.optimizer);
-  {
-    std::vector<int> sizes{1};  // only the layer count matters for the names
-    sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
-    sizes.push_back(1);
-    set.backends = backend::resolve(
-        backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated), cfg.strict,
-        std::cerr);
-  }
-  const int threads = common::set_threads(cfg.threads);
+  int threads = 0;
+  std::optional<common::DataParallel> dp_holder;
+  group.agree([&] {
+    if (!cfg.format.empty()) {
+      cfg.recipes.set_format(scaling::parse_recipe_format(cfg.format));
+    }
+    recipes = cfg.recipes.select(cfg.recipe);
+    cfg.recipes.validate();  // every recipe's parameters, whichever recipes run
+    FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
+    FP8EMU_CHECK(cfg.epochs >= 1, "--epochs must be >= 1, got ", cfg.epochs);
+    FP8EMU_CHECK(cfg.batch_size >= 1, "--batch-size must be >= 1, got ", cfg.batch_size);
+    FP8EMU_CHECK(cfg.train_samples >= 1, "--train-samples must be >= 1, got ", cfg.train_samples);
+    FP8EMU_CHECK(cfg.test_samples >= 1, "--test-samples must be >= 1, got ", cfg.test_samples);
+    FP8EMU_CHECK(cfg.threads >= 0, "--threads must be >= 0, got ", cfg.threads);
+    FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
+    for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1 && h <= kMaxWidth, "--hidden sizes must be in [1, ", kMaxWidth, "], got ", h);
+    FP8EMU_CHECK(cfg.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", cfg.threads);
+    dp_holder.emplace(group, cfg.dp_shards, common::parse_amax_reduction(cfg.amax_reduction));
+    set.activation = nn::parse_activation(cfg.activation);
+    set.accumulation = emu::parse_accumulation(cfg.accumulation);
+    set.optimizer = nn::Optimizer::parse(cfg.optimizer);
+    {
+      std::vector<int> sizes{1};  // only the layer count matters for the names
+      sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
+      sizes.push_back(1);
+      backend::set_cuda_device_slot(group.local_rank());  // each rank of a node its own GPU
+      set.backends = backend::resolve(
+          backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated), cfg.strict,
+          log_stream);
+    }
+    threads = common::set_threads(cfg.threads);
+  });
+  common::DataParallel& dp = *dp_holder;
 
-  // 2. Data.
-  const Split train = load_split(cfg.data_dir, "train", cfg.train_samples);
-  const Split test = load_split(cfg.data_dir, "t10k", cfg.test_samples);
-  FP8EMU_CHECK(test.x.cols == train.x.cols, cfg.data_dir, ": test images have ", test.x.cols,
-               " pixels, training images ", train.x.cols);
+  // 2. Data (every rank reads it).
+  Split train, test;
+  group.agree([&] {
+    train = load_split(cfg.data_dir, "train", cfg.train_samples);
+    test = load_split(cfg.data_dir, "t10k", cfg.test_samples);
+    FP8EMU_CHECK(test.x.cols == train.x.cols, cfg.data_dir, ": test images have ", test.x.cols,
+                 " pixels, training images ", train.x.cols);
+    const int batch = std::min(cfg.batch_size, train.x.rows);
+    FP8EMU_CHECK(batch >= cfg.dp_shards, "--dp-shards ", cfg.dp_shards, " exceeds the batch of ", batch,
+                 " images: every shard needs at least one image of a batch (use a larger --batch-size or fewer "
+                 "shards)");
+  });
 
   // 3. The output folder, once the data is known to be good. On --resume the checkpoint is read and
-  // checked first, so a bad resume touches nothing (common::ResultsFolder::prepare).
-  common::ResultsFolder out(cfg.out_dir, cfg.resume, "", {"metrics.csv", "layers.csv", "summary.json", "curves.png"});
+  // checked first, so a bad resume touches nothing (common::ResultsFolder::prepare). Rank 0 alone
+  // touches files; the other ranks get the folder's name and the checkpoint from it.
+  common::ResultsFolder out = common::shared_results_folder(
+      group, cfg.out_dir, cfg.resume, "", {"metrics.csv", "layers.csv", "shards.csv", "summary.json", "curves.png"});
   cfg.out_dir = out.dir();
   set.sizes = {train.x.cols};
   set.sizes.insert(set.sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
@@ -556,51 +691,74 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   const std::vector<int>& sizes = set.sizes;
   cfg.train_samples = train.x.rows;  // what was used (the request may exceed the file)
   cfg.test_samples = test.x.rows;
-  const nlohmann::json config = config_json(cfg, sizes, threads);
+  const nlohmann::json config = config_json(cfg, sizes, threads, dp);
   nlohmann::json fingerprint_json = config;
   fingerprint_json.erase("threads");  // results do not depend on it
+  fingerprint_json["data_parallel"].erase("ranks");  // nor on the rank count
   const std::string fingerprint = fingerprint_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::vector<common::RunSpec> runs{{"fp32", nn::Precision::kFp32, scaling::DelayedScaling{}}};
   for (const auto& r : recipes)
     runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
   const std::string checkpoint_path = out.checkpoint_path();
-  const common::Checkpoint<Codec> resumed = common::resume_point<Codec>(
-      out, !cfg.resume.empty(), fingerprint, runs.size(),
+  const bool resuming = !cfg.resume.empty();
+  const common::Checkpoint<Codec> resumed = common::shared_resume_point<Codec>(
+      group, out, resuming, fingerprint, runs.size(),
       [](const std::string& path, const std::string& theirs, const std::string&) {
         return path + " was written by a run with other settings; resume with the same flags as that run (its "
                       "configuration: " + theirs + ")";
       });
-  out.prepare(!cfg.resume.empty());
-  if (cfg.progress) {
+  group.on_root([&] {
+    out.prepare(resuming);
+    if (dp.shards() == 1) std::filesystem::remove(out.path("shards.csv"));  // an older run's
+  });
+  if (cfg.progress && group.root()) {
     std::fprintf(stderr, "fp8emu train: %d train / %d test images from %s, MLP", train.x.rows, test.x.rows,
                  cfg.data_dir.c_str());
     for (std::size_t i = 0; i < sizes.size(); ++i) std::fprintf(stderr, "%s%d", i ? "-" : " ", sizes[i]);
-    std::fprintf(stderr, ", %d epochs, %d threads, results in %s\n", cfg.epochs, threads, cfg.out_dir.c_str());
-    if (!cfg.resume.empty())
+    std::fprintf(stderr, ", %d epochs, %d threads", cfg.epochs, threads);
+    if (dp.shards() > 1 || dp.ranks() > 1)
+      std::fprintf(stderr, ", %d shards on %d rank(s), amax reduction %s", dp.shards(), dp.ranks(),
+                   dp.reduction().name().c_str());
+    std::fprintf(stderr, ", results in %s\n", cfg.out_dir.c_str());
+    if (resuming)
       std::fprintf(stderr, "resuming from %s: %zu run(s) done, run %u at epoch %d\n", checkpoint_path.c_str(),
                    resumed.completed.size(), resumed.current_run + 1,
                    resumed.has_state ? resumed.state.epochs_done + 1 : 1);
   }
+  common::dist::set_termination_note(
+      cfg.checkpoint_every > 0
+          ? "fp8emu train: rank 0 stopped by mpirun (another rank failed or the job was stopped); the last "
+            "checkpoint is intact: continue with --resume " + cfg.out_dir + " and the same flags (any rank count "
+            "that divides --dp-shards)\n"
+          : "fp8emu train: rank 0 stopped by mpirun (another rank failed or the job was stopped); no checkpoint "
+            "was written (--checkpoint-every 0)\n");
 
-  // 4. The runs; metrics files are rewritten after every epoch.
+  // 4. The runs; metrics files are rewritten after every epoch (by rank 0).
+  const std::vector<std::string> names = layer_names(sizes);
   std::vector<RunLog> done;  // the runs finished before the current one
   auto save = [&](const RunLog& current) {
+    if (!group.root()) return;
     std::vector<RunLog> all = done;
     all.push_back(current);
     out.write("metrics.csv", metrics_csv(all));
     out.write("layers.csv", layers_csv(all));
+    if (dp.shards() > 1) out.write("shards.csv", shards_csv(all, names, dp.shards()));
   };
   done = resumed.completed;
   const std::vector<RunLog> logs = common::run_all<Codec>(
-      runs.size(), resumed, checkpoint_path, cfg.checkpoint_every > 0,
+      runs.size(), resumed, group.root() ? checkpoint_path : std::string(), cfg.checkpoint_every > 0,
       [&](std::size_t i, const RunState* state, const std::function<void(const RunState&)>& checkpoint) {
-        return train_one(cfg, set, runs[i], train, test, save, state, checkpoint, checkpoint_path);
+        return train_one(cfg, set, runs[i], train, test, dp, save, state, checkpoint, checkpoint_path);
       },
       [&](const std::vector<RunLog>& so_far) { done = so_far; });
 
+  std::vector<RunResult> results;
+  for (auto& l : logs) results.push_back(l.result);
+  if (!group.root()) return results;
+
   // 5. Plot and summary (the summary last: its presence marks a finished run).
   const bool plot = write_plot(out, logs);
-  out.write("summary.json", common::json_text(summary_json(logs, config, plot), 2));
+  out.write("summary.json", common::json_text(summary_json(logs, config, plot, dp.shards()), 2));
 
   std::printf("%-12s %14s %10s %10s %9s\n", "run", "test_accuracy", "train_loss", "test_loss", "seconds");
   for (const auto& l : logs)
@@ -609,10 +767,16 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   for (std::size_t i = 1; i < logs.size(); ++i)
     std::printf("%s - fp32 test accuracy: %+.2f percentage points\n", logs[i].result.name.c_str(),
                 100.0 * (logs[i].result.test_accuracy.back() - logs[0].result.test_accuracy.back()));
-  std::printf("results: %s (summary.json, metrics.csv, layers.csv%s)\n", cfg.out_dir.c_str(),
-              plot ? ", curves.png" : "");
+  std::printf("results: %s (summary.json, metrics.csv, layers.csv%s%s)\n", cfg.out_dir.c_str(),
+              dp.shards() > 1 ? ", shards.csv" : "", plot ? ", curves.png" : "");
+  return results;
+}
+
+}  // namespace
+
+std::vector<RunResult> run_train(TrainConfig cfg) {
   std::vector<RunResult> results;
-  for (auto& l : logs) results.push_back(l.result);
+  common::dist::run_or_abort("train", [&] { results = train_job(std::move(cfg)); });
   return results;
 }
 

@@ -11,7 +11,10 @@
 ///                 (per-tensor recipes; empty for block recipes, whose scales are per block)
 ///   summary.json  {"runs": {"fp32": {...}, "fp8_<recipe>": {...}}, "config": {...}, ...}
 ///   curves.png    loss and accuracy per epoch for both runs (when gnuplot is installed)
-/// Determinism: identical metrics (not timings) for the same seed at any thread count.
+///   shards.csv    with --dp-shards S > 1: per FP8 run, epoch, layer and shard the stored delayed
+///                 scales of input, weight and grad_output (how far the shards' scales drift apart)
+/// Determinism: identical metrics (not timings) for the same seed at any thread count, and for any
+/// MPI rank count that divides --dp-shards. Under mpirun, rank 0 alone writes files.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +66,13 @@ struct TrainConfig {
   /// flags must be the ones of the interrupted run; the result is bit-identical to an uninterrupted
   /// run (timings aside).
   std::string resume;
+  /// Data parallelism (docs/data-parallel.md): each batch is cut into this many fixed shards, each
+  /// with its own casts and quantizer state, combined in shard order; `mpirun -np N` (N dividing
+  /// it) spreads them over N ranks with bit-identical results for every N. 1: today's single batch.
+  int dp_shards = 1;
+  /// Delayed scaling's amax-reduction group over the shards: "dp" (all, TE's default), "none" (each
+  /// shard its own amax and scale) or "group=K" (K consecutive shards).
+  std::string amax_reduction = "dp";
 };
 
 /// Outcome of one run, for callers and tests.

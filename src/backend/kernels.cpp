@@ -118,6 +118,14 @@ const Kernels& cuda_kernels() {
 #endif
 }
 
+void set_cuda_device_slot(int slot) {
+#if defined(FP8EMU_HAVE_CUDA)
+  cuda::set_device_slot(slot);
+#else
+  (void)slot;
+#endif
+}
+
 std::string describe(const std::vector<Kind>& kinds, const std::vector<std::string>& layer_names) {
   std::string out;
   for (std::size_t i = 0; i < kinds.size() && i < layer_names.size(); ++i)

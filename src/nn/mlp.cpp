@@ -97,8 +97,15 @@ void Mlp::update_backward_scales() {
 
 double softmax_cross_entropy(const Matrix& logits, const std::vector<std::uint8_t>& labels,
                              Matrix* dlogits) {
+  return softmax_cross_entropy_sum(logits, labels, dlogits, logits.rows) / double(logits.rows);
+}
+
+double softmax_cross_entropy_sum(const Matrix& logits, const std::vector<std::uint8_t>& labels, Matrix* dlogits,
+                                 int divisor) {
   FP8EMU_CHECK(std::size_t(logits.rows) == labels.size(), "cross-entropy: ", logits.rows,
                " rows of logits but ", labels.size(), " labels");
+  FP8EMU_CHECK(divisor >= logits.rows && divisor >= 1, "cross-entropy: divisor ", divisor, " is smaller than the ",
+               logits.rows, " rows");
   const int b = logits.rows, c = logits.cols;
   if (dlogits) dlogits->resize(b, c);
   double total = 0.0;
@@ -118,10 +125,10 @@ double softmax_cross_entropy(const Matrix& logits, const std::vector<std::uint8_
     if (dlogits) {
       float* d = dlogits->row(i);
       for (int j = 0; j < c; ++j)
-        d[j] = (p[std::size_t(j)] / sum - (j == y ? 1.0f : 0.0f)) / float(b);
+        d[j] = (p[std::size_t(j)] / sum - (j == y ? 1.0f : 0.0f)) / float(divisor);
     }
   }
-  return total / double(b);
+  return total;
 }
 
 std::vector<int> argmax_rows(const Matrix& logits) {

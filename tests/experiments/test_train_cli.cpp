@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -11,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/cli_runner.hpp"
 #include "support/result_files.hpp"
@@ -372,4 +375,55 @@ TEST_CASE("corrupt checkpoints and mismatched resumes give clear errors", "[cli]
   CHECK(r.code != 0);
   CHECK(r.output.find("no checkpoint to resume from") != std::string::npos);
   CHECK(!fs::exists(none));  // nothing created
+  // A checkpoint of format 1 (before data parallelism): its magic string and a valid CRC.
+  const fs::path old_format = scratch("ck-v1");
+  fs::create_directories(old_format);
+  const std::string magic = "FP8EMU-CHECKPOINT-1";
+  std::vector<std::uint8_t> v1(8, 0);
+  v1[0] = std::uint8_t(magic.size());
+  v1.insert(v1.end(), magic.begin(), magic.end());
+  const std::uint32_t crc = std::uint32_t(crc32(0L, v1.data(), uInt(v1.size())));
+  for (int i = 0; i < 4; ++i) v1.push_back(std::uint8_t(crc >> (8 * i)));
+  fp8emu::testing::write_plain((old_format / "checkpoint.bin").string(), v1);
+  r = run("train" + flags + " --resume " + old_format.string());
+  CHECK(r.code != 0);
+  CHECK(r.output.find("written by another fp8emu version (format FP8EMU-CHECKPOINT-1; this one reads "
+                      "FP8EMU-CHECKPOINT-2), so it cannot be resumed") != std::string::npos);
+}
+
+TEST_CASE("data-parallel shards on one process: thread-independent, amax group matters, bad flags",
+          "[cli][dp]") {
+  // The shards of --dp-shards run one after the other without mpirun (the MPI tests, label mpi,
+  // check that N ranks give these same bits).
+  const std::string flags = " --epochs 1 --train-samples 600 --test-samples 200 --batch-size 60 --hidden 32 --quiet "
+                            "--recipe delayed --dp-shards 4";
+  const fs::path a = scratch("dp-t1"), b = scratch("dp-t2"), none = scratch("dp-none"), one = scratch("dp-one");
+  REQUIRE(run("train --threads 1" + flags + " --out " + a.string()).code == 0);
+  REQUIRE(run("train --threads 2" + flags + " --out " + b.string()).code == 0);
+  CHECK(metrics_without_seconds(a / "metrics.csv") == metrics_without_seconds(b / "metrics.csv"));
+  CHECK(slurp(a / "shards.csv") == slurp(b / "shards.csv"));
+  REQUIRE(run("train" + flags + " --amax-reduction none --out " + none.string()).code == 0);
+  CHECK(metrics_without_seconds(none / "metrics.csv") != metrics_without_seconds(a / "metrics.csv"));
+  const nlohmann::json sa = nlohmann::json::parse(slurp(a / "summary.json"));
+  const nlohmann::json sn = nlohmann::json::parse(slurp(none / "summary.json"));
+  CHECK(sa["runs"]["fp8_delayed"]["data_parallel"]["max_scale_ratio_across_shards"] == 1.0);
+  CHECK(sn["runs"]["fp8_delayed"]["data_parallel"]["max_scale_ratio_across_shards"].get<double>() > 1.0);
+  CHECK(sa["config"]["data_parallel"]["dp_shards"] == 4);
+  // One shard is the plain run: no shards.csv.
+  REQUIRE(run("train" + flags.substr(0, flags.find(" --dp-shards")) + " --out " + one.string()).code == 0);
+  CHECK(!fs::exists(one / "shards.csv"));
+
+  for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--dp-shards 0", "--dp-shards must be >= 1, got 0"},
+           {"--dp-shards 4 --amax-reduction group=3", "--amax-reduction group=3: the group size must divide --dp-shards 4"},
+           {"--amax-reduction all", "unknown --amax-reduction 'all' (accepted: dp, none, group=K"},
+           {"--dp-shards 61", "--dp-shards 61 exceeds the batch of 60 images"}}) {
+    const fs::path out = scratch("dp-bad");
+    const Result r = run("train --epochs 1 --train-samples 600 --test-samples 200 --batch-size 60 --quiet " + bad +
+                         " --out " + out.string());
+    INFO(bad << "\n" << r.output);
+    CHECK(r.code != 0);
+    CHECK(r.output.find(message) != std::string::npos);
+    CHECK(!fs::exists(out));
+  }
 }

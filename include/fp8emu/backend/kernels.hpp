@@ -108,6 +108,12 @@ const CudaStatus& cuda_status();
 /// The GPU kernels. \throws fp8emu::Error (with why_not()) when !cuda_status().usable().
 const Kernels& cuda_kernels();
 
+/// Which GPU the cuda kernels use, to be called before the first of them runs: the GPUs with
+/// compute capability >= 8.9 in CUDA's order, the (slot mod their count)-th (default slot 0, the
+/// first). Data-parallel training passes each rank's local rank, so the ranks of a node share its
+/// GPUs round-robin. No effect in a build without CUDA.
+void set_cuda_device_slot(int slot);
+
 /// Per-layer backends from a spec: one kind for all ("cuda"), or "name=kind" pairs separated by
 /// commas ("fc1=cuda,fc2=emulated"); layers not named get `fallback_default`.
 /// \throws fp8emu::Error on an unknown layer name or kind, naming the valid ones.

@@ -18,4 +18,8 @@ backend::CudaStatus probe();
 /// Only call it when probe().usable().
 const backend::Kernels& kernels();
 
+/// Before the first kernel: use the (slot mod count)-th GPU of compute capability >= 8.9 (see
+/// backend::set_cuda_device_slot).
+void set_device_slot(int slot);
+
 }  // namespace fp8emu::cuda

@@ -59,6 +59,12 @@ class Mlp {
 /// (softmax - onehot) / batch. \throws fp8emu::Error on a shape mismatch or a label out of range.
 double softmax_cross_entropy(const Matrix& logits, const std::vector<std::uint8_t>& labels,
                              Matrix* dlogits);
+/// One shard of a batch of `divisor` rows (data parallelism): the sum of the rows' losses (double,
+/// row order) and, if dlogits is non-null, (softmax - onehot) / divisor. softmax_cross_entropy is
+/// this with divisor = rows, divided by rows. \throws fp8emu::Error as above, or for a divisor
+/// smaller than the rows.
+double softmax_cross_entropy_sum(const Matrix& logits, const std::vector<std::uint8_t>& labels, Matrix* dlogits,
+                                 int divisor);
 
 /// Index of the largest logit per row (first on ties; NaN never wins).
 std::vector<int> argmax_rows(const Matrix& logits);
