@@ -24,9 +24,7 @@ int run_scale_trace(ScaleTraceOptions o) {
   Format fmt = Format::kE4M3;
   FP8EMU_CHECK(parse_fp8_format(o.format, &fmt), "unknown --format '", o.format, "' (accepted: ", fp8_format_names(), ")");
   const std::vector<float> amax = scaling::parse_amax_list(o.amax);
-  if (o.algo == "max") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
-  else if (o.algo == "most_recent") o.delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
-  else FP8EMU_FAIL("unknown --algo '", o.algo, "' (accepted: max, most_recent)");
+  o.delayed.amax_compute_algo = scaling::parse_amax_compute_algo(o.algo, "--algo");
   o.delayed.fused_update = !o.unfused;
   o.delayed.fp8_format = scaling::RecipeFormat::kE4M3;  // the trace's format is given by --format
   const std::optional<scaling::Recipe> picked = scaling::find_recipe(o.recipe, {o.delayed, o.current});

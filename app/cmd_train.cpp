@@ -82,12 +82,8 @@ Command add_train(CLI::App& app) {
             delayed.fused_update = !o->unfused;
             c.recipes.get<scaling::Float8BlockScaling>().amax_epsilon =
                 c.recipes.get<scaling::CurrentScaling>().amax_epsilon;
-            if (o->mx_rule == "te") mxfp8.rule = E8M0Rule::kTransformerEngine;
-            else if (o->mx_rule == "ocp") mxfp8.rule = E8M0Rule::kOcp;
-            else FP8EMU_FAIL("unknown --mxfp8-rule '", o->mx_rule, "' (accepted: te, ocp)");
-            if (o->algo == "max") delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
-            else if (o->algo == "most_recent") delayed.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
-            else FP8EMU_FAIL("unknown --amax-compute-algo '", o->algo, "' (accepted: max, most_recent)");
+            mxfp8.rule = scaling::parse_e8m0_rule(o->mx_rule, "--mxfp8-rule");
+            delayed.amax_compute_algo = scaling::parse_amax_compute_algo(o->algo, "--amax-compute-algo");
             c.progress = !o->quiet;
             experiments::run_train(c);
             return 0;

@@ -342,9 +342,7 @@ scaling::Recipe make_recipe(const std::string& kind, const std::string& fp8_form
     r.fp8_format = f;
     r.margin = margin;
     r.amax_history_len = amax_history_len;
-    if (amax_compute_algo == "max") r.amax_compute_algo = scaling::AmaxComputeAlgo::kMax;
-    else if (amax_compute_algo == "most_recent") r.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
-    else throw nb::value_error(("unknown amax_compute_algo '" + amax_compute_algo + "' (accepted: max, most_recent)").c_str());
+    r.amax_compute_algo = scaling::parse_amax_compute_algo(amax_compute_algo, "amax_compute_algo");
     r.fused_update = fused_update;
     return r;
   }
@@ -358,9 +356,7 @@ scaling::Recipe make_recipe(const std::string& kind, const std::string& fp8_form
   if (kind == "mxfp8") {
     scaling::MXFP8BlockScaling r;
     r.fp8_format = f;
-    if (mxfp8_rule == "te") r.rule = E8M0Rule::kTransformerEngine;
-    else if (mxfp8_rule == "ocp") r.rule = E8M0Rule::kOcp;
-    else throw nb::value_error(("unknown scale_rule '" + mxfp8_rule + "' (accepted: te, ocp)").c_str());
+    r.rule = scaling::parse_e8m0_rule(mxfp8_rule, "scale_rule");
     return r;
   }
   if (kind == "block") {

@@ -33,6 +33,18 @@ const char* to_string(AmaxComputeAlgo a) {
   return "?";
 }
 
+AmaxComputeAlgo parse_amax_compute_algo(const std::string& s, const char* what) {
+  if (s == "max") return AmaxComputeAlgo::kMax;
+  if (s == "most_recent") return AmaxComputeAlgo::kMostRecent;
+  FP8EMU_FAIL("unknown ", what, " '", s, "' (accepted: max, most_recent)");
+}
+
+E8M0Rule parse_e8m0_rule(const std::string& s, const char* what) {
+  if (s == "te") return E8M0Rule::kTransformerEngine;
+  if (s == "ocp") return E8M0Rule::kOcp;
+  FP8EMU_FAIL("unknown ", what, " '", s, "' (accepted: te, ocp)");
+}
+
 namespace {
 void check_not_e5m2(RecipeFormat f, const char* recipe) {
   FP8EMU_CHECK(f != RecipeFormat::kE5M2, recipe,

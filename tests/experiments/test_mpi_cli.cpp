@@ -43,13 +43,7 @@ std::vector<std::string> launcher(int ranks) {
 Result mpirun(int ranks, const std::string& args) {
   std::string cmd;
   for (const std::string& a : launcher(ranks)) cmd += a + " ";
-  std::FILE* p = popen((cmd + args + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return fp8emu::testing::run_shell(cmd + args);
 }
 
 Result plain(const std::string& args) { return fp8emu::testing::run_cli(args); }
@@ -79,20 +73,7 @@ std::map<std::string, std::vector<std::string>> shard_scales(const fs::path& csv
   return m;
 }
 
-// About 40 KB of word salad with line breaks (as test_train_lm_cli.cpp's corpus).
-fs::path corpus() {
-  const fs::path p = fs::temp_directory_path() / ("fp8emu-mpi-corpus-" + std::to_string(::getpid()) + ".txt");
-  if (fs::exists(p)) return p;
-  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then",
-                         "sleeps", "under", "old", "tree", "while", "birds", "sing"};
-  std::ofstream f(p);
-  std::uint32_t s = 1;
-  for (int i = 0; i < 8000; ++i) {
-    s = s * 1664525u + 1013904223u;
-    f << words[(s >> 16) % 18] << ((s >> 8) % 9 == 0 ? ".\n" : " ");
-  }
-  return p;
-}
+fs::path corpus() { return fp8emu::testing::word_salad_corpus("mpi"); }
 
 const std::string kData = FP8EMU_DEFAULT_DATA_DIR;
 const std::string kTrain =

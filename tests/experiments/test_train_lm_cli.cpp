@@ -27,20 +27,7 @@ Result run(const std::string& args) { return fp8emu::testing::run_cli(args); }
 
 fs::path scratch(const std::string& name) { return fp8emu::testing::scratch_dir("fp8emu-lm", name); }
 
-// About 40 KB of word salad with line breaks: deterministic, enough structure to learn a little.
-fs::path corpus() {
-  const fs::path p = fs::temp_directory_path() / ("fp8emu-lm-corpus-" + std::to_string(::getpid()) + ".txt");
-  if (fs::exists(p)) return p;
-  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then",
-                         "sleeps", "under", "old", "tree", "while", "birds", "sing"};
-  std::ofstream f(p);
-  std::uint32_t s = 1;
-  for (int i = 0; i < 8000; ++i) {
-    s = s * 1664525u + 1013904223u;
-    f << words[(s >> 16) % 18] << ((s >> 8) % 9 == 0 ? ".\n" : " ");
-  }
-  return p;
-}
+fs::path corpus() { return fp8emu::testing::word_salad_corpus("lm"); }
 
 const std::string kShape = " --heads 2 --layers 1 --ffn 32 --seq-len 16 --batch-size 4 --eval-batches 2 --sample-chars 20 --quiet";
 const std::string kTiny = " --d-model 16 --steps 12 --eval-every 4" + kShape;

@@ -56,6 +56,9 @@ enum class AmaxComputeAlgo : std::uint8_t {
 
 /// "max" or "most_recent" (TE's strings).
 const char* to_string(AmaxComputeAlgo a);
+/// TE's amax_compute_algo string. \throws fp8emu::Error "unknown <what> '<s>' (accepted: max,
+///         most_recent)"; `what` names the flag or argument.
+AmaxComputeAlgo parse_amax_compute_algo(const std::string& s, const char* what);
 
 struct DelayedScaling;
 
@@ -130,6 +133,9 @@ struct CurrentScaling {
 
 /// How the E8M0 block scale is chosen from the block amax (defined with the element layer).
 using ::fp8emu::E8M0Rule;
+/// "te" (TE's rounding up) or "ocp" (the OCP MX floor). \throws fp8emu::Error "unknown <what> '<s>'
+///         (accepted: te, ocp)".
+E8M0Rule parse_e8m0_rule(const std::string& s, const char* what);
 
 /// TE `MXFP8BlockScaling`: 32-element blocks along the GEMM's K dim with an E8M0 scale each.
 struct MXFP8BlockScaling {
