@@ -37,8 +37,10 @@ int run_compare(const std::string& x, const std::string& y, std::ostream& out, s
     FP8EMU_CHECK(X.shape == Y.shape, "compare: shapes differ: ", shape_str(X.shape), " vs ", shape_str(Y.shape));
     const std::size_t n = X.count();
     std::vector<float> a(n), b(n);
-    std::memcpy(a.data(), X.data.data(), n * 4);
-    std::memcpy(b.data(), Y.data.data(), n * 4);
+    if (n) {  // (empty arrays: data() may be null, which memcpy must not get)
+      std::memcpy(a.data(), X.data.data(), n * 4);
+      std::memcpy(b.data(), Y.data.data(), n * 4);
+    }
     std::size_t mismatches = 0, nan_mismatch = 0;
     std::int64_t max_ulp = 0;
     double max_abs = 0, max_rel = 0;

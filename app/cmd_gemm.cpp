@@ -39,7 +39,7 @@ std::vector<std::uint8_t> operand(const io::NpyArray& a, const std::string& path
   FP8EMU_CHECK(a.dtype == "<f4", path, ": dtype ", a.dtype, " is neither uint8 (FP8 codes) nor float32");
   if (scale_inv != 1.0f) out << "note: " << path << " is float32, so its --scale-inv is replaced by the current-scaling one\n";
   std::vector<float> x(a.count());
-  std::memcpy(x.data(), a.data.data(), a.data.size());
+  if (!x.empty()) std::memcpy(x.data(), a.data.data(), a.data.size());  // (empty: data() may be null)
   const float amax = emu::compute_amax(x.data(), x.size());
   const float scale = core::compute_scale_from_amax(amax, max_finite_f32(f), false, 0.0f, FLT_MAX);
   std::vector<std::uint8_t> q(x.size());
@@ -93,7 +93,7 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
                    shape.size() == 1 ? "[" + std::to_string(shape[0]) + "]"
                                      : "[" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]");
       dst.resize(x.count());
-      std::memcpy(dst.data(), x.data.data(), x.data.size());
+      if (!dst.empty()) std::memcpy(dst.data(), x.data.data(), x.data.size());
     };
     if (!o.c.empty()) {
       load_f32(o.c, {M, N}, "C", cbuf);

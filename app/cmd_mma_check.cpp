@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "fp8emu/core/dot.hpp"
 #include "fp8emu/core/mma_model.hpp"
+#include "fp8emu/util/error.hpp"
 
 namespace fp8emu::cli {
 namespace {
@@ -47,7 +48,7 @@ std::vector<std::vector<std::uint8_t>> read_operands(const std::string& path, Fo
     std::vector<std::uint8_t> row;
     while (in >> w) {
       if (w.size() != 8 || w.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-        throw Malformed{path + ":" + std::to_string(i + 1) + ": '" + w +
+        throw Malformed{path + ":" + std::to_string(i + 1) + ": '" + excerpt(w) +
                         "' is not a hex fp32 bit pattern (8 hex digits)"};
       const std::uint32_t bits = std::uint32_t(std::stoul(w, nullptr, 16));
       const std::uint8_t code = core::encode_f32_bits(bits, f, Saturation::kNoSat);

@@ -44,6 +44,11 @@ struct Corpus {
   std::size_t files = 0;
 };
 
+void check_seq_len(int seq_len) {
+  FP8EMU_CHECK(seq_len >= 2 && seq_len <= kMaxDim, "--seq-len must be in [2, ", kMaxDim, "], got ", seq_len);
+}
+void check_val_fraction(double f) { FP8EMU_CHECK(f > 0.0 && f < 1.0, "--val-fraction must be in (0, 1)"); }
+
 Corpus load_corpus(const std::string& path, int seq_len, double val_fraction) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -748,8 +753,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
     FP8EMU_CHECK(cfg.steps >= 1, "--steps must be >= 1, got ", cfg.steps);
     FP8EMU_CHECK(cfg.batch_size >= 1 && cfg.batch_size <= kMaxDim, "--batch-size must be in [1, ", kMaxDim, "], got ",
                  cfg.batch_size);
-    FP8EMU_CHECK(cfg.seq_len >= 2 && cfg.seq_len <= kMaxDim, "--seq-len must be in [2, ", kMaxDim, "], got ",
-                 cfg.seq_len);
+    check_seq_len(cfg.seq_len);
     FP8EMU_CHECK(cfg.d_model >= 1 && cfg.d_model <= kMaxDim, "--d-model must be in [1, ", kMaxDim, "]");
     FP8EMU_CHECK(cfg.heads >= 1, "--heads must be >= 1, got ", cfg.heads);
     FP8EMU_CHECK(cfg.d_model % cfg.heads == 0, "--d-model ", cfg.d_model, " must be a multiple of --heads ",
@@ -759,7 +763,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
     FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
     FP8EMU_CHECK(cfg.eval_every >= 1, "--eval-every must be >= 1, got ", cfg.eval_every);
     FP8EMU_CHECK(cfg.eval_batches >= 1 && cfg.eval_batches <= 1000, "--eval-batches must be in [1, 1000]");
-    FP8EMU_CHECK(cfg.val_fraction > 0.0 && cfg.val_fraction < 1.0, "--val-fraction must be in (0, 1)");
+    check_val_fraction(cfg.val_fraction);
     FP8EMU_CHECK(cfg.sample_chars >= 0 && cfg.sample_chars <= 100000, "--sample-chars must be in [0, 100000]");
     FP8EMU_CHECK(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be in [0, 1024]");
     FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
@@ -939,6 +943,19 @@ std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
   std::vector<LmRunResult> results;
   common::dist::run_or_abort("train-lm", [&] { results = lm_job(std::move(cfg)); });
   return results;
+}
+
+LmCorpusInfo inspect_lm_corpus(const std::string& text, int seq_len, double val_fraction) {
+  check_seq_len(seq_len);
+  check_val_fraction(val_fraction);
+  const Corpus c = load_corpus(text, seq_len, val_fraction);
+  return {c.files, c.train.size(), c.val.size(), int(c.vocab.size())};
+}
+
+std::string inspect_lm_checkpoint(const std::string& path) {
+  const common::Checkpoint<Codec> c = common::read_checkpoint<Codec>(path);
+  return std::to_string(c.completed.size()) + " run(s) done, next run " + std::to_string(c.current_run) +
+         (c.has_state ? ", at step " + std::to_string(c.state.step) : std::string());
 }
 
 }  // namespace fp8emu::experiments

@@ -71,4 +71,16 @@ struct LmRunResult {
 /// configuration and the corpus are known to be good.
 std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg);
 
+/// What run_train_lm reads before training, on its own (fuzzing and tests):
+/// the corpus at `text` as loaded for --seq-len and --val-fraction (their ranges checked as by
+/// run_train_lm), and a checkpoint.bin as --resume reads it (structure and checksum; the flags it was
+/// written with are not compared). \throws fp8emu::Error exactly as run_train_lm would.
+struct LmCorpusInfo {
+  std::size_t files = 0, train_bytes = 0, val_bytes = 0;
+  int vocab = 0;  ///< distinct bytes
+};
+LmCorpusInfo inspect_lm_corpus(const std::string& text, int seq_len, double val_fraction);
+/// \return "<runs done> run(s) done, next run <i>[, at step <s>]".
+std::string inspect_lm_checkpoint(const std::string& path);
+
 }  // namespace fp8emu::experiments

@@ -53,7 +53,7 @@ class Reader {
     const std::uint64_t n = pod<std::uint64_t>();
     FP8EMU_CHECK(n <= (b_.size() - at_) / sizeof(T), path_, ": corrupt checkpoint (bad length)");
     std::vector<T> v(n);
-    std::memcpy(v.data(), b_.data() + at_, n * sizeof(T));
+    if (n) std::memcpy(v.data(), b_.data() + at_, n * sizeof(T));  // (an empty vector's data() may be null)
     at_ += n * sizeof(T);
     return v;
   }

@@ -780,4 +780,10 @@ std::vector<RunResult> run_train(TrainConfig cfg) {
   return results;
 }
 
+std::string inspect_checkpoint(const std::string& path) {
+  const common::Checkpoint<Codec> c = common::read_checkpoint<Codec>(path);
+  return std::to_string(c.completed.size()) + " run(s) done, next run " + std::to_string(c.current_run) +
+         (c.has_state ? ", after epoch " + std::to_string(c.state.epochs_done) : std::string());
+}
+
 }  // namespace fp8emu::experiments

@@ -89,4 +89,10 @@ struct RunResult {
 ///         (checked before any training).
 std::vector<RunResult> run_train(TrainConfig cfg);
 
+/// The checkpoint parser of --resume on its own (fuzzing and tests): reads `path` and checks its
+/// checksum and structure (not the flags it was written with).
+/// \return "<runs done> run(s) done, next run <i>[, after epoch <e>]".
+/// \throws fp8emu::Error as run_train would for a missing or corrupt checkpoint.
+std::string inspect_checkpoint(const std::string& path);
+
 }  // namespace fp8emu::experiments

@@ -74,14 +74,18 @@ NpyArray read_npy(const std::string& path) {
   const std::string header(bytes.begin() + long(start), bytes.begin() + long(start + hlen));
   NpyArray a;
   std::string descr = field(header, "descr", path);
-  FP8EMU_CHECK(descr.size() >= 2, path, ": malformed dtype ", descr);
+  FP8EMU_CHECK(descr.size() >= 2, path, ": malformed dtype ", excerpt(descr));
   a.dtype = descr.substr(1, descr.size() - 2);
-  FP8EMU_CHECK(itemsize_of(a.dtype) != 0, path, ": unsupported dtype '", a.dtype,
+  FP8EMU_CHECK(itemsize_of(a.dtype) != 0, path, ": unsupported dtype '", excerpt(a.dtype),
                "' (supported: <f4 float32, |u1 uint8 FP8 codes, <f2 float16, <u2 uint16)");
-  FP8EMU_CHECK(field(header, "fortran_order", path) == "False", path,
+  std::string fortran = field(header, "fortran_order", path);
+  while (!fortran.empty() && fortran.back() == ' ') fortran.pop_back();  // padding before the comma
+  FP8EMU_CHECK(fortran != "True", path,
                ": Fortran-order arrays are not supported (save with numpy.ascontiguousarray)");
+  FP8EMU_CHECK(fortran == "False", path, ": malformed .npy header (fortran_order is '", excerpt(fortran),
+               "', not True or False)");
   std::string shape = field(header, "shape", path);
-  FP8EMU_CHECK(shape.size() >= 2 && shape.front() == '(' && shape.back() == ')', path, ": malformed shape ", shape);
+  FP8EMU_CHECK(shape.size() >= 2 && shape.front() == '(' && shape.back() == ')', path, ": malformed shape ", excerpt(shape));
   std::stringstream ss(shape.substr(1, shape.size() - 2));
   std::size_t elements = 1;
   for (std::string tok; std::getline(ss, tok, ',');) {
@@ -90,9 +94,9 @@ NpyArray read_npy(const std::string& path) {
     const std::size_t e = tok.find_last_not_of(' ');
     const std::string num = tok.substr(b, e - b + 1);
     FP8EMU_CHECK(!num.empty() && num.size() <= 18 && num.find_first_not_of("0123456789") == std::string::npos, path,
-                 ": malformed shape ", shape);
+                 ": malformed shape ", excerpt(shape));
     const std::size_t v = std::size_t(std::stoull(num));
-    FP8EMU_CHECK(v == 0 || elements <= (std::size_t(1) << 40) / v, path, ": implausible shape ", shape);
+    FP8EMU_CHECK(v == 0 || elements <= (std::size_t(1) << 40) / v, path, ": implausible shape ", excerpt(shape));
     elements *= v;
     a.shape.push_back(v);
   }

@@ -66,11 +66,11 @@ std::vector<float> parse_amax_list(const std::string& s) {
   while (pos <= s.size()) {
     const std::size_t comma = s.find(',', pos);
     const std::string tok = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    FP8EMU_CHECK(!tok.empty(), "--amax: empty entry at position ", out.size() + 1, " in '", s, "'");
+    FP8EMU_CHECK(!tok.empty(), "--amax: empty entry at position ", out.size() + 1, " in '", excerpt(s), "'");
     char* end = nullptr;
     errno = 0;
     const float v = std::strtof(tok.c_str(), &end);  // decimals, inf, nan, hex floats; RN to fp32
-    FP8EMU_CHECK(end != tok.c_str() && *end == '\0', "--amax: '", tok, "' is not a number");
+    FP8EMU_CHECK(end != tok.c_str() && *end == '\0', "--amax: '", excerpt(tok), "' is not a number");
     out.push_back(v);
     if (comma == std::string::npos) break;
     pos = comma + 1;

@@ -293,9 +293,17 @@ TEST_CASE("gemm: shapes of empty .npy operands that would need terabytes are ref
   CHECK(r.code == 2);
   CHECK(r.output.find("every dimension must be at most 2147483647") != std::string::npos);
   CHECK(!fs::exists(d / "D.npy"));
-  // An empty K is a valid product: D = 0.
+  // An empty K is a valid product: D = 0. Also from float32 operands, and compare of empty arrays
+  // (the asan preset: no memcpy from an empty vector's null data()).
   r = run_cli("gemm --a " + (d / "S.npy").string() + " --b " + (d / "S.npy").string() + out);
   CHECK(r.code == 0);
   CHECK(io::read_npy((d / "D.npy").string()).shape == std::vector<std::size_t>{2, 2});
+  io::write_npy((d / "F.npy").string(), io::NpyArray{"<f4", {2, 0}, {}});
+  r = run_cli("gemm --a " + (d / "F.npy").string() + " --b " + (d / "F.npy").string() + out);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  r = run_cli("compare " + (d / "F.npy").string() + " " + (d / "F.npy").string());
+  CHECK(r.code == 0);
+  CHECK(r.output.find("bitwise mismatches: 0") != std::string::npos);
   fs::remove_all(d);
 }

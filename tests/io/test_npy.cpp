@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fp8emu/io/npy.hpp"
+#include "fp8emu/util/error.hpp"
 #include "support/idx_writer.hpp"
 
 using namespace fp8emu;
@@ -114,4 +115,24 @@ TEST_CASE(".npy writer: a header longer than 65535 bytes is written as version 2
   // A short header stays version 1.0.
   io::write_npy(p, io::NpyArray{"<f4", {1}, floats({2.5f})});
   CHECK(testing::read_all(p)[6] == 1);
+}
+
+TEST_CASE(".npy: header text quoted in an error stays one printable line", "[io][npy][bad-input]") {
+  // Found by fuzz_convert: an unbalanced '(' made the shape run to the end of the header, newline
+  // and all, and the message quoted it raw (two lines). Quoted header text is now escaped and cut.
+  const std::string p = tmp("unbalanced.npy");
+  testing::write_plain(p, npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape':((2, 4), }\x07", floats({1})));
+  try {
+    io::read_npy(p);
+    FAIL("accepted");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find('\n') == std::string::npos);
+    CHECK(m.find("malformed shape ((2, 4), }\\x07") != std::string::npos);
+    CHECK(m.find("\\n") != std::string::npos);  // the header's newline, escaped
+  }
+  testing::write_plain(p, npy_v1("{'descr': '<f4', 'fortran_order': Flase, 'shape': (1,), }", floats({1})));
+  CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("fortran_order is 'Flase', not True or False"));
+  testing::write_plain(p, npy_v1("{'descr': '\x1b[31m', 'fortran_order': False, 'shape': (1,), }", floats({1})));
+  CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("unsupported dtype '\\x1b[31m'"));
 }
