@@ -76,6 +76,10 @@ NpyArray read_npy(const std::string& path) {
   std::string descr = field(header, "descr", path);
   FP8EMU_CHECK(descr.size() >= 2, path, ": malformed dtype ", excerpt(descr));
   a.dtype = descr.substr(1, descr.size() - 2);
+  // ml_dtypes saves its types as opaque void records: bfloat16 as '<V2', the 8-bit formats as '|V1'.
+  // Their bytes are the bfloat16 bits and the codes, so they read as uint16 and uint8.
+  if (a.dtype == "<V2" || a.dtype == "|V2") a.dtype = "<u2";
+  else if (a.dtype == "|V1" || a.dtype == "<V1") a.dtype = "|u1";
   FP8EMU_CHECK(itemsize_of(a.dtype) != 0, path, ": unsupported dtype '", excerpt(a.dtype),
                "' (supported: <f4 float32, |u1 uint8 FP8 codes, <f2 float16, <u2 uint16)");
   std::string fortran = field(header, "fortran_order", path);

@@ -136,3 +136,19 @@ TEST_CASE(".npy: header text quoted in an error stays one printable line", "[io]
   testing::write_plain(p, npy_v1("{'descr': '\x1b[31m', 'fortran_order': False, 'shape': (1,), }", floats({1})));
   CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("unsupported dtype '\\x1b[31m'"));
 }
+
+TEST_CASE(".npy: ml_dtypes' void-record files read as bfloat16 bits and codes", "[io][npy]") {
+  // numpy.save of an ml_dtypes.bfloat16 array writes descr '<V2'; of a float8 array '|V1'.
+  const std::string p = tmp("v.npy");
+  testing::write_plain(p, npy_v1("{'descr': '<V2', 'fortran_order': False, 'shape': (2,), }", {0x80, 0x3F, 0x20, 0xC0}));
+  io::NpyArray a = io::read_npy(p);
+  CHECK(a.dtype == "<u2");
+  CHECK(a.data == std::vector<std::uint8_t>{0x80, 0x3F, 0x20, 0xC0});  // bf16 1.0, -2.5
+  testing::write_plain(p, npy_v1("{'descr': '|V1', 'fortran_order': False, 'shape': (3,), }", {0x38, 0x7E, 0x80}));
+  a = io::read_npy(p);
+  CHECK(a.dtype == "|u1");
+  CHECK(a.count() == 3);
+  // Other void records are still rejected by name.
+  testing::write_plain(p, npy_v1("{'descr': '|V4', 'fortran_order': False, 'shape': (1,), }", {0, 0, 0, 0}));
+  CHECK_THROWS_WITH(io::read_npy(p), Catch::Contains("unsupported dtype '|V4'"));
+}

@@ -371,3 +371,22 @@ def test_the_inputs_tell_every_two_policies_apart(name, f32_inputs):
         for q in names[i + 1:]:
             differ = bool(np.any(results[p] != results[q]))
             assert differ != ((p, q) in same), f"{p} vs {q}: differ={differ}"
+
+
+def test_cli_reads_ml_dtypes_own_npy_files(cli, tmp_path):
+    """np.save of ml_dtypes arrays writes void-record descrs ('<V2' bfloat16, '|V1' float8); fp8emu
+    convert reads them as bfloat16 bits and FP8 codes. In-range finite bfloat16 values convert to
+    E4M3 as ml_dtypes' astype does (no saturation or NaN rule is involved)."""
+    x = np.array([1.0, -2.5, 0.3, 100.0, -0.001, 400.0, 3.0e-3, 0.0], dtype=np.float32).astype(ml_dtypes.bfloat16)
+    src, out = tmp_path / "x.npy", tmp_path / "q.npy"
+    np.save(src, x)
+    assert np.load(src).dtype.str in ("<V2", "|V2")
+    run_cli(cli, "convert", src, out, "--to", "e4m3fn")
+    want = x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    assert np.array_equal(np.load(out), want)
+    # An ml_dtypes float8 file reads as codes: decode them to float32.
+    codes = want.view(ml_dtypes.float8_e4m3fn)
+    src8, out32 = tmp_path / "c.npy", tmp_path / "d.npy"
+    np.save(src8, codes)
+    run_cli(cli, "convert", src8, out32, "--from", "e4m3fn", "--to", "float32")
+    assert np.array_equal(np.load(out32), codes.astype(np.float32))

@@ -15,7 +15,9 @@
 namespace fp8emu::io {
 
 /// A C-order array. dtype is NumPy's descr string: "<f4" (float32), "|u1" (uint8: FP8 codes),
-/// "<f2" (float16), "<u2" (uint16, e.g. bfloat16 bits).
+/// "<f2" (float16), "<u2" (uint16, e.g. bfloat16 bits). read_npy also accepts the files ml_dtypes
+/// writes for its types, whose descr is a void record: '<V2' (bfloat16) reads as "<u2" and '|V1'
+/// (float8/float6/float4 codes) as "|u1".
 struct NpyArray {
   std::string dtype;
   std::vector<std::size_t> shape;
