@@ -37,6 +37,7 @@ std::string field(const std::string& header, const std::string& key, const std::
     if (c == ')' || c == ']') --depth;
     if ((c == ',' || c == '}') && depth == 0) break;
   }
+  while (end > at && header[end - 1] == ' ') --end;  // "True ," is True
   return header.substr(at, end - at);
 }
 

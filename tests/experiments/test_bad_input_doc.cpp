@@ -198,6 +198,9 @@ class Fixtures {
     }
     if (name == "no-descr.npy") return write(p, npy("{'fortran_order': False, 'shape': (1,), }", f32s({1})));
     if (name == "fortran.npy") return write(p, npy(dict("<f4", "(1, 2)", "True"), f32s({1, 2})));
+    if (name == "fortran-typo.npy") return write(p, npy(dict("<f4", "(1, 2)", "Flase"), f32s({1, 2})));
+    if (name == "shape-unbalanced.npy")  // the fuzz_convert finding: the shape runs to the newline
+      return write(p, npy("{'descr': '<f4', 'fortran_order': False, 'shape':((2, 4), }", f32s({1})));
     if (name == "big-endian.npy") return write(p, npy(dict(">f4", "(1,)"), f32s({1})));
     if (name == "f8.npy") return write(p, npy(dict("<f8", "(1,)"), Bytes(8, 0)));
     if (name == "shape-text.npy") return write(p, npy(dict("<f4", "(2, a)"), f32s({1, 2})));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 namespace fp8emu::fuzz {
@@ -43,14 +44,20 @@ class InputFile {
 
 /// A scratch folder for files a target writes or needs under a given name: /dev/shm (no disk
 /// writes, fsync is free) when it exists, else /tmp; one per process.
-inline std::string scratch_dir() {
-  static const std::string dir = [] {
+/// Removed when the fuzzer exits normally (libFuzzer calls exit() at the end of its run).
+inline const std::string& scratch_dir() {
+  // Never destroyed (a pointer), so that the exit handler may still read it.
+  static const std::string* const dir = [] {
     const std::string base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    const std::string d = base + "/fp8emu-fuzz-" + std::to_string(::getpid());
-    ::mkdir(d.c_str(), 0700);
+    const auto* d = new std::string(base + "/fp8emu-fuzz-" + std::to_string(::getpid()));
+    ::mkdir(d->c_str(), 0700);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(scratch_dir(), ec);
+    });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 /// Stops the fuzzer on a broken invariant (reported as a crash, with the message).
