@@ -83,8 +83,7 @@ NpyArray read_npy(const std::string& path) {
   else if (a.dtype == "|V1" || a.dtype == "<V1") a.dtype = "|u1";
   FP8EMU_CHECK(itemsize_of(a.dtype) != 0, path, ": unsupported dtype '", excerpt(a.dtype),
                "' (supported: <f4 float32, |u1 uint8 FP8 codes, <f2 float16, <u2 uint16)");
-  std::string fortran = field(header, "fortran_order", path);
-  while (!fortran.empty() && fortran.back() == ' ') fortran.pop_back();  // padding before the comma
+  const std::string fortran = field(header, "fortran_order", path);
   FP8EMU_CHECK(fortran != "True", path,
                ": Fortran-order arrays are not supported (save with numpy.ascontiguousarray)");
   FP8EMU_CHECK(fortran == "False", path, ": malformed .npy header (fortran_order is '", excerpt(fortran),
