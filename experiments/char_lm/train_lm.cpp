@@ -431,10 +431,7 @@ double mean_val_loss(CharLm& model, const Context& ctx, common::DataParallel& dp
     }
     if (sh == 0) after_shard0();
   });
-  const std::vector<double> all = dp.gather_shards(local);
-  std::vector<double> sum(all.begin(), all.begin() + long(k));
-  for (int s = 1; s < S; ++s)
-    for (std::size_t i = 0; i < k; ++i) sum[i] += all[std::size_t(s) * k + i];
+  const std::vector<double> sum = dp.sum_shards(local);
   if (twins)
     for (std::size_t i = 0; i < L; ++i) (*twins)[i] = {sum[1 + 2 * i], sum[2 + 2 * i]};
   return sum[0] / double(ctx.val_batches.size());
@@ -614,14 +611,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     // after the backward; the backward never reads the forward scales, so both are updated here).
     dp.update_scales();
     dp.reduce_gradients(has_rows);
-    const std::vector<double> all_totals = dp.gather_shards(totals);
-    double total = 0.0;
-    bool first_shard = true;
-    for (int sh = 0; sh < S; ++sh) {
-      if (!has_rows[std::size_t(sh)]) continue;
-      total = first_shard ? all_totals[std::size_t(sh)] : total + all_totals[std::size_t(sh)];
-      first_shard = false;
-    }
+    const double total = dp.sum_shards(totals, &has_rows)[0];
     const double loss = total / double(rows);
     opt.step(params);
     loss_sum += loss;

@@ -211,6 +211,19 @@ std::vector<double> DataParallel::gather_shards(const std::vector<double>& local
   return group_.allgather(local);
 }
 
+std::vector<double> DataParallel::sum_shards(const std::vector<double>& local, const std::vector<bool>* counted) const {
+  const std::vector<double> all = gather_shards(local);
+  const std::size_t k = local.size() / std::size_t(local_shards());
+  std::vector<double> sum(k, 0.0);
+  bool first = true;
+  for (std::size_t s = 0; s < std::size_t(shards()); ++s) {
+    if (counted && !(*counted)[s]) continue;
+    for (std::size_t i = 0; i < k; ++i) sum[i] = first ? all[s * k + i] : sum[i] + all[s * k + i];
+    first = false;
+  }
+  return sum;
+}
+
 std::vector<std::uint64_t> DataParallel::sum_over_ranks(const std::vector<std::uint64_t>& local) const {
   const std::vector<std::uint64_t> all = group_.allgather(local);
   std::vector<std::uint64_t> sum(local.size(), 0);

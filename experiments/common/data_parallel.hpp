@@ -99,6 +99,11 @@ class DataParallel {
   /// Collective. `local` holds k values per shard of this rank (in shard order); returns the S * k
   /// values of every shard in shard order.
   std::vector<double> gather_shards(const std::vector<double>& local) const;
+  /// Collective. `local` holds k values per shard of this rank; returns the k sums over the shards,
+  /// added in shard order (the first counted shard's values, then each later one added: the same
+  /// bits for every rank count). With `counted`, only shards s with counted[s] take part (shards
+  /// that held no rows this step).
+  std::vector<double> sum_shards(const std::vector<double>& local, const std::vector<bool>* counted = nullptr) const;
   /// Collective. Element-wise sums over the ranks (exact: integers).
   std::vector<std::uint64_t> sum_over_ranks(const std::vector<std::uint64_t>& local) const;
 

@@ -311,10 +311,7 @@ void evaluate(nn::Mlp& model, const Split& test, bool twin, common::DataParallel
     }
     v[1] = double(correct);
   });
-  const std::vector<double> all = dp.gather_shards(local);
-  std::vector<double> sum(all.begin(), all.begin() + long(k));  // shard 0, then the others in order
-  for (int s = 1; s < S; ++s)
-    for (std::size_t i = 0; i < k; ++i) sum[i] += all[std::size_t(s) * k + i];
+  const std::vector<double> sum = dp.sum_shards(local);
   const double loss_sum = sum[0];
   const double correct = sum[1];
   std::vector<std::pair<double, double>> sums(L);
@@ -414,14 +411,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       // updating both here gives the same bits as updating the forward ones before the backward.
       dp.update_scales();
       dp.reduce_gradients(has_rows);
-      const std::vector<double> all_totals = dp.gather_shards(totals);
-      double total = 0.0;
-      bool first = true;
-      for (int sh = 0; sh < S; ++sh) {
-        if (!has_rows[std::size_t(sh)]) continue;
-        total = first ? all_totals[std::size_t(sh)] : total + all_totals[std::size_t(sh)];
-        first = false;
-      }
+      const double total = dp.sum_shards(totals, &has_rows)[0];
       const double loss = total / double(cnt);
       opt.step(model);
       loss_sum += loss;
