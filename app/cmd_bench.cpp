@@ -17,6 +17,7 @@
 #endif
 
 #include "bench_gpu.hpp"
+#include "bench_train.hpp"
 #include "commands.hpp"
 #include "cuda_host_baseline.hpp"
 #include "fp8emu/core/convert.hpp"
@@ -241,6 +242,7 @@ Command add_bench(CLI::App& app) {
     std::size_t convert_elements = std::size_t(1) << 26;
     int convert_repeat = 5;
     BenchGpuOptions gpu;
+    BenchTrainOptions train;
   };
   auto o = std::make_shared<Options>();
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks against a baseline measured in the same run");
@@ -256,8 +258,20 @@ Command add_bench(CLI::App& app) {
   bench_gpu->add_option("--repeat", o->gpu.repeat, "Timed runs per measurement")->capture_default_str();
   bench_gpu->add_option("--budget", o->gpu.budget_seconds, "Seconds for the whole benchmark (larger sizes are skipped)")
       ->capture_default_str();
+  CLI::App* bench_train = bench->add_subcommand(
+      "train", "One epoch of `fp8emu train` in FP32 and in FP8 on the same data: time per training step and the ratio");
+  bench_train->add_option("--data-dir", o->train.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
+  bench_train->add_option("--train-samples", o->train.train_samples, "Images in the timed epoch")->capture_default_str();
+  bench_train->add_option("--test-samples", o->train.test_samples, "Images of the untimed evaluation")->capture_default_str();
+  bench_train->add_option("--batch-size", o->train.batch_size, "Mini-batch size")->capture_default_str();
+  bench_train->add_option("--threads", o->train.threads, "OpenMP threads (0: OpenMP default)")->capture_default_str();
+  bench_train->add_option("--recipe", o->train.recipe, "FP8 recipe: " + recipe_list())->capture_default_str();
+  bench_train->add_option("--accumulation", o->train.accumulation,
+                          "FP8 GEMM accumulation (delayed/current): " + emu::accumulation_names())
+      ->capture_default_str();
   bench->require_subcommand(1);
-  return {bench, [o, bench_gemm, bench_convert, bench_gpu] {
+  return {bench, [o, bench_gemm, bench_convert, bench_gpu, bench_train] {
+            if (*bench_train) return run_bench_train(o->train, std::cout);
             if (*bench_gemm) return run_bench_gemm(o->gemm_sizes, o->gemm_repeat, std::cout);
             if (*bench_convert) return run_bench_convert(o->convert_elements, o->convert_repeat, std::cout);
             if (*bench_gpu) return run_bench_gpu(o->gpu, std::cout, std::cerr);

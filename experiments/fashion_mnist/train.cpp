@@ -386,6 +386,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
     Progress progress(cfg.progress && dp.root(), name, epoch, cfg.epochs, batches);
     double loss_sum = 0.0;
     std::vector<std::array<float, 3>> shard0_scales(model.layers.size());  // shard 0's last casts
+    const auto steps_t0 = std::chrono::steady_clock::now();
     for (int b = 0; b < batches; ++b) {
       const std::size_t begin = std::size_t(b) * std::size_t(batch_size);
       const int cnt = int(std::min<std::size_t>(std::size_t(batch_size), order.size() - begin));
@@ -417,6 +418,8 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       loss_sum += loss;
       progress.update(b + 1, loss_sum / (b + 1));
     }
+    log.result.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - steps_t0).count();
+    log.result.steps += batches;
     // What the training casts did this epoch (every shard's counts; shard 0's last scales), taken
     // before evaluation casts the test set.
     std::vector<LayerEpoch> le(fp8 ? model.layers.size() : 0);
@@ -747,8 +750,9 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
   if (!group.root()) return results;
 
   // 5. Plot and summary (the summary last: its presence marks a finished run).
-  const bool plot = write_plot(out, logs);
+  const bool plot = cfg.report && write_plot(out, logs);
   out.write("summary.json", common::json_text(summary_json(logs, config, plot, dp.shards()), 2));
+  if (!cfg.report) return results;
 
   std::printf("%-12s %14s %10s %10s %9s\n", "run", "test_accuracy", "train_loss", "test_loss", "seconds");
   for (const auto& l : logs)

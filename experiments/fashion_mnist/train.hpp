@@ -58,6 +58,9 @@ struct TrainConfig {
   /// epsilon 0); `recipe` selects which of them run. All are validated whichever run.
   scaling::RecipeSet recipes;
   bool progress = true;
+  /// Plot curves.png and print the summary table on stdout at the end (`bench train` turns both
+  /// off; the result files are written either way).
+  bool report = true;
   /// Write <out>/checkpoint.bin (atomically) after every N epochs of a run and at the end of each
   /// run; 0: never. A checkpoint holds the whole state: weights, optimizer moments, every scale and
   /// amax history, the shuffle generator and order, and the metrics so far.
@@ -82,6 +85,11 @@ struct RunResult {
   std::vector<double> test_loss;
   std::vector<double> test_accuracy;
   double seconds = 0.0;
+  /// Wall-clock seconds spent in training steps (forward, backward, scale update, gradient
+  /// reduction and optimizer step of each batch; no evaluation, logging or file output), and the
+  /// number of steps, both counted in this process only (a resumed run counts its own epochs).
+  double step_seconds = 0.0;
+  long steps = 0;
 };
 
 /// Run the experiment. \return the runs in order (fp32 first, then the recipes as listed above).

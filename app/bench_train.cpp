@@ -1,0 +1,88 @@
+// `fp8emu bench train` (see bench_train.hpp).
+#include "bench_train.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::cli {
+namespace {
+
+// A fresh private folder under the system's temporary directory, removed when this goes out of scope.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "fp8emu-bench-train-XXXXXX").string();
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    FP8EMU_CHECK(::mkdtemp(buf.data()) != nullptr, "bench train: cannot create a temporary folder from ", pattern);
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
+  {
+    FP8EMU_CHECK(o.recipe != "all", "bench train: --recipe takes one recipe (", "delayed, current, mxfp8 or block)");
+    experiments::TrainConfig cfg;
+    cfg.data_dir = o.data_dir;
+    cfg.epochs = 1;
+    cfg.train_samples = o.train_samples;
+    cfg.test_samples = o.test_samples;
+    cfg.batch_size = o.batch_size;
+    cfg.threads = o.threads;
+    cfg.recipe = o.recipe;
+    cfg.accumulation = o.accumulation;
+    cfg.progress = false;
+    cfg.report = false;
+    TempDir tmp;
+    cfg.out_dir = tmp.path() + "/results";
+    const std::vector<experiments::RunResult> runs = experiments::run_train(cfg);
+    FP8EMU_CHECK(runs.size() == 2 && runs[0].steps > 0 && runs[1].steps > 0,
+                 "bench train: expected an FP32 and an FP8 run with steps");
+#ifdef _OPENMP
+    const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "bench train: one epoch, %ld steps of batch %d (Fashion-MNIST MLP), FP32 vs FP8 %s with %s "
+                  "accumulation, %d thread(s)\n",
+                  runs[0].steps, o.batch_size, o.recipe.c_str(), o.accumulation.c_str(), threads);
+    out << line;
+    std::snprintf(line, sizeof line, "%-14s %8s %10s %12s\n", "run", "steps", "ms/step", "step_seconds");
+    out << line;
+    for (const experiments::RunResult& r : runs) {
+      std::snprintf(line, sizeof line, "%-14s %8ld %10.3f %12.3f\n", r.name.c_str(), r.steps,
+                    1e3 * r.step_seconds / double(r.steps), r.step_seconds);
+      out << line;
+    }
+    const double ratio = (runs[1].step_seconds / double(runs[1].steps)) / (runs[0].step_seconds / double(runs[0].steps));
+    std::snprintf(line, sizeof line, "fp8_step_vs_fp32_step: %.3f\n", ratio);
+    out << line << std::flush;
+    return 0;
+  }
+}
+
+}  // namespace fp8emu::cli
