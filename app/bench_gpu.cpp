@@ -96,8 +96,11 @@ int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& e
   const std::size_t n = std::size_t(1) << 28;
   err << "bench gpu: quantize and memcpy\n";
   const cuda::Timing q = cuda::bench_quantize(n, opt.repeat), c = cuda::bench_memcpy(n, opt.repeat);
-  for (const auto& [name, t] : {std::pair<const char*, cuda::Timing>{"quantize fp32 -> E4M3 (amax, counts): 5 bytes/element", q},
-                                std::pair<const char*, cuda::Timing>{"cudaMemcpy device to device: 8 bytes/element", c}}) {
+  const cuda::Timing ct = cuda::bench_cast_transpose(1 << 14, 1 << 14, opt.repeat);
+  for (const auto& [name, t] :
+       {std::pair<const char*, cuda::Timing>{"quantize fp32 -> E4M3 (amax, counts): 5 bytes/element", q},
+        std::pair<const char*, cuda::Timing>{"cast_transpose fp32 -> E4M3 row-wise + column-wise, 16384 x 16384 (amax, counts): 6 bytes/element", ct},
+        std::pair<const char*, cuda::Timing>{"cudaMemcpy device to device: 8 bytes/element", c}}) {
     if (t.error.empty()) {
       ++ok;
       out << "| " << name << " | " << fmt(t.rate, "%.0f") << " | " << fmt(t.seconds * 1e3, "%.3f") << " |\n";
@@ -108,10 +111,12 @@ int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& e
   }
   if (q.error.empty() && c.error.empty() && c.rate > 0.0)
     out << "\nquantize_vs_memcpy_bandwidth: " << fmt(q.rate / c.rate, "%.2f") << "\n";
+  if (ct.error.empty() && c.error.empty() && c.rate > 0.0)
+    out << "cast_transpose_vs_memcpy_bandwidth: " << fmt(ct.rate / c.rate, "%.2f") << "\n";
 
   out << "\n## One MLP training step, GEMMs and casts (4 layers 4096 x 4096, batch 8192)\n\n"
-      << "FP8: per layer, x, W and dy cast once (quantize with amax; E4M3, dy E5M2) and transposed for "
-         "dgrad/wgrad, then fprop (fast accumulation), dgrad and wgrad FP8 GEMMs with bf16 outputs. BF16: the "
+      << "FP8: per layer, x, W and dy cast once into row-wise and transposed codes by the fused cast_transpose "
+         "kernel (amax recorded; E4M3, dy E5M2), then fprop (fast accumulation), dgrad and wgrad FP8 GEMMs with bf16 outputs. BF16: the "
          "same three GEMMs on bf16 operands. No activation, loss or optimizer work in either.\n\n"
       << "| step | ms | effective TFLOP/s |\n|---|---:|---:|\n";
   err << "bench gpu: MLP step\n";

@@ -181,6 +181,20 @@ Timing bench_quantize(std::size_t n, int reps) {
   });
 }
 
+Timing bench_cast_transpose(int rows, int cols, int reps) {
+  return guarded([&] {
+    detail::use_fp8_device();
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    DeviceBuffer<float> x = random_f32(n, 3);
+    DeviceBuffer<std::uint8_t> qr(n), qc(n);
+    DeviceBuffer<detail::CastTotals> totals(1);
+    totals.zero();
+    return time_runs(
+        [&] { detail::launch_cast_transpose(x.get(), rows, cols, 100.0f, Format::kE4M3, qr.get(), qc.get(), totals.get(), nullptr); },
+        reps, 6.0 * double(n) / 1e9);
+  });
+}
+
 Timing bench_memcpy(std::size_t n, int reps) {
   return guarded([&] {
     detail::use_fp8_device();
@@ -226,14 +240,15 @@ StepTiming bench_mlp_step(int batch, int width, int layers, int reps) {
     };
     auto step = [&] {
       for (int l = 0; l < layers; ++l) {
-        // Casts (delayed scaling: the scale is known; amax recorded by the cast), then the
-        // K-major copies the dgrad and wgrad GEMMs need.
-        detail::launch_quantize(x.get(), bw, 1.0f, Format::kE4M3, xq.get(), totals.get() + 0, nullptr);
-        detail::launch_transpose(batch, width, xq.get(), xqt.get(), nullptr);
-        detail::launch_quantize(w.get(), ww, 1.0f, Format::kE4M3, wq.get(), totals.get() + 1, nullptr);
-        detail::launch_transpose(width, width, wq.get(), wqt.get(), nullptr);
-        detail::launch_quantize(dy.get(), bw, 1.0f, Format::kE5M2, dyq.get(), totals.get() + 2, nullptr);
-        detail::launch_transpose(batch, width, dyq.get(), dyqt.get(), nullptr);
+        // Casts (delayed scaling: the scale is known; amax recorded by the cast), each writing the
+        // row-wise codes and the K-major (transposed) copy dgrad and wgrad need in one pass (TE's
+        // cast_transpose).
+        detail::launch_cast_transpose(x.get(), batch, width, 1.0f, Format::kE4M3, xq.get(), xqt.get(), totals.get() + 0,
+                                      nullptr);
+        detail::launch_cast_transpose(w.get(), width, width, 1.0f, Format::kE4M3, wq.get(), wqt.get(), totals.get() + 1,
+                                      nullptr);
+        detail::launch_cast_transpose(dy.get(), batch, width, 1.0f, Format::kE5M2, dyq.get(), dyqt.get(),
+                                      totals.get() + 2, nullptr);
         gemm(batch, width, width, xq.get(), Format::kE4M3, wq.get(), Format::kE4M3, true, y.get());      // fprop
         gemm(batch, width, width, dyq.get(), Format::kE5M2, wqt.get(), Format::kE4M3, false, dx.get());  // dgrad
         gemm(width, width, batch, dyqt.get(), Format::kE5M2, xqt.get(), Format::kE4M3, false, dw.get()); // wgrad

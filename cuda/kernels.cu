@@ -104,6 +104,75 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ q, std::size_
     y[i] = core::dequantize_element(q[i], scale_inv, f);
 }
 
+// Kernels::cast_transpose (TE cast_transpose.cu): one read of x. A block of 32 x 8 threads owns
+// 32-row x 128-column tiles: each thread casts 4 consecutive elements of a row (one float4 on the
+// vectorised path), writes their codes as one 32-bit word of the row-wise copy and into a shared
+// tile; after the barrier the tile leaves as the column-wise copy, 4 consecutive rows per 32-bit
+// word. Full tiles take the vectorised path when x is 16-byte aligned, the outputs 4-byte aligned
+// and rows and cols are multiples of 4; edges and other shapes go element by element. The codes
+// are core::cast_element's, the amax a max of bits and the counts sums, so any order gives the
+// same results.
+constexpr int kCtRows = 32, kCtCols = 128, kCtThreadRows = 8;
+template <Format F>
+__global__ void cast_transpose_kernel(const float* __restrict__ x, int rows, int cols, float scale,
+                                      std::uint8_t* __restrict__ qr, std::uint8_t* __restrict__ qc, bool vec,
+                                      CastTotals* totals) {
+  __shared__ std::uint8_t tile[kCtRows][kCtCols + 4];
+  const FormatSpec f = spec_value<F>();
+  core::CastCounts counts;
+  unsigned int m = 0;
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y), tid = ty * 32 + tx;
+  for (int by = int(blockIdx.y); by * kCtRows < rows; by += int(gridDim.y)) {
+    for (int bx = int(blockIdx.x); bx * kCtCols < cols; bx += int(gridDim.x)) {
+      const int r0 = by * kCtRows, c0 = bx * kCtCols;
+      const bool full = vec && r0 + kCtRows <= rows && c0 + kCtCols <= cols;
+      for (int dy = ty; dy < kCtRows; dy += kCtThreadRows) {
+        const int r = r0 + dy, c = c0 + 4 * tx;
+        const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
+        if (full) {
+          const float4 v = *reinterpret_cast<const float4*>(x + at);
+          const std::uint32_t w = std::uint32_t(core::cast_element(v.x, scale, f, counts)) |
+                                  std::uint32_t(core::cast_element(v.y, scale, f, counts)) << 8 |
+                                  std::uint32_t(core::cast_element(v.z, scale, f, counts)) << 16 |
+                                  std::uint32_t(core::cast_element(v.w, scale, f, counts)) << 24;
+          m = core::max_u32(core::max_u32(m, core::amax_bits(v.x)), core::amax_bits(v.y));
+          m = core::max_u32(core::max_u32(m, core::amax_bits(v.z)), core::amax_bits(v.w));
+          if (qr) *reinterpret_cast<std::uint32_t*>(qr + at) = w;
+          *reinterpret_cast<std::uint32_t*>(&tile[dy][4 * tx]) = w;
+        } else if (r < rows) {
+          for (int j = 0; j < 4 && c + j < cols; ++j) {
+            const float v = x[at + std::size_t(j)];
+            const std::uint8_t code = core::cast_element(v, scale, f, counts);
+            m = core::max_u32(m, core::amax_bits(v));
+            if (qr) qr[at + std::size_t(j)] = code;
+            tile[dy][4 * tx + j] = code;
+          }
+        }
+      }
+      __syncthreads();
+      if (qc) {
+        if (full) {
+          for (int i = tid; i < kCtCols * (kCtRows / 4); i += 32 * kCtThreadRows) {
+            const int c = i / (kCtRows / 4), w4 = 4 * (i % (kCtRows / 4));
+            const std::uint32_t w = std::uint32_t(tile[w4][c]) | std::uint32_t(tile[w4 + 1][c]) << 8 |
+                                    std::uint32_t(tile[w4 + 2][c]) << 16 | std::uint32_t(tile[w4 + 3][c]) << 24;
+            *reinterpret_cast<std::uint32_t*>(qc + std::size_t(c0 + c) * std::size_t(rows) + std::size_t(r0 + w4)) = w;
+          }
+        } else {
+          for (int i = tid; i < kCtCols * kCtRows; i += 32 * kCtThreadRows) {
+            const int c = i / kCtRows, dr = i % kCtRows;
+            if (c0 + c < cols && r0 + dr < rows)
+              qc[std::size_t(c0 + c) * std::size_t(rows) + std::size_t(r0 + dr)] = tile[dr][c];
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  commit_counts(counts, totals);
+  warp_max_to(m, &totals->amax_bits);
+}
+
 // 32 x 32 tiles through shared memory: reads and writes are coalesced along rows.
 constexpr int kTile = 32, kTileRows = 8;
 __global__ void transpose_kernel(int rows, int cols, const std::uint8_t* __restrict__ in,
@@ -246,6 +315,30 @@ void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* 
   FP8EMU_CUDA_CHECK_LAUNCH("transpose_kernel");
 }
 
+void launch_cast_transpose(const float* x, int rows, int cols, float scale, Format fmt, std::uint8_t* q_rowwise,
+                           std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  emu::require_fp8(fmt, "cast_transpose");
+  const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(q_rowwise) % 4 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(q_columnwise) % 4 == 0 && rows % 4 == 0 && cols % 4 == 0;
+  const dim3 grid(unsigned(std::min((cols + kCtCols - 1) / kCtCols, 65535)),
+                  unsigned(std::min((rows + kCtRows - 1) / kCtRows, 65535)));
+  const dim3 block(32, kCtThreadRows);
+  switch (fmt) {  // no default: a new FP8 format needs its instance here
+    case Format::kE4M3:
+      cast_transpose_kernel<Format::kE4M3><<<grid, block, 0, stream>>>(x, rows, cols, scale, q_rowwise, q_columnwise,
+                                                                       vec, totals);
+      break;
+    case Format::kE5M2:
+      cast_transpose_kernel<Format::kE5M2><<<grid, block, 0, stream>>>(x, rows, cols, scale, q_rowwise, q_columnwise,
+                                                                       vec, totals);
+      break;
+    case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
+    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
+  }
+  FP8EMU_CUDA_CHECK_LAUNCH("cast_transpose_kernel");
+}
+
 void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int block, Format fmt,
                        const core::BlockRule& rule, std::uint8_t* codes, float* scale_inv, std::uint8_t* e8m0,
                        CastTotals* totals, cudaStream_t stream) {
@@ -323,6 +416,25 @@ class CudaKernels final : public backend::Kernels {
     launch_quantize(dx.get(), n, scale, fmt, dq.get(), t.get(), nullptr);
     dq.download(q, n);
     const CastTotals h = download_totals(t);
+    if (amax) *amax = std::fmax(*amax, core::bits_to_f32(h.amax_bits));  // as emu::quantize
+    return stats_of(h, n);
+  }
+
+  emu::QuantizeStats cast_transpose(const float* x, int rows, int cols, float scale, Format fmt,
+                                    std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, float* amax) const override {
+    backend::check_cast_transpose(rows, cols, fmt, q_rowwise, q_columnwise);
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    use_fp8_device();
+    DeviceBuffer<CastTotals> t = zero_totals();
+    if (n > 0) {
+      DeviceBuffer<float> dx(x, n);
+      DeviceBuffer<std::uint8_t> dr(q_rowwise ? n : 0), dc(q_columnwise ? n : 0);
+      launch_cast_transpose(dx.get(), rows, cols, scale, fmt, q_rowwise ? dr.get() : nullptr,
+                            q_columnwise ? dc.get() : nullptr, t.get(), nullptr);
+      if (q_rowwise) dr.download(q_rowwise, n);
+      if (q_columnwise) dc.download(q_columnwise, n);
+    }
+    const CastTotals h = n > 0 ? download_totals(t) : CastTotals{};
     if (amax) *amax = std::fmax(*amax, core::bits_to_f32(h.amax_bits));  // as emu::quantize
     return stats_of(h, n);
   }

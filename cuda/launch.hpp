@@ -36,6 +36,11 @@ void launch_dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Fo
                        cudaStream_t stream);
 /// emu::transpose of codes: out [cols, rows] = in [rows, cols]^T.
 void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out, cudaStream_t stream);
+
+/// Kernels::cast_transpose on device pointers: the row-wise and/or column-wise codes (either may be
+/// null) of one read of x [rows, cols]; counts and amax bits added to *totals.
+void launch_cast_transpose(const float* x, int rows, int cols, float scale, Format fmt, std::uint8_t* q_rowwise,
+                           std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream);
 /// emu cast_blocks for quantize_mxfp8 / quantize_block_1d: x is row-major [rows, cols]; codes
 /// [n, K], scale_inv [n, nb], e8m0 [n, nb] (MXFP8 rules only, else may be null).
 void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int block, Format fmt,

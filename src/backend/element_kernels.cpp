@@ -60,6 +60,28 @@ class ElementKernels final : public Kernels {
         out[std::size_t(c) * std::size_t(rows) + std::size_t(r)] = in[std::size_t(r) * std::size_t(cols) + std::size_t(c)];
   }
 
+  // One thread per element in the GPU kernel: each element cast once, written to both places.
+  emu::QuantizeStats cast_transpose(const float* x, int rows, int cols, float scale, Format fmt,
+                                    std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, float* amax) const override {
+    check_cast_transpose(rows, cols, fmt, q_rowwise, q_columnwise);
+    const FormatSpec f = spec_of(fmt);
+    emu::QuantizeStats st;
+    st.count = std::size_t(rows) * std::size_t(cols);
+    std::uint32_t m = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const float v = x[std::size_t(r) * std::size_t(cols) + std::size_t(c)];
+        core::CastCounts cc;
+        const std::uint8_t code = core::cast_element(v, scale, f, cc);
+        add_counts(st, cc);
+        m = core::max_u32(m, core::amax_bits(v));
+        if (q_rowwise) q_rowwise[std::size_t(r) * std::size_t(cols) + std::size_t(c)] = code;
+        if (q_columnwise) q_columnwise[std::size_t(c) * std::size_t(rows) + std::size_t(r)] = code;
+      }
+    if (amax) *amax = std::fmax(*amax, core::bits_to_f32(m));  // as emu::quantize
+    return st;
+  }
+
   void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                    Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D) const override {
     emu::check_gemm_tn(M, N, K, fa, fb, acc);

@@ -4,6 +4,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -45,6 +46,13 @@ class EmulatedKernels final : public Kernels {
   void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const override {
     emu::transpose(rows, cols, in, out);
   }
+  emu::QuantizeStats cast_transpose(const float* x, int rows, int cols, float scale, Format fmt,
+                                    std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, float* amax) const override {
+    check_cast_transpose(rows, cols, fmt, q_rowwise, q_columnwise);
+    emu::QuantizeStats st;
+    emu::quantize_f32_2d(x, std::size_t(rows), std::size_t(cols), scale, fmt, q_rowwise, q_columnwise, amax, &st);
+    return st;
+  }
   void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                    Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D) const override {
     emu::gemm_fp8_tn(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc, D);
@@ -68,6 +76,13 @@ class EmulatedKernels final : public Kernels {
 };
 
 }  // namespace
+
+void check_cast_transpose(int rows, int cols, Format fmt, const std::uint8_t* q_rowwise,
+                          const std::uint8_t* q_columnwise) {
+  emu::require_fp8(fmt, "cast_transpose");
+  FP8EMU_CHECK(rows >= 0 && cols >= 0, "cast_transpose: negative shape [", rows, ", ", cols, "]");
+  FP8EMU_CHECK(q_rowwise || q_columnwise, "cast_transpose: both the row-wise and the column-wise output are null");
+}
 
 const Kernels& emulated_kernels() {
   static const EmulatedKernels k;

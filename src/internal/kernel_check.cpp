@@ -319,6 +319,40 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
             cmp_f32(r, ws + " amax", &amax_a, &amax_b, 1);
           }
         }
+        if (wants("cast_transpose")) {
+          // Both outputs, and each alone (the other null); shapes [rows, cols], the transposed
+          // one, and one with both sides multiples of 4 (the GPU's vectorised path) from the same
+          // values.
+          KernelCheckRow& r = rec.row("cast_transpose", in);
+          const float current = core::compute_scale_from_amax(emu::compute_amax(x.data(), n), max_finite_f32(fmt),
+                                                              false, 0.0f, FLT_MAX);
+          std::vector<std::pair<int, int>> shapes{{rows, cols}, {cols, rows}};
+          if (rows >= 4) shapes.emplace_back(rows / 4 * 4, int(n / std::size_t(rows / 4 * 4)) / 4 * 4);
+          for (const float scale : {1.0f, current, 0x1p-20f}) {
+            for (const int outputs : {3, 1, 2}) {
+              for (const std::pair<int, int>& shape : shapes) {
+                const int cr = shape.first, cc = shape.second;
+                const std::string ws = w + " [" + std::to_string(cr) + "x" + std::to_string(cc) + "] scale " +
+                                       hex32(core::f32_to_bits(scale)) + (outputs == 3 ? " both" : outputs == 1 ? " rowwise" : " columnwise");
+                std::vector<std::uint8_t> ra(n, 0xA5), ca(n, 0xA5), rb(n, 0xA5), cb(n, 0xA5);
+                float amax_a = 0.5f, amax_b = 0.5f;
+                const emu::QuantizeStats sa = ref.cast_transpose(x.data(), cr, cc, scale, fmt, outputs & 1 ? ra.data() : nullptr,
+                                                                 outputs & 2 ? ca.data() : nullptr, &amax_a);
+                emu::QuantizeStats sb;
+                ++r.calls;
+                if (!guarded(r, ws, [&] {
+                      sb = cand.cast_transpose(x.data(), cr, cc, scale, fmt, outputs & 1 ? rb.data() : nullptr,
+                                               outputs & 2 ? cb.data() : nullptr, &amax_b);
+                    }))
+                  continue;
+                cmp_codes(r, ws + " rowwise", ra.data(), rb.data(), n);
+                cmp_codes(r, ws + " columnwise", ca.data(), cb.data(), n);
+                cmp_stats(r, ws, sa, sb);
+                cmp_f32(r, ws + " amax", &amax_a, &amax_b, 1);
+              }
+            }
+          }
+        }
         for (const emu::BlockAxis axis : {emu::BlockAxis::kRowwise, emu::BlockAxis::kColumnwise}) {
           const std::string wa = w + (axis == emu::BlockAxis::kRowwise ? " rowwise" : " columnwise");
           if (wants("quantize_mxfp8")) {

@@ -65,16 +65,16 @@ QuantizedTensor quantize_per_tensor(const backend::Kernels& kernels, const float
   q.cols = cols;
   q.usage = usage;
   const std::size_t n = std::size_t(rows) * std::size_t(cols);
-  std::vector<std::uint8_t> codes(n);
-  const emu::QuantizeStats st = kernels.quantize(x, n, scale, format, codes.data(), amax);
+  // TE's cast_transpose: one pass over x writes the copies the usage asks for (the column-wise one
+  // [cols, rows]); the codes, counts and amax are those of one cast of x.
+  if (q.has(Usage::kRowwise)) q.rowwise_data.resize(n);
+  if (q.has(Usage::kColumnwise)) q.columnwise_data.resize(n);
+  const emu::QuantizeStats st = kernels.cast_transpose(
+      x, rows, cols, scale, format, q.has(Usage::kRowwise) ? q.rowwise_data.data() : nullptr,
+      q.has(Usage::kColumnwise) ? q.columnwise_data.data() : nullptr, amax);
   if (stats) *stats += st;
   q.scale = scale;
   q.scale_inv = emu::scale_inv_of(scale);
-  if (q.has(Usage::kColumnwise)) {
-    q.columnwise_data.resize(n);
-    kernels.transpose(rows, cols, codes.data(), q.columnwise_data.data());  // [cols, rows]
-  }
-  if (q.has(Usage::kRowwise)) q.rowwise_data = std::move(codes);
   return q;
 }
 

@@ -35,6 +35,10 @@ class OffByOneUlpGemm final : public backend::Kernels {
   void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const override {
     base_.transpose(rows, cols, in, out);
   }
+  emu::QuantizeStats cast_transpose(const float* x, int rows, int cols, float scale, Format fmt, std::uint8_t* qr,
+                                    std::uint8_t* qc, float* amax) const override {
+    return base_.cast_transpose(x, rows, cols, scale, fmt, qr, qc, amax);
+  }
   void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sa, const std::uint8_t* B, Format fb,
                    float sb, const emu::GemmAccumulation& acc, float* D) const override {
     base_.gemm_fp8_tn(M, N, K, A, fa, sa, B, fb, sb, acc, D);
@@ -77,7 +81,7 @@ TEST_CASE("Element layer: every emulator kernel (SIMD, OpenMP) bit-identical to 
     values += r.values;
   }
   // Every method is covered.
-  for (const char* method : {"compute_amax", "quantize", "dequantize", "transpose", "gemm_fp8_tn", "quantize_mxfp8",
+  for (const char* method : {"compute_amax", "quantize", "cast_transpose", "dequantize", "transpose", "gemm_fp8_tn", "quantize_mxfp8",
                              "quantize_block_1d", "quantize_block_2d", "gemm_fp8_block_tn"}) {
     INFO(method);
     CHECK(std::any_of(rows.begin(), rows.end(), [&](const backend::KernelCheckRow& r) {

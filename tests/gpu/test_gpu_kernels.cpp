@@ -59,6 +59,9 @@ void check_method(const char* method, std::vector<int> sizes = {1, 17, 64, 131})
 
 TEST_CASE("gpu: compute_amax bit-identical to the emulator", "[gpu]") { check_method("compute_amax"); }
 TEST_CASE("gpu: quantize bit-identical to the emulator (codes, stats, amax)", "[gpu]") { check_method("quantize"); }
+TEST_CASE("gpu: cast_transpose bit-identical to the emulator (both copies, stats, amax)", "[gpu]") {
+  check_method("cast_transpose");
+}
 TEST_CASE("gpu: dequantize bit-identical to the emulator", "[gpu]") { check_method("dequantize"); }
 TEST_CASE("gpu: transpose bit-identical to the emulator", "[gpu]") { check_method("transpose"); }
 TEST_CASE("gpu: gemm_fp8_tn bit-identical to the emulator, every model", "[gpu]") { check_method("gemm_fp8_tn"); }

@@ -52,6 +52,16 @@ class Kernels {
   virtual void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) const = 0;
   /// emu::transpose (codes).
   virtual void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const = 0;
+  /// emu::quantize_f32_2d, TE's cast_transpose (common/transpose/cast_transpose.cu): one pass over
+  /// x (Shape [rows, cols], row-major) casts every element once with the per-tensor scale
+  /// (satfinite, round-to-nearest-even) and writes the row-wise codes (Shape [rows, cols]) and/or
+  /// the column-wise codes (Shape [cols, rows], the transpose); either output may be null, not
+  /// both. amax max-accumulated with max |x| if non-null (NaN ignored). The codes equal quantize's,
+  /// the column-wise ones transposed, and the counts are of rows*cols elements.
+  /// \throws fp8emu::Error for a non-FP8 format, a negative shape or two null outputs.
+  virtual emu::QuantizeStats cast_transpose(const float* x, int rows, int cols, float scale, Format fmt,
+                                            std::uint8_t* q_rowwise, std::uint8_t* q_columnwise,
+                                            float* amax) const = 0;
   /// emu::gemm_fp8_tn (any accumulation model).
   virtual void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
                            const std::uint8_t* B, Format fb, float scale_inv_b, const emu::GemmAccumulation& acc,
@@ -69,6 +79,10 @@ class Kernels {
   /// emu::gemm_fp8_block_tn.
   virtual void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const = 0;
 };
+
+/// The argument checks of Kernels::cast_transpose that every backend shares (messages as emu::).
+void check_cast_transpose(int rows, int cols, Format fmt, const std::uint8_t* q_rowwise,
+                          const std::uint8_t* q_columnwise);
 
 /// The CPU emulator's kernels (always available): SIMD and OpenMP paths where it has them, the
 /// element layer (include/fp8emu/core) elsewhere.

@@ -39,13 +39,16 @@ Timing bench_gemm(BenchGemm kind, int n, int reps);
 
 /// The quantize kernel (fp32 -> E4M3 with amax and counts) over n floats: rate = (4 + 1) n bytes / s.
 Timing bench_quantize(std::size_t n, int reps);
+/// The fused cast-transpose kernel (Kernels::cast_transpose: fp32 -> E4M3 row-wise and column-wise
+/// codes, amax and counts) on a [rows, cols] matrix: rate = (4 + 1 + 1) rows cols bytes / s.
+Timing bench_cast_transpose(int rows, int cols, int reps);
 /// cudaMemcpy device to device of n floats: rate = 2 * 4 n bytes / s (read and write).
 Timing bench_memcpy(std::size_t n, int reps);
 
 /// One training step's GEMM and cast work for an MLP of `layers` square Linear layers of `width`
 /// on a batch of `batch` rows: per layer fprop, dgrad and wgrad GEMMs. FP8 (TE delayed scaling):
-/// each of x, W, dy is cast once (quantize with amax; E4M3, E5M2 for dy) and transposed for the
-/// GEMMs that need it in K-major form, then three FP8 GEMMs (fprop fast accumulation, dgrad and wgrad
+/// each of x, W, dy is cast once into its row-wise and K-major (transposed) codes by the fused
+/// cast-transpose kernel (amax recorded; E4M3, E5M2 for dy), then three FP8 GEMMs (fprop fast accumulation, dgrad and wgrad
 /// without), bf16 outputs. BF16: the same three GEMMs on bf16 operands of the same shapes. Neither
 /// includes activations, the loss or the optimizer.
 struct StepTiming {
