@@ -474,3 +474,4 @@ from .recipe import (  # noqa: E402
     QuantizedTensor,
     Quantizer,
 )
+from . import layers  # noqa: E402  (the FP8 Linear / LayerNormLinear as functions)
