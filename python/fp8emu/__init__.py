@@ -476,3 +476,4 @@ from .recipe import (  # noqa: E402
 )
 from . import layers  # noqa: E402  (the FP8 Linear / LayerNormLinear as functions)
 from . import nv  # noqa: E402  (cuda_fp8.h's conversions, vectorised)
+from .explain import CodeRow, Explanation, explain, table, table_text  # noqa: E402
