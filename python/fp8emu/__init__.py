@@ -474,3 +474,6 @@ from .recipe import (  # noqa: E402
     QuantizedTensor,
     Quantizer,
 )
+from . import layers  # noqa: E402  (the FP8 Linear / LayerNormLinear as functions)
+from . import nv  # noqa: E402  (cuda_fp8.h's conversions, vectorised)
+from .explain import CodeRow, Explanation, explain, table, table_text  # noqa: E402

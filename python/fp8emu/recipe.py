@@ -146,6 +146,19 @@ class QuantizedTensor:
                 f"usage={self.usage!r})")
 
 
+def _recipe_args(recipe: Any) -> tuple:
+    """The recipe's fields as the extension's recipe constructors take them (10 values)."""
+    kind = getattr(recipe, "_kind", None)
+    if kind is None:
+        raise TypeError(f"recipe must be a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
+                        f"Float8BlockScaling (got {type(recipe).__name__})")
+    return (kind, _format_name(recipe.fp8_format), float(getattr(recipe, "margin", 0.0)),
+            int(getattr(recipe, "amax_history_len", 1024)), str(getattr(recipe, "amax_compute_algo", "max")),
+            bool(getattr(recipe, "fused_update", True)), bool(getattr(recipe, "use_power_2_scales", False)),
+            float(getattr(recipe, "amax_epsilon", 0.0)), str(getattr(recipe, "scale_rule", "te")),
+            bool(getattr(recipe, "use_f32_scales", False)))
+
+
 class Quantizer:
     """The casts of one recipe for one direction, with the recipe's state (TE ``RecipeState`` for
     ``forward`` or ``backward``, and its quantizers).
@@ -168,17 +181,24 @@ class Quantizer:
                             f"Float8BlockScaling (got {type(recipe).__name__})")
         self.recipe = recipe
         self.direction = direction
-        self._impl = _fp8emu.Quantizer(
-            kind, _format_name(recipe.fp8_format), float(getattr(recipe, "margin", 0.0)),
-            int(getattr(recipe, "amax_history_len", 1024)), str(getattr(recipe, "amax_compute_algo", "max")),
-            bool(getattr(recipe, "fused_update", True)), bool(getattr(recipe, "use_power_2_scales", False)),
-            float(getattr(recipe, "amax_epsilon", 0.0)), str(getattr(recipe, "scale_rule", "te")),
-            bool(getattr(recipe, "use_f32_scales", False)), direction)
+        self._impl = _fp8emu.Quantizer(*_recipe_args(recipe), direction)
 
     @property
     def format(self) -> str:
         """The element format of this direction's casts."""
         return self._impl.format
+
+    @property
+    def supports_accumulation_models(self) -> bool:
+        """Whether this recipe's GEMMs take any accumulation model (per-tensor recipes: delayed and
+        current scaling); block recipes accumulate in fp32 per block."""
+        return self._impl.supports_accumulation_models
+
+    @property
+    def reads_bf16_norm_output(self) -> bool:
+        """Whether TE casts a LayerNorm output to FP8 from its bfloat16 copy (current scaling) rather
+        than straight from fp32 (delayed scaling's fused norm + cast)."""
+        return self._impl.reads_bf16_norm_output
 
     def quantize(self, x: Any, role: str = "input", usage: str = "rowwise") -> QuantizedTensor:
         """Cast an fp32 tensor.

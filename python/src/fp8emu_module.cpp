@@ -28,6 +28,10 @@
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/nn/linear.hpp"
+#include "fp8emu/nn/norm.hpp"
+#include "fp8emu/nn/transformer.hpp"
+#include "fp8emu/nv.hpp"
 #include "fp8emu/scaling/quantizer.hpp"
 #include "fp8emu/scaling/recipe.hpp"
 #include "fp8emu/util/error.hpp"
@@ -484,6 +488,8 @@ void bind_recipes(nb::module_& m) {
            "use_power_2_scales"_a, "amax_epsilon"_a, "mxfp8_rule"_a, "use_f32_scales"_a, "direction"_a)
       .def_prop_ro("recipe", [](const PyQuantizer& q) { return std::string(q.q->recipe_name()); })
       .def_prop_ro("format", [](const PyQuantizer& q) { return std::string(format_name(q.q->format())); })
+      .def_prop_ro("supports_accumulation_models", [](const PyQuantizer& q) { return q.q->supports_accumulation_models(); })
+      .def_prop_ro("reads_bf16_norm_output", [](const PyQuantizer& q) { return q.q->reads_bf16_norm_output(); })
       .def("quantize",
            [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage) {
              emu::QuantizeStats st;
@@ -533,6 +539,268 @@ void bind_recipes(nb::module_& m) {
         "D = A B^T of two quantized operands (scaling::gemm_tn); see fp8emu.recipe.gemm.");
 }
 
+
+// ----------------------------------------------------------------------------- layers
+
+// A float32 2-D array as an nn::Matrix (copied).
+nn::Matrix matrix_of(const Array& x, const char* what) {
+  check_array(x, what);
+  if (!is(x.dtype(), dl::dtype_code::Float, 32))
+    throw nb::type_error((std::string(what) + " has dtype " + dtype_text(x.dtype()) + "; it must be float32").c_str());
+  if (x.ndim() != 2)
+    throw nb::value_error((std::string(what) + " has " + std::to_string(x.ndim()) + " dimensions; expected 2 (rows, cols)")
+                              .c_str());
+  if (x.shape(0) > 0x7FFFFFFF || x.shape(1) > 0x7FFFFFFF)
+    throw nb::value_error((std::string(what) + ": a dimension exceeds 2^31 - 1").c_str());
+  nn::Matrix m(int(x.shape(0)), int(x.shape(1)));
+  const float* p = static_cast<const float*>(x.data());
+  std::copy(p, p + m.size(), m.data.begin());
+  return m;
+}
+
+// Copies a float32 array of exactly `rows` x `cols` elements (any number of dimensions) into m.
+void fill_matrix(nn::Matrix& m, const Array& x, const char* what) {
+  check_array(x, what);
+  if (!is(x.dtype(), dl::dtype_code::Float, 32))
+    throw nb::type_error((std::string(what) + " has dtype " + dtype_text(x.dtype()) + "; it must be float32").c_str());
+  if (x.size() != m.size())
+    throw nb::value_error((std::string(what) + " has " + std::to_string(x.size()) + " elements; expected " +
+                           std::to_string(m.rows) + " x " + std::to_string(m.cols))
+                              .c_str());
+  const float* p = static_cast<const float*>(x.data());
+  std::copy(p, p + m.size(), m.data.begin());
+}
+
+// A NumPy float32 array owning a copy of m: shape (rows, cols), or (cols,) when `vector`.
+nb::ndarray<nb::numpy, float> numpy_of(const nn::Matrix& m, bool vector = false) {
+  auto* v = new std::vector<float>(m.data);
+  nb::capsule own(v, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  if (vector) {
+    std::size_t shape[1] = {m.size()};
+    return nb::ndarray<nb::numpy, float>(v->data(), 1, shape, own);
+  }
+  std::size_t shape[2] = {std::size_t(m.rows), std::size_t(m.cols)};
+  return nb::ndarray<nb::numpy, float>(v->data(), 2, shape, own);
+}
+
+nb::tuple state_of(const scaling::DelayedScalingState& s) {
+  nn::Matrix sc(1, s.num_slots()), h(s.history_len(), s.num_slots());
+  sc.data = s.scales();
+  h.data = s.history_values();
+  return nb::make_tuple(numpy_of(sc, true), numpy_of(h));
+}
+
+nn::NormKind norm_kind_of(const std::string& s) {
+  if (s == "LayerNorm") return nn::NormKind::kLayerNorm;
+  if (s == "RMSNorm") return nn::NormKind::kRMSNorm;
+  throw nb::value_error(("unknown normalization '" + s + "' (accepted: LayerNorm, RMSNorm)").c_str());
+}
+
+struct RecipeArgs {
+  std::string kind, fp8_format;
+  float margin;
+  int amax_history_len;
+  std::string amax_compute_algo;
+  bool fused_update, use_power_2_scales;
+  float amax_epsilon;
+  std::string mxfp8_rule;
+  bool use_f32_scales;
+  scaling::Recipe recipe() const {
+    return make_recipe(kind, fp8_format, margin, amax_history_len, amax_compute_algo, fused_update, use_power_2_scales,
+                       amax_epsilon, mxfp8_rule, use_f32_scales);
+  }
+};
+
+RecipeArgs recipe_args(const nb::tuple& t) {
+  if (t.size() != 10) throw nb::value_error("recipe arguments: expected a tuple of 10 (fp8emu.recipe._recipe_args)");
+  return RecipeArgs{nb::cast<std::string>(t[0]), nb::cast<std::string>(t[1]), nb::cast<float>(t[2]),
+                    nb::cast<int>(t[3]),         nb::cast<std::string>(t[4]), nb::cast<bool>(t[5]),
+                    nb::cast<bool>(t[6]),        nb::cast<float>(t[7]),       nb::cast<std::string>(t[8]),
+                    nb::cast<bool>(t[9])};
+}
+
+void bind_layers(nb::module_& m) {
+  // nn::Norm: the LayerNorm/RMSNorm of fp8emu's C++ layers (fp8emu.torch.LayerNormLinear's norm).
+  nb::class_<nn::Norm>(m, "Norm", "fp8emu's C++ LayerNorm/RMSNorm (include/fp8emu/nn/norm.hpp).")
+      .def("__init__",
+           [](nn::Norm* self, const std::string& kind, int features, float eps, bool zero_centered_gamma) {
+             new (self) nn::Norm(norm_kind_of(kind), features, eps, zero_centered_gamma);
+           },
+           "normalization"_a, "features"_a, "eps"_a, "zero_centered_gamma"_a)
+      .def("forward",
+           [](nn::Norm& self, const Array& x, const Array& gamma, std::optional<Array> beta, bool training) {
+             nn::Matrix xm = matrix_of(x, "x");
+             fill_matrix(self.gamma, gamma, "gamma");
+             if (beta) fill_matrix(self.beta, *beta, "beta");
+             nn::Matrix y;
+             {
+               nb::gil_scoped_release release;
+               self.forward(xm, y, training);
+             }
+             return numpy_of(y);
+           },
+           "x"_a, "gamma"_a, "beta"_a.none(), "training"_a)
+      .def("backward",
+           [](nn::Norm& self, const Array& dy) {
+             nn::Matrix dym = matrix_of(dy, "dy"), dx;
+             {
+               nb::gil_scoped_release release;
+               self.backward(dym, dx);
+             }
+             return nb::make_tuple(numpy_of(dx), numpy_of(self.grad_gamma, true), numpy_of(self.grad_beta, true));
+           },
+           "dy"_a);
+
+  // The C++ layers themselves (nn::Linear, nn::LayerNormLinear), as test oracles of fp8emu.torch: the
+  // same inputs through the C++ layer's own forward/backward, a different path from the Python one.
+  nb::class_<nn::Linear>(m, "CppLinear", "fp8emu's C++ nn::Linear (a test oracle of fp8emu.torch.Linear).")
+      .def("__init__",
+           [](nn::Linear* self, int in, int out, bool fp8, const nb::tuple& recipe) {
+             new (self) nn::Linear(in, out, fp8 ? nn::Precision::kFp8 : nn::Precision::kFp32,
+                                   recipe_args(recipe).recipe());
+           },
+           "in_features"_a, "out_features"_a, "fp8"_a, "recipe"_a)
+      .def("set_params",
+           [](nn::Linear& self, const Array& w, const Array& b) {
+             fill_matrix(self.weight, w, "weight");
+             fill_matrix(self.bias, b, "bias");
+           },
+           "weight"_a, "bias"_a)
+      .def("forward",
+           [](nn::Linear& self, const Array& x, bool training) {
+             nn::Matrix xm = matrix_of(x, "x"), y;
+             self.forward(xm, y, training);
+             return numpy_of(y);
+           },
+           "x"_a, "training"_a)
+      .def("backward",
+           [](nn::Linear& self, const Array& dy) {
+             nn::Matrix dym = matrix_of(dy, "dy"), dx;
+             self.backward(dym, &dx);
+             return nb::make_tuple(numpy_of(dx), numpy_of(self.grad_weight), numpy_of(self.grad_bias, true));
+           },
+           "dy"_a)
+      .def("update_forward_scales", &nn::Linear::update_forward_scales)
+      .def("update_backward_scales", &nn::Linear::update_backward_scales)
+      .def("forward_state", [](const nn::Linear& self) { return state_of(self.forward_state()); })
+      .def("backward_state", [](const nn::Linear& self) { return state_of(self.backward_state()); });
+
+  nb::class_<nn::LayerNormLinear>(m, "CppLayerNormLinear",
+                                  "fp8emu's C++ nn::LayerNormLinear (a test oracle of fp8emu.torch.LayerNormLinear).")
+      .def("__init__",
+           [](nn::LayerNormLinear* self, const std::string& normalization, int in, int out, bool fp8,
+              const nb::tuple& recipe, float eps, bool zero_centered_gamma) {
+             nn::LinearSpec spec{fp8 ? nn::Precision::kFp8 : nn::Precision::kFp32, recipe_args(recipe).recipe()};
+             new (self) nn::LayerNormLinear(norm_kind_of(normalization), in, out, spec, eps, zero_centered_gamma);
+           },
+           "normalization"_a, "in_features"_a, "out_features"_a, "fp8"_a, "recipe"_a, "eps"_a, "zero_centered_gamma"_a)
+      .def("set_params",
+           [](nn::LayerNormLinear& self, const Array& gamma, std::optional<Array> beta, const Array& w, const Array& b) {
+             fill_matrix(self.norm.gamma, gamma, "gamma");
+             if (beta) fill_matrix(self.norm.beta, *beta, "beta");
+             fill_matrix(self.linear.weight, w, "weight");
+             fill_matrix(self.linear.bias, b, "bias");
+           },
+           "gamma"_a, "beta"_a.none(), "weight"_a, "bias"_a)
+      .def("forward",
+           [](nn::LayerNormLinear& self, const Array& x, bool training) {
+             nn::Matrix xm = matrix_of(x, "x"), y;
+             self.forward(xm, y, training);
+             return numpy_of(y);
+           },
+           "x"_a, "training"_a)
+      .def("backward",
+           [](nn::LayerNormLinear& self, const Array& dy) {
+             nn::Matrix dym = matrix_of(dy, "dy"), dx;
+             self.backward(dym, dx);
+             return nb::make_tuple(numpy_of(dx), numpy_of(self.norm.grad_gamma, true),
+                                   numpy_of(self.norm.grad_beta, true), numpy_of(self.linear.grad_weight),
+                                   numpy_of(self.linear.grad_bias, true));
+           },
+           "dy"_a)
+      .def("update_forward_scales", [](nn::LayerNormLinear& self) { self.linear.update_forward_scales(); })
+      .def("update_backward_scales", [](nn::LayerNormLinear& self) { self.linear.update_backward_scales(); })
+      .def("forward_state", [](const nn::LayerNormLinear& self) { return state_of(self.linear.forward_state()); })
+      .def("backward_state", [](const nn::LayerNormLinear& self) { return state_of(self.linear.backward_state()); });
+}
+
+// ----------------------------------------------------------------------------- nv (cuda_fp8.h mirror)
+
+template <class In, class Out, class F>
+void nv_loop(const Array& x, OutArray& out, F f) {
+  const std::size_t n = x.size();
+  const In* p = static_cast<const In*>(x.data());
+  Out* q = static_cast<Out*>(out.data());
+  nb::gil_scoped_release release;
+  for (std::size_t i = 0; i < n; ++i) q[i] = f(p[i]);
+}
+
+// out[i] = nv::cvt_<name>(x[i], a, b) for the one-element conversions of include/fp8emu/nv.hpp; a and b
+// are the CUDA enum arguments in CUDA's order (saturation / interpretation / rounding mode), as ints.
+void nv_convert(const std::string& name, const Array& x, int a, int b, OutArray out) {
+  check_array(x, "x");
+  check_array(out, "out");
+  if (shape_of(out) != shape_of(x)) throw nb::value_error("out must have x's shape");
+  namespace v = fp8emu::nv;
+  const dl::dtype t = x.dtype();
+  auto want = [&](dl::dtype_code code, int bits, const char* what) {
+    if (!is(t, code, bits) && !(bits == 16 && t.bits == 16 && (t.code == std::uint8_t(dl::dtype_code::Float) ||
+                                                              t.code == std::uint8_t(dl::dtype_code::Bfloat)) &&
+                                code == dl::dtype_code::UInt) &&
+        !(bits == 8 && code == dl::dtype_code::UInt && is_code_dtype(t)))
+      throw nb::type_error(("x has dtype " + dtype_text(t) + "; " + name + " takes " + what).c_str());
+  };
+  auto want_out = [&](int bits) {
+    if (out.dtype().bits != bits) throw nb::type_error("out has the wrong element size");
+  };
+  const auto sat = v::Saturation(a != 0);
+  const auto r = v::RoundMode(b & 3);
+  auto i8 = [](int i) { return v::Fp8Interpretation(i != 0); };
+  auto i6 = [](int i) { return v::Fp6Interpretation(i != 0); };
+  const v::Fp4Interpretation i4 = v::Fp4Interpretation::kE2M1;
+  using u8 = std::uint8_t;
+  using u16 = std::uint16_t;
+  if (name == "float_to_fp8") { want(dl::dtype_code::Float, 32, "float32"); want_out(8);
+    nv_loop<float, u8>(x, out, [&](float e) { return v::cvt_float_to_fp8(e, sat, i8(b)); }); }
+  else if (name == "double_to_fp8") { want(dl::dtype_code::Float, 64, "float64"); want_out(8);
+    nv_loop<double, u8>(x, out, [&](double e) { return v::cvt_double_to_fp8(e, sat, i8(b)); }); }
+  else if (name == "halfraw_to_fp8") { want(dl::dtype_code::UInt, 16, "float16 or uint16 (__half_raw)"); want_out(8);
+    nv_loop<u16, u8>(x, out, [&](u16 e) { return v::cvt_halfraw_to_fp8(e, sat, i8(b)); }); }
+  else if (name == "bfloat16raw_to_fp8") { want(dl::dtype_code::UInt, 16, "bfloat16 or uint16 (__nv_bfloat16_raw)"); want_out(8);
+    nv_loop<u16, u8>(x, out, [&](u16 e) { return v::cvt_bfloat16raw_to_fp8(e, sat, i8(b)); }); }
+  else if (name == "fp8_to_halfraw") { want(dl::dtype_code::UInt, 8, "8-bit codes"); want_out(16);
+    nv_loop<u8, u16>(x, out, [&](u8 e) { return v::cvt_fp8_to_halfraw(e, i8(a)); }); }
+  else if (name == "float_to_fp6") { want(dl::dtype_code::Float, 32, "float32"); want_out(8);
+    nv_loop<float, u8>(x, out, [&](float e) { return v::cvt_float_to_fp6(e, i6(a), r); }); }
+  else if (name == "double_to_fp6") { want(dl::dtype_code::Float, 64, "float64"); want_out(8);
+    nv_loop<double, u8>(x, out, [&](double e) { return v::cvt_double_to_fp6(e, i6(a), r); }); }
+  else if (name == "halfraw_to_fp6") { want(dl::dtype_code::UInt, 16, "float16 or uint16"); want_out(8);
+    nv_loop<u16, u8>(x, out, [&](u16 e) { return v::cvt_halfraw_to_fp6(e, i6(a), r); }); }
+  else if (name == "bfloat16raw_to_fp6") { want(dl::dtype_code::UInt, 16, "bfloat16 or uint16"); want_out(8);
+    nv_loop<u16, u8>(x, out, [&](u16 e) { return v::cvt_bfloat16raw_to_fp6(e, i6(a), r); }); }
+  else if (name == "fp6_to_halfraw") { want(dl::dtype_code::UInt, 8, "8-bit codes"); want_out(16);
+    nv_loop<u8, u16>(x, out, [&](u8 e) { return v::cvt_fp6_to_halfraw(e, i6(a)); }); }
+  else if (name == "float_to_fp4") { want(dl::dtype_code::Float, 32, "float32"); want_out(8);
+    nv_loop<float, u8>(x, out, [&](float e) { return v::cvt_float_to_fp4(e, i4, r); }); }
+  else if (name == "double_to_fp4") { want(dl::dtype_code::Float, 64, "float64"); want_out(8);
+    nv_loop<double, u8>(x, out, [&](double e) { return v::cvt_double_to_fp4(e, i4, r); }); }
+  else if (name == "halfraw_to_fp4") { want(dl::dtype_code::UInt, 16, "float16 or uint16"); want_out(8);
+    nv_loop<u16, u8>(x, out, [&](u16 e) { return v::cvt_halfraw_to_fp4(e, i4, r); }); }
+  else if (name == "bfloat16raw_to_fp4") { want(dl::dtype_code::UInt, 16, "bfloat16 or uint16"); want_out(8);
+    nv_loop<u16, u8>(x, out, [&](u16 e) { return v::cvt_bfloat16raw_to_fp4(e, i4, r); }); }
+  else if (name == "fp4_to_halfraw") { want(dl::dtype_code::UInt, 8, "8-bit codes"); want_out(16);
+    nv_loop<u8, u16>(x, out, [&](u8 e) { return v::cvt_fp4_to_halfraw(e, i4); }); }
+  else if (name == "float_to_e8m0") { want(dl::dtype_code::Float, 32, "float32"); want_out(8);
+    nv_loop<float, u8>(x, out, [&](float e) { return v::cvt_float_to_e8m0(e, sat, r); }); }
+  else if (name == "double_to_e8m0") { want(dl::dtype_code::Float, 64, "float64"); want_out(8);
+    nv_loop<double, u8>(x, out, [&](double e) { return v::cvt_double_to_e8m0(e, sat, r); }); }
+  else if (name == "bfloat16raw_to_e8m0") { want(dl::dtype_code::UInt, 16, "bfloat16 or uint16"); want_out(8);
+    nv_loop<u16, u8>(x, out, [&](u16 e) { return v::cvt_bfloat16raw_to_e8m0(e, sat, r); }); }
+  else if (name == "e8m0_to_bf16raw") { want(dl::dtype_code::UInt, 8, "8-bit codes"); want_out(16);
+    nv_loop<u8, u16>(x, out, [&](u8 e) { return v::cvt_e8m0_to_bf16raw(e); }); }
+  else throw nb::value_error(("unknown nv conversion '" + name + "'").c_str());
+}
+
 }  // namespace
 }  // namespace fp8emu::python
 
@@ -580,6 +848,9 @@ NB_MODULE(_fp8emu, m) {
         "promotion"_a, "split_k"_a, "layout"_a, "out_dtype"_a, "d_scale"_a, "alpha"_a, "beta"_a, "c"_a.none(), "bias"_a.none(),
         "out"_a, "D = A B^T or A B into out; returns the amax of D; see fp8emu.gemm.");
   bind_recipes(m);
+  bind_layers(m);
+  m.def("nv_convert", &nv_convert, "name"_a, "x"_a, "a"_a, "b"_a, "out"_a,
+        "out[i] = fp8emu::nv::cvt_<name>(x[i], ...) elementwise; see fp8emu.nv.");
   m.def("data_pointer", [](const Array& x) { return reinterpret_cast<std::uintptr_t>(x.data()); }, "x"_a,
         "The address of x's first element as this module sees it (no copy is made): for zero-copy checks.");
 }

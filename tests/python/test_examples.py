@@ -25,3 +25,19 @@ def test_formats_walkthrough():
 def test_check_gemm():
     out = run("check_gemm.py", "--m", "16", "--n", "8", "--k", "256")
     assert "vs fp8emu" in out
+
+
+def test_formats_walkthrough_delayed_scaling():
+    out = run("formats_walkthrough.py")
+    assert "delayed scaling (E4M3, amax_history_len=4, max)" in out
+    # step 0 casts with the initial scale 1; step 1 with 448 / amax of step 0
+    rows = [line.split() for line in out.splitlines() if line[:4].strip().isdigit()]
+    assert rows[0][2] == "1" and float(rows[1][2]) == float(f"{448 / float(rows[0][1]):.4g}")
+
+
+def test_train_fp8_torch(tmp_path):
+    import pytest
+
+    pytest.importorskip("torch", reason="PyTorch is not installed: the fp8emu.torch training example is skipped")
+    out = run("train_fp8_torch.py", "--steps", "20", "--log", "10", "--hidden", "32", "--plot", str(tmp_path / "curves.png"))
+    assert "final test accuracy: fp32" in out and "fp8" in out

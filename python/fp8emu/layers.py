@@ -1,0 +1,267 @@
+"""Transformer Engine's FP8 Linear and LayerNormLinear as functions, usable from any framework.
+
+The three GEMMs of a Linear layer ``y = x W^T + b`` on FP8 operands, with the quantizers' state
+(delayed scaling's amax history and scales) held by the caller's :class:`fp8emu.Quantizer` objects,
+exactly as fp8emu's C++ ``nn::Linear`` runs them (``src/nn/linear.cpp``; TE
+``pytorch/module/linear.py``)::
+
+    fwd, bwd = fp8emu.Quantizer(recipe, "forward"), fp8emu.Quantizer(recipe, "backward")
+    y, saved = fp8emu.layers.linear_forward(x, w, b, fwd)          # fprop
+    fwd.update_scales()                                            # TE: at fp8_autocast exit
+    dx, dw, db = fp8emu.layers.linear_backward(dy, saved, bwd)     # dgrad, wgrad, bias grad
+    bwd.update_scales()                                            # TE: at the end of the backward
+
+- fprop ``y = x W^T + b``: x cast row-wise (and column-wise in training, for wgrad) with the
+  ``input`` role, W row- and column-wise with the ``weight`` role, in the recipe's forward format
+  (E4M3); the bias is added to the fp32 GEMM result (one fp32 add per element).
+- dgrad ``dx = dy W``: dy cast with the ``grad_output`` role in the backward format (E5M2 under
+  ``Format.HYBRID``), W's column-wise copy.
+- wgrad ``dW = dy^T x``: the column-wise copies of dy and x.
+- bias grad ``db``: the sum over rows of the fp32 dy, in row order from +0 (TE takes it from the
+  unquantized gradient).
+Accumulation: per-tensor recipes (delayed, current) run the Hopper tensor-core model, fast
+accumulation in fprop (``promotion=0``), promoted to fp32 every 128 K-elements in dgrad and wgrad
+(TE's cuBLASLt settings on Hopper, ``emu::te_fprop/te_dgrad/te_wgrad``); block recipes (MXFP8,
+128-block) accumulate in fp32 per block. Every cast rounds to nearest even and saturates
+(``__NV_SATFINITE``).
+
+Arrays: float32 NumPy arrays (or CPU DLPack arrays), C-contiguous; x is (rows, in_features), W
+(out_features, in_features), b (out_features,) or None. Results are new float32 NumPy arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import _fp8emu
+from .recipe import QuantizedTensor, Quantizer, gemm as _recipe_gemm
+
+__all__ = ["LinearSaved", "linear_forward", "linear_backward", "bias_grad", "LayerNormSaved",
+           "layernorm_linear_forward", "layernorm_linear_backward", "round_to_bf16"]
+
+
+def _f32_2d(x: Any, what: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype != np.float32:
+        raise TypeError(f"{what} has dtype {a.dtype}; it must be float32")
+    if a.ndim != 2:
+        raise ValueError(f"{what} has {a.ndim} dimensions; expected 2")
+    return np.ascontiguousarray(a)
+
+
+def _accumulation(q: Quantizer, accumulation: Optional[str]) -> str:
+    if accumulation is not None:
+        return accumulation
+    return "hopper" if q.supports_accumulation_models else "fp32"
+
+
+@dataclass
+class LinearSaved:
+    """What :func:`linear_backward` needs from a training :func:`linear_forward`.
+
+    Attributes:
+        x_q: the input's quantized tensor (row- and column-wise copies).
+        w_q: the weight's quantized tensor (row- and column-wise copies); pass it back as
+            ``weight_q=`` to reuse it without a cast (TE's ``is_first_microbatch=False``).
+        rows, in_features, out_features: the GEMM sizes.
+        accumulation: the model name of the forward's GEMM (dgrad and wgrad use the same model).
+    """
+
+    x_q: QuantizedTensor
+    w_q: QuantizedTensor
+    rows: int
+    in_features: int
+    out_features: int
+    accumulation: str
+
+
+def quantize_weight(weight: Any, fwd: Quantizer) -> QuantizedTensor:
+    """Cast the weight (out_features, in_features) float32 with the ``weight`` role, both copies
+    (row-wise for fprop, column-wise for dgrad); records its amax under delayed scaling."""
+    return fwd.quantize(_f32_2d(weight, "weight"), "weight", "both")
+
+
+def linear_forward(
+    x: Any,
+    weight: Any,
+    bias: Any,
+    fwd: Quantizer,
+    *,
+    training: bool = True,
+    weight_q: Optional[QuantizedTensor] = None,
+    accumulation: Optional[str] = None,
+    promotion: int = 0,
+) -> Tuple[np.ndarray, Optional[LinearSaved]]:
+    """fprop of an FP8 Linear: ``y = x W^T + b`` (TE ``_Linear.forward``; C++ ``nn::Linear::forward``).
+
+    Args:
+        x: float32 (rows, in_features).
+        weight: float32 (out_features, in_features) master weight; ignored when ``weight_q`` is given.
+        bias: float32 (out_features,), or None.
+        fwd: the forward :class:`fp8emu.Quantizer` of the layer (its state is updated: delayed
+            scaling records the amax of x and W in the ``input`` and ``weight`` history slots).
+        training: keep the column-wise copy of x and return :class:`LinearSaved` for the backward.
+        weight_q: a cached quantized weight (:attr:`LinearSaved.w_q` or :func:`quantize_weight`):
+            used as it is, no cast, no weight amax recorded.
+        accumulation: the GEMM model; default "hopper" for per-tensor recipes, "fp32" for block ones.
+        promotion: fprop's promotion interval (default 0: fast accumulation, TE's fprop).
+    Returns:
+        ``(y, saved)``: y float32 (rows, out_features); saved a :class:`LinearSaved` (None when not
+        training).
+    Raises:
+        TypeError: arrays that are not float32. ValueError: shapes that do not match, a model the
+        recipe does not take.
+    """
+    x = _f32_2d(x, "x")
+    w_q = weight_q if weight_q is not None else quantize_weight(weight, fwd)
+    if x.shape[1] != w_q.cols:
+        raise ValueError(f"x has {x.shape[1]} features; the weight takes {w_q.cols}")
+    acc = _accumulation(fwd, accumulation)
+    x_q = fwd.quantize(x, "input", "both" if training else "rowwise")
+    y = _recipe_gemm(x_q, w_q, a_usage="rowwise", b_usage="rowwise", accumulation=acc, promotion=promotion)
+    if bias is not None:
+        b = np.asarray(bias)
+        if b.dtype != np.float32 or b.shape != (w_q.rows,):
+            raise ValueError(f"bias must be float32 ({w_q.rows},); got {b.dtype} {b.shape}")
+        y += b  # one fp32 add per element, as nn::Linear's add_bias
+    saved = LinearSaved(x_q, w_q, x.shape[0], w_q.cols, w_q.rows, acc) if training else None
+    return y, saved
+
+
+def bias_grad(dy: Any) -> np.ndarray:
+    """``db[j] = sum_i dy[i, j]`` in float32, in row order starting from +0 (as nn::Linear::backward).
+
+    dy: float32 (rows, out_features). Returns float32 (out_features,).
+    """
+    dy = _f32_2d(dy, "dy")
+    start = np.zeros((1, dy.shape[1]), np.float32)
+    return np.add.accumulate(np.concatenate([start, dy]), axis=0, dtype=np.float32)[-1].copy()
+
+
+def linear_backward(
+    dy: Any,
+    saved: LinearSaved,
+    bwd: Quantizer,
+    *,
+    need_dgrad: bool = True,
+    need_wgrad: bool = True,
+    promotion: int = 128,
+) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], np.ndarray]:
+    """dgrad, wgrad and bias grad of an FP8 Linear (TE ``_Linear.backward``; C++ ``nn::Linear::backward``).
+
+    Args:
+        dy: float32 (rows, out_features), the gradient of y.
+        saved: the :class:`LinearSaved` of the training forward.
+        bwd: the backward :class:`fp8emu.Quantizer` of the layer (delayed scaling records dy's amax
+            in the ``grad_output`` slot).
+        need_dgrad, need_wgrad: skip a GEMM whose result is not wanted (the other results keep their bits).
+        promotion: dgrad's and wgrad's promotion interval (default 128, TE's split accumulator);
+            ignored by block recipes (fp32 per block).
+    Returns:
+        ``(dx, dW, db)``: float32 (rows, in_features), (out_features, in_features), (out_features,);
+        dx / dW are None when not wanted.
+    Raises:
+        TypeError: dy not float32. ValueError: dy's shape differs from the forward output.
+    """
+    dy = _f32_2d(dy, "dy")
+    if dy.shape != (saved.rows, saved.out_features):
+        raise ValueError(f"dy has shape {dy.shape}; the forward output was ({saved.rows}, {saved.out_features})")
+    db = bias_grad(dy)
+    dy_q = bwd.quantize(dy, "grad_output", "both")
+    prom = promotion if saved.accumulation not in ("fp32", "exact") else 0
+    dw = dx = None
+    if need_wgrad:  # dW = dy^T x: dy column-wise (out, K=rows), x column-wise (in, K=rows)
+        dw = _recipe_gemm(dy_q, saved.x_q, a_usage="columnwise", b_usage="columnwise",
+                          accumulation=saved.accumulation, promotion=prom)
+    if need_dgrad:  # dx = dy W: dy row-wise (rows, K=out), W column-wise (in, K=out)
+        dx = _recipe_gemm(dy_q, saved.w_q, a_usage="rowwise", b_usage="columnwise",
+                          accumulation=saved.accumulation, promotion=prom)
+    return dx, dw, db
+
+
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to nearest even bfloat16 and widened back (float32, same shape)."""
+    import ml_dtypes
+
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+@dataclass
+class LayerNormSaved:
+    """What :func:`layernorm_linear_backward` needs: the norm (with its saved x-hat and rsigma) and
+    the Linear's :class:`LinearSaved`; ``ln_out`` is the norm output the Linear read (float32)."""
+
+    norm: Any
+    linear: LinearSaved
+    ln_out: np.ndarray
+
+
+def layernorm_linear_forward(
+    x: Any,
+    ln_weight: Any,
+    ln_bias: Any,
+    weight: Any,
+    bias: Any,
+    fwd: Quantizer,
+    *,
+    normalization: str = "LayerNorm",
+    eps: float = 1e-5,
+    zero_centered_gamma: bool = False,
+    training: bool = True,
+    weight_q: Optional[QuantizedTensor] = None,
+) -> Tuple[np.ndarray, Optional[LayerNormSaved], np.ndarray]:
+    """``y = Linear(Norm(x))`` with an FP8 Linear (TE ``LayerNormLinear``; C++ ``nn::LayerNormLinear``).
+
+    The norm is fp8emu's C++ LayerNorm/RMSNorm (``include/fp8emu/nn/norm.hpp``: statistics summed in
+    double, rounded once to fp32); its fp32 output is cast to FP8 directly (delayed scaling: TE's
+    fused norm + cast) or from its bfloat16 rounding (current scaling: TE's norm writes bf16 first).
+
+    Args:
+        x: float32 (rows, in_features). ln_weight: float32 (in_features,) gamma. ln_bias: float32
+            (in_features,) beta (LayerNorm) or None (RMSNorm). weight, bias, fwd, training,
+            weight_q: as :func:`linear_forward`.
+        normalization: "LayerNorm" or "RMSNorm". eps: added to the variance.
+        zero_centered_gamma: scale by (1 + gamma).
+    Returns:
+        ``(y, saved, ln_out)``: y float32 (rows, out_features), saved (None when not training), and
+        the norm output (rows, in_features) the Linear read.
+    Raises:
+        TypeError, ValueError: as :func:`linear_forward`; an unknown normalization.
+    """
+    x = _f32_2d(x, "x")
+    norm = _fp8emu.Norm(normalization, x.shape[1], float(eps), bool(zero_centered_gamma))
+    gamma = np.ascontiguousarray(ln_weight, np.float32)
+    beta = None if ln_bias is None else np.ascontiguousarray(ln_bias, np.float32)
+    ln = norm.forward(x, gamma, beta, training)
+    if fwd.reads_bf16_norm_output:
+        ln = round_to_bf16(ln)
+    y, lin = linear_forward(ln, weight, bias, fwd, training=training, weight_q=weight_q)
+    return y, (LayerNormSaved(norm, lin, ln) if training else None), ln
+
+
+def layernorm_linear_backward(
+    dy: Any,
+    saved: LayerNormSaved,
+    bwd: Quantizer,
+    *,
+    grad_ln_out: Any = None,
+    need_wgrad: bool = True,
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray], np.ndarray]:
+    """Backward of :func:`layernorm_linear_forward`.
+
+    Args:
+        dy: float32 (rows, out_features). saved: its :class:`LayerNormSaved`. bwd: the backward quantizer.
+        grad_ln_out: optional float32 (rows, in_features) gradient of the returned norm output (TE's
+            ``return_layernorm_output``), added in fp32 to the Linear's dgrad before the norm's backward.
+    Returns:
+        ``(dx, d_ln_weight, d_ln_bias, dW, db)``: float32 (rows, in), (in,), (in,) (zeros for
+        RMSNorm), (out, in) or None, (out,).
+    """
+    dln, dw, db = linear_backward(dy, saved.linear, bwd, need_dgrad=True, need_wgrad=need_wgrad)
+    if grad_ln_out is not None:
+        dln = dln + _f32_2d(grad_ln_out, "grad_ln_out")
+    dx, dgamma, dbeta = saved.norm.backward(dln)
+    return dx, dgamma, dbeta, dw, db
