@@ -10,19 +10,11 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "fp8emu/emulation/mma.hpp"
 #include "fp8emu/io/npy.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::cli {
-namespace {
-
-std::int64_t ordered(float v) {  // monotone integer image of a float, for ULP distances
-  std::int32_t i;
-  std::memcpy(&i, &v, 4);
-  return i < 0 ? std::int64_t(std::int32_t(0x80000000u)) - i : i;
-}
-
-}  // namespace
 
 int run_compare(const std::string& x, const std::string& y, std::ostream& out, std::ostream& err) {
   try {
@@ -41,27 +33,11 @@ int run_compare(const std::string& x, const std::string& y, std::ostream& out, s
       std::memcpy(a.data(), X.data.data(), n * 4);
       std::memcpy(b.data(), Y.data.data(), n * 4);
     }
-    std::size_t mismatches = 0, nan_mismatch = 0;
-    std::int64_t max_ulp = 0;
-    double max_abs = 0, max_rel = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (std::memcmp(&a[i], &b[i], 4) == 0) continue;
-      ++mismatches;
-      if (std::isnan(a[i]) != std::isnan(b[i])) {
-        ++nan_mismatch;
-        continue;
-      }
-      if (std::isnan(a[i])) continue;  // two different NaN payloads
-      const std::int64_t ulp = ordered(a[i]) - ordered(b[i]);
-      max_ulp = std::max(max_ulp, ulp < 0 ? -ulp : ulp);
-      const double diff = std::fabs(double(a[i]) - double(b[i]));
-      max_abs = std::max(max_abs, diff);
-      if (b[i] != 0.0f) max_rel = std::max(max_rel, diff / std::fabs(double(b[i])));
-    }
-    out << "elements: " << n << "\nbitwise mismatches: " << mismatches << "\nNaN in one only: " << nan_mismatch
-        << "\nmax ulp: " << max_ulp << "\nmax abs error: " << max_abs << "\nmax rel error (vs second): " << max_rel
-        << "\n";
-    return mismatches == 0 ? 0 : 1;
+    const emu::CompareStats st = emu::compare_f32(a.data(), b.data(), n);
+    out << "elements: " << n << "\nbitwise mismatches: " << st.mismatches << "\nNaN in one only: " << st.nan_in_one
+        << "\nmax ulp: " << st.max_ulp << "\nmax abs error: " << st.max_abs_error
+        << "\nmax rel error (vs second): " << st.max_rel_error << "\n";
+    return st.identical() ? 0 : 1;
   } catch (const std::exception& e) {
     err << "fp8emu compare: error: " << e.what() << "\n";
     return 2;

@@ -38,6 +38,9 @@ __all__ = [
     "cast",
     "decode",
     "gemm",
+    "mma",
+    "compare",
+    "CompareResult",
     "Format",
     "DelayedScaling",
     "Float8CurrentScaling",
@@ -462,6 +465,93 @@ def gemm(
     amax = _fp8emu.gemm(qa, qb, fa, fb, float(scale_inv_a), float(scale_inv_b), accumulation, int(promotion),
                         int(split_k), layout, kind, float(d_scale), float(alpha), float(beta), c_arr, bias_arr, target)
     return (result, amax) if return_amax else result
+
+
+def mma(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    format_a: Any = None,
+    format_b: Any = None,
+    accumulation: str = "hopper-mma-sync",
+    out: Optional[np.ndarray] = None,
+) -> np.ndarray:
+    """Tensor-core MMA: ``D = A B^T + C`` as chained MMA instructions compute it, bit for bit.
+
+    For each ``D[i, j]``: the K products of ``a[i, :]`` and ``b[j, :]`` in blocks of the model's
+    block size (32 for "hopper" wgmma and "hopper-mma-sync", 16 for "ada"), in increasing K, each
+    block one instruction whose C is the previous block's D; the first C is ``c[i, j]``, which
+    joins the first step's alignment ("hopper", "ada") or is added last with one round-to-nearest
+    fp32 add ("hopper-mma-sync": Hopper's FP8 ``mma.sync``, two fp16 HMMA steps). One PTX
+    ``mma.sync.aligned.m16n8k32.row.col.f32.<a>.<b>.f32`` is M = 16, N = 8, K = 32 (its B, K x 8
+    column-major, is ``b`` here as 8 x K row-major). No scales, promotion or split-K (see
+    :func:`gemm`). Checked against every tile recorded on an H200 (tests/data/h200/mma-sync).
+
+    Args:
+        a: FP8 codes, shape (M, K), C-contiguous: ml_dtypes float8_e4m3fn / float8_e5m2 (format
+            inferred) or uint8 with format_a.
+        b: FP8 codes, shape (N, K) (K-contiguous), likewise. All four operand pairs are accepted
+            (``mma.sync`` takes E5M2 x E5M2, cuBLASLt's GEMM does not).
+        c: float32 (M, N), or None for +0. Signed zeros, NaN payloads, Inf and subnormals are kept.
+        format_a, format_b: "e4m3fn" or "e5m2" (needed for uint8 codes).
+        accumulation: a tensor-core model of :func:`accumulations`: "hopper-mma-sync" (default),
+            "hopper" or "ada".
+        out: optional float32 (M, N) array written in place and returned.
+    Returns:
+        D, float32 (M, N). NaN results are 0x7FFFFFFF where the GPU writes that (C added last).
+    Raises:
+        TypeError: operands that are not FP8 codes, c or out not float32, arrays not on the CPU.
+        ValueError: not 2-D, shape mismatch, non-contiguous, unknown names, a model that is not a
+            tensor-core model ("exact", "fp32").
+    Mirrors: emu::mma_tn (include/fp8emu/emulation/mma.hpp), core::mma_dot_with_c per element, as
+    ``fp8emu mma-check`` runs it. Deterministic.
+    """
+    qa, fa = _as_codes(a, "a", format_a)
+    qb, fb = _as_codes(b, "b", format_b)
+    M = int(qa.shape[0]) if len(getattr(qa, "shape", ())) == 2 else 0
+    N = int(qb.shape[0]) if len(getattr(qb, "shape", ())) == 2 else 0
+    c_arr = None if c is None else (c if (_is_numpy(c) or hasattr(c, "__dlpack__")) else np.asarray(c, np.float32))
+    target = np.empty((M, N), np.float32) if out is None else _writable_out(
+        out, "out", (M, N), np.dtype(np.float32), (np.dtype(np.float32),))
+    _fp8emu.mma(qa, qb, fa, fb, accumulation, c_arr, target)
+    return target if out is None else out
+
+
+class CompareResult(NamedTuple):
+    """What :func:`compare` found (the fields of ``fp8emu compare``)."""
+
+    elements: int
+    mismatches: int       #: elements whose 32 bits differ (two NaNs of different payload or sign count)
+    nan_in_one: int       #: of those, NaN in one array only
+    nan_payload: int      #: of those, NaN in both with different bits
+    max_ulp: int          #: largest ULP distance over the other mismatches (+0 vs -0: 0)
+    max_abs_error: float  #: max |x - y| over those (in float64)
+    max_rel_error: float  #: max |x - y| / |y| over those with y != 0
+
+    @property
+    def identical(self) -> bool:
+        """True when every element has the same bits."""
+        return self.mismatches == 0
+
+
+def compare(x: Any, y: Any) -> CompareResult:
+    """Compare two float32 arrays bit for bit: mismatch counts, ULP distance and errors.
+
+    For checking a kernel's output against fp8emu (e.g. a GPU GEMM's D against :func:`gemm`):
+    ``fp8emu.compare(d_gpu, d_emulated).identical``.
+
+    Args:
+        x, y: float32 arrays of one shape, C-contiguous, on the CPU (NumPy, or any DLPack array).
+    Returns:
+        :class:`CompareResult`; ``y`` is the reference of the relative error.
+    Raises:
+        TypeError: not float32, or not on the CPU. ValueError: shapes differ, not contiguous.
+    Mirrors: emu::compare_f32 (include/fp8emu/emulation/mma.hpp), as ``fp8emu compare X Y``.
+    """
+    xa = x if (_is_numpy(x) or hasattr(x, "__dlpack__")) else np.asarray(x)
+    ya = y if (_is_numpy(y) or hasattr(y, "__dlpack__")) else np.asarray(y)
+    return CompareResult(**_fp8emu.compare(xa, ya))
 
 
 from . import recipe  # noqa: E402  (TE's recipe classes; they use the functions above)

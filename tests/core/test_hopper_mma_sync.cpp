@@ -13,6 +13,7 @@
 
 #include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/core/dot.hpp"
+#include "fp8emu/emulation/mma.hpp"
 
 using namespace fp8emu;
 
@@ -124,4 +125,39 @@ TEST_CASE("hopper-mma-sync: the wgmma and Ada rows, and variants of the row, do 
   AccumulationModel fp8_fields = model_of(Accumulation::kHopperMmaSync);
   fp8_fields.operands = core::MmaOperands::kFp8;
   CHECK(mismatches(load("mma-sync", "e4m3_e5m2"), fp8_fields) == 1);
+}
+
+TEST_CASE("emu::mma_tn (the library's and Python's mma) reproduces every recorded H200 mma.sync tile", "[mma][h200]") {
+  for (const char* set : {"mma-sync", "mma-sync-edge"})
+    for (const char* pair : kPairs) {
+      INFO(set << " " << pair);
+      const Tiles t = load(set, pair);
+      const Format fa = t.fa.mantissa_bits == kSpecE4M3.mantissa_bits ? Format::kE4M3 : Format::kE5M2;
+      const Format fb = t.fb.mantissa_bits == kSpecE4M3.mantissa_bits ? Format::kE4M3 : Format::kE5M2;
+      std::size_t bad = 0, bad_hopper = 0;
+      for (std::size_t tile = 0; tile < t.count(); ++tile) {
+        std::uint8_t bt[8 * 32];  // B^T: the K-contiguous operand
+        for (int k = 0; k < 32; ++k)
+          for (int n = 0; n < 8; ++n) bt[n * 32 + k] = t.B[tile * 256 + std::size_t(k) * 8 + std::size_t(n)];
+        float c[128], d[128], dh[128];
+        std::memcpy(c, &t.C[tile * 128], sizeof c);
+        emu::mma_tn(16, 8, 32, &t.A[tile * 512], fa, bt, fb, emu::Accumulation::kHopperMmaSync, c, d);
+        emu::mma_tn(16, 8, 32, &t.A[tile * 512], fa, bt, fb, emu::Accumulation::kHopper, c, dh);
+        for (int o = 0; o < 128; ++o) {
+          std::uint32_t got, got_h;
+          std::memcpy(&got, &d[o], 4);
+          std::memcpy(&got_h, &dh[o], 4);
+          bad += got != t.D[tile * 128 + std::size_t(o)];
+          bad_hopper += got_h != t.D[tile * 128 + std::size_t(o)];
+        }
+      }
+      CHECK(bad == 0);
+      CHECK(bad_hopper > 0);  // the wgmma row does not fit mma.sync: the comparison can fail
+    }
+  const std::uint8_t z[32] = {};
+  float d = 0;
+  CHECK_THROWS_WITH(emu::mma_tn(1, 1, 32, z, Format::kE4M3, z, Format::kE4M3, emu::Accumulation::kFp32, nullptr, &d),
+                    Catch::Contains("not a tensor-core model"));
+  CHECK_THROWS_WITH(emu::mma_tn(1, 1, 32, z, Format::kE2M1, z, Format::kE4M3, emu::Accumulation::kHopper, nullptr, &d),
+                    Catch::Contains("mma operand A"));
 }

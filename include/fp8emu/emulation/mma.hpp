@@ -1,0 +1,47 @@
+/// \file mma.hpp
+/// \brief Tensor-core MMA tiles with an addend C, and the bitwise comparison of two fp32 arrays
+/// (what `fp8emu mma-check` and `fp8emu compare` run, for library and Python callers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/format/format_spec.hpp"
+
+namespace fp8emu::emu {
+
+/// D = A B^T + C as chained tensor-core MMA instructions compute it (core::mma_dot_with_c per
+/// element): for each D[i][j], the K products of A's row i and B's row j in blocks of the model's
+/// block size in increasing K, the first block's C being C[i][j], which joins the first step's
+/// alignment or is added last with one RN fp32 add, as the model's row says (`hopper` wgmma,
+/// `ada` and `hopper-mma-sync` mma.sync m16n8k32; docs/tensor-core-model.md). One
+/// m16n8k32 instruction is M = 16, N = 8, K = 32. No scales, promotion or split-K.
+/// \param A  Shape [M, K], row-major FP8 codes of `fa`.
+/// \param B  Shape [N, K], row-major FP8 codes of `fb` (the K-contiguous operand, "TN").
+/// \param C  Shape [M, N], row-major fp32, or null for +0 everywhere.
+/// \param D  Shape [M, N], row-major fp32 (may alias C). NaN results are 0x7FFFFFFF for models whose
+///           C is added last, as the GPU writes them.
+/// Deterministic; parallel over rows with OpenMP.
+/// All four FP8 operand pairs (mma.sync takes E5M2 x E5M2, which cuBLASLt's GEMM rejects).
+/// \throws fp8emu::Error for a negative shape, a non-FP8 format, or a model that is not a
+///         tensor-core model (exact, fp32).
+void mma_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
+            Accumulation model, const float* C, float* D);
+
+/// Bitwise comparison of two fp32 arrays (`fp8emu compare`).
+struct CompareStats {
+  std::size_t elements = 0;
+  std::size_t mismatches = 0;      ///< Elements whose 32 bits differ (two NaNs of different payload count).
+  std::size_t nan_in_one = 0;      ///< Of those, elements that are NaN in one array only.
+  std::size_t nan_payload = 0;     ///< Of those, elements that are NaN in both (payload or sign differs).
+  std::int64_t max_ulp = 0;        ///< Largest distance in units in the last place over the other mismatches
+                                   ///< (+0 and -0 are 0 apart; across zero the ulps of both sides add).
+  double max_abs_error = 0.0;      ///< max |x - y| over those, in double.
+  double max_rel_error = 0.0;      ///< max |x - y| / |y| over those with y != 0 (y: the second array).
+  bool identical() const { return mismatches == 0; }
+};
+/// Compares x and y element by element (n elements each).
+CompareStats compare_f32(const float* x, const float* y, std::size_t n);
+
+}  // namespace fp8emu::emu

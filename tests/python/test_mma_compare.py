@@ -1,0 +1,112 @@
+"""fp8emu.mma against Hopper's mma.sync as recorded on an NVIDIA H200 (tests/data/h200, provenance in
+its README), and fp8emu.compare against ULP distances and errors computed here with NumPy."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8emu
+
+from conftest import ROOT
+
+H200 = ROOT / "tests" / "data" / "h200"
+PAIRS = ["e4m3_e4m3", "e5m2_e5m2", "e4m3_e5m2"]
+NAMES = {"e4m3": "e4m3fn", "e5m2": "e5m2"}
+
+
+def load_tiles(kind, pair):
+    p = H200 / kind
+    A = np.fromfile(p / f"{pair}_A.u8", np.uint8).reshape(-1, 16, 32)
+    B = np.fromfile(p / f"{pair}_B.u8", np.uint8).reshape(-1, 32, 8)
+    C = np.fromfile(p / f"{pair}_C.f32", "<f4").reshape(-1, 16, 8)
+    D = np.fromfile(p / f"{pair}_D.f32", "<u4").reshape(-1, 16, 8)
+    assert len(A) == len(B) == len(C) == len(D) > 0
+    return A, B, C, D
+
+
+@pytest.mark.parametrize("kind", ["mma-sync", "mma-sync-edge"])
+@pytest.mark.parametrize("pair", PAIRS)
+def test_mma_equals_every_recorded_h200_tile(kind, pair):
+    A, B, C, D = load_tiles(kind, pair)
+    fa, fb = (NAMES[x] for x in pair.split("_"))
+    bad = bad_wgmma = 0
+    for t in range(len(A)):
+        bt = np.ascontiguousarray(B[t].T)  # the instruction's K x 8 B as fp8emu's (N, K) operand
+        d = fp8emu.mma(A[t], bt, C[t], format_a=fa, format_b=fb)
+        bad += int(np.count_nonzero(d.view(np.uint32) != D[t]))
+        d = fp8emu.mma(A[t], bt, C[t], format_a=fa, format_b=fb, accumulation="hopper")
+        bad_wgmma += int(np.count_nonzero(d.view(np.uint32) != D[t]))
+    assert bad == 0
+    assert bad_wgmma > 0  # the wgmma row does not fit mma.sync: the comparison can fail
+
+
+def test_mma_takes_ml_dtypes_arrays_and_defaults_c_to_zero():
+    A, B, C, D = load_tiles("mma-sync", "e4m3_e4m3")
+    a = A[0].view(ml_dtypes.float8_e4m3fn)
+    b = np.ascontiguousarray(B[0].T).view(ml_dtypes.float8_e4m3fn)
+    with_c = fp8emu.mma(a, b, C[0])
+    assert np.array_equal(with_c.view(np.uint32), D[0])
+    out = np.empty((16, 8), np.float32)
+    assert fp8emu.mma(a, b, np.zeros((16, 8), np.float32), out=out) is out
+    assert np.array_equal(fp8emu.mma(a, b).view(np.uint32), out.view(np.uint32))
+
+
+def test_mma_rejects_bad_arguments_by_name():
+    a = np.zeros((16, 32), np.uint8)
+    b = np.zeros((8, 32), np.uint8)
+    with pytest.raises(TypeError, match="names no format"):
+        fp8emu.mma(np.zeros((16, 32), np.float32), b, format_b="e4m3fn")
+    with pytest.raises(TypeError, match="8-bit codes"):
+        fp8emu.mma(np.zeros((16, 32), np.float32), b, format_a="e4m3fn", format_b="e4m3fn")
+    with pytest.raises(ValueError, match="shape mismatch"):
+        fp8emu.mma(a, np.zeros((8, 16), np.uint8), format_a="e4m3fn", format_b="e4m3fn")
+    with pytest.raises(ValueError, match="not a tensor-core model"):
+        fp8emu.mma(a, b, format_a="e4m3fn", format_b="e4m3fn", accumulation="fp32")
+    with pytest.raises(ValueError, match="c has shape"):
+        fp8emu.mma(a, b, np.zeros((8, 16), np.float32), format_a="e4m3fn", format_b="e4m3fn")
+    with pytest.raises(TypeError, match="float32"):
+        fp8emu.mma(a, b, np.zeros((16, 8), np.float64), format_a="e4m3fn", format_b="e4m3fn")
+
+
+def ulp_distance(x, y):
+    """|ordered(x) - ordered(y)| with the monotone integer image of float32 (NumPy int64)."""
+    def ordered(v):
+        i = v.view(np.int32).astype(np.int64)
+        return np.where(i < 0, np.int64(-(2**31)) - i, i)
+    return np.abs(ordered(x) - ordered(y))
+
+
+def test_compare_counts_and_errors_match_numpy():
+    rng = np.random.default_rng(5)
+    y = rng.standard_normal(10000).astype(np.float32)
+    x = y.copy()
+    idx = rng.choice(10000, 40, replace=False)
+    x[idx[:20]] = np.nextafter(x[idx[:20]], np.float32(np.inf))       # 1 ulp
+    x[idx[20:25]] *= np.float32(1.001)                                # many ulps
+    x[idx[25:30]] = np.nan                                            # NaN in x only
+    y_nan = y.copy()
+    y_nan[idx[30:33]] = np.float32(np.nan)
+    x[idx[30:33]] = np.uint32(0x7FC00001).view(np.float32)            # NaN in both, other payload
+    x[idx[33]] = -y_nan[idx[33]]                                      # sign flip
+    r = fp8emu.compare(x, y_nan)
+    ordinary = np.array([i for i in idx[:34] if not (np.isnan(x[i]) or np.isnan(y_nan[i]))])
+    assert r.elements == 10000
+    assert r.mismatches == 34
+    assert r.nan_in_one == 5
+    assert r.nan_payload == 3
+    assert r.max_ulp == int(ulp_distance(x[ordinary], y_nan[ordinary]).max())
+    diff = np.abs(x[ordinary].astype(np.float64) - y_nan[ordinary].astype(np.float64))
+    assert r.max_abs_error == diff.max()
+    assert r.max_rel_error == (diff / np.abs(y_nan[ordinary].astype(np.float64))).max()
+    assert not r.identical
+    same = fp8emu.compare(y, y.copy())
+    assert same.identical and same.mismatches == 0 and same.max_ulp == 0
+    zeros = fp8emu.compare(np.array([0.0], np.float32), np.array([-0.0], np.float32))
+    assert zeros.mismatches == 1 and zeros.max_ulp == 0
+
+
+def test_compare_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="shapes differ"):
+        fp8emu.compare(np.zeros(3, np.float32), np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="float32"):
+        fp8emu.compare(np.zeros(3, np.float64), np.zeros(3, np.float64))
