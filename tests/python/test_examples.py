@@ -41,3 +41,13 @@ def test_train_fp8_torch(tmp_path):
     pytest.importorskip("torch", reason="PyTorch is not installed: the fp8emu.torch training example is skipped")
     out = run("train_fp8_torch.py", "--steps", "20", "--log", "10", "--hidden", "32", "--plot", str(tmp_path / "curves.png"))
     assert "final test accuracy: fp32" in out and "fp8" in out
+
+
+def test_bench_cast_prints_both_ratios():
+    # Small size, one round: the values depend on the machine; only their presence is checked here.
+    out = run("bench_cast.py", "--elements", "100000", "--repeat", "1", "--cli", str(ROOT / "build" / "fp8emu"))
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("python_vs_bulk_same_threads: ")
+    assert float(lines[-1].split(": ")[1]) > 0.0 and lines[-1].startswith("speedup_vs_ml_dtypes_per_thread: ")
+    assert any(line.split()[:2] == ["python", "1"] for line in lines)
+    assert any(line.split()[:1] == ["ml_dtypes"] for line in lines)
