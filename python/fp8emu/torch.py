@@ -274,6 +274,17 @@ def _weight_cache(module, fwd, is_first_microbatch):
     return None
 
 
+def _add_weight_and_bias(module, in_features, out_features, bias, dtype, device, init_method) -> None:
+    """TE's ``weight`` (out_features, in_features), initialised by ``init_method`` (default: as
+    torch.nn.Linear), and ``bias`` (out_features,) of zeros, or no bias."""
+    module.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device))
+    (init_method or _default_init)(module.weight.data)
+    if bias:
+        module.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device))
+    else:
+        module.register_parameter("bias", None)
+
+
 class Linear(_Fp8Module):
     """TE ``transformer_engine.pytorch.Linear``: ``y = x W^T + b`` with FP8 GEMMs inside :func:`fp8_autocast`.
 
@@ -303,12 +314,7 @@ class Linear(_Fp8Module):
         self.use_bias, self.return_bias = bool(bias), bool(return_bias)
         dtype = params_dtype or torch.get_default_dtype()
         self.params_dtype = dtype
-        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device))
-        (init_method or _default_init)(self.weight.data)
-        if bias:
-            self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device))
-        else:
-            self.register_parameter("bias", None)
+        _add_weight_and_bias(self, in_features, out_features, bias, dtype, device, init_method)
         self._init_fp8()
 
     def forward(self, inp: "torch.Tensor", is_first_microbatch: Optional[bool] = None, fp8_output: bool = False):
@@ -418,12 +424,7 @@ class LayerNormLinear(_Fp8Module):
             self.layer_norm_bias = torch.nn.Parameter(torch.zeros(in_features, dtype=dtype, device=device))
         else:
             self.register_parameter("layer_norm_bias", None)
-        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device))
-        (init_method or _default_init)(self.weight.data)
-        if bias:
-            self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device))
-        else:
-            self.register_parameter("bias", None)
+        _add_weight_and_bias(self, in_features, out_features, bias, dtype, device, init_method)
         self._init_fp8()
 
     def _norm_fp32(self, inp: "torch.Tensor") -> "torch.Tensor":
