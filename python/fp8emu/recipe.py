@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -49,13 +49,31 @@ class DelayedScaling:
     kernel, ``delayed_scaling.cu``): the window's amax (``"max"``) or this step's (``"most_recent"``),
     ``scale = RN(RN(fp8_max * 2^-margin) / amax)`` in fp32 where amax is finite and > 0, else the old
     scale; ``fused_update=False`` is TE's Python path (``NVTE_UNFUSED_FP8_UPDATE=1``).
+
+    TE's callables (they make TE take its Python path, as ``fused_update=False``):
+
+    - ``amax_compute_algo`` may be a function of the amax history, a float32 array
+      (amax_history_len, slots) with row 0 this step's amaxes, returning the amax of each slot,
+      shape (slots,); it sees the history before the roll (TE ``_compute_amax_and_update_history``).
+    - ``scaling_factor_compute_algo(amax, scale, fp8_max, recipe)``: amax and the current scales as
+      float32 arrays (slots,), fp8_max a Python float; returns the new scales (slots,), stored as
+      float32 (TE ``_compute_scaling_factor``). None: TE's default,
+      ``sf = (fp8_max / amax) / 2**margin`` in fp32, the old scale where amax is not > 0 or not
+      finite, FLT_MAX where sf is infinite.
+
+    ``reduce_amax`` is accepted for TE's API; one process has nothing to reduce.
     """
 
     margin: float = 0.0
     fp8_format: Format = Format.HYBRID
     amax_history_len: int = 1024
-    amax_compute_algo: str = "max"
+    amax_compute_algo: Any = "max"  #: "max", "most_recent" or a callable (above)
+    scaling_factor_compute_algo: Optional[Callable] = None
+    reduce_amax: bool = True
     fused_update: bool = True  #: fp8emu's name for TE's NVTE_UNFUSED_FP8_UPDATE=0
+
+    def _callables(self) -> bool:
+        return callable(self.amax_compute_algo) or self.scaling_factor_compute_algo is not None
 
     _kind = "delayed"
 
@@ -146,6 +164,12 @@ class QuantizedTensor:
                 f"usage={self.usage!r})")
 
 
+def _algo_name(algo: Any) -> str:
+    # A callable amax_compute_algo runs in Python (Quantizer.update_scales); the C++ state records the
+    # amaxes and keeps the history either way.
+    return "max" if callable(algo) else str(algo)
+
+
 def _recipe_args(recipe: Any) -> tuple:
     """The recipe's fields as the extension's recipe constructors take them (10 values)."""
     kind = getattr(recipe, "_kind", None)
@@ -153,7 +177,7 @@ def _recipe_args(recipe: Any) -> tuple:
         raise TypeError(f"recipe must be a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
                         f"Float8BlockScaling (got {type(recipe).__name__})")
     return (kind, _format_name(recipe.fp8_format), float(getattr(recipe, "margin", 0.0)),
-            int(getattr(recipe, "amax_history_len", 1024)), str(getattr(recipe, "amax_compute_algo", "max")),
+            int(getattr(recipe, "amax_history_len", 1024)), _algo_name(getattr(recipe, "amax_compute_algo", "max")),
             bool(getattr(recipe, "fused_update", True)), bool(getattr(recipe, "use_power_2_scales", False)),
             float(getattr(recipe, "amax_epsilon", 0.0)), str(getattr(recipe, "scale_rule", "te")),
             bool(getattr(recipe, "use_f32_scales", False)))
@@ -219,8 +243,50 @@ class Quantizer:
         return QuantizedTensor(impl, stats)
 
     def update_scales(self) -> None:
-        """TE's scale update after this direction's pass (delayed scaling; a no-op otherwise)."""
-        self._impl.update_scales()
+        """TE's scale update after this direction's pass (delayed scaling; a no-op otherwise).
+
+        With TE's callables (DelayedScaling.amax_compute_algo as a function, or
+        scaling_factor_compute_algo), TE's Python path runs here on the stored state:
+        amax = amax_compute_algo(history) (or the named algorithm), the history rolled by one row
+        (``torch.roll(h, -1, 0)``, row 0 zeroed), then the scales from scaling_factor_compute_algo
+        or TE's default (``_default_sf_compute``), in float32.
+        Raises:
+            ValueError: a callable returned the wrong number of values.
+        """
+        callables = getattr(self.recipe, "_callables", None)
+        if callables is None or not callables():
+            self._impl.update_scales()
+            return
+        r = self.recipe
+        scales, history = self._impl.state()
+        scales, history = scales.astype(np.float32), history.astype(np.float32)
+        if callable(r.amax_compute_algo):
+            amax = np.asarray(r.amax_compute_algo(history.copy()), np.float32).reshape(-1)
+        elif r.amax_compute_algo == "most_recent":
+            amax = history[0].copy()
+        else:
+            amax = np.max(history, axis=0)  # NaN propagates, as torch.max
+        if amax.shape != scales.shape:
+            raise ValueError(f"amax_compute_algo returned {amax.size} value(s); expected {scales.size} "
+                             f"(one amax per slot of the {history.shape} history)")
+        if history.shape[0] > 1:
+            history = np.roll(history, -1, axis=0)
+        history[0] = 0.0
+        from . import format_info  # the registry's largest finite value (a Python float, exact)
+
+        fp8_max = float(format_info(self.format).max)
+        if r.scaling_factor_compute_algo is not None:
+            new = np.asarray(r.scaling_factor_compute_algo(amax.copy(), scales.copy(), fp8_max, r), np.float32)
+            if new.size != scales.size and new.size != 1:
+                raise ValueError(f"scaling_factor_compute_algo returned {new.size} value(s); expected {scales.size}")
+            new = np.broadcast_to(new.reshape(-1), scales.shape).copy()
+        else:
+            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                sf = (np.float32(fp8_max) / amax) / np.float32(2.0 ** r.margin)
+            sf = np.where(amax > 0.0, sf, scales)
+            sf = np.where(np.isfinite(amax), sf, scales)
+            new = np.where(np.isinf(sf), np.finfo(np.float32).max, sf).astype(np.float32)
+        self._impl.set_state(np.ascontiguousarray(new, np.float32), np.ascontiguousarray(history, np.float32))
 
     def scale(self, role: str) -> Optional[float]:
         """Delayed scaling: the role's current scale (the next cast multiplies by it); None otherwise."""

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fp8emu/core/accumulation.hpp"
@@ -572,6 +573,24 @@ void bind_recipes(nb::module_& m) {
            },
            "x"_a, "role"_a, "usage"_a)
       .def("update_scales", [](PyQuantizer& self) { self.q->update_scales(); })
+      .def("set_state",
+           [](PyQuantizer& self, const Array& scales, const Array& history) {
+             scaling::DelayedScalingState* s = self.q->amax_history_state();
+             if (!s) throw nb::value_error("set_state: this recipe keeps no amax history (delayed scaling only)");
+             const std::size_t n = std::size_t(s->num_slots()), L = std::size_t(s->history_len());
+             for (const auto& [arr, name, count] : {std::tuple<const Array*, const char*, std::size_t>{&scales, "scales", n},
+                                                    {&history, "history", n * L}}) {
+               if (check_array(*arr, name) != count || !is(arr->dtype(), dl::dtype_code::Float, 32))
+                 throw nb::value_error((std::string("set_state: ") + name + " must be float32 with " +
+                                        std::to_string(count) + " elements")
+                                           .c_str());
+             }
+             const float* ps = static_cast<const float*>(scales.data());
+             const float* ph = static_cast<const float*>(history.data());
+             s->restore(std::vector<float>(ps, ps + n), std::vector<float>(ph, ph + n * L));
+           },
+           "scales"_a, "history"_a,
+           "Replace the delayed-scaling state: scales (slots,), history (amax_history_len, slots), float32.")
       .def("state", [](PyQuantizer& self) -> nb::object {
         const scaling::DelayedScalingState* s = self.q->amax_history_state();
         if (!s) return nb::none();

@@ -218,3 +218,70 @@ def test_recipe_errors_name_the_problem():
         fwd.quantize(np.zeros((2, 2), np.float32), "input", "diagonal")
     with pytest.raises(ValueError, match="the forward quantizer casts only input and weight"):
         fwd.quantize(np.zeros((2, 2), np.float32), "grad_output")
+
+
+def run_steps(recipe, amaxes, role="input"):
+    """Cast one 2 x 2 tensor of each amax and update; returns (scales after each update, the final
+    full state)."""
+    fwd = fp8emu.Quantizer(recipe, "forward")
+    scales = []
+    for a in amaxes:
+        fwd.quantize(np.float32([[a, -a / 2], [a / 8, 0.0]]), role)
+        fwd.update_scales()
+        scales.append(float(fwd.scale(role)))
+    return scales, fwd._impl.state()
+
+
+AMAX_SPECIAL = AMAX + [float("inf"), 3.0, float("nan"), 1e-40, 6.0]
+
+
+@pytest.mark.parametrize("history_len,margin", [(3, 0), (1, 0), (5, 1)])
+def test_callable_amax_compute_algo_equals_tes_python_path(history_len, margin):
+    # A callable taking the (history_len, slots) history: TE's Python path. With the function
+    # torch.max(h, dim=0) is, it must give what the C++ unfused path (fused_update=False) gives:
+    # scales and every history row, bit for bit (two independent implementations of TE's path).
+    seen = []
+
+    def amax_max(h):
+        seen.append(h.shape)
+        return np.max(h, axis=0)
+
+    callable_recipe = fp8emu.DelayedScaling(amax_history_len=history_len, margin=margin, amax_compute_algo=amax_max)
+    named = fp8emu.DelayedScaling(amax_history_len=history_len, margin=margin, fused_update=False)
+    s1, (sc1, h1) = run_steps(callable_recipe, AMAX_SPECIAL)
+    s2, (sc2, h2) = run_steps(named, AMAX_SPECIAL)
+    assert np.array_equal(np.float32(s1).view(np.uint32), np.float32(s2).view(np.uint32))
+    assert np.array_equal(sc1.view(np.uint32), sc2.view(np.uint32))
+    assert np.array_equal(h1.view(np.uint32), h2.view(np.uint32))
+    assert seen and all(shape == (history_len, 3) for shape in seen)  # forward: input, weight, output
+
+
+def test_callable_sees_the_history_before_the_roll():
+    rows = []
+    recipe = fp8emu.DelayedScaling(amax_history_len=4, amax_compute_algo=lambda h: (rows.append(h[:, 0].copy()), h[0])[1])
+    run_steps(recipe, [2.0, 5.0, 3.0])
+    # Row 0 is this step's amax; earlier steps sit at the bottom after each roll (torch.roll(h, -1, 0)).
+    assert [list(r) for r in rows] == [[2, 0, 0, 0], [5, 0, 0, 2], [3, 0, 2, 5]]
+
+
+def test_scaling_factor_compute_algo_by_hand():
+    # Power-of-two scales below fp8_max / amax, worked by hand: E4M3 max 448.
+    def pow2(amax, scale, fp8_max, recipe):
+        assert fp8_max == 448.0 and isinstance(recipe, fp8emu.DelayedScaling)
+        out = scale.copy()
+        ok = amax > 0
+        out[ok] = np.exp2(np.floor(np.log2(fp8_max / amax[ok])))
+        return out
+
+    recipe = fp8emu.DelayedScaling(amax_history_len=1, scaling_factor_compute_algo=pow2)
+    scales, _ = run_steps(recipe, [3.0, 0.0, 448.0, 0.01])
+    # 448/3 = 149.3 -> 128; amax 0 keeps 128; 448/448 = 1 -> 1; 448/0.01 = 44800 -> 32768
+    assert scales == [128.0, 128.0, 1.0, 32768.0]
+
+
+def test_callables_errors():
+    bad = fp8emu.DelayedScaling(amax_compute_algo=lambda h: np.zeros(7, np.float32))
+    fwd = fp8emu.Quantizer(bad, "forward")
+    fwd.quantize(np.ones((2, 2), np.float32), "input")
+    with pytest.raises(ValueError, match="expected 3"):
+        fwd.update_scales()
