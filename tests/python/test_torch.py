@@ -252,3 +252,75 @@ def test_errors():
         assert te.is_fp8_enabled()
         with te.fp8_autocast(enabled=False):
             assert not te.is_fp8_enabled()
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_layernorm_mlp_equals_the_functional_path(activation):
+    # LN + FC1 (LayerNormLinear's path), the activation in fp32 by PyTorch, FC2 (Linear's path), each
+    # GEMM with its own quantizers, updated at TE's points: compared bit for bit with fp8emu.layers.
+    hid, ffn = 64, 256
+    recipe = fp8emu.DelayedScaling(amax_history_len=4)
+    torch.manual_seed(0)
+    m = te.LayerNormMLP(hid, ffn, activation=activation)
+    assert [n for n, _ in m.named_parameters()] == ["layer_norm_weight", "layer_norm_bias", "fc1_weight", "fc1_bias",
+                                                    "fc2_weight", "fc2_bias"]
+    with torch.no_grad():
+        m.layer_norm_weight.add_(randn(hid, scale=0.1, seed=1))
+        m.layer_norm_bias.copy_(randn(hid, scale=0.1, seed=2))
+        m.fc1_bias.copy_(randn(ffn, scale=0.1, seed=3))
+        m.fc2_bias.copy_(randn(hid, scale=0.1, seed=4))
+    p = {n: t.detach().numpy().copy() for n, t in m.named_parameters()}
+    f1, b1, f2, b2 = (fp8emu.Quantizer(recipe, d) for d in ("forward", "backward", "forward", "backward"))
+    act = te._ACTIVATIONS[activation]
+    for step in range(3):
+        x = randn(4, 16, hid, scale=1.0 + step, seed=10 + step).requires_grad_()
+        dy = randn(4, 16, hid, scale=1e-3, seed=20 + step)
+        m.zero_grad()
+        with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+            y = m(x)
+        y.backward(dy)
+        x2 = x.detach().reshape(-1, hid).numpy()
+        h, s1, _ = layers.layernorm_linear_forward(x2, p["layer_norm_weight"], p["layer_norm_bias"], p["fc1_weight"],
+                                                   p["fc1_bias"], f1)
+        ht = torch.from_numpy(h).requires_grad_()
+        a = act(ht)
+        y2, s2 = layers.linear_forward(a.detach().numpy(), p["fc2_weight"], p["fc2_bias"], f2)
+        f1.update_scales()
+        f2.update_scales()
+        assert same(y.reshape(-1, hid), y2)
+        da, dw2, db2 = layers.linear_backward(dy.reshape(-1, hid).numpy(), s2, b2)
+        a.backward(torch.from_numpy(da))
+        dx, dgamma, dbeta, dw1, db1 = layers.layernorm_linear_backward(ht.grad.numpy(), s1, b1)
+        b1.update_scales()
+        b2.update_scales()
+        assert same(x.grad.reshape(-1, hid), dx)
+        for name, want in (("fc2_weight", dw2), ("fc2_bias", db2), ("fc1_weight", dw1), ("fc1_bias", db1),
+                           ("layer_norm_weight", dgamma), ("layer_norm_bias", dbeta)):
+            assert same(getattr(m, name).grad, want), name
+        for part, fwd, bwd in (("fc1", f1, b1), ("fc2", f2, b2)):
+            assert same(m.fp8_meta[part]["scaling_fwd"].amax_history, fwd._impl.state()[1])
+            assert same(m.fp8_meta[part]["scaling_bwd"].scale, bwd._impl.state()[0])
+
+
+def test_layernorm_mlp_without_fp8_is_torch_fp32_and_trains():
+    torch.manual_seed(1)
+    m = te.LayerNormMLP(32, 64, return_layernorm_output=True)
+    x = randn(8, 32, seed=5)
+    y, ln = m(x)
+    ref_ln = torch.nn.functional.layer_norm(x, (32,), m.layer_norm_weight, m.layer_norm_bias, 1e-5)
+    h = torch.nn.functional.gelu(torch.nn.functional.linear(ref_ln, m.fc1_weight, m.fc1_bias), approximate="tanh")
+    assert same(ln, ref_ln) and same(y, torch.nn.functional.linear(h, m.fc2_weight, m.fc2_bias))
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    target = randn(8, 32, seed=6)
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        with te.fp8_autocast(enabled=True, fp8_recipe=fp8emu.DelayedScaling()):
+            out, _ = m(x)
+        loss = torch.nn.functional.mse_loss(out, target)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.5 * losses[0]
+    with pytest.raises(ValueError, match="unknown activation"):
+        te.LayerNormMLP(8, 16, activation="swish")
