@@ -811,8 +811,8 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   const common::Checkpoint<Codec> ck = common::shared_resume_point<Codec>(
       group, out, !cfg.resume.empty(), fp.str(), runs.size(),
       [](const std::string& path, const std::string& theirs, const std::string& ours) {
-        return path + " was written with different flags or data; resume with the same flags:\n  checkpoint: " +
-               theirs + "\n  now:        " + ours;
+        return path + " was written with different flags or data; resume with the same flags (checkpoint: " +
+               excerpt(theirs, 4000) + "; now: " + excerpt(ours, 4000) + ")";
       });
   group.on_root([&] {
     out.prepare(!cfg.resume.empty());

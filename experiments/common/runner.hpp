@@ -137,7 +137,7 @@ Checkpoint<Codec> parse_checkpoint(const std::vector<std::uint8_t>& b, const std
   if (magic != Codec::id.magic) {
     const auto family = [](const std::string& m) { return m.substr(0, m.rfind('-')); };
     FP8EMU_CHECK(family(magic) != family(Codec::id.magic), path, ": written by another fp8emu version (format ",
-                 magic, "; this one reads ", Codec::id.magic, "), so it cannot be resumed: start the run again "
+                 excerpt(magic), "; this one reads ", Codec::id.magic, "), so it cannot be resumed: start the run again "
                  "without --resume");
     FP8EMU_FAIL(path, ": not an ", Codec::id.kind);
   }

@@ -698,7 +698,7 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
       group, out, resuming, fingerprint, runs.size(),
       [](const std::string& path, const std::string& theirs, const std::string&) {
         return path + " was written by a run with other settings; resume with the same flags as that run (its "
-                      "configuration: " + theirs + ")";
+                      "configuration: " + excerpt(theirs, 4000) + ")";
       });
   group.on_root([&] {
     out.prepare(resuming);

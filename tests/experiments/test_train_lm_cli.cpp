@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <zlib.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -198,4 +201,27 @@ TEST_CASE("train-lm: bad corpus, flags and checkpoints give clear errors and wri
   r = run(tiny() + " --resume " + scratch("nothing").string());
   CHECK(r.code != 0);
   CHECK(r.output.find("no checkpoint to resume from") != std::string::npos);
+}
+
+// Found by the checkpoint fuzzer (scripts/fuzz 600, fuzz_checkpoint, 2026-12-01): a checksummed file
+// whose magic is the train-lm family's with a newline for the version put that newline, raw, into
+// the error message, which then ran over two lines. The magic is now quoted with escapes; the
+// mismatch messages quote the stored configuration the same way.
+TEST_CASE("train-lm --resume: a checkpoint magic with a newline gives one escaped line", "[cli][lm][checkpoint][errors]") {
+  const fs::path ck = scratch("ck-magic-newline");
+  fs::create_directories(ck);
+  // The fuzzer's input without its selector byte: string length 22, the magic, then three bytes.
+  const std::string magic = "FP8EMU-LM-CHECKPOINT-\n";
+  std::vector<std::uint8_t> b{22, 0, 0, 0, 0, 0, 0, 0};
+  b.insert(b.end(), magic.begin(), magic.end());
+  b.insert(b.end(), {0, 0, 0, 0, 0, 0, 0, 0x21, 0});
+  const std::uint32_t crc = std::uint32_t(crc32(0L, b.data(), uInt(b.size())));
+  for (int i = 0; i < 4; ++i) b.push_back(std::uint8_t(crc >> (8 * i)));
+  fp8emu::testing::write_plain((ck / "checkpoint.bin").string(), b);
+  const Result r = run(tiny() + " --resume " + ck.string());
+  INFO(r.output);
+  CHECK(r.code != 0);
+  CHECK(r.output.find("written by another fp8emu version (format FP8EMU-LM-CHECKPOINT-\\n; this one reads "
+                      "FP8EMU-LM-CHECKPOINT-2)") != std::string::npos);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }
