@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fp8emu/emulation/quantize.hpp"
+#include "gemm_isa.hpp"
 #include "gemm_kernel.hpp"
 #include "parallel.hpp"
 
@@ -23,20 +24,33 @@ void transpose_impl(int rows, int cols, const T* in, T* out) {
           out[std::size_t(c) * rows + r] = in[std::size_t(r) * cols + c];
 }
 
-// Register-blocked fp32 kernel: 8 rows of C times one 8-column panel of B, the 8 accumulators
-// (one vector each) kept in registers for the whole K. Each element is still c = RN(c + RN(a*b))
-// in k = 0..K-1 order, with no FMA (-ffp-contract=off; the AVX2 clone has no FMA), so the results
-// are those of the documented order. B is packed in panels [ceil(N/8)][K][8], zero padded.
-#pragma GCC diagnostic ignored "-Wpsabi"  // the 32-byte vectors never cross a non-inlined call
+// Register-blocked fp32 kernels. Each element is c = RN(c + RN(a*b)) in k = 0..K-1 order from
+// c = +0, with no FMA (-ffp-contract=off; separate vector multiplies and adds), so every path gives
+// the results of the documented order, whatever the tiling, cache blocking or thread count: tiling
+// changes only which elements are computed together, and a K chunk ends by storing c (an fp32,
+// exactly) and the next one resumes from it.
+//
+// AVX-512 path: B packed in 32-column panels [ceil(N/32)][K][32] and A in 12-row panels
+// [ceil(M/12)][K][12] (zero padded; the operands are decoded straight into them), register tile 12
+// rows x 32 columns (24 zmm accumulators), cache tiles of kMcF rows x kNcF columns run by OpenMP, K in
+// chunks of kKcF so a tile's B chunk stays in L2 and each row's A chunk in L1.
+// AVX2 and baseline paths: 8-column panels [ceil(N/8)][K][8], 8 rows x 8 columns kept in registers
+// for the whole K.
+#pragma GCC diagnostic ignored "-Wpsabi"  // the vectors never cross a non-inlined call
 typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
 constexpr int kLanes = 8, kRows = 8;
+constexpr int kWideCols = 32, kWideRows = 12;
+constexpr int kMcF = 72, kNcF = 256, kKcF = 256;
 
+template <int W>
 std::vector<float> pack_panels(int K, int N, const float* B /*[K, N]*/) {
-  const int panels = (N + kLanes - 1) / kLanes;
-  std::vector<float> p(std::size_t(panels) * std::size_t(K) * kLanes, 0.0f);
+  const int panels = (N + W - 1) / W;
+  std::vector<float> p(std::size_t(panels) * std::size_t(K) * W, 0.0f);
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(N) * K >= detail::kParallelMinElements)
   for (int k = 0; k < K; ++k)
     for (int j = 0; j < N; ++j)
-      p[(std::size_t(j / kLanes) * std::size_t(K) + std::size_t(k)) * kLanes + std::size_t(j % kLanes)] =
+      p[(std::size_t(j / W) * std::size_t(K) + std::size_t(k)) * W + std::size_t(j % W)] =
           B[std::size_t(k) * std::size_t(N) + std::size_t(j)];
   return p;
 }
@@ -63,33 +77,138 @@ __attribute__((always_inline)) inline void panel_rows(int i0, int N, int K, cons
   }
 }
 
-FP8EMU_TARGET_CLONES void panel_rows8(int i0, int N, int K, const float* A, const float* panels, float* C) {
-  panel_rows<kRows>(i0, N, K, A, panels, C);
-}
-FP8EMU_TARGET_CLONES void panel_rows1(int i0, int N, int K, const float* A, const float* panels, float* C) {
-  panel_rows<1>(i0, N, K, A, panels, C);
+void panel_rows_baseline(int i0, int rows, int N, int K, const float* A, const float* panels, float* C) {
+  if (rows == kRows) return panel_rows<kRows>(i0, N, K, A, panels, C);
+  for (int i = i0; i < i0 + rows; ++i) panel_rows<1>(i, N, K, A, panels, C);
 }
 
-// C [M, N] = A [M, K] B, with B given as panels.
-void gemm_panels(int M, int N, int K, const float* A, const float* panels, float* C) {
-  const int groups = (M + kRows - 1) / kRows;
-#pragma omp parallel for schedule(static) if (double(M) * N * K >= detail::kParallelMinMacs)
-  for (int g = 0; g < groups; ++g) {
-    const int i0 = g * kRows;
-    if (i0 + kRows <= M) {
-      panel_rows8(i0, N, K, A, panels, C);
-    } else {
-      for (int i = i0; i < M; ++i) panel_rows1(i, N, K, A, panels, C);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FP8EMU_GEMM_X86 1
+__attribute__((target("avx2"))) void panel_rows_avx2(int i0, int rows, int N, int K, const float* A,
+                                                     const float* panels, float* C) {
+  if (rows == kRows) return panel_rows<kRows>(i0, N, K, A, panels, C);
+  for (int i = i0; i < i0 + rows; ++i) panel_rows<1>(i, N, K, A, panels, C);
+}
+
+// One register tile: 12 rows of A, packed [K][12] (ap), times a 32-column panel (bp, [K][32]) over
+// k0..k1, added in k order to the tile's accumulators acc [12][32] (row stride ldc).
+__attribute__((target("avx512f,avx512vl,avx512dq"))) void wide_tile_avx512(const float* ap, const float* bp, int k0,
+                                                                           int k1, float* acc, std::size_t ldc) {
+  constexpr int R = kWideRows;
+  v16f c0[R], c1[R];
+  for (int r = 0; r < R; ++r) {
+    std::memcpy(&c0[r], acc + r * ldc, sizeof(v16f));
+    std::memcpy(&c1[r], acc + r * ldc + 16, sizeof(v16f));
+  }
+  for (int k = k0; k < k1; ++k) {
+    v16f b0, b1;
+    std::memcpy(&b0, bp + std::size_t(k) * kWideCols, sizeof b0);
+    std::memcpy(&b1, bp + std::size_t(k) * kWideCols + 16, sizeof b1);
+    const float* a = ap + std::size_t(k) * R;
+    for (int r = 0; r < R; ++r) {
+      c0[r] += a[r] * b0;  // a multiply, then an add: no FMA (-ffp-contract=off)
+      c1[r] += a[r] * b1;
     }
   }
+  for (int r = 0; r < R; ++r) {
+    std::memcpy(acc + r * ldc, &c0[r], sizeof(v16f));
+    std::memcpy(acc + r * ldc + 16, &c1[r], sizeof(v16f));
+  }
+}
+
+// C [M, N] = RN(s * (A B)) (s == 1: no scaling) on the AVX-512 path, where a_at(i, k) and b_at(k, j)
+// give the (exact) fp32 operands; they are packed once into the panels the register tiles read. A's
+// 12-row panels put the 12 values a register tile broadcasts for one k in one cache line (rows K
+// floats apart would fall into the same L1 sets).
+template <class AAt, class BAt>
+void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C) {
+  const int Mp = (M + kWideRows - 1) / kWideRows * kWideRows, Np = (N + kWideCols - 1) / kWideCols * kWideCols;
+  std::vector<float> ap(std::size_t(Mp) * std::size_t(K)), bp(std::size_t(Np) * std::size_t(K));
+  const bool par_pack = std::ptrdiff_t(M + N) * K >= detail::kParallelMinElements;
+#pragma omp parallel if (par_pack)
+  {
+#pragma omp for schedule(static) nowait
+    for (int g = 0; g < Mp / kWideRows; ++g)
+      for (int k = 0; k < K; ++k)
+        for (int r = 0; r < kWideRows; ++r) {
+          const int i = g * kWideRows + r;
+          ap[(std::size_t(g) * std::size_t(K) + std::size_t(k)) * kWideRows + std::size_t(r)] = i < M ? a_at(i, k) : 0.0f;
+        }
+#pragma omp for schedule(static)
+    for (int p = 0; p < Np / kWideCols; ++p)
+      for (int k = 0; k < K; ++k)
+        for (int c = 0; c < kWideCols; ++c) {
+          const int j = p * kWideCols + c;
+          bp[(std::size_t(p) * std::size_t(K) + std::size_t(k)) * kWideCols + std::size_t(c)] = j < N ? b_at(k, j) : 0.0f;
+        }
+  }
+  const int tiles_m = (Mp + kMcF - 1) / kMcF, tiles_n = (N + kNcF - 1) / kNcF, tiles = tiles_m * tiles_n;
+#pragma omp parallel if (double(M) * N * K >= detail::kParallelMinMacs)
+  {
+    std::vector<float> acc(std::size_t(kMcF) * kNcF);
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < tiles; ++t) {
+      const int i0 = (t / tiles_n) * kMcF, j0 = (t % tiles_n) * kNcF;
+      const int rows = std::min(kMcF, Mp - i0), cols = std::min(kNcF, N - j0);
+      const int panels_here = (cols + kWideCols - 1) / kWideCols;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int k0 = 0; k0 < K; k0 += kKcF) {
+        const int k1 = std::min(K, k0 + kKcF);
+        for (int r0 = 0; r0 < rows; r0 += kWideRows)
+          for (int p = 0; p < panels_here; ++p)
+            wide_tile_avx512(ap.data() + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
+                             bp.data() + std::size_t(j0 / kWideCols + p) * std::size_t(K) * kWideCols, k0, k1,
+                             acc.data() + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
+      }
+      for (int r = 0; r < std::min(rows, M - i0); ++r) {
+        const float* src = acc.data() + std::size_t(r) * kNcF;
+        float* dst = C + std::size_t(i0 + r) * std::size_t(N) + std::size_t(j0);
+        if (s == 1.0f) std::copy(src, src + cols, dst);
+        else
+          for (int c = 0; c < cols; ++c) dst[c] = src[c] * s;  // RN(acc * s)
+      }
+    }
+  }
+}
+#endif
+
+// C [M, N] = A [M, K] B on the AVX2 or baseline path (B as 8-column panels).
+void gemm_panels(int M, int N, int K, const float* A, const float* panels, float* C, bool avx2) {
+  const int groups = (M + kRows - 1) / kRows;
+  (void)avx2;
+#pragma omp parallel for schedule(static) if (double(M) * N * K >= detail::kParallelMinMacs)
+  for (int g = 0; g < groups; ++g) {
+    const int i0 = g * kRows, rows = std::min(kRows, M - i0);
+#ifdef FP8EMU_GEMM_X86
+    if (avx2) {
+      panel_rows_avx2(i0, rows, N, K, A, panels, C);
+      continue;
+    }
+#endif
+    panel_rows_baseline(i0, rows, N, K, A, panels, C);
+  }
+}
+
+// C [M, N] = A [M, K] B [K, N] (fp32, B row-major) on the path gemm_isa() names.
+void gemm_f32_dispatch(int M, int N, int K, const float* A, const float* B, float* C) {
+  const detail::GemmIsa isa = detail::gemm_isa();
+#ifdef FP8EMU_GEMM_X86
+  if (isa == detail::GemmIsa::kAvx512) {
+    gemm_wide(
+        M, N, K, [&](int i, int k) { return A[std::size_t(i) * std::size_t(K) + std::size_t(k)]; },
+        [&](int k, int j) { return B[std::size_t(k) * std::size_t(N) + std::size_t(j)]; }, 1.0f, C);
+    return;
+  }
+#endif
+  const std::vector<float> panels = pack_panels<kLanes>(K, N, B);
+  gemm_panels(M, N, K, A, panels.data(), C, isa == detail::GemmIsa::kAvx2);
 }
 
 }  // namespace
 
 void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* C) {
   if (M == 0 || N == 0) return;
-  const std::vector<float> panels = pack_panels(K, N, B);
-  gemm_panels(M, N, K, A, panels.data(), C);
+  gemm_f32_dispatch(M, N, K, A, B, C);
 }
 
 void transpose(int rows, int cols, const float* in, float* out) {
@@ -102,23 +221,52 @@ void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) {
 
 void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
                  const std::uint8_t* B, Format fb, float scale_inv_b, float* D) {
-  // Both operands decoded once (exact), B straight into panels.
   if (M == 0 || N == 0) return;
   const float* ta = decode_table(fa);
   const float* tb = decode_table(fb);
-  std::vector<float> a(std::size_t(M) * std::size_t(K));
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = ta[A[i]];
-  const int panels_n = (N + kLanes - 1) / kLanes;
-  std::vector<float> panels(std::size_t(panels_n) * std::size_t(K) * kLanes, 0.0f);
-  for (int k = 0; k < K; ++k)
-    for (int j = 0; j < N; ++j)
-      panels[(std::size_t(j / kLanes) * std::size_t(K) + std::size_t(k)) * kLanes + std::size_t(j % kLanes)] =
-          tb[B[std::size_t(k) * std::size_t(N) + std::size_t(j)]];
-  gemm_panels(M, N, K, a.data(), panels.data(), D);
   const float s = scale_inv_a * scale_inv_b;
+#ifdef FP8EMU_GEMM_X86
+  if (detail::gemm_isa() == detail::GemmIsa::kAvx512) {  // decoded straight into the panels
+    gemm_wide(
+        M, N, K, [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; },
+        [&](int k, int j) { return tb[B[std::size_t(k) * std::size_t(N) + std::size_t(j)]]; }, s, D);
+    return;
+  }
+#endif
+  // Both operands decoded once (exact).
+  std::vector<float> a(std::size_t(M) * std::size_t(K)), b(std::size_t(K) * std::size_t(N));
+  const std::ptrdiff_t na = std::ptrdiff_t(a.size()), nb = std::ptrdiff_t(b.size());
+#pragma omp parallel for schedule(static) if (na >= detail::kParallelMinElements)
+  for (std::ptrdiff_t i = 0; i < na; ++i) a[std::size_t(i)] = ta[A[i]];
+#pragma omp parallel for schedule(static) if (nb >= detail::kParallelMinElements)
+  for (std::ptrdiff_t i = 0; i < nb; ++i) b[std::size_t(i)] = tb[B[i]];
+  gemm_f32_dispatch(M, N, K, a.data(), b.data(), D);
   const std::ptrdiff_t n = std::ptrdiff_t(M) * N;
 #pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
   for (std::ptrdiff_t i = 0; i < n; ++i) D[i] *= s;
 }
+
+namespace detail {
+
+void gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
+                      const std::uint8_t* B, Format fb, float scale_inv_b, float* D) {
+  if (M == 0 || N == 0) return;
+#ifdef FP8EMU_GEMM_X86
+  if (gemm_isa() == GemmIsa::kAvx512) {  // B [N, K] decoded straight into the panels: no transpose
+    const float* ta = decode_table(fa);
+    const float* tb = decode_table(fb);
+    gemm_wide(
+        M, N, K, [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; },
+        [&](int k, int j) { return tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; },
+        scale_inv_a * scale_inv_b, D);
+    return;
+  }
+#endif
+  std::vector<std::uint8_t> b_kn(std::size_t(N) * std::size_t(K));
+  transpose(N, K, B, b_kn.data());
+  gemm_fp8_nn(M, N, K, A, fa, scale_inv_a, b_kn.data(), fb, scale_inv_b, D);
+}
+
+}  // namespace detail
 
 }  // namespace fp8emu::emu

@@ -6,6 +6,9 @@
 #include <cstddef>
 
 #include "parallel.hpp"
+#include "fp8emu/format/format_spec.hpp"
+
+#include <cstdint>
 
 namespace fp8emu::emu::detail {
 
@@ -57,5 +60,10 @@ __attribute__((always_inline)) inline void gemm_rows(int i0, int rows, int N, in
     }
   }
 }
+
+/// D [M, N] = RN(acc * RN(scale_inv_a * scale_inv_b)), acc the fp32-sequential sum over k of the
+/// exact products of row i of A [M, K] and row j of B [N, K] (TN layout): emu::gemm_fp8_nn's sums.
+void gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
+                      const std::uint8_t* B, Format fb, float scale_inv_b, float* D);
 
 }  // namespace fp8emu::emu::detail

@@ -10,6 +10,7 @@
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
+#include "gemm_kernel.hpp"
 #include "gemm_tensor_core.hpp"
 #include "parallel.hpp"
 
@@ -59,17 +60,14 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   const float s = scale_inv_a * scale_inv_b;
   const FormatSpec& sa = spec_of(fa);
   const FormatSpec& sb = spec_of(fb);
-  const std::size_t nb = std::size_t(N) * std::size_t(K);
   if (detail::tensor_core_fast_path(model)) {
     detail::gemm_tensor_core(M, N, K, A, sa, B, sb, model, acc.promotion_interval, acc.split_k, s, D);
     return;
   }
   if (model.datapath == Datapath::kFp32Sequential && (acc.promotion_interval == 0 || acc.promotion_interval >= K) &&
       core::split_k_range(K, acc.split_k) >= K) {
-    // The same sums as dot_fp32 (k ascending, fp32, IEEE specials), through the vectorised NN kernel.
-    std::vector<std::uint8_t> b_kn(nb);
-    transpose(N, K, B, b_kn.data());
-    gemm_fp8_nn(M, N, K, A, fa, scale_inv_a, b_kn.data(), fb, scale_inv_b, D);
+    // The same sums as dot_fp32 (k ascending, fp32, IEEE specials), through the vectorised kernels.
+    detail::gemm_fp8_tn_fp32(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, D);
     return;
   }
   // Every other case: the per-element body the CUDA kernels run (core/dot.hpp).

@@ -133,6 +133,7 @@ TEST_CASE("Element layer: the exact dot product keeps wide sums exact", "[elemen
 #include <random>
 
 #include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/gemm.hpp"
 #include "gemm_isa.hpp"
 
 namespace {
@@ -249,4 +250,50 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
   isa_ns::set_gemm_isa(saved_isa);
   omp_set_num_threads(saved_threads);
   CHECK(compared > 100000);
+}
+
+TEST_CASE("CPU fp32 GEMM: every ISA path and thread count sums each element in k order", "[element][gemm]") {
+  // gemm_f32_nn (the fp32 layers) against the scalar loop c = RN(c + RN(a * b)), k = 0..K-1, with
+  // values whose sums round differently in any other order, and Inf/NaN entries.
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const int saved_threads = omp_get_max_threads();
+  std::mt19937 g(99);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  struct Shape {
+    int M, N, K;
+  };
+  for (const Shape sh : {Shape{1, 1, 1}, Shape{5, 9, 3}, Shape{67, 300, 290}, Shape{130, 33, 700}}) {
+    std::vector<float> A(std::size_t(sh.M) * std::size_t(sh.K)), B(std::size_t(sh.K) * std::size_t(sh.N));
+    for (auto& x : A) x = u(g) * std::ldexp(1.0f, int(g() % 40) - 20);
+    for (auto& x : B) x = u(g);
+    if (sh.M > 2 && sh.K > 2) {
+      A[std::size_t(sh.K) + 1] = INFINITY;
+      A[2 * std::size_t(sh.K)] = NAN;
+    }
+    std::vector<float> want(std::size_t(sh.M) * std::size_t(sh.N));
+    for (int i = 0; i < sh.M; ++i)
+      for (int j = 0; j < sh.N; ++j) {
+        float c = 0.0f;
+        for (int k = 0; k < sh.K; ++k)
+          c = core::add_rn(c, core::mul_rn(A[std::size_t(i) * std::size_t(sh.K) + std::size_t(k)],
+                                           B[std::size_t(k) * std::size_t(sh.N) + std::size_t(j)]));
+        want[std::size_t(i) * std::size_t(sh.N) + std::size_t(j)] = c;
+      }
+    for (int p = 0; p <= int(isa_ns::gemm_isa_supported()); ++p)
+      for (int threads : {1, 2}) {
+        REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(p)) == isa_ns::GemmIsa(p));
+        omp_set_num_threads(threads);
+        std::vector<float> d(want.size(), -1.0f);
+        emu::gemm_f32_nn(sh.M, sh.N, sh.K, A.data(), B.data(), d.data());
+        std::size_t bad = 0;
+        for (std::size_t x = 0; x < d.size(); ++x)
+          bad += std::memcmp(&d[x], &want[x], 4) != 0 && !(std::isnan(d[x]) && std::isnan(want[x]));
+        INFO(isa_ns::to_string(isa_ns::GemmIsa(p)) << ", " << threads << " threads, " << sh.M << "x" << sh.N << "x"
+                                                   << sh.K);
+        CHECK(bad == 0);
+      }
+  }
+  isa_ns::set_gemm_isa(saved_isa);
+  omp_set_num_threads(saved_threads);
 }
