@@ -161,6 +161,7 @@ FP8EMU_AVX512 void tc_tile_avx512(const APackQ* a, std::size_t a_stride, const B
   const __m512i rep_idx = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512i cut_mask = _mm512_set1_epi32(static_cast<int>(0xFFFFFC00u));
+  const __m512i one16 = _mm512_set1_epi16(1);
   for (int q0 = q_begin; q0 < q_end; q0 += BQ) {
     const int k0 = 4 * q0;
     if (cp.range_ends(k0)) {
@@ -235,7 +236,10 @@ FP8EMU_AVX512 void tc_tile_avx512(const APackQ* a, std::size_t a_stride, const B
             const __m512i P = _mm512_mullo_epi16(am, bm[c]);  // < 2^15: exact in int16
             const __m512i d = _mm512_sub_epi16(_mm512_sub_epi16(E16[r][c], ae), be[c]);
             const __m512i t = _mm512_srlv_epi16(P, d);  // counts >= 16 give 0 (zero products: P = 0)
-            S[r][c] = _mm512_dpwssd_epi32(S[r][c], t, _mm512_mullo_epi16(as, bs[c]));
+            // sign(a) * sign(b) for signs stored as +1 (0x0001) and -1 (0xFFFF): (sa ^ sb) | 1, one
+            // ternary-logic op (truth table 0xBE = (A ^ B) | C) instead of a multiply.
+            const __m512i sg = _mm512_ternarylogic_epi32(as, bs[c], one16, 0xBE);
+            S[r][c] = _mm512_dpwssd_epi32(S[r][c], t, sg);
           }
         }
       }
