@@ -125,7 +125,6 @@ inline float chain_result(const Chain& cp, int K, float chain, float total, floa
 // ones lie in [-28, 30], a running sum's in [-33, 127]; kZeroExp8 + e <= -49, and two zeros give
 // -128, still an int8).
 constexpr std::int8_t kZeroExp8 = -64;
-constexpr int kNoTermBelow = -45;  // an int8 maximum below this means the block has no term at all
 
 struct alignas(32) APackQ {
   std::int8_t e8[4];
