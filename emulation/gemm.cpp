@@ -115,8 +115,27 @@ __attribute__((target("avx512f,avx512vl,avx512dq"))) void wide_tile_avx512(const
 // give the (exact) fp32 operands; they are packed once into the panels the register tiles read. A's
 // row panels put the values a register tile broadcasts for one k in one cache line (rows K floats
 // apart would fall into the same L1 sets).
+//
+// Promotion and split-K (the fp32 model of gemm_fp8_tn, core::dot_split_k): with `promotion` P > 0
+// each run of P K-elements is summed from +0 and added to the run total with one RN add, and with a
+// split-K range L < K each range's value (its total plus its open run, or its one run) is added to
+// the range sum; K chunks end at these boundaries, and the bookkeeping between chunks is the
+// scalar model's, element by element. promotion 0 / range >= K: one plain sum.
+struct WideChain {
+  int promotion = 0;  // 0, or a run length shorter than min(K, range)
+  int range = 1 << 30;
+  bool range_ends(int k0) const { return k0 > 0 && k0 % range == 0; }
+  bool run_ends(int k0) const { return promotion > 0 && k0 % range > 0 && (k0 % range) % promotion == 0; }
+  int next_boundary(int k0) const {  // the first boundary after k0
+    int next = (k0 / range + 1) * range;
+    if (promotion > 0) next = std::min(next, k0 / range * range + ((k0 % range) / promotion + 1) * promotion);
+    return next;
+  }
+};
+
 template <class AAt, class BAt>
-void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C) {
+void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideChain ch = WideChain{}) {
+  const bool chained = ch.promotion > 0 || ch.range < K;
   const int Mp = (M + kWideRows - 1) / kWideRows * kWideRows, Np = (N + kWideCols - 1) / kWideCols * kWideCols;
   std::vector<float> ap(std::size_t(Mp) * std::size_t(K)), bp(std::size_t(Np) * std::size_t(K));
   const bool par_pack = std::ptrdiff_t(M + N) * K >= detail::kParallelMinElements;
@@ -140,21 +159,40 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C) {
   const int tiles_m = (Mp + kMcF - 1) / kMcF, tiles_n = (N + kNcF - 1) / kNcF, tiles = tiles_m * tiles_n;
 #pragma omp parallel if (double(M) * N * K >= detail::kParallelMinMacs)
   {
-    std::vector<float> acc(std::size_t(kMcF) * kNcF);
+    const std::size_t tile_size = std::size_t(kMcF) * kNcF;
+    std::vector<float> acc(tile_size), tot(chained ? tile_size : 0), sum(chained ? tile_size : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tiles; ++t) {
       const int i0 = (t / tiles_n) * kMcF, j0 = (t % tiles_n) * kNcF;
       const int rows = std::min(kMcF, Mp - i0), cols = std::min(kNcF, N - j0);
       const int panels_here = (cols + kWideCols - 1) / kWideCols;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int k0 = 0; k0 < K; k0 += kKcF) {
-        const int k1 = std::min(K, k0 + kKcF);
+      std::fill(tot.begin(), tot.end(), 0.0f);
+      for (int k0 = 0; k0 < K;) {
+        const int k1 = std::min({K, k0 + kKcF, chained ? ch.next_boundary(k0) : K});
+        if (chained && ch.range_ends(k0))
+          for (std::size_t x = 0; x < tile_size; ++x) {  // a split-K range ends: its value joins the sum
+            const float v = ch.promotion > 0 ? tot[x] + acc[x] : acc[x];
+            sum[x] = k0 == ch.range ? v : sum[x] + v;
+            acc[x] = tot[x] = 0.0f;
+          }
+        if (chained && ch.run_ends(k0))
+          for (std::size_t x = 0; x < tile_size; ++x) {  // a promotion run ends: one RN add to the total
+            tot[x] += acc[x];
+            acc[x] = 0.0f;
+          }
         for (int r0 = 0; r0 < rows; r0 += kWideRows)
           for (int p = 0; p < panels_here; ++p)
             wide_tile_avx512(ap.data() + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
                              bp.data() + std::size_t(j0 / kWideCols + p) * std::size_t(K) * kWideCols, k0, k1,
                              acc.data() + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
+        k0 = k1;
       }
+      if (chained)
+        for (std::size_t x = 0; x < tile_size; ++x) {
+          const float v = ch.promotion > 0 ? tot[x] + acc[x] : acc[x];
+          acc[x] = K > ch.range ? sum[x] + v : v;
+        }
       for (int r = 0; r < std::min(rows, M - i0); ++r) {
         const float* src = acc.data() + std::size_t(r) * kNcF;
         float* dst = C + std::size_t(i0 + r) * std::size_t(N) + std::size_t(j0);
@@ -243,9 +281,14 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
 
 namespace detail {
 
-void gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
-                      const std::uint8_t* B, Format fb, float scale_inv_b, float* D) {
-  if (M == 0 || N == 0) return;
+bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
+                      const std::uint8_t* B, Format fb, float scale_inv_b, int promotion, int range, float* D) {
+  // One run per range when the interval covers it (core::dot_promoted); range >= K: no split.
+  WideChain ch;
+  ch.range = std::max(range, 1);
+  ch.promotion = promotion >= std::min(K, ch.range) ? 0 : promotion;
+  const bool chained = ch.promotion > 0 || ch.range < K;
+  if (M == 0 || N == 0) return true;
 #ifdef FP8EMU_GEMM_X86
   if (gemm_isa() == GemmIsa::kAvx512) {  // B [N, K] decoded straight into the panels: no transpose
     const float* ta = decode_table(fa);
@@ -253,13 +296,15 @@ void gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, flo
     gemm_wide(
         M, N, K, [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; },
         [&](int k, int j) { return tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; },
-        scale_inv_a * scale_inv_b, D);
-    return;
+        scale_inv_a * scale_inv_b, D, ch);
+    return true;
   }
 #endif
+  if (chained) return false;  // the AVX2 and baseline kernels sum one run
   std::vector<std::uint8_t> b_kn(std::size_t(N) * std::size_t(K));
   transpose(N, K, B, b_kn.data());
   gemm_fp8_nn(M, N, K, A, fa, scale_inv_a, b_kn.data(), fb, scale_inv_b, D);
+  return true;
 }
 
 }  // namespace detail

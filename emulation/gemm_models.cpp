@@ -64,12 +64,10 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     detail::gemm_tensor_core(M, N, K, A, sa, B, sb, model, acc.promotion_interval, acc.split_k, s, D);
     return;
   }
-  if (model.datapath == Datapath::kFp32Sequential && (acc.promotion_interval == 0 || acc.promotion_interval >= K) &&
-      core::split_k_range(K, acc.split_k) >= K) {
-    // The same sums as dot_fp32 (k ascending, fp32, IEEE specials), through the vectorised kernels.
-    detail::gemm_fp8_tn_fp32(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, D);
-    return;
-  }
+  if (model.datapath == Datapath::kFp32Sequential &&
+      detail::gemm_fp8_tn_fp32(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc.promotion_interval,
+                               core::split_k_range(K, acc.split_k), D))
+    return;  // the same sums as core::dot_split_k (k ascending, fp32, IEEE specials), vectorised
   // Every other case: the per-element body the CUDA kernels run (core/dot.hpp).
   const double work = double(M) * N * K * (model.datapath == Datapath::kFp32Sequential ? 1.0 : 8.0);
 #pragma omp parallel for schedule(dynamic, 4) if (work >= detail::kParallelMinMacs)

@@ -199,6 +199,7 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
       {Accumulation::kHopper, 96, 2}, {Accumulation::kHopper, 0, 3},  {Accumulation::kHopper, 128, 25},
       {Accumulation::kAda, 0, 1},     {Accumulation::kAda, 16, 1},    {Accumulation::kAda, 128, 3},
       {Accumulation::kFp32, 0, 1},    {Accumulation::kFp32, 64, 1},   {Accumulation::kFp32, 0, 2},
+      {Accumulation::kFp32, 100, 1},  {Accumulation::kFp32, 128, 3},  {Accumulation::kFp32, 96, 25},
       {Accumulation::kExact, 0, 1},   {Accumulation::kHopperMmaSync, 0, 1}, {Accumulation::kHopperMmaSync, 64, 2}};
   std::uint64_t compared = 0;
   for (const Shape& sh : shapes)
