@@ -30,19 +30,18 @@ void transpose_impl(int rows, int cols, const T* in, T* out) {
 // changes only which elements are computed together, and a K chunk ends by storing c (an fp32,
 // exactly) and the next one resumes from it.
 //
-// AVX-512 path: B packed in 64-column panels [ceil(N/64)][K][64] and A in 6-row panels
-// [ceil(M/6)][K][6] (zero padded; the operands are decoded straight into them), register tile 6
-// rows x 64 columns (24 zmm accumulators; per k 4 vector loads and 6 broadcasts for 24 multiplies
-// and 24 adds: measured 15 % faster than 12 x 32, whose 12 broadcasts compete with the arithmetic),
-// cache tiles of kMcF rows x kNcF columns run by OpenMP, K in chunks of kKcF so a tile's B chunk
-// stays in L2 and each row's A chunk in L1.
-// AVX2 and baseline paths: 8-column panels [ceil(N/8)][K][8], 8 rows x 8 columns kept in registers
-// for the whole K.
+// AVX-512 and AVX2 paths (gemm_wide): B packed in W-column panels [ceil(N/W)][K][W] and A in R-row
+// panels [ceil(M/R)][K][R] (zero padded; the operands are decoded straight into them), register
+// tiles of R rows x W columns: AVX-512 6 x 64 (24 zmm accumulators; per k 4 vector loads and 6
+// broadcasts for 24 multiplies and 24 adds: measured 15 % faster than 12 x 32, whose 12 broadcasts
+// compete with the arithmetic), AVX2 6 x 16 (12 ymm); cache tiles of kMcF rows x kNcF columns run
+// by OpenMP, K in chunks of kKcF so a tile's B chunk stays in L2 and each row's A chunk in L1.
+// Baseline path: 8-column panels [ceil(N/8)][K][8], 8 rows x 8 columns kept in registers for the
+// whole K.
 #pragma GCC diagnostic ignored "-Wpsabi"  // the vectors never cross a non-inlined call
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v16f __attribute__((vector_size(64)));
 constexpr int kLanes = 8, kRows = 8;
-constexpr int kWideCols = 64, kWideRows = 6;
 constexpr int kMcF = 72, kNcF = 256, kKcF = 256;
 
 template <int W>
@@ -86,30 +85,43 @@ void panel_rows_baseline(int i0, int rows, int N, int K, const float* A, const f
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FP8EMU_GEMM_X86 1
-__attribute__((target("avx2"))) void panel_rows_avx2(int i0, int rows, int N, int K, const float* A,
-                                                     const float* panels, float* C) {
-  if (rows == kRows) return panel_rows<kRows>(i0, N, K, A, panels, C);
-  for (int i = i0; i < i0 + rows; ++i) panel_rows<1>(i, N, K, A, panels, C);
-}
 
-// One register tile: kWideRows rows of A, packed [K][kWideRows] (ap), times a kWideCols-column panel
-// (bp, [K][kWideCols]) over k0..k1, added in k order to the tile's accumulators acc (row stride ldc).
-__attribute__((target("avx512f,avx512vl,avx512dq"))) void wide_tile_avx512(const float* ap, const float* bp, int k0,
-                                                                           int k1, float* acc, std::size_t ldc) {
-  constexpr int R = kWideRows, V = kWideCols / 16;
-  v16f c[R][V];
+// One register tile: R rows of A, packed [K][R] (ap), times a W-column panel (bp, [K][W]) over
+// k0..k1, added in k order to the tile's accumulators acc (row stride ldc); Vec is the vector type
+// (v16f: one zmm on the AVX-512 path; v8f: one ymm on the AVX2 path).
+template <class Vec, int R, int W>
+__attribute__((always_inline)) inline void wide_tile(const float* ap, const float* bp, int k0, int k1, float* acc,
+                                                     std::size_t ldc) {
+  constexpr int L = int(sizeof(Vec) / sizeof(float)), V = W / L;
+  Vec c[R][V];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) std::memcpy(&c[r][v], acc + r * ldc + 16 * v, sizeof(v16f));
+    for (int v = 0; v < V; ++v) std::memcpy(&c[r][v], acc + r * ldc + L * v, sizeof(Vec));
   for (int k = k0; k < k1; ++k) {
-    v16f b[V];
-    for (int v = 0; v < V; ++v) std::memcpy(&b[v], bp + std::size_t(k) * kWideCols + 16 * v, sizeof(v16f));
+    Vec b[V];
+    for (int v = 0; v < V; ++v) std::memcpy(&b[v], bp + std::size_t(k) * W + L * v, sizeof(Vec));
     const float* a = ap + std::size_t(k) * R;
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v) c[r][v] += a[r] * b[v];  // a multiply, then an add: no FMA (-ffp-contract=off)
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) std::memcpy(acc + r * ldc + 16 * v, &c[r][v], sizeof(v16f));
+    for (int v = 0; v < V; ++v) std::memcpy(acc + r * ldc + L * v, &c[r][v], sizeof(Vec));
 }
+
+// The AVX-512 tile: 6 x 64 (24 zmm accumulators). The AVX2 tile: 6 x 16 (12 of the 16 ymm).
+struct WideAvx512 {
+  static constexpr int kR = 6, kW = 64;
+  __attribute__((target("avx512f,avx512vl,avx512dq"))) static void tile(const float* ap, const float* bp, int k0,
+                                                                        int k1, float* acc, std::size_t ldc) {
+    wide_tile<v16f, kR, kW>(ap, bp, k0, k1, acc, ldc);
+  }
+};
+struct WideAvx2 {
+  static constexpr int kR = 6, kW = 16;
+  __attribute__((target("avx2"))) static void tile(const float* ap, const float* bp, int k0, int k1, float* acc,
+                                                   std::size_t ldc) {
+    wide_tile<v8f, kR, kW>(ap, bp, k0, k1, acc, ldc);
+  }
+};
 
 // C [M, N] = RN(s * (A B)) (s == 1: no scaling) on the AVX-512 path, where a_at(i, k) and b_at(k, j)
 // give the (exact) fp32 operands; they are packed once into the panels the register tiles read. A's
@@ -133,8 +145,9 @@ struct WideChain {
   }
 };
 
-template <class AAt, class BAt>
+template <class Tile, class AAt, class BAt>
 void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideChain ch = WideChain{}) {
+  constexpr int kWideRows = Tile::kR, kWideCols = Tile::kW;
   const bool chained = ch.promotion > 0 || ch.range < K;
   const int Mp = (M + kWideRows - 1) / kWideRows * kWideRows, Np = (N + kWideCols - 1) / kWideCols * kWideCols;
   std::vector<float> ap(std::size_t(Mp) * std::size_t(K)), bp(std::size_t(Np) * std::size_t(K));
@@ -183,9 +196,9 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
           }
         for (int r0 = 0; r0 < rows; r0 += kWideRows)
           for (int p = 0; p < panels_here; ++p)
-            wide_tile_avx512(ap.data() + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
-                             bp.data() + std::size_t(j0 / kWideCols + p) * std::size_t(K) * kWideCols, k0, k1,
-                             acc.data() + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
+            Tile::tile(ap.data() + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
+                       bp.data() + std::size_t(j0 / kWideCols + p) * std::size_t(K) * kWideCols, k0, k1,
+                       acc.data() + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
         k0 = k1;
       }
       if (chained)
@@ -205,19 +218,12 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
 }
 #endif
 
-// C [M, N] = A [M, K] B on the AVX2 or baseline path (B as 8-column panels).
-void gemm_panels(int M, int N, int K, const float* A, const float* panels, float* C, bool avx2) {
+// C [M, N] = A [M, K] B on the baseline path (B as 8-column panels).
+void gemm_panels(int M, int N, int K, const float* A, const float* panels, float* C) {
   const int groups = (M + kRows - 1) / kRows;
-  (void)avx2;
 #pragma omp parallel for schedule(static) if (double(M) * N * K >= detail::kParallelMinMacs)
   for (int g = 0; g < groups; ++g) {
     const int i0 = g * kRows, rows = std::min(kRows, M - i0);
-#ifdef FP8EMU_GEMM_X86
-    if (avx2) {
-      panel_rows_avx2(i0, rows, N, K, A, panels, C);
-      continue;
-    }
-#endif
     panel_rows_baseline(i0, rows, N, K, A, panels, C);
   }
 }
@@ -226,15 +232,13 @@ void gemm_panels(int M, int N, int K, const float* A, const float* panels, float
 void gemm_f32_dispatch(int M, int N, int K, const float* A, const float* B, float* C) {
   const detail::GemmIsa isa = detail::gemm_isa();
 #ifdef FP8EMU_GEMM_X86
-  if (isa == detail::GemmIsa::kAvx512) {
-    gemm_wide(
-        M, N, K, [&](int i, int k) { return A[std::size_t(i) * std::size_t(K) + std::size_t(k)]; },
-        [&](int k, int j) { return B[std::size_t(k) * std::size_t(N) + std::size_t(j)]; }, 1.0f, C);
-    return;
-  }
+  const auto a_at = [&](int i, int k) { return A[std::size_t(i) * std::size_t(K) + std::size_t(k)]; };
+  const auto b_at = [&](int k, int j) { return B[std::size_t(k) * std::size_t(N) + std::size_t(j)]; };
+  if (isa == detail::GemmIsa::kAvx512) return gemm_wide<WideAvx512>(M, N, K, a_at, b_at, 1.0f, C);
+  if (isa == detail::GemmIsa::kAvx2) return gemm_wide<WideAvx2>(M, N, K, a_at, b_at, 1.0f, C);
 #endif
   const std::vector<float> panels = pack_panels<kLanes>(K, N, B);
-  gemm_panels(M, N, K, A, panels.data(), C, isa == detail::GemmIsa::kAvx2);
+  gemm_panels(M, N, K, A, panels.data(), C);
 }
 
 }  // namespace
@@ -259,11 +263,11 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   const float* tb = decode_table(fb);
   const float s = scale_inv_a * scale_inv_b;
 #ifdef FP8EMU_GEMM_X86
-  if (detail::gemm_isa() == detail::GemmIsa::kAvx512) {  // decoded straight into the panels
-    gemm_wide(
-        M, N, K, [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; },
-        [&](int k, int j) { return tb[B[std::size_t(k) * std::size_t(N) + std::size_t(j)]]; }, s, D);
-    return;
+  {  // decoded straight into the panels
+    const auto a_at = [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
+    const auto b_at = [&](int k, int j) { return tb[B[std::size_t(k) * std::size_t(N) + std::size_t(j)]]; };
+    if (detail::gemm_isa() == detail::GemmIsa::kAvx512) return gemm_wide<WideAvx512>(M, N, K, a_at, b_at, s, D);
+    if (detail::gemm_isa() == detail::GemmIsa::kAvx2) return gemm_wide<WideAvx2>(M, N, K, a_at, b_at, s, D);
   }
 #endif
   // Both operands decoded once (exact).
@@ -290,17 +294,17 @@ bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, flo
   const bool chained = ch.promotion > 0 || ch.range < K;
   if (M == 0 || N == 0) return true;
 #ifdef FP8EMU_GEMM_X86
-  if (gemm_isa() == GemmIsa::kAvx512) {  // B [N, K] decoded straight into the panels: no transpose
+  if (gemm_isa() != GemmIsa::kBaseline) {  // B [N, K] decoded straight into the panels: no transpose
     const float* ta = decode_table(fa);
     const float* tb = decode_table(fb);
-    gemm_wide(
-        M, N, K, [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; },
-        [&](int k, int j) { return tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; },
-        scale_inv_a * scale_inv_b, D, ch);
+    const auto a_at = [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
+    const auto b_at = [&](int k, int j) { return tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; };
+    if (gemm_isa() == GemmIsa::kAvx512) gemm_wide<WideAvx512>(M, N, K, a_at, b_at, scale_inv_a * scale_inv_b, D, ch);
+    else gemm_wide<WideAvx2>(M, N, K, a_at, b_at, scale_inv_a * scale_inv_b, D, ch);
     return true;
   }
 #endif
-  if (chained) return false;  // the AVX2 and baseline kernels sum one run
+  if (chained) return false;  // the baseline kernel sums one run
   std::vector<std::uint8_t> b_kn(std::size_t(N) * std::size_t(K));
   transpose(N, K, B, b_kn.data());
   gemm_fp8_nn(M, N, K, A, fa, scale_inv_a, b_kn.data(), fb, scale_inv_b, D);
