@@ -1,5 +1,7 @@
-// The optimized-BLAS baseline of `fp8emu bench gemm`: OpenBLAS's cblas_sgemm when the build found
-// OpenBLAS (Debian's libopenblas-dev; runtime-dispatched kernels for the processor it runs on).
+// The optimized baselines of `fp8emu bench gemm`: OpenBLAS's cblas_sgemm when the build found
+// OpenBLAS (Debian's libopenblas-dev; runtime-dispatched kernels for the processor it runs on), and
+// Eigen's product compiled for the best x86-64 ISA level the processor runs (the modules
+// fp8emu_eigen_v4.so / fp8emu_eigen_v3.so built from bench_eigen_isa.cpp, loaded at run time).
 #pragma once
 
 #include <string>
@@ -15,5 +17,16 @@ bool openblas_sgemm(int n, const float* A, const float* B, float* C, int threads
 
 /// OpenBLAS's description of itself, "OpenBLAS <version> <core> (<config>)", or "" without it.
 std::string openblas_description();
+
+/// The ISA level of the Eigen module this processor runs ("x86-64-v4", "x86-64-v3"), or "" when
+/// there is none (not x86-64, a build without the modules, a processor below v3, or the module
+/// file missing beside the executable and in the install's lib/fp8emu).
+std::string eigen_isa_level();
+
+/// C = A * B with the Eigen module (as openblas_sgemm). Returns false without it.
+bool eigen_isa_sgemm(int n, const float* A, const float* B, float* C, int threads);
+
+/// "Eigen <version> (<SIMD sets in use>)" from the module, or why there is none.
+std::string eigen_isa_description();
 
 }  // namespace fp8emu::cli

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <tuple>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -24,6 +25,7 @@
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "bench_blas.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
+#include "gemm_isa.hpp"  // emulation/: which kernels the models run
 
 namespace fp8emu::cli {
 namespace {
@@ -66,23 +68,30 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
 #else
   const int threads = 1;
 #endif
-  char line[320];
+  char line[400];
   std::snprintf(line, sizeof line, "GEMM M = N = K, %d threads, best of %d; GFLOP/s = 2 M N K / seconds\n", threads,
                 repeat);
   out << line;
   const bool blas = have_openblas();
+  const std::string isa_level = eigen_isa_level();
+  const bool eigen_isa = !isa_level.empty();
   out << "baselines: eigen_sgemm = Eigen " << EIGEN_WORLD_VERSION << '.' << EIGEN_MAJOR_VERSION << '.'
       << EIGEN_MINOR_VERSION << " built with fp8emu's flags (" << Eigen::SimdInstructionSetsInUse() << ")";
+  if (eigen_isa) out << "; eigen_isa_sgemm = " << eigen_isa_description() << " built for " << isa_level;
+  else out << "; eigen_isa_sgemm: " << eigen_isa_description();
   if (blas) out << "; openblas_sgemm = " << openblas_description();
   else out << "; openblas_sgemm: not in this build (install libopenblas-dev and reconfigure)";
-  out << "\nratios are against the best baseline of each size (best = the faster of the two)\n";
-  out << "  size  openblas_sgemm  eigen_sgemm  fp32_model  hopper_model  best  fp32/best  hopper/best\n";
+  out << "\nmodels: fp8emu's " << emu::detail::to_string(emu::detail::gemm_isa())
+      << " kernels (FP8EMU_GEMM_ISA=baseline|avx2|avx512 picks a lower path)";
+  out << "\nratios are against the best baseline of each size (best = the fastest of them)\n";
+  out << "  size  openblas_sgemm  eigen_sgemm  eigen_isa_sgemm  fp32_model  hopper_model       best  fp32/best  "
+         "hopper/best\n";
   double first_fp32 = 0, first_hopper = 0;
-  const char* first_best = "eigen";
+  std::string first_best = "eigen_sgemm";
   for (std::size_t si = 0; si < sizes.size(); ++si) {
     const int n = sizes[si];
     std::mt19937 g(1);
-    Eigen::MatrixXf A = Eigen::MatrixXf::Random(n, n), B = Eigen::MatrixXf::Random(n, n), C(n, n), Cb(n, n);
+    Eigen::MatrixXf A = Eigen::MatrixXf::Random(n, n), B = Eigen::MatrixXf::Random(n, n), C(n, n), Cb(n, n), Ci(n, n);
     std::vector<std::uint8_t> qa(std::size_t(n) * n), qb(qa.size());
     for (auto& c : qa) c = std::uint8_t(g() & 0x77);  // finite E4M3 codes
     for (auto& c : qb) c = std::uint8_t(g() & 0x77);
@@ -90,10 +99,12 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
     const double flop = 2.0 * n * double(n) * n;
     // Rounds interleave the baselines and the models, so that all of them see the same machine
     // conditions; the best time of each is kept.
-    double t_eigen = 1e300, t_blas = 1e300, t_fp32 = 1e300, t_hopper = 1e300;
+    double t_eigen = 1e300, t_blas = 1e300, t_isa = 1e300, t_fp32 = 1e300, t_hopper = 1e300;
     for (int r = 0; r < repeat; ++r) {
       t_eigen = std::min(t_eigen, seconds([&] { C.noalias() = A * B; }));
       if (blas) t_blas = std::min(t_blas, seconds([&] { openblas_sgemm(n, A.data(), B.data(), Cb.data(), threads); }));
+      if (eigen_isa)
+        t_isa = std::min(t_isa, seconds([&] { eigen_isa_sgemm(n, A.data(), B.data(), Ci.data(), threads); }));
       t_fp32 = std::min(t_fp32, seconds([&] {
         emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1,
                          {emu::Accumulation::kFp32, 0}, D.data());
@@ -103,34 +114,45 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
                          {emu::Accumulation::kHopper, 0}, D.data());
       }));
     }
-    // The two baselines compute the same product: a BLAS that is fast because it is wrong is no
+    // The baselines compute the same product: a BLAS that is fast because it is wrong is no
     // baseline (fp32 sums in different orders differ by rounding only).
-    if (blas) {
-      const float err = (C - Cb).cwiseAbs().maxCoeff(), scale = C.cwiseAbs().maxCoeff();
+    const float scale = C.cwiseAbs().maxCoeff();
+    for (const auto& [name, on, M] : {std::tuple<const char*, bool, const Eigen::MatrixXf*>{"OpenBLAS", blas, &Cb},
+                                      {"Eigen's ISA module", eigen_isa, &Ci}}) {
+      if (!on) continue;
+      const float err = (C - *M).cwiseAbs().maxCoeff();
       if (!(err <= 1e-4f * std::max(scale, 1.0f) * float(n))) {
-        out << "fp8emu bench gemm: error: OpenBLAS and Eigen disagree at n = " << n << " (max |diff| " << err << ")\n";
+        out << "fp8emu bench gemm: error: " << name << " and Eigen disagree at n = " << n << " (max |diff| " << err
+            << ")\n";
         return 1;
       }
     }
-    const double ge = flop / t_eigen / 1e9, gb = blas ? flop / t_blas / 1e9 : 0.0, gf = flop / t_fp32 / 1e9,
-                 gh = flop / t_hopper / 1e9;
-    const bool blas_best = blas && gb >= ge;
-    const double best = blas_best ? gb : ge;
-    if (blas)
-      std::snprintf(line, sizeof line, "%6d %15.2f %12.2f %11.2f %13.2f %5s %10.3f %12.3f\n", n, gb, ge, gf, gh,
-                    blas_best ? "blas" : "eigen", gf / best, gh / best);
-    else
-      std::snprintf(line, sizeof line, "%6d %15s %12.2f %11.2f %13.2f %5s %10.3f %12.3f\n", n, "-", ge, gf, gh,
-                    "eigen", gf / best, gh / best);
+    const double ge = flop / t_eigen / 1e9, gb = blas ? flop / t_blas / 1e9 : 0.0,
+                 gi = eigen_isa ? flop / t_isa / 1e9 : 0.0, gf = flop / t_fp32 / 1e9, gh = flop / t_hopper / 1e9;
+    const char* best_name = "eigen";
+    double best = ge;
+    if (blas && gb >= best) {
+      best = gb;
+      best_name = "openblas";
+    }
+    if (eigen_isa && gi > best) {
+      best = gi;
+      best_name = "eigen_isa";
+    }
+    char blas_col[32] = "-", isa_col[32] = "-";
+    if (blas) std::snprintf(blas_col, sizeof blas_col, "%.2f", gb);
+    if (eigen_isa) std::snprintf(isa_col, sizeof isa_col, "%.2f", gi);
+    std::snprintf(line, sizeof line, "%6d %15s %12.2f %16s %11.2f %13.2f %10s %10.3f %12.3f\n", n, blas_col, ge,
+                  isa_col, gf, gh, best_name, gf / best, gh / best);
     out << line << std::flush;
     if (si == 0) {
       first_fp32 = gf / best;
       first_hopper = gh / best;
-      first_best = blas_best ? "openblas_sgemm" : "eigen_sgemm";
+      first_best = std::string(best_name) + "_sgemm";
     }
   }
   std::snprintf(line, sizeof line, "best_baseline: %s\nhopper_vs_best_sgemm: %.3f\nfp32_vs_best_sgemm: %.3f\n",
-                first_best, first_hopper, first_fp32);
+                first_best.c_str(), first_hopper, first_fp32);
   out << line;
   return 0;
 }
@@ -246,7 +268,7 @@ Command add_bench(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks against a baseline measured in the same run");
-  CLI::App* bench_gemm = bench->add_subcommand("gemm", "FP8 GEMM accumulation models vs Eigen's fp32 GEMM");
+  CLI::App* bench_gemm = bench->add_subcommand("gemm", "FP8 GEMM accumulation models vs OpenBLAS's and Eigen's fp32 GEMMs");
   bench_gemm->add_option("--sizes", o->gemm_sizes, "M = N = K values")->delimiter(',')->capture_default_str();
   bench_gemm->add_option("--repeat", o->gemm_repeat, "Runs per measurement (best is kept)")->capture_default_str();
   CLI::App* bench_convert =

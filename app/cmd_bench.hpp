@@ -8,12 +8,13 @@
 
 namespace fp8emu::cli {
 
-/// Times two fp32 baselines, measured in the same run: OpenBLAS's cblas_sgemm (runtime-dispatched
-/// kernels; when the build found OpenBLAS) and Eigen's product built with fp8emu's flags, then the
-/// fp32 model and the Hopper model (fast accumulation), at M = N = K = each size, on all OpenMP
-/// threads; best of `repeat` interleaved rounds. Checks that the two baselines agree (returns 1 if
-/// not). Prints a table with the ratios against the faster baseline of each size and, last,
-/// `best_baseline: openblas_sgemm|eigen_sgemm`, `hopper_vs_best_sgemm: X` and
+/// Times the fp32 baselines, measured in the same run: OpenBLAS's cblas_sgemm (runtime-dispatched
+/// kernels; when the build found OpenBLAS), Eigen's product built with fp8emu's flags, and Eigen built
+/// for the best x86-64 ISA level the processor runs (x86-64-v4 or -v3, a dlopen'd module; when there
+/// is one), then the fp32 model and the Hopper model (fast accumulation), at M = N = K = each size,
+/// on all OpenMP threads; best of `repeat` interleaved rounds. Checks that the baselines agree
+/// (returns 1 if not). Prints a table with the ratios against the fastest baseline of each size and,
+/// last, `best_baseline: openblas_sgemm|eigen_sgemm|eigen_isa_sgemm`, `hopper_vs_best_sgemm: X` and
 /// `fp32_vs_best_sgemm: Y` (GFLOP/s ratios at the first size). Returns 2 for bad arguments.
 int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out);
 

@@ -6,6 +6,9 @@
 #include <cstddef>
 
 #include "parallel.hpp"
+#include "fp8emu/format/format_spec.hpp"
+
+#include <cstdint>
 
 namespace fp8emu::emu::detail {
 
@@ -57,5 +60,13 @@ __attribute__((always_inline)) inline void gemm_rows(int i0, int rows, int N, in
     }
   }
 }
+
+/// D [M, N] = RN(acc * RN(scale_inv_a * scale_inv_b)), acc the fp32 model's sum over k of the exact
+/// products of row i of A [M, K] and row j of B [N, K] (TN layout) with promotion every `promotion`
+/// K-elements (0: none) and split-K ranges of `range` (core::split_k_range; >= K: no split), as
+/// core::dot_split_k. Returns false, with D untouched, where the path gemm_isa() names has no kernel
+/// for it (promotion or split-K on the baseline path).
+bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
+                      const std::uint8_t* B, Format fb, float scale_inv_b, int promotion, int range, float* D);
 
 }  // namespace fp8emu::emu::detail

@@ -124,3 +124,181 @@ TEST_CASE("Element layer: the exact dot product keeps wide sums exact", "[elemen
         core::f32_to_bits(expected));
   CHECK(core::f32_to_bits(emu_result) == core::f32_to_bits(expected));
 }
+
+// ------------------------------------------------------------------------------------------------
+// The CPU GEMMs on every instruction-set path this processor can run (emulation/gemm_isa.hpp forces
+// each one: baseline x86-64, AVX2, AVX-512), with 1 and 2 threads, against the scalar element model
+// core::gemm_tn_element, bit for bit: every accumulation model, promotion and split-K setting,
+// ragged shapes (M, N, K not multiples of the register and cache tiles, K not a multiple of the
+// block), zeros of both signs, subnormals, maximal codes, NaN and Inf codes, and both operand pairs.
+#include <omp.h>
+
+#include <cstring>
+#include <random>
+
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/gemm.hpp"
+#include "gemm_isa.hpp"
+
+namespace {
+
+// Codes for one operand: mostly random finite codes, with zeros (+0 and -0), subnormals and the
+// largest codes mixed in; rows listed in `special_rows` also get a NaN (and for E5M2 an Inf) code.
+std::vector<std::uint8_t> gemm_codes(std::mt19937& g, int rows, int K, Format f, const std::vector<int>& special_rows) {
+  const FormatSpec& s = spec_of(f);
+  std::vector<std::uint8_t> v(std::size_t(rows) * std::size_t(K));
+  for (auto& c : v) {
+    const unsigned kind = g() % 16;
+    const auto sign = std::uint8_t(g() & 0x80u);
+    if (kind == 0) c = sign;                                                         // +-0
+    else if (kind == 1) c = std::uint8_t(sign | (1u + g() % ((1u << s.mantissa_bits) - 1u)));  // subnormal
+    else if (kind == 2) c = std::uint8_t(sign | s.max_finite_code());               // largest magnitude
+    else
+      for (;;) {
+        c = std::uint8_t(g());
+        if ((c & s.top_code()) <= s.max_finite_code()) break;
+      }
+  }
+  for (int r : special_rows) {
+    if (r >= rows) continue;
+    v[std::size_t(r) * std::size_t(K) + std::size_t(g() % unsigned(K))] = std::uint8_t(s.nan_code());
+    if (s.has_inf) v[std::size_t(r) * std::size_t(K) + std::size_t(g() % unsigned(K))] = std::uint8_t(0x80u | s.inf_code());
+  }
+  return v;
+}
+
+// Codes with a wide spread of magnitudes along K: long runs of tiny products after a huge one, so
+// the running sum's exponent sets the alignment and most terms are shifted out entirely.
+std::vector<std::uint8_t> spread_codes(std::mt19937& g, int rows, int K, Format f) {
+  const FormatSpec& s = spec_of(f);
+  std::vector<std::uint8_t> v(std::size_t(rows) * std::size_t(K));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const bool big = (i % std::size_t(K)) % 97 == 0;
+    const unsigned mag = big ? s.max_finite_code() - g() % 4u : 1u + g() % 24u;
+    v[i] = std::uint8_t((g() & 0x80u) | mag);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bit for bit", "[element][gemm]") {
+  using namespace fp8emu::emu;
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const int saved_threads = omp_get_max_threads();
+  std::vector<isa_ns::GemmIsa> paths;
+  for (int p = 0; p <= int(isa_ns::gemm_isa_supported()); ++p) paths.push_back(isa_ns::GemmIsa(p));
+  std::mt19937 g(2027);
+  struct Shape {
+    int M, N, K;
+  };
+  // 1x1x1; smaller than one register tile; ragged everywhere and K crossing the 256-element K chunk;
+  // N crossing the 256-column cache tile; M crossing the 64-row cache tile with a long K.
+  const Shape shapes[] = {{1, 1, 1}, {3, 17, 45}, {37, 70, 300}, {9, 290, 70}, {66, 20, 700}};
+  const std::pair<Format, Format> pairs[] = {
+      {Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}, {Format::kE5M2, Format::kE4M3}};
+  const GemmAccumulation accs[] = {
+      {Accumulation::kHopper, 0, 1},  {Accumulation::kHopper, 32, 1}, {Accumulation::kHopper, 128, 1},
+      {Accumulation::kHopper, 96, 2}, {Accumulation::kHopper, 0, 3},  {Accumulation::kHopper, 128, 25},
+      {Accumulation::kAda, 0, 1},     {Accumulation::kAda, 16, 1},    {Accumulation::kAda, 128, 3},
+      {Accumulation::kFp32, 0, 1},    {Accumulation::kFp32, 64, 1},   {Accumulation::kFp32, 0, 2},
+      {Accumulation::kFp32, 100, 1},  {Accumulation::kFp32, 128, 3},  {Accumulation::kFp32, 96, 25},
+      {Accumulation::kExact, 0, 1},   {Accumulation::kHopperMmaSync, 0, 1}, {Accumulation::kHopperMmaSync, 64, 2}};
+  std::uint64_t compared = 0;
+  for (const Shape& sh : shapes)
+    for (const auto& fmts : pairs)
+      for (int variant = 0; variant < 2; ++variant) {
+        std::vector<std::uint8_t> a, b;
+        if (variant == 0) {
+          a = gemm_codes(g, sh.M, sh.K, fmts.first, {1, sh.M - 1});
+          b = gemm_codes(g, sh.N, sh.K, fmts.second, {2});
+        } else {
+          a = spread_codes(g, sh.M, sh.K, fmts.first);
+          b = spread_codes(g, sh.N, sh.K, fmts.second);
+        }
+        const float sa = 0.375f, sb = 3.0f;
+        for (const GemmAccumulation& acc : accs) {
+          const AccumulationModel& m = model_of(acc.model);
+          const float s = sa * sb;
+          std::vector<float> want(std::size_t(sh.M) * std::size_t(sh.N));
+          for (int i = 0; i < sh.M; ++i)
+            for (int j = 0; j < sh.N; ++j)
+              want[std::size_t(i) * std::size_t(sh.N) + std::size_t(j)] = core::gemm_tn_element(
+                  a.data() + std::size_t(i) * std::size_t(sh.K), spec_of(fmts.first),
+                  b.data() + std::size_t(j) * std::size_t(sh.K), spec_of(fmts.second), sh.K, m, acc.promotion_interval,
+                  acc.split_k, s);
+          // exact and hopper-mma-sync run the element model itself on every path: one path suffices.
+          const bool per_element = acc.model == Accumulation::kExact || acc.model == Accumulation::kHopperMmaSync;
+          for (isa_ns::GemmIsa isa : paths)
+            for (int threads : {1, 2}) {
+              if (per_element && isa != paths.back()) continue;
+              REQUIRE(isa_ns::set_gemm_isa(isa) == isa);
+              omp_set_num_threads(threads);
+              std::vector<float> d(want.size(), -1.0f);
+              gemm_fp8_tn(sh.M, sh.N, sh.K, a.data(), fmts.first, sa, b.data(), fmts.second, sb, acc, d.data());
+              std::size_t bad = 0, first = 0;
+              for (std::size_t x = 0; x < d.size(); ++x)
+                if (std::memcmp(&d[x], &want[x], 4) != 0 && !(std::isnan(d[x]) && std::isnan(want[x]))) {
+                  if (bad++ == 0) first = x;
+                }
+              INFO(isa_ns::to_string(isa) << ", " << threads << " threads, " << m.name << " promotion "
+                                          << acc.promotion_interval << " split_k " << acc.split_k << ", "
+                                          << format_name(fmts.first) << " x " << format_name(fmts.second) << ", "
+                                          << sh.M << "x" << sh.N << "x" << sh.K << " variant " << variant
+                                          << ", first mismatch at " << first << ": " << d[first] << " vs " << want[first]);
+              CHECK(bad == 0);
+              compared += d.size();
+            }
+        }
+      }
+  isa_ns::set_gemm_isa(saved_isa);
+  omp_set_num_threads(saved_threads);
+  CHECK(compared > 100000);
+}
+
+TEST_CASE("CPU fp32 GEMM: every ISA path and thread count sums each element in k order", "[element][gemm]") {
+  // gemm_f32_nn (the fp32 layers) against the scalar loop c = RN(c + RN(a * b)), k = 0..K-1, with
+  // values whose sums round differently in any other order, and Inf/NaN entries.
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const int saved_threads = omp_get_max_threads();
+  std::mt19937 g(99);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  struct Shape {
+    int M, N, K;
+  };
+  for (const Shape sh : {Shape{1, 1, 1}, Shape{5, 9, 3}, Shape{67, 300, 290}, Shape{130, 33, 700}}) {
+    std::vector<float> A(std::size_t(sh.M) * std::size_t(sh.K)), B(std::size_t(sh.K) * std::size_t(sh.N));
+    for (auto& x : A) x = u(g) * std::ldexp(1.0f, int(g() % 40) - 20);
+    for (auto& x : B) x = u(g);
+    if (sh.M > 2 && sh.K > 2) {
+      A[std::size_t(sh.K) + 1] = INFINITY;
+      A[2 * std::size_t(sh.K)] = NAN;
+    }
+    std::vector<float> want(std::size_t(sh.M) * std::size_t(sh.N));
+    for (int i = 0; i < sh.M; ++i)
+      for (int j = 0; j < sh.N; ++j) {
+        float c = 0.0f;
+        for (int k = 0; k < sh.K; ++k)
+          c = core::add_rn(c, core::mul_rn(A[std::size_t(i) * std::size_t(sh.K) + std::size_t(k)],
+                                           B[std::size_t(k) * std::size_t(sh.N) + std::size_t(j)]));
+        want[std::size_t(i) * std::size_t(sh.N) + std::size_t(j)] = c;
+      }
+    for (int p = 0; p <= int(isa_ns::gemm_isa_supported()); ++p)
+      for (int threads : {1, 2}) {
+        REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(p)) == isa_ns::GemmIsa(p));
+        omp_set_num_threads(threads);
+        std::vector<float> d(want.size(), -1.0f);
+        emu::gemm_f32_nn(sh.M, sh.N, sh.K, A.data(), B.data(), d.data());
+        std::size_t bad = 0;
+        for (std::size_t x = 0; x < d.size(); ++x)
+          bad += std::memcmp(&d[x], &want[x], 4) != 0 && !(std::isnan(d[x]) && std::isnan(want[x]));
+        INFO(isa_ns::to_string(isa_ns::GemmIsa(p)) << ", " << threads << " threads, " << sh.M << "x" << sh.N << "x"
+                                                   << sh.K);
+        CHECK(bad == 0);
+      }
+  }
+  isa_ns::set_gemm_isa(saved_isa);
+  omp_set_num_threads(saved_threads);
+}

@@ -1,0 +1,27 @@
+// Private: which instruction-set path the CPU GEMM kernels take (gemm_models.cpp, gemm.cpp).
+//
+// Every path computes the same bits (the tests force each one and compare them with the scalar
+// element model, core/dot.hpp); they differ in speed only. The path is picked at run time from what
+// the processor supports; FP8EMU_GEMM_ISA=baseline|avx2|avx512 in the environment (read once) or
+// set_gemm_isa() (tests) can choose a lower one, never one the processor lacks.
+#pragma once
+
+namespace fp8emu::emu::detail {
+
+enum class GemmIsa : int {
+  kBaseline = 0,  ///< x86-64 baseline (SSE2), or any non-x86 target: GCC vector extensions.
+  kAvx2 = 1,      ///< AVX2 (no FMA: the fp32 sums stay one rounding per operation).
+  kAvx512 = 2,    ///< AVX-512 F/BW/VL/VNNI: the int16 tensor-core kernel and 16-lane fp32 kernel.
+};
+
+/// The best path this processor supports.
+GemmIsa gemm_isa_supported();
+/// The path the kernels take now: FP8EMU_GEMM_ISA or set_gemm_isa(), capped at gemm_isa_supported().
+GemmIsa gemm_isa();
+/// Chooses the path (capped at what the processor supports); returns the path now in force. Not
+/// thread-safe: for tests and benchmarks, between GEMMs.
+GemmIsa set_gemm_isa(GemmIsa isa);
+/// "baseline", "avx2", "avx512".
+const char* to_string(GemmIsa isa);
+
+}  // namespace fp8emu::emu::detail

@@ -1,0 +1,563 @@
+// The vectorised tensor-core GEMM (see gemm_tensor_core.hpp): packed operands, cache blocking over
+// M x N tiles and K chunks, OpenMP over tiles, and one kernel per instruction-set path
+// (gemm_isa.hpp). All paths give the bits of core::gemm_tn_element; the tests force each path.
+//
+// The arithmetic of one block FMA (docs/tensor-core-model.md §Block FMA; hopper: 32 products, ada:
+// 16; F = 13 fraction bits, 14 significant bits kept), and why every step below is exact:
+//
+//  * A finite FP8 code is |x| = m * 2^(e - f): m its integer significand (hidden bit included, none
+//    for subnormals; m <= 15 for E4M3, <= 7 for E5M2), e its exponent clamped at emin, f its mantissa
+//    bits (3 or 2). A product's alignment exponent is ea + eb (not normalised) and its value is
+//    ma * mb * 2^(ea + eb - fa - fb).
+//  * E = the largest alignment exponent of the block's non-zero products and of the running sum c
+//    (the previous block's result; +0 at the start of a chain). With d = E - (ea + eb) >= 0, the
+//    product scaled by 2^(13 - E) is P / 2^d with P = ma * mb * 2^(13 - fa - fb) an integer
+//    (13 - fa - fb >= 7) below 2^15 (E4M3 x E4M3: 225 * 2^7; E4M3 x E5M2: 105 * 2^8). The model
+//    truncates each term's magnitude to a multiple of 2^(E - 13): term = sign * floor(P / 2^d), which
+//    is P >> d, a logical shift of the magnitude, with the sign applied afterwards.
+//  * c joins the alignment the same way: c has at most 14 significant bits and exponent ec <= E, so
+//    c * 2^(13 - E) is exact in fp32 and the truncating float -> int conversion is its magnitude
+//    truncation (|c * 2^(13 - E)| < 2^14).
+//  * The block sum S of at most 33 terms, each below 2^15 in magnitude, is below 2^21: exact in
+//    int32 and exactly an fp32. The 14-bit cut truncates |S| to 14 significant bits: S as an fp32 has
+//    24 significant bits, so clearing the low 10 mantissa bits (sign-magnitude) is that truncation.
+//    Scaling back by 2^(E - 13) is exact: E - 13 >= -46 (products are at least 2^-25, so a non-zero
+//    c or product has E >= -33) and the result stays far below 2^128 (|sum| < K * 2^26).
+//  * S = 0 (no term, or terms that cancel) gives +0, the model's exact-zero result.
+// Along K the blocks chain (the result is the next block's c); TE's promotion adds each run's
+// chain to an fp32 total with one RN add, and split-K ranges each start from zero and are summed
+// in fp32 in K order (core::dot_split_k), all with the same IEEE additions as the scalar model.
+//
+// Zero codes (and the zero padding of ragged M, N and K) have no alignment exponent and add 0: a
+// final short block is the same as padding it with zero codes. Rows of A or B that hold a NaN or Inf
+// code are packed as zeros and their elements recomputed by the scalar element model afterwards.
+#include "gemm_tensor_core.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's avx512fintrin.h initialises its "undefined" vectors from themselves, which -Wall reports
+// once those intrinsics are inlined here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#define FP8EMU_HAVE_X86_KERNELS 1
+#endif
+
+#include "fp8emu/core/dot.hpp"
+#include "gemm_isa.hpp"
+#include "parallel.hpp"
+
+namespace fp8emu::emu::detail {
+
+bool tensor_core_fast_path(const AccumulationModel& model) {
+  return model.datapath == Datapath::kTensorCore && model.accumulator == core::MmaAccumulator::kFp32 &&
+         model.fraction_bits == core::kMmaFractionBits && model.significant_bits == core::kMmaSignificantBits &&
+         model.steps == 1 && model.operands == core::MmaOperands::kFp8 && model.c_joins_first_block &&
+         model.block % 4 == 0 && core::kSplitKTile % model.block == 0;
+}
+
+namespace {
+
+// Per-code decode of a format: the fields above, for finite codes; `special` marks NaN and Inf.
+struct CodeFields {
+  std::int16_t m, e, s;
+  bool special;
+};
+
+void decode_table(const FormatSpec& f, CodeFields* t) {
+  for (int c = 0; c < 256; ++c) {
+    const auto code = std::uint8_t(c);
+    const bool special = (code & f.top_code()) > f.max_finite_code();
+    const core::MmaTerm term = core::decode_fp8_term(special ? std::uint8_t(0) : code, f);
+    t[c] = CodeFields{std::int16_t(term.sig), std::int16_t(term.sig ? term.exp : 0),
+                      std::int16_t(term.sign ? -1 : 1), special};
+  }
+}
+
+bool row_has_special(const std::uint8_t* row, int K, const CodeFields* t) {
+  for (int k = 0; k < K; ++k)
+    if (t[row[k]].special) return true;
+  return false;
+}
+
+// The block's bookkeeping along K, identical on every path: at the start of block k0 (a K index) a
+// split-K range may end (its value joins the fp32 sum of the ranges) and a promotion run may end
+// (the chain joins the fp32 total with one RN add). Split-K ranges hold whole blocks, and so do
+// promotion runs (the caller checked that the interval is a multiple of the block).
+struct Chain {
+  int promotion;  // 0: fast accumulation (or one run per range)
+  int range;      // split-K range length (K itself without split-K)
+  bool range_ends(int k0) const { return k0 > 0 && k0 % range == 0; }
+  bool run_ends(int k0) const { return promotion > 0 && k0 % range > 0 && (k0 % range) % promotion == 0; }
+};
+
+// Scalar form of the bookkeeping, per element (the vector kernels do the same per lane).
+inline void chain_boundary(const Chain& cp, int k0, float& chain, float& total, float& sum) {
+  if (cp.range_ends(k0)) {
+    const float v = cp.promotion > 0 ? total + chain : chain;
+    sum = k0 == cp.range ? v : sum + v;
+    chain = total = 0.0f;
+  }
+  if (cp.run_ends(k0)) {
+    total += chain;
+    chain = 0.0f;
+  }
+}
+
+inline float chain_result(const Chain& cp, int K, float chain, float total, float sum, float s) {
+  const float v = cp.promotion > 0 ? total + chain : chain;
+  return (K > cp.range ? sum + v : v) * s;
+}
+
+// ------------------------------------------------------------------------------------------------
+// AVX-512 path: int16 significands and exponents, 16 columns x 2 k per 512-bit register.
+//
+// Packed A, per row and per four consecutive k (a quad): the exponents as int8 (for the max pass,
+// 64 lanes per register: 16 columns x 4 k) and m, e, sign as int16 (two k per 32-bit lane, the
+// layout of VPDPWSSD). Packed B, per 16 columns and quad, the same fields laid out [column][k].
+// A zero code has m = 0 and the int8 exponent kZeroExp8, below every real alignment exponent (real
+// ones lie in [-28, 30], a running sum's in [-33, 127]; kZeroExp8 + e <= -49, and two zeros give
+// -128, still an int8).
+constexpr std::int8_t kZeroExp8 = -64;
+
+struct alignas(32) APackQ {
+  std::int8_t e8[4];
+  std::int16_t m[4], e[4], s[4];
+  std::int8_t pad[4];
+};
+static_assert(sizeof(APackQ) == 32, "APackQ layout");
+
+struct alignas(64) BPackQ {
+  std::int8_t e8[64];      // [column][k % 4]
+  std::int16_t m[2][32];   // [k / 2 % 2][column][k % 2]: m << (13 - fa - fb)
+  std::int16_t e[2][32];
+  std::int16_t s[2][32];
+};
+static_assert(sizeof(BPackQ) == 448, "BPackQ layout");
+
+constexpr int kR = 4;                 // rows of the register tile
+constexpr int kC = 2;                 // 16-column vectors of the register tile
+constexpr int kTileCols = 16 * kC;    // 32
+constexpr int kMc = 64;               // rows per cache tile (multiple of kR)
+constexpr int kNc = 256;              // columns per cache tile (multiple of kTileCols)
+constexpr int kKcQuads = 64;          // K chunk: 256 k (a multiple of every block)
+
+#ifdef FP8EMU_HAVE_X86_KERNELS
+#define FP8EMU_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")))
+
+// One register tile (kR rows x kC 16-column vectors) over quads [q_begin, q_end) of K, whole blocks
+// of BQ quads. ch, tot, sum: the tile's state [kR][kC][16] (the chain, the promotion total and the
+// split-K sum), kept across K chunks.
+template <int BQ>
+FP8EMU_AVX512 void tc_tile_avx512(const APackQ* a, std::size_t a_stride, const BPackQ* b, std::size_t b_stride,
+                                  int q_begin, int q_end, Chain cp, float* ch, float* tot, float* sum) {
+  const __m512i rep_idx = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i cut_mask = _mm512_set1_epi32(static_cast<int>(0xFFFFFC00u));
+  const __m512i one16 = _mm512_set1_epi16(1);
+  for (int q0 = q_begin; q0 < q_end; q0 += BQ) {
+    const int k0 = 4 * q0;
+    if (cp.range_ends(k0)) {
+      for (int i = 0; i < kR * kC; ++i) {
+        const __m512 c = _mm512_loadu_ps(ch + 16 * i), t = _mm512_loadu_ps(tot + 16 * i);
+        const __m512 v = cp.promotion > 0 ? _mm512_add_ps(t, c) : c;
+        _mm512_storeu_ps(sum + 16 * i, k0 == cp.range ? v : _mm512_add_ps(_mm512_loadu_ps(sum + 16 * i), v));
+        _mm512_storeu_ps(ch + 16 * i, _mm512_setzero_ps());
+        _mm512_storeu_ps(tot + 16 * i, _mm512_setzero_ps());
+      }
+    }
+    if (cp.run_ends(k0)) {
+      for (int i = 0; i < kR * kC; ++i) {
+        _mm512_storeu_ps(tot + 16 * i, _mm512_add_ps(_mm512_loadu_ps(tot + 16 * i), _mm512_loadu_ps(ch + 16 * i)));
+        _mm512_storeu_ps(ch + 16 * i, _mm512_setzero_ps());
+      }
+    }
+    // Pass 1: E = max(exponent of c, ea + eb over the block's non-zero products), in int8 lanes.
+    __m512i E8[kR][kC];
+    for (int r = 0; r < kR; ++r)
+      for (int c = 0; c < kC; ++c) {
+        const __m512i cb = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(ch + 16 * (r * kC + c))), abs_mask);
+        // c is +0 or a normal number (|c| >= 2^-33): its exponent, or -128 (no term) for zero.
+        const __m512i ec = _mm512_sub_epi32(_mm512_srli_epi32(cb, 23), _mm512_set1_epi32(127));
+        const __m512i e = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(cb, _mm512_setzero_si512()), ec,
+                                                  _mm512_set1_epi32(-128));
+        E8[r][c] = _mm512_shuffle_epi8(e, rep_idx);  // the int8 exponent in all four k lanes
+      }
+    for (int q = q0; q < q0 + BQ; ++q) {
+      __m512i be[kC];
+      for (int c = 0; c < kC; ++c) be[c] = _mm512_load_si512(b[c * b_stride + q].e8);
+      for (int r = 0; r < kR; ++r) {
+        std::int32_t ae_bits;
+        std::memcpy(&ae_bits, a[r * a_stride + q].e8, 4);
+        const __m512i ae = _mm512_set1_epi32(ae_bits);
+        for (int c = 0; c < kC; ++c) E8[r][c] = _mm512_max_epi8(E8[r][c], _mm512_add_epi8(ae, be[c]));
+      }
+    }
+    // The column maximum over the four k lanes, then as int16 in both halves of each 32-bit lane.
+    __m512i E16[kR][kC], S[kR][kC];
+    for (int r = 0; r < kR; ++r)
+      for (int c = 0; c < kC; ++c) {
+        __m512i m = _mm512_max_epi8(E8[r][c], _mm512_rol_epi32(E8[r][c], 8));
+        m = _mm512_max_epi8(m, _mm512_rol_epi32(m, 16));
+        E16[r][c] = _mm512_srai_epi16(m, 8);
+        // Clamped at -60 only so that the scale factors stay finite when there is no term (then c
+        // and every product are 0, and S = 0 whatever the scale).
+        const __m512i E = _mm512_max_epi32(_mm512_srai_epi32(m, 24), _mm512_set1_epi32(-60));
+        const __m512 sc = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(127 + 13), E), 23));
+        // c joins the alignment: c * 2^(13 - E), exact, truncated toward zero by the conversion.
+        S[r][c] = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_loadu_ps(ch + 16 * (r * kC + c)), sc));
+      }
+    // Pass 2: S += sign * ((ma * mb << (13 - fa - fb)) >> d), d = E - ea - eb, two k per 32-bit lane.
+    for (int q = q0; q < q0 + BQ; ++q)
+      for (int h = 0; h < 2; ++h) {
+        __m512i bm[kC], be[kC], bs[kC];
+        for (int c = 0; c < kC; ++c) {
+          const BPackQ& bq = b[c * b_stride + q];
+          bm[c] = _mm512_load_si512(bq.m[h]);
+          be[c] = _mm512_load_si512(bq.e[h]);
+          bs[c] = _mm512_load_si512(bq.s[h]);
+        }
+        for (int r = 0; r < kR; ++r) {
+          const APackQ& aq = a[r * a_stride + q];
+          std::int32_t am_bits, ae_bits, as_bits;
+          std::memcpy(&am_bits, aq.m + 2 * h, 4);
+          std::memcpy(&ae_bits, aq.e + 2 * h, 4);
+          std::memcpy(&as_bits, aq.s + 2 * h, 4);
+          const __m512i am = _mm512_set1_epi32(am_bits), ae = _mm512_set1_epi32(ae_bits),
+                        as = _mm512_set1_epi32(as_bits);
+          for (int c = 0; c < kC; ++c) {
+            const __m512i P = _mm512_mullo_epi16(am, bm[c]);  // < 2^15: exact in int16
+            const __m512i d = _mm512_sub_epi16(_mm512_sub_epi16(E16[r][c], ae), be[c]);
+            const __m512i t = _mm512_srlv_epi16(P, d);  // counts >= 16 give 0 (zero products: P = 0)
+            // sign(a) * sign(b) for signs stored as +1 (0x0001) and -1 (0xFFFF): (sa ^ sb) | 1, one
+            // ternary-logic op (truth table 0xBE = (A ^ B) | C) instead of a multiply.
+            const __m512i sg = _mm512_ternarylogic_epi32(as, bs[c], one16, 0xBE);
+            S[r][c] = _mm512_dpwssd_epi32(S[r][c], t, sg);
+          }
+        }
+      }
+    // The 14-bit cut and the scale back to 2^(E - 13).
+    for (int r = 0; r < kR; ++r)
+      for (int c = 0; c < kC; ++c) {
+        const __m512i E = _mm512_max_epi32(_mm512_srai_epi32(E16[r][c], 16), _mm512_set1_epi32(-60));
+        const __m512 inv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_set1_epi32(127 - 13), E), 23));
+        const __m512 f = _mm512_cvtepi32_ps(S[r][c]);  // exact: |S| < 2^21
+        const __m512 cut = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(f), cut_mask));
+        _mm512_storeu_ps(ch + 16 * (r * kC + c), _mm512_mul_ps(cut, inv));
+      }
+  }
+}
+
+void pack_avx512(int M, int N, int K, int Mp, int Np, int Kq, const std::uint8_t* A, const CodeFields* ta,
+                 const std::uint8_t* B, const CodeFields* tb, int b_shift, std::vector<APackQ>& ap,
+                 std::vector<BPackQ>& bp) {
+  ap.assign(std::size_t(Mp) * std::size_t(Kq), APackQ{});
+  bp.assign(std::size_t(Np / 16) * std::size_t(Kq), BPackQ{});
+  const double work = double(Mp + Np) * double(Kq) * 4.0;
+#pragma omp parallel if (work >= double(kParallelMinElements))
+  {
+#pragma omp for schedule(static)
+    for (int i = 0; i < Mp; ++i) {
+      APackQ* row = ap.data() + std::size_t(i) * std::size_t(Kq);
+      for (int q = 0; q < Kq; ++q)
+        for (int l = 0; l < 4; ++l) {
+          const int k = 4 * q + l;
+          const CodeFields f = (i < M && k < K) ? ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]
+                                                : CodeFields{0, 0, 1, false};
+          const bool zero = f.m == 0 || f.special;
+          row[q].e8[l] = zero ? kZeroExp8 : std::int8_t(f.e);
+          row[q].m[l] = zero ? 0 : f.m;
+          row[q].e[l] = zero ? 0 : f.e;
+          row[q].s[l] = f.s;
+        }
+    }
+#pragma omp for schedule(static)
+    for (int v = 0; v < Np / 16; ++v) {
+      BPackQ* col = bp.data() + std::size_t(v) * std::size_t(Kq);
+      for (int q = 0; q < Kq; ++q)
+        for (int jj = 0; jj < 16; ++jj) {
+          const int j = 16 * v + jj;
+          for (int l = 0; l < 4; ++l) {
+            const int k = 4 * q + l;
+            const CodeFields f = (j < N && k < K) ? tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]
+                                                  : CodeFields{0, 0, 1, false};
+            const bool zero = f.m == 0 || f.special;
+            col[q].e8[4 * jj + l] = zero ? kZeroExp8 : std::int8_t(f.e);
+            col[q].m[l / 2][2 * jj + l % 2] = zero ? std::int16_t(0) : std::int16_t(f.m << b_shift);
+            col[q].e[l / 2][2 * jj + l % 2] = zero ? std::int16_t(0) : f.e;
+            col[q].s[l / 2][2 * jj + l % 2] = f.s;
+          }
+        }
+    }
+  }
+}
+
+void gemm_avx512(int M, int N, int K, const std::uint8_t* A, const CodeFields* ta, const std::uint8_t* B,
+                 const CodeFields* tb, int b_shift, int block, Chain cp, float s, float* D) {
+  const int Kq = ((K + block - 1) / block * block) / 4;  // K padded to whole blocks, in quads
+  const int Mp = (M + kR - 1) / kR * kR, Np = (N + kTileCols - 1) / kTileCols * kTileCols;
+  std::vector<APackQ> ap;
+  std::vector<BPackQ> bp;
+  pack_avx512(M, N, K, Mp, Np, Kq, A, ta, B, tb, b_shift, ap, bp);
+  const int tiles_m = (Mp + kMc - 1) / kMc, tiles_n = (Np + kNc - 1) / kNc;
+  const int tiles = tiles_m * tiles_n;
+  const int bq = block / 4;
+  const double work = double(M) * N * K;
+#pragma omp parallel if (work >= kParallelMinMacs)
+  {
+    // The state of one cache tile: per register tile, [kR][kC][16] chains, totals and sums.
+    std::vector<float> state(std::size_t(3) * kMc * kNc);
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < tiles; ++t) {
+      const int i0 = (t / tiles_n) * kMc, j0 = (t % tiles_n) * kNc;
+      const int rows = std::min(kMc, Mp - i0), cols = std::min(kNc, Np - j0);
+      const int rg = rows / kR, cg = cols / kTileCols;
+      std::fill(state.begin(), state.end(), 0.0f);
+      float* ch = state.data();
+      float* tot = ch + kMc * kNc;
+      float* sum = tot + kMc * kNc;
+      for (int q0 = 0; q0 < Kq; q0 += kKcQuads) {
+        const int q1 = std::min(Kq, q0 + kKcQuads);
+        for (int r = 0; r < rg; ++r) {
+          const APackQ* a = ap.data() + std::size_t(i0 + r * kR) * std::size_t(Kq);
+          for (int c = 0; c < cg; ++c) {
+            const BPackQ* b = bp.data() + std::size_t((j0 + c * kTileCols) / 16) * std::size_t(Kq);
+            const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
+            if (bq == 8)
+              tc_tile_avx512<8>(a, std::size_t(Kq), b, std::size_t(Kq), q0, q1, cp, ch + off, tot + off, sum + off);
+            else
+              tc_tile_avx512<4>(a, std::size_t(Kq), b, std::size_t(Kq), q0, q1, cp, ch + off, tot + off, sum + off);
+          }
+        }
+      }
+      for (int r = 0; r < rg; ++r)
+        for (int c = 0; c < cg; ++c) {
+          const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
+          for (int rr = 0; rr < kR; ++rr)
+            for (int cc = 0; cc < kC; ++cc)
+              for (int l = 0; l < 16; ++l) {
+                const int i = i0 + r * kR + rr, j = j0 + c * kTileCols + cc * 16 + l;
+                if (i >= M || j >= N) continue;
+                const std::size_t x = off + std::size_t((rr * kC + cc) * 16 + l);
+                D[std::size_t(i) * std::size_t(N) + std::size_t(j)] = chain_result(cp, K, ch[x], tot[x], sum[x], s);
+              }
+        }
+    }
+  }
+}
+#endif  // FP8EMU_HAVE_X86_KERNELS
+
+// ------------------------------------------------------------------------------------------------
+// AVX2 and baseline paths: fp32 values and int32 exponents, 8 columns per vector (GCC vector
+// extensions; two SSE halves in the baseline build). For each K-block the alignment exponent E of
+// every output column is the max of ea + eb over the block's non-zero products and the running
+// sum's exponent; each exact product a*b (at most 8 significant bits, at least 2^-25: an fp32) is
+// scaled by 2^(13-E) (exact, or below 1 and then truncated to 0 anyway) and truncated toward zero by
+// the float -> int conversion, which is the model's per-term magnitude truncation; the integer sum
+// is cut to 14 significant bits by masking the low 10 mantissa bits of its (exact) fp32 value, then
+// scaled back by 2^(E-13). Register tile: kRowsV rows x 8 columns, so each B vector loaded in the
+// k loops serves kRowsV rows. B is stored in 8-column panels, zero padded (value 0, exponent
+// kNoExponentInt), which never change a result.
+#pragma GCC diagnostic ignored "-Wpsabi"  // the 32-byte vectors never cross a non-inlined call
+typedef float v8f __attribute__((vector_size(32)));
+typedef std::int32_t v8i __attribute__((vector_size(32)));
+constexpr int kLanes = 8;
+constexpr int kRowsV = 4;
+constexpr std::int32_t kNoExponentInt = -100000;  // never the maximum
+constexpr int kColumnChunk = 128;
+
+struct Decoded {
+  std::vector<float> value;            // exact value (0 for zero and special codes)
+  std::vector<std::int32_t> exponent;  // unnormalised exponent, kNoExponentInt for zero
+};
+
+Decoded decode_for_model(const std::uint8_t* codes, std::size_t n, const FormatSpec& f, const CodeFields* t) {
+  Decoded d;
+  d.value.resize(n);
+  d.exponent.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const CodeFields& c = t[codes[i]];
+    const bool zero = c.m == 0 || c.special;
+    d.value[i] = zero ? 0.0f : core::fp8_to_f32(codes[i], f);
+    d.exponent[i] = zero ? kNoExponentInt : c.e;
+  }
+  return d;
+}
+
+__attribute__((always_inline)) inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline v8i load8i(const std::int32_t* p) {
+  v8i v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+
+// Rows i0 .. i0 + R - 1 (R <= kRowsV) of D.
+template <int R>
+__attribute__((always_inline)) inline void tc_rows_generic(int i0, int N, int Npad, int K, const Decoded& a,
+                                                           const Decoded& bt, int block, Chain cp, float s, float* D) {
+  alignas(32) float chain[R][kColumnChunk], total[R][kColumnChunk], sum[R][kColumnChunk];
+  const v8i no_exp = {kNoExponentInt, kNoExponentInt, kNoExponentInt, kNoExponentInt,
+                      kNoExponentInt, kNoExponentInt, kNoExponentInt, kNoExponentInt};
+  const v8i exp_mask = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  for (int j0 = 0; j0 < Npad; j0 += kColumnChunk) {
+    const int nv = std::min(kColumnChunk, Npad - j0) / kLanes;
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < kColumnChunk; ++j) chain[r][j] = total[r][j] = sum[r][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += block) {
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < kColumnChunk; ++j) chain_boundary(cp, k0, chain[r][j], total[r][j], sum[r][j]);
+      const int k1 = std::min(K, k0 + block);
+      const float* av[R];
+      const std::int32_t* ae[R];
+      for (int r = 0; r < R; ++r) {
+        av[r] = a.value.data() + std::size_t(i0 + r) * std::size_t(K);
+        ae[r] = a.exponent.data() + std::size_t(i0 + r) * std::size_t(K);
+      }
+      for (int v = 0; v < nv; ++v) {
+        const std::size_t panel = std::size_t((j0 + v * kLanes) / kLanes) * std::size_t(K);
+        v8i E[R];
+        v8f c[R];
+        for (int r = 0; r < R; ++r) {
+          c[r] = load8(&chain[r][v * kLanes]);
+          // Exponent of the running sum (a normal number or +0), or kNoExponentInt when it is zero.
+          const v8i cb = (v8i)(c[r]) & 0x7FFFFFFF;
+          const v8i ce = (cb >> 23) & exp_mask;
+          E[r] = cb == 0 ? no_exp : ce - 127;
+        }
+        for (int k = k0; k < k1; ++k) {
+          const v8i eb = load8i(bt.exponent.data() + (panel + std::size_t(k)) * kLanes);
+          for (int r = 0; r < R; ++r) {
+            const v8i t = ae[r][k] + eb;
+            E[r] = t > E[r] ? t : E[r];
+          }
+        }
+        v8i S[R], inv_bits[R];
+        v8f sc[R];
+        for (int r = 0; r < R; ++r) {
+          const v8i any = E[r] > kNoExponentInt / 2;
+          const v8i Ei = any ? E[r] : E[r] * 0;
+          sc[r] = (v8f)((127 + 13 - Ei) << 23);  // 2^(13 - E)
+          inv_bits[r] = (127 - 13 + Ei) << 23;   // 2^(E - 13)
+          S[r] = __builtin_convertvector(c[r] * sc[r], v8i);  // the running sum joins the alignment, truncated
+        }
+        for (int k = k0; k < k1; ++k) {
+          const v8f vb = load8(bt.value.data() + (panel + std::size_t(k)) * kLanes);
+          for (int r = 0; r < R; ++r) S[r] += __builtin_convertvector((av[r][k] * vb) * sc[r], v8i);
+        }
+        for (int r = 0; r < R; ++r) {
+          const v8f f = __builtin_convertvector(S[r], v8f);  // exact: |S| < 2^21
+          const v8i cut_bits = (v8i)(f) & static_cast<std::int32_t>(0xFFFFFC00u);
+          store8(&chain[r][v * kLanes], (v8f)(cut_bits) * (v8f)(inv_bits[r]));  // S = 0 gives +0
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float* d = D + std::size_t(i0 + r) * std::size_t(N);
+      for (int j = j0; j < std::min(N, j0 + kColumnChunk); ++j) {
+        const int jj = j - j0;
+        d[j] = chain_result(cp, K, chain[r][jj], total[r][jj], sum[r][jj], s);
+      }
+    }
+  }
+}
+
+void tc_rows_baseline(int i0, int rows, int N, int Npad, int K, const Decoded& a, const Decoded& bt, int block,
+                      Chain cp, float s, float* D) {
+  if (rows == kRowsV) return tc_rows_generic<kRowsV>(i0, N, Npad, K, a, bt, block, cp, s, D);
+  for (int i = i0; i < i0 + rows; ++i) tc_rows_generic<1>(i, N, Npad, K, a, bt, block, cp, s, D);
+}
+
+#ifdef FP8EMU_HAVE_X86_KERNELS
+// The same source with AVX2 instructions (no FMA is enabled, and -ffp-contract=off: the same
+// separate IEEE multiplies, truncating conversions and integer adds, so the same bits).
+__attribute__((target("avx2"))) void tc_rows_avx2(int i0, int rows, int N, int Npad, int K, const Decoded& a,
+                                                  const Decoded& bt, int block, Chain cp, float s, float* D) {
+  if (rows == kRowsV) return tc_rows_generic<kRowsV>(i0, N, Npad, K, a, bt, block, cp, s, D);
+  for (int i = i0; i < i0 + rows; ++i) tc_rows_generic<1>(i, N, Npad, K, a, bt, block, cp, s, D);
+}
+#endif
+
+void gemm_generic(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
+                  const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
+                  float* D, bool avx2) {
+  const Decoded a = decode_for_model(A, std::size_t(M) * std::size_t(K), fa, ta);
+  const int Npad = (N + kLanes - 1) / kLanes * kLanes;
+  // B in 8-column panels, [Npad / 8][K][8]: for one panel the K-loop reads consecutive vectors.
+  std::vector<std::uint8_t> b_t(std::size_t(K) * std::size_t(Npad), 0);
+  for (int j = 0; j < N; ++j)
+    for (int k = 0; k < K; ++k)
+      b_t[(std::size_t(j / kLanes) * std::size_t(K) + std::size_t(k)) * kLanes + std::size_t(j % kLanes)] =
+          B[std::size_t(j) * std::size_t(K) + std::size_t(k)];
+  const Decoded bt = decode_for_model(b_t.data(), b_t.size(), fb, tb);
+  const double work = double(M) * N * K;
+  const int groups = (M + kRowsV - 1) / kRowsV;
+  (void)avx2;
+#pragma omp parallel for schedule(dynamic, 1) if (work >= kParallelMinMacs)
+  for (int g = 0; g < groups; ++g) {
+    const int i0 = kRowsV * g, rows = std::min(kRowsV, M - i0);
+#ifdef FP8EMU_HAVE_X86_KERNELS
+    if (avx2) {
+      tc_rows_avx2(i0, rows, N, Npad, K, a, bt, block, cp, s, D);
+      continue;
+    }
+#endif
+    tc_rows_baseline(i0, rows, N, Npad, K, a, bt, block, cp, s, D);
+  }
+}
+
+}  // namespace
+
+void gemm_tensor_core(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const std::uint8_t* B,
+                      const FormatSpec& fb, const AccumulationModel& model, int promotion_interval, int split_k,
+                      float s, float* D) {
+  if (M == 0 || N == 0) return;
+  CodeFields ta[256], tb[256];
+  decode_table(fa, ta);
+  decode_table(fb, tb);
+  const int range = std::max(core::split_k_range(K, split_k), 1);  // K itself without split-K
+  const Chain cp{promotion_interval >= std::min(K, range) ? 0 : promotion_interval, range};
+  const GemmIsa isa = gemm_isa();
+#ifdef FP8EMU_HAVE_X86_KERNELS
+  if (isa == GemmIsa::kAvx512) {
+    gemm_avx512(M, N, K, A, ta, B, tb, core::kMmaFractionBits - fa.mantissa_bits - fb.mantissa_bits, model.block, cp,
+                s, D);
+  } else
+#endif
+  {
+    gemm_generic(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, isa == GemmIsa::kAvx2);
+  }
+  // Rows of A and of B with NaN or Inf codes were packed as zeros: their elements take the element
+  // model, which applies the model's special-value rule.
+  std::vector<char> bad_a(static_cast<std::size_t>(M)), bad_b(static_cast<std::size_t>(N));
+  bool any_bad = false;
+  for (int i = 0; i < M; ++i) {
+    bad_a[std::size_t(i)] = row_has_special(A + std::size_t(i) * std::size_t(K), K, ta);
+    any_bad = any_bad || bad_a[std::size_t(i)];
+  }
+  for (int j = 0; j < N; ++j) {
+    bad_b[std::size_t(j)] = row_has_special(B + std::size_t(j) * std::size_t(K), K, tb);
+    any_bad = any_bad || bad_b[std::size_t(j)];
+  }
+  if (!any_bad) return;
+  const double work = double(M) * N * K;
+#pragma omp parallel for schedule(dynamic, 4) if (work >= kParallelMinMacs)
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j)
+      if (bad_a[std::size_t(i)] || bad_b[std::size_t(j)])
+        D[std::size_t(i) * std::size_t(N) + std::size_t(j)] =
+            core::gemm_tn_element(A + std::size_t(i) * std::size_t(K), fa, B + std::size_t(j) * std::size_t(K), fb, K,
+                                  model, promotion_interval, split_k, s);
+}
+
+}  // namespace fp8emu::emu::detail
