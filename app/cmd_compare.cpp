@@ -63,7 +63,7 @@ int run_compare(const std::string& x, const std::string& y, std::ostream& out, s
         << "\n";
     return mismatches == 0 ? 0 : 1;
   } catch (const std::exception& e) {
-    err << "fp8emu compare: error: " << e.what() << "\n";
+    err << "fp8emu compare: error: " << error_text(e) << "\n";
     return 2;
   }
 }
