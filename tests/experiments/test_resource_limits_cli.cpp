@@ -240,6 +240,10 @@ void run_row(const std::string& id, const std::string& earlier_kind, const std::
     WARN("SKIPPED: " << mount_refusal());
     return;
   }
+  if (r.command.rfind("prlimit ", 0) == 0 && fp8emu::testing::run_shell("command -v prlimit").code != 0) {
+    WARN("SKIPPED: prlimit (util-linux) is not installed");
+    return;
+  }
   if (kAsan && r.command.find("prlimit --as") != std::string::npos) {
     WARN("SKIPPED: address-space limits do not work under AddressSanitizer");
     return;
