@@ -500,7 +500,7 @@ TEST_CASE("convert: each bad input is rejected by name, with no output", "[cli][
                  "--policy and --rounding apply to conversions to a small format");
 }
 
-TEST_CASE("explain --code describes the code given; E8M0 error is against |x|", "[cli][explain]") {
+TEST_CASE("explain --code describes the code given, E8M0 error is against |x|", "[cli][explain]") {
   // OCP OFP8 r1.0: E5M2 0x7C is +Inf; converting Inf under CUDA satfinite would give 0x7B instead.
   auto r = run_cli("explain 0x7C --code --format e5m2");
   CHECK(r.code == 0);

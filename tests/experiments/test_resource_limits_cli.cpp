@@ -127,11 +127,12 @@ const fs::path& root() {
   return r;
 }
 
-// Removes root() when the test program ends.
+// Removes root() and the corpus file when the test program ends.
 struct RemoveRoot {
   ~RemoveRoot() {
     std::error_code ec;
     fs::remove_all(fs::temp_directory_path() / ("fp8emu-resource-limits-" + std::to_string(::getpid())), ec);
+    fs::remove("/tmp/fp8emu-resource-limits-corpus-" + std::to_string(::getpid()) + ".txt", ec);  // word_salad_corpus
   }
 } remove_root;
 

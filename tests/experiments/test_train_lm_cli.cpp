@@ -81,7 +81,7 @@ TEST_CASE("train-lm writes metrics, layers, samples, summary for FP32 and FP8", 
   CHECK(saw_fp8_error);
 }
 
-TEST_CASE("train-lm: bit-identical results with 1 and 2 threads; other recipes run", "[cli][lm][determinism]") {
+TEST_CASE("train-lm: bit-identical results with 1 and 2 threads, other recipes run", "[cli][lm][determinism]") {
   const fs::path a = scratch("t1"), b = scratch("t2");
   REQUIRE(run(tiny() + " --threads 1 --out " + a.string()).code == 0);
   REQUIRE(run(tiny() + " --threads 2 --out " + b.string()).code == 0);
