@@ -39,7 +39,7 @@ int run_compare(const std::string& x, const std::string& y, std::ostream& out, s
         << "\nmax rel error (vs second): " << st.max_rel_error << "\n";
     return st.identical() ? 0 : 1;
   } catch (const std::exception& e) {
-    err << "fp8emu compare: error: " << e.what() << "\n";
+    err << "fp8emu compare: error: " << error_text(e) << "\n";
     return 2;
   }
 }

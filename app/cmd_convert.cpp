@@ -240,7 +240,7 @@ int run_convert(const ConvertOptions& o, std::ostream& out, std::ostream& err) {
   try {
     return convert(o, out);
   } catch (const std::exception& e) {
-    err << "fp8emu convert: error: " << e.what() << "\n";
+    err << "fp8emu convert: error: " << error_text(e) << "\n";
     return 2;
   }
 }

@@ -281,7 +281,7 @@ int run_explain(const ExplainOptions& o, std::ostream& out, std::ostream& err) {
     out << text.str();
     return 0;
   } catch (const std::exception& e) {
-    err << "fp8emu explain: error: " << e.what() << "\n";
+    err << "fp8emu explain: error: " << error_text(e) << "\n";
     return 2;
   }
 }

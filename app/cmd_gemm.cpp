@@ -15,6 +15,7 @@
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/io/npy.hpp"
 #include "fp8emu/util/error.hpp"
+#include "fp8emu_internal/resources.hpp"
 
 namespace fp8emu::cli {
 namespace {
@@ -111,6 +112,10 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
     else if (o.output == "fp16") ep.output = emu::GemmOutput::kFp16, D.dtype = "<f2";
     else if (parse_fp8_format(o.output, &ep.output_format)) ep.output = emu::GemmOutput::kFp8, D.dtype = "|u1";
     else FP8EMU_FAIL("unknown --output '", o.output, "' (accepted: fp32, bf16, fp16, ", fp8_format_names(), ")");
+    // D and the .npy file's bytes written from it, beside the operands already read.
+    io::check_memory(2 * M * N * D.itemsize() + qa.size() + qb.size() + 4 * (cbuf.size() + biasbuf.size()),
+                     "GEMM output [" + std::to_string(M) + ", " + std::to_string(N) + "] (" + o.output + ") from " +
+                         o.a + " and " + o.b);
     D.data.resize(M * N * D.itemsize());
     emu::gemm_fp8_tn(int(M), int(N), int(K), qa.data(), fa, sa, qb.data(), fb, sb, acc, ep, D.data.data());
     io::write_npy(o.out, D);
@@ -120,7 +125,7 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
         << (acc.split_k > 1 ? ", split-K " + std::to_string(acc.split_k) : std::string()) << ", " << o.output << " written to " << o.out << "; amax of D " << amax_d << "\n";
     return 0;
   } catch (const std::exception& e) {
-    err << "fp8emu gemm: error: " << e.what() << "\n";
+    err << "fp8emu gemm: error: " << error_text(e) << "\n";
     return 2;
   }
 }

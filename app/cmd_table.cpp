@@ -82,7 +82,7 @@ int run_table(const TableOptions& o, std::ostream& out, std::ostream& err) {
     out << text.str();
     return 0;
   } catch (const std::exception& e) {
-    err << "fp8emu table: error: " << e.what() << "\n";
+    err << "fp8emu table: error: " << error_text(e) << "\n";
     return 2;
   }
 }

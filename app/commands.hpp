@@ -4,21 +4,33 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <functional>
+#include <new>
 #include <string>
 
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/scaling/recipe.hpp"
+#include "fp8emu_internal/resources.hpp"
 
 namespace fp8emu::cli {
 
 /// A registered subcommand: its CLI11 node and what to run when the command line chose it (the
 /// options it reads live with the closure). `run` returns the exit status; an exception it throws
-/// is reported by main as "fp8emu: error: ..." with status 1.
+/// is reported by main as "fp8emu: error: ..." with status 2 (fp8emu::Error, std::bad_alloc) or 1
+/// (any other: a fault of fp8emu).
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;
 };
+
+/// The text of an error line for a caught exception: what() of fp8emu's errors; for
+/// std::bad_alloc, whose what() says nothing useful, that memory ran out and what limits it.
+inline std::string error_text(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return "out of memory: the command needs more memory than it can get (" + io::describe_memory_limit() + ")";
+  return e.what();
+}
 
 /// The FP8 format named by a flag's value: a registry name or alias of an OCP FP8 format ("e4m3",
 /// "e4m3fn", "e5m2"). Returns false for anything else (the caller words the error).

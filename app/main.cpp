@@ -2,9 +2,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,8 @@
 #include "commands.hpp"
 #include "common/dist.hpp"
 #include "fp8emu/config.hpp"
+#include "fp8emu/util/error.hpp"
+#include "fp8emu_internal/resources.hpp"
 
 namespace {
 // OpenMP threads that wait at a barrier spin for ~300k iterations by default (libgomp). On a machine
@@ -30,6 +34,11 @@ void prefer_short_openmp_spin(char** argv) {
 int main(int argc, char** argv) {
   using namespace fp8emu::cli;
   prefer_short_openmp_spin(argv);
+  // Under a file-size limit (ulimit -f, prlimit --fsize) a write beyond it raises SIGXFSZ, which
+  // kills the process without a word and may leave a half-written file behind. Ignored, the write
+  // fails with EFBIG instead, and the atomic writer (src/io/atomic_file.cpp) reports it in one line
+  // and removes its temporary file: the earlier version of the file stays as it was.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"fp8emu: bit-exact FP8 emulation and FP8-vs-FP32 training experiments"};
   app.require_subcommand(1);
   app.set_version_flag("--version", FP8EMU_VERSION_STRING);
@@ -41,8 +50,11 @@ int main(int argc, char** argv) {
       add_train_lm(app)};
 
   // The one error wrapper. Command-line errors: --help and --version exit 0 through CLI11; any
-  // other is bad input: one line, exit 2 (as the tools' own input errors). A command that throws:
-  // one line, exit 1. Under mpirun every rank meets the same error: rank 0 alone prints it.
+  // other is bad input: one line, exit 2 (as the tools' own input errors). A command that throws
+  // fp8emu::Error (a bad flag value, a bad input file, an output that cannot be written, a run that
+  // would not fit in memory) or runs out of memory: one line, exit 2 as well. Any other exception is
+  // a fault of fp8emu itself: one line, exit 1. Under mpirun every rank meets the same error: rank 0
+  // alone prints it.
   const bool print_errors = fp8emu::experiments::common::dist::reports_errors();
   const std::vector<std::string> args = protect_negative_values(argc, argv);
   std::vector<const char*> arg_ptrs;
@@ -73,6 +85,14 @@ int main(int argc, char** argv) {
   try {
     for (const Command& c : commands)
       if (*c.app) return c.run();
+  } catch (const fp8emu::Error& e) {
+    if (fp8emu::experiments::common::dist::reports_errors()) std::fprintf(stderr, "fp8emu: error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    if (fp8emu::experiments::common::dist::reports_errors())
+      std::fprintf(stderr, "fp8emu: error: out of memory: the command needs more memory than it can get (%s)\n",
+                   fp8emu::io::describe_memory_limit().c_str());
+    return 2;
   } catch (const std::exception& e) {
     if (fp8emu::experiments::common::dist::reports_errors()) std::fprintf(stderr, "fp8emu: error: %s\n", e.what());
     return 1;

@@ -27,6 +27,7 @@
 #include "fp8emu/config.hpp"
 #include "fp8emu/nn/transformer.hpp"
 #include "fp8emu/util/error.hpp"
+#include "fp8emu_internal/resources.hpp"
 
 namespace fp8emu::experiments {
 namespace {
@@ -759,6 +760,21 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
     FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
     FP8EMU_CHECK(cfg.dp_shards <= cfg.batch_size, "--dp-shards ", cfg.dp_shards, " exceeds --batch-size ",
                  cfg.batch_size, ": every shard needs at least one sequence of a batch");
+    {
+      // A lower bound of the memory a run needs (12 bytes per weight of the layers: the weight, its
+      // gradient and Adam's state; 4 bytes per activation kept for the backward pass: QKV, attention
+      // output, projection, MLP hidden, attention probabilities), checked before any is allocated.
+      const std::uint64_t d = std::uint64_t(cfg.d_model), layers = std::uint64_t(cfg.layers),
+                          ffn = std::uint64_t(cfg.ffn), b = std::uint64_t(cfg.batch_size),
+                          t = std::uint64_t(cfg.seq_len), h = std::uint64_t(cfg.heads);
+      const std::uint64_t params = layers * (4 * d * d + 2 * d * ffn);
+      const std::uint64_t activations = layers * (b * t * (5 * d + ffn) + b * h * t * t);
+      io::check_memory(12 * params + 4 * activations,
+                       "a transformer of " + std::to_string(cfg.layers) + " layers (--layers), --d-model " +
+                           std::to_string(cfg.d_model) + ", --heads " + std::to_string(cfg.heads) + " and --ffn " +
+                           std::to_string(cfg.ffn) + " on batches of " + std::to_string(cfg.batch_size) +
+                           " sequences (--batch-size) of " + std::to_string(cfg.seq_len) + " bytes (--seq-len)");
+    }
     dp_holder.emplace(group, cfg.dp_shards, common::parse_amax_reduction(cfg.amax_reduction));
     spec_holder = LmSpec{0,
                 cfg.d_model,

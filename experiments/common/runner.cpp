@@ -18,6 +18,7 @@
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/io/atomic_file.hpp"
 #include "fp8emu_internal/plot.hpp"
+#include "fp8emu_internal/resources.hpp"
 
 namespace fp8emu::experiments::common {
 
@@ -132,6 +133,10 @@ void record_backends(nlohmann::json& config, const std::string& spec, const std:
 }
 
 int set_threads(int threads) {
+  // More threads than CPUs only slow the run down (results are the same for any --threads).
+  const int cpus = io::usable_cpus();
+  FP8EMU_CHECK(threads <= cpus, "--threads ", threads, " is more than the ", cpus,
+               " CPU(s) this process may run on (results are the same for any --threads; 0 uses all of them)");
 #ifdef _OPENMP
   if (threads > 0) omp_set_num_threads(threads);
   return omp_get_max_threads();

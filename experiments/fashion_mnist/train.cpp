@@ -28,6 +28,7 @@
 #include "fp8emu/io/idx.hpp"
 #include "fp8emu/nn/mlp.hpp"
 #include "fp8emu/util/error.hpp"
+#include "fp8emu_internal/resources.hpp"
 
 namespace fp8emu::experiments {
 namespace {
@@ -670,6 +671,23 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
     FP8EMU_CHECK(batch >= cfg.dp_shards, "--dp-shards ", cfg.dp_shards, " exceeds the batch of ", batch,
                  " images: every shard needs at least one image of a batch (use a larger --batch-size or fewer "
                  "shards)");
+    // A lower bound of the memory the runs need (the data, 12 bytes per parameter for the weight,
+    // its gradient and the optimizer's state, 8 bytes per activation for the values and their
+    // gradients), checked before any of it is allocated.
+    std::uint64_t params = 0, widths = std::uint64_t(train.x.cols) + kClasses, prev = std::uint64_t(train.x.cols);
+    std::string mlp = std::to_string(train.x.cols);
+    for (const std::uint64_t w : std::vector<std::uint64_t>(cfg.hidden.begin(), cfg.hidden.end())) {
+      params += prev * w + w;
+      widths += w;
+      prev = w;
+      mlp += "-" + std::to_string(w);
+    }
+    params += prev * kClasses + kClasses;
+    const std::uint64_t rows = std::uint64_t(std::max(batch, std::min(kEvalBatch, test.x.rows)));
+    const std::uint64_t data = (std::uint64_t(train.x.rows) + std::uint64_t(test.x.rows)) * std::uint64_t(train.x.cols) * 4;
+    io::check_memory(data + 12 * params + 8 * rows * widths,
+                     "the MLP " + mlp + "-" + std::to_string(kClasses) + " (--hidden) with batches of " +
+                         std::to_string(rows) + " images (--batch-size)");
   });
 
   // 3. The output folder, once the data is known to be good. On --resume the checkpoint is read and

@@ -112,7 +112,7 @@ TEST_CASE("numeric_limits match ml_dtypes' finfo and the format specs", "[types]
   CHECK(!L8::is_signed);
 }
 
-TEST_CASE("every finite code round-trips through float; -0 and NaN codes behave", "[types]") {
+TEST_CASE("every finite code round-trips through float, -0 and NaN codes behave", "[types]") {
   auto roundtrip = [](auto tag) {
     using T = decltype(tag);
     const FormatSpec& f = T::spec();

@@ -36,7 +36,7 @@ TEST_CASE("MXFP8 scale at the rounding boundary of the E8M0 code", "[emulation][
   CHECK(mxfp8_scale_code(INFINITY, Format::kE4M3, E8M0Rule::kTransformerEngine) == 0xFE);
 }
 
-TEST_CASE("MXFP8 TE rule never saturates a block; the OCP floor rule can", "[emulation][mxfp8]") {
+TEST_CASE("MXFP8 TE rule never saturates a block, the OCP floor rule can", "[emulation][mxfp8]") {
   // amax 480: TE t = 480/448 -> rounds up to 2 (e = 128): 480 * 2^-1 = 240 fits.
   // OCP: floor(log2 480) = 8, minus E4M3 emax 8 -> X = 2^0: 480 saturates to 448.
   CHECK(mxfp8_scale_code(480.0f, Format::kE4M3, E8M0Rule::kTransformerEngine) == 128);

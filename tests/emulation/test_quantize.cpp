@@ -44,7 +44,7 @@ TEST_CASE("amax ignores NaN and max-accumulates into the existing value", "[emul
   CHECK(emu::compute_amax(x.data(), x.size()) == 3.0f);
 }
 
-TEST_CASE("scale multiplies before the cast; dequantize multiplies by scale_inv", "[emulation][quantize]") {
+TEST_CASE("scale multiplies before the cast, dequantize multiplies by scale_inv", "[emulation][quantize]") {
   const std::vector<float> x{3.0f, -3.0f};
   std::vector<std::uint8_t> q(2);
   emu::quantize(x.data(), 2, 0.5f, Format::kE4M3, q.data(), nullptr);

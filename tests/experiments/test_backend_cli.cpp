@@ -65,11 +65,11 @@ TEST_CASE("strict mode refuses a cuda backend that cannot run, before writing an
   }
   const fs::path d = scratch("strict");
   const Result r = run("train" + kSmall + " --backend cuda --strict --out " + d.string());
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("--backend cuda cannot run (--strict)") != std::string::npos);
   CHECK(!fs::exists(d));
   // Per layer too.
-  CHECK(run("train" + kSmall + " --backend fc2=cuda --strict --out " + d.string()).code != 0);
+  CHECK(run("train" + kSmall + " --backend fc2=cuda --strict --out " + d.string()).code == 2);
 }
 
 TEST_CASE("command-line errors: one line and exit 2", "[cli][errors]") {
@@ -92,9 +92,9 @@ TEST_CASE("per-layer backends: a reference (FP32) layer changes the FP8 run, nam
   CHECK(me.substr(0, me.find("fp8_")) == mr.substr(0, mr.find("fp8_")));
   CHECK(me != mr);
   const Result bad = run("train" + kSmall + " --backend fc9=cuda --out " + scratch("bad").string());
-  CHECK(bad.code != 0);
+  CHECK(bad.code == 2);
   CHECK(bad.output.find("unknown layer 'fc9' (this model's layers are fc1, fc2, fc3)") != std::string::npos);
   const Result bad_kind = run("train" + kSmall + " --backend fc1=gpu --out " + scratch("bad2").string());
-  CHECK(bad_kind.code != 0);
+  CHECK(bad_kind.code == 2);
   CHECK(bad_kind.output.find("unknown backend 'gpu'") != std::string::npos);
 }

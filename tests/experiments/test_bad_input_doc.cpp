@@ -269,6 +269,13 @@ class Fixtures {
       for (std::size_t i = 10; i + 8 < raw.size(); ++i) raw[i] ^= 0xFF;  // the deflate data
       return fp8emu::testing::write_plain(f, raw);
     }
+    if (name == "idx-gzip-cut") {  // the gzip file itself cut in half (a download that stopped)
+      idx_folder(p);
+      const std::string f = (p / "train-images-idx3-ubyte.gz").string();
+      Bytes raw = fp8emu::testing::read_all(f);
+      raw.resize(raw.size() / 2);
+      return fp8emu::testing::write_plain(f, raw);
+    }
     // checkpoints (train: FP8EMU-CHECKPOINT-2, train-lm: FP8EMU-LM-CHECKPOINT-2), each in a folder
     if (name == "ck-empty-folder") return fs::create_directories(p), void();
     if (name == "ck-checksum") return write(p / "checkpoint.bin", Bytes{1, 2, 3, 4, 5, 6, 7, 8});

@@ -100,13 +100,13 @@ void write_patched_npy(const std::string& p, const NpyArray& a, const std::strin
   write_bytes(p, b);
 }
 
-// A conversion that must fail: exit code != 0, the message names the problem, OUT (and any
+// A conversion that must fail: exit code 2, the message names the problem, OUT (and any
 // temporary file beside it) does not exist afterwards.
 void check_rejected(const std::string& args, const std::string& out, const std::string& message) {
   INFO("fp8emu convert " << args);
   const auto r = run_cli("convert " + args);
   INFO(r.output);
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("fp8emu convert: error: ") != std::string::npos);
   CHECK(r.output.find(message) != std::string::npos);
   CHECK(count_lines(r.output) == 1);
@@ -473,7 +473,7 @@ TEST_CASE("convert: each bad input is rejected by name, with no output", "[cli][
 
   const std::string before = slurp(x);
   const auto r = run_cli("convert " + x + " " + x + " --to e4m3fn");
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("is the input file") != std::string::npos);
   CHECK(slurp(x) == before);
   check_rejected(x + " " + (scratch() / "." / "x.npy").string() + " --to e4m3fn", path("nothing.npy"),
@@ -500,7 +500,7 @@ TEST_CASE("convert: each bad input is rejected by name, with no output", "[cli][
                  "--policy and --rounding apply to conversions to a small format");
 }
 
-TEST_CASE("explain --code describes the code given; E8M0 error is against |x|", "[cli][explain]") {
+TEST_CASE("explain --code describes the code given, E8M0 error is against |x|", "[cli][explain]") {
   // OCP OFP8 r1.0: E5M2 0x7C is +Inf; converting Inf under CUDA satfinite would give 0x7B instead.
   auto r = run_cli("explain 0x7C --code --format e5m2");
   CHECK(r.code == 0);

@@ -71,17 +71,17 @@ TEST_CASE("same seed: bit-identical metrics with 1 and 2 threads", "[cli][determ
 TEST_CASE("bad input: clear errors and a non-zero exit", "[cli][errors]") {
   SECTION("unknown flag") {
     const Result r = run("train --bogus-flag 3");
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find("--bogus-flag") != std::string::npos);
   }
   SECTION("unknown recipe") {
     const Result r = run("train --recipe mystery --out " + scratch("rec").string());
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find("unknown recipe 'mystery'") != std::string::npos);
   }
   SECTION("missing dataset says how to install it") {
     const Result r = run("train --data-dir /nonexistent/fmnist --out " + scratch("miss").string());
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find("apt-get install dataset-fashion-mnist") != std::string::npos);
   }
   SECTION("output folder not writable") {
@@ -89,7 +89,7 @@ TEST_CASE("bad input: clear errors and a non-zero exit", "[cli][errors]") {
     fs::create_directories(file.parent_path());
     std::ofstream(file.string()) << "x";
     const Result r = run("train --out " + (file / "sub").string());
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find("output folder") != std::string::npos);
     CHECK(!fs::exists(file / "sub"));
   }
@@ -103,7 +103,7 @@ TEST_CASE("bad input: clear errors and a non-zero exit", "[cli][errors]") {
                               idx_bytes(0x08, {10}, std::vector<std::uint8_t>(10, 1)));
     const fs::path out = scratch("trunc-out");
     const Result r = run("train --data-dir " + d.string() + " --out " + out.string());
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find("train-images-idx3-ubyte.gz: truncated") != std::string::npos);
     CHECK(!fs::exists(out / "summary.json"));
   }
@@ -127,16 +127,16 @@ TEST_CASE("train with recipe all trains FP32 and every recipe side by side", "[c
 TEST_CASE("bad recipe parameters: clear errors and a non-zero exit", "[cli][errors][recipes]") {
   const std::string out = " --out " + scratch("badparam").string();
   const Result h = run("train --amax-history-len 0" + out);
-  CHECK(h.code != 0);
+  CHECK(h.code == 2);
   CHECK(h.output.find("amax_history_len must be >= 1") != std::string::npos);
   const Result e = run("train --recipe current --amax-epsilon -1" + out);
-  CHECK(e.code != 0);
+  CHECK(e.code == 2);
   CHECK(e.output.find("amax_epsilon must be finite and >= 0") != std::string::npos);
   const Result f = run("train --format e3m4" + out);
-  CHECK(f.code != 0);
+  CHECK(f.code == 2);
   CHECK(f.output.find("unknown FP8 format 'e3m4'") != std::string::npos);
   const Result g = run("train --format e5m2" + out);
-  CHECK(g.code != 0);
+  CHECK(g.code == 2);
   CHECK(g.output.find("E5M2-only format is rejected") != std::string::npos);
   CHECK(!fs::exists(scratch("badparam") / "summary.json"));
 }
@@ -175,10 +175,10 @@ TEST_CASE("scale-trace prints TE's scale evolution as CSV", "[cli][trace]") {
         "1,0,512,0.001953125\n"
         "2,nan,1,1\n");
   const Result bad = run("scale-trace --recipe delayed --amax 1,two");
-  CHECK(bad.code != 0);
+  CHECK(bad.code == 2);
   CHECK(bad.output.find("'two' is not a number") != std::string::npos);
   const Result mx = run("scale-trace --recipe mxfp8 --amax 1");
-  CHECK(mx.code != 0);
+  CHECK(mx.code == 2);
   CHECK(mx.output.find("unknown --recipe 'mxfp8'") != std::string::npos);
 }
 
@@ -191,7 +191,7 @@ TEST_CASE("train with a tensor-core accumulation model", "[cli][hopper]") {
   const nlohmann::json s = nlohmann::json::parse(slurp(out / "summary.json"));
   CHECK(s["config"]["gemm_accumulation"].get<std::string>().rfind("hopper", 0) == 0);
   const Result bad = run("train --accumulation tf32 --out " + scratch("badacc").string());
-  CHECK(bad.code != 0);
+  CHECK(bad.code == 2);
   CHECK(bad.output.find("unknown accumulation model 'tf32'") != std::string::npos);
 }
 
@@ -213,11 +213,11 @@ TEST_CASE("review findings stay fixed", "[cli][errors][regression]") {
     std::ofstream(out / "metrics.csv.tmp.12345") << "partial";
     const Result r = run("train --epochs 1 --train-samples 200 --test-samples 50 --quiet --recipe bogus --out " +
                          out.string());
-    CHECK(r.code != 0);  // bad config: nothing touched
+    CHECK(r.code == 2);  // bad config: nothing touched
     CHECK(fs::exists(out / "summary.json"));
     const Result ok = run("train --epochs 1 --train-samples 200 --test-samples 50 --quiet --data-dir /nonexistent --out " +
                           out.string());
-    CHECK(ok.code != 0);  // bad data: nothing touched either
+    CHECK(ok.code == 2);  // bad data: nothing touched either
     CHECK(fs::exists(out / "summary.json"));
     const Result good = run("train --epochs 1 --train-samples 200 --test-samples 50 --quiet --out " + out.string());
     CHECK(good.code == 0);
@@ -242,10 +242,10 @@ TEST_CASE("review findings stay fixed", "[cli][errors][regression]") {
   }
   SECTION("parameters of recipes that do not run are still checked") {
     const Result r = run("train --recipe delayed --amax-epsilon -1 --out " + scratch("eps").string());
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find("amax_epsilon") != std::string::npos);
     const Result h = run("train --amax-history-len 2000000000 --out " + scratch("hist").string());
-    CHECK(h.code != 0);
+    CHECK(h.code == 2);
     CHECK(h.output.find("amax_history_len must be >= 1 and <=") != std::string::npos);
   }
   SECTION("empty and mismatched image files are rejected") {
@@ -256,14 +256,14 @@ TEST_CASE("review findings stay fixed", "[cli][errors][regression]") {
     write_gz((d / "train-images-idx3-ubyte.gz").string(), idx_bytes(0x08, {0, 28, 28}, {}));
     write_gz((d / "train-labels-idx1-ubyte.gz").string(), idx_bytes(0x08, {0}, {}));
     Result r = run("train --data-dir " + d.string() + " --out " + scratch("emptyout").string());
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find("holds no images") != std::string::npos);
     write_gz((d / "train-images-idx3-ubyte.gz").string(), idx_bytes(0x08, {2, 28, 28}, std::vector<std::uint8_t>(2 * 784, 9)));
     write_gz((d / "train-labels-idx1-ubyte.gz").string(), idx_bytes(0x08, {2}, {1, 2}));
     write_gz((d / "t10k-images-idx3-ubyte.gz").string(), idx_bytes(0x08, {2, 14, 14}, std::vector<std::uint8_t>(2 * 196, 9)));
     write_gz((d / "t10k-labels-idx1-ubyte.gz").string(), idx_bytes(0x08, {2}, {1, 2}));
     r = run("train --data-dir " + d.string() + " --out " + scratch("mismatchout").string());
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find("test images have 196 pixels, training images 784") != std::string::npos);
     CHECK(!fs::exists(scratch("mismatchout")));
   }
@@ -283,7 +283,7 @@ TEST_CASE("accumulation-error writes its CSV, table and plot", "[cli][accumulati
   CHECK(rows == 2 * 2 * 4);  // 2 distributions x K in {256, 512} x 4 models
   CHECK(slurp(out / "table.md").find("| hopper_fast |") != std::string::npos);
   CHECK(fs::exists(out / "accumulation_error.png"));
-  CHECK(run("accumulation-error --k-max 100 --out " + scratch("accerr2").string()).code != 0);
+  CHECK(run("accumulation-error --k-max 100 --out " + scratch("accerr2").string()).code == 2);
 }
 
 TEST_CASE("accumulation-error: sizes that would need gigabytes are refused before any work", "[cli][accumulation][errors]") {
@@ -299,7 +299,7 @@ TEST_CASE("accumulation-error: sizes that would need gigabytes are refused befor
     const fs::path out = scratch("accerr-big");
     const Result r = run("accumulation-error " + c.flags + " --quiet --out " + out.string());
     INFO(c.flags << "\n" << r.output);
-    CHECK(r.code == 1);
+    CHECK(r.code == 2);
     CHECK(r.output.find(c.message) != std::string::npos);
     CHECK(!fs::exists(out));
   }
@@ -358,7 +358,7 @@ TEST_CASE("corrupt checkpoints and mismatched resumes give clear errors", "[cli]
   REQUIRE(run("train" + flags + " --checkpoint-every 1 --out " + out.string()).code == 0);
   // Other settings than the checkpointed run.
   Result r = run("train --epochs 3 --train-samples 300 --test-samples 100 --quiet --resume " + out.string());
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("was written by a run with other settings") != std::string::npos);
   // A flipped byte.
   std::vector<std::uint8_t> bytes = fp8emu::testing::read_all((out / "checkpoint.bin").string());
@@ -366,13 +366,13 @@ TEST_CASE("corrupt checkpoints and mismatched resumes give clear errors", "[cli]
   bytes[bytes.size() / 2] ^= 0x40;
   fp8emu::testing::write_plain((out / "checkpoint.bin").string(), bytes);
   r = run("train" + flags + " --resume " + out.string());
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("corrupt checkpoint (checksum mismatch)") != std::string::npos);
   CHECK(fs::exists(out / "summary.json"));  // a failed resume loses nothing
   // Nothing to resume from.
   const fs::path none = scratch("ck-none");
   r = run("train" + flags + " --resume " + none.string());
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("no checkpoint to resume from") != std::string::npos);
   CHECK(!fs::exists(none));  // nothing created
   // A checkpoint of format 1 (before data parallelism): its magic string and a valid CRC.
@@ -386,7 +386,7 @@ TEST_CASE("corrupt checkpoints and mismatched resumes give clear errors", "[cli]
   for (int i = 0; i < 4; ++i) v1.push_back(std::uint8_t(crc >> (8 * i)));
   fp8emu::testing::write_plain((old_format / "checkpoint.bin").string(), v1);
   r = run("train" + flags + " --resume " + old_format.string());
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("written by another fp8emu version (format FP8EMU-CHECKPOINT-1; this one reads "
                       "FP8EMU-CHECKPOINT-2), so it cannot be resumed") != std::string::npos);
 }
@@ -422,7 +422,7 @@ TEST_CASE("data-parallel shards on one process: thread-independent, amax group m
     const Result r = run("train --epochs 1 --train-samples 600 --test-samples 200 --batch-size 60 --quiet " + bad +
                          " --out " + out.string());
     INFO(bad << "\n" << r.output);
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find(message) != std::string::npos);
     CHECK(!fs::exists(out));
   }

@@ -84,7 +84,7 @@ TEST_CASE("train-lm writes metrics, layers, samples, summary for FP32 and FP8", 
   CHECK(saw_fp8_error);
 }
 
-TEST_CASE("train-lm: bit-identical results with 1 and 2 threads; other recipes run", "[cli][lm][determinism]") {
+TEST_CASE("train-lm: bit-identical results with 1 and 2 threads, other recipes run", "[cli][lm][determinism]") {
   const fs::path a = scratch("t1"), b = scratch("t2");
   REQUIRE(run(tiny() + " --threads 1 --out " + a.string()).code == 0);
   REQUIRE(run(tiny() + " --threads 2 --out " + b.string()).code == 0);
@@ -180,7 +180,7 @@ TEST_CASE("train-lm: bad corpus, flags and checkpoints give clear errors and wri
   for (const Case& c : cases) {
     const Result r = run(c.args + " --out " + out.string());
     INFO(c.args << "\n" << r.output);
-    CHECK(r.code != 0);
+    CHECK(r.code == 2);
     CHECK(r.output.find(c.message) != std::string::npos);
     CHECK(!fs::exists(out));
   }
@@ -188,18 +188,18 @@ TEST_CASE("train-lm: bad corpus, flags and checkpoints give clear errors and wri
   const fs::path ck = scratch("ck-bad");
   REQUIRE(run(tiny() + " --checkpoint-every 4 --out " + ck.string()).code == 0);
   Result r = run(tiny(13) + " --resume " + ck.string());
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("written with different flags or data") != std::string::npos);
   std::vector<std::uint8_t> bytes = fp8emu::testing::read_all((ck / "checkpoint.bin").string());
   REQUIRE(bytes.size() > 100);
   bytes[bytes.size() / 2] ^= 0x40;
   fp8emu::testing::write_plain((ck / "checkpoint.bin").string(), bytes);
   r = run(tiny() + " --resume " + ck.string());
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("corrupt checkpoint (checksum mismatch)") != std::string::npos);
   CHECK(fs::exists(ck / "summary.json"));  // a failed resume loses nothing
   r = run(tiny() + " --resume " + scratch("nothing").string());
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(r.output.find("no checkpoint to resume from") != std::string::npos);
 }
 

@@ -1,28 +1,36 @@
 // libFuzzer target: the command line of fp8emu: CLI11's parsing of every flag (numbers, lists,
 // enumerations) and each command's checks of what it parsed, for the commands whose checks come
-// before any real work: train, train-lm, scale-trace, explain and mma-check. The input is split at
-// NUL bytes into the words after `fp8emu`; flags naming files or folders are replaced by paths that
-// do not exist (so train and train-lm stop at their data after checking their flags) and --out by
-// a scratch folder. Accepted outcomes: --help, a CLI11 parse error, an fp8emu::Error (main's
-// "fp8emu: error:" line) or a normal return. Any other exception is a crash.
+// before any real work or whose work is small on the fixed inputs given here: train, train-lm,
+// scale-trace, explain, mma-check, gemm, compare, table and accumulation-error. The input is split
+// at NUL bytes into the words after `fp8emu`; flags naming files or folders are replaced: for train,
+// train-lm and mma-check by paths that do not exist (so they stop at their data after checking their
+// flags); for gemm by tiny valid operands (A and B [1, 2] E4M3 codes, C [1, 1] and bias [1] float32,
+// so the GEMM itself runs on every accepted flag set); for compare by two valid float32 arrays (its
+// positional words are dropped); --out by a path below a regular file, so that gemm and
+// accumulation-error stop when they would create their results (accumulation-error checks all its
+// flags before that, and no file is written per execution). Accepted outcomes: --help, a CLI11
+// parse error, an fp8emu::Error (main's "fp8emu: error:" line), a tool's exit status 2 with its own
+// error line, or a normal return. Any other exception is a crash.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cmd_explain.hpp"
 #include "commands.hpp"
+#include "fp8emu/io/npy.hpp"
 #include "fp8emu/util/error.hpp"
 #include "fuzz_input.hpp"
 
 using namespace fp8emu;
 
 namespace {
-// Flags whose value is a path: dropped with their value, then set to a path that does not exist.
-const char* const kPathFlags[] = {"--data-dir", "--out", "--text", "--resume", "--a", "--b", "--c", "--d"};
+// Flags whose value is a path: dropped with their value, then set per command (see above).
+const char* const kPathFlags[] = {"--data-dir", "--out", "--text", "--resume", "--a", "--b", "--c", "--d", "--bias"};
 
 bool is_path_flag(const std::string& w, bool* with_value) {
   for (const char* f : kPathFlags) {
@@ -37,6 +45,37 @@ bool is_path_flag(const std::string& w, bool* with_value) {
     }
   }
   return false;
+}
+
+// The fixed files of gemm and compare, written once into the scratch folder.
+struct Files {
+  std::string a, b, c, bias, x, y, blocked_out;
+};
+const Files& files() {
+  static const Files f = [] {
+    const std::string d = fuzz::scratch_dir();
+    Files r{d + "/a.npy", d + "/b.npy", d + "/c.npy", d + "/bias.npy", d + "/x.npy", d + "/y.npy",
+            d + "/regular-file/out"};
+    const auto put = [](const std::string& path, const char* dtype, std::vector<std::size_t> shape,
+                        std::vector<std::uint8_t> bytes) {
+      io::NpyArray n;
+      n.dtype = dtype;
+      n.shape = std::move(shape);
+      n.data = std::move(bytes);
+      io::write_npy(path, n);
+    };
+    put(r.a, "|u1", {1, 2}, {0x38, 0x40});        // E4M3 1, 2
+    put(r.b, "|u1", {1, 2}, {0x40, 0xB8});        // 2, -1
+    put(r.c, "<f4", {1, 1}, {0, 0, 0x80, 0x3F});  // 1.0f
+    put(r.bias, "<f4", {1}, {0, 0, 0, 0x40});     // 2.0f
+    put(r.x, "<f4", {1, 2}, {0, 0, 0x80, 0x3F, 0, 0, 0, 0x40});
+    put(r.y, "<f4", {1, 2}, {0, 0, 0x80, 0x3F, 1, 0, 0, 0x40});
+    std::FILE* regular = std::fopen((d + "/regular-file").c_str(), "w");
+    fuzz::require(regular != nullptr, "cannot create the scratch file");
+    std::fclose(regular);
+    return r;
+  }();
+  return f;
 }
 }  // namespace
 
@@ -59,6 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       w += char(data[i]);
     }
   }
+  const std::string cmd = words.size() >= 2 ? words[1] : std::string();
   std::vector<std::string> args;
   for (std::size_t i = 0; i < words.size(); ++i) {
     bool with_value = false;
@@ -66,19 +106,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (!with_value) ++i;  // its value
       continue;
     }
+    // compare's words other than flags would be its two file names
+    if (i > 1 && cmd == "compare" && (words[i].empty() || words[i][0] != '-')) continue;
     args.push_back(words[i]);
   }
-  if (args.size() >= 2) {
-    const std::string& cmd = args[1];
-    if (cmd == "train") args.insert(args.end(), {"--data-dir", missing, "--out", missing});
-    if (cmd == "train-lm") args.insert(args.end(), {"--text", missing, "--out", missing});
-    if (cmd == "mma-check") args.insert(args.end(), {"--a", missing, "--b", missing, "--d", missing});
+  const Files& f = files();
+  if (cmd == "train") args.insert(args.end(), {"--data-dir", missing, "--out", missing});
+  if (cmd == "train-lm") args.insert(args.end(), {"--text", missing, "--out", missing});
+  if (cmd == "mma-check") args.insert(args.end(), {"--a", missing, "--b", missing, "--d", missing});
+  if (cmd == "gemm") {
+    args.insert(args.end(), {"--a", f.a, "--b", f.b, "--out", f.blocked_out});
+    // --c and --bias when the input named them (their values were dropped above)
+    for (const std::string& word : words) {
+      if (word == "--c" || word.rfind("--c=", 0) == 0) args.insert(args.end(), {"--c", f.c});
+      if (word == "--bias" || word.rfind("--bias=", 0) == 0) args.insert(args.end(), {"--bias", f.bias});
+    }
   }
+  if (cmd == "compare") args.insert(args.end(), {f.x, f.y});
+  if (cmd == "accumulation-error") args.insert(args.end(), {"--out", f.blocked_out});
 
   CLI::App app{"fp8emu"};
   app.require_subcommand(1);
-  const std::vector<cli::Command> commands{cli::add_train(app), cli::add_train_lm(app), cli::add_scale_trace(app),
-                                           cli::add_explain(app), cli::add_mma_check(app)};
+  const std::vector<cli::Command> commands{
+      cli::add_train(app),   cli::add_train_lm(app), cli::add_scale_trace(app),
+      cli::add_explain(app), cli::add_mma_check(app), cli::add_gemm(app),
+      cli::add_compare(app), cli::add_table(app),     cli::add_accumulation_error(app)};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   const std::vector<std::string> protected_args = cli::protect_negative_values(int(argv.size()), argv.data());
@@ -92,7 +144,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     for (const cli::Command& c : commands)
       if (*c.app) {
-        c.run();
+        const int status = c.run();
+        fuzz::require(status == 0 || status == 1 || status == 2, "exit status other than 0, 1 or 2");
+        // gemm's and accumulation-error's results cannot be written (--out is below a file)
+        fuzz::require(cmd != "gemm" || status == 2, "gemm wrote below a regular file");
         break;
       }
   } catch (const Error&) {

@@ -101,7 +101,7 @@ TEST_CASE("LayerNormMLP backward matches finite differences (FP32, GELU and SwiG
   }
 }
 
-TEST_CASE("attention: forward equals the formula in double; causal; backward matches finite differences",
+TEST_CASE("attention: forward equals the formula in double, causal, backward matches finite differences",
           "[nn][transformer]") {
   const int B = 2, T = 5, H = 2, d = 3, D = H * d;
   nn::Rng rng(3);
@@ -171,7 +171,7 @@ std::vector<double> dequantized(const Matrix& m, float scale, Format fmt) {
 }
 }  // namespace
 
-TEST_CASE("FP8 LayerNormLinear equals a reference from the dequantized operands; TE's cast placement",
+TEST_CASE("FP8 LayerNormLinear equals a reference from the dequantized operands, TE's cast placement",
           "[nn][transformer][fp8]") {
   // Delayed scaling (first step: every scale is 1) casts the fp32 norm output; current scaling
   // rounds it to bf16 first (TE's LN kernel writes bf16 there) and scales from its amax.

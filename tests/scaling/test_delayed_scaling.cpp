@@ -61,7 +61,7 @@ TEST_CASE("L = 4, max: window of the L most recent non-zero amaxes", "[scaling][
   CHECK(st.history(3, 0) == 1.0f);
 }
 
-TEST_CASE("most_recent uses this step's amax; amax 0 keeps the old scale", "[scaling][delayed]") {
+TEST_CASE("most_recent uses this step's amax, amax 0 keeps the old scale", "[scaling][delayed]") {
   DelayedScaling r;
   r.amax_history_len = 4;
   r.amax_compute_algo = AmaxComputeAlgo::kMostRecent;
@@ -110,7 +110,7 @@ TEST_CASE("a tiny amax gives an infinite scale, stored as FLT_MAX", "[scaling][d
   CHECK(trace(r, Format::kE4M3, {0x1p-149f}) == std::vector<float>{FLT_MAX});
 }
 
-TEST_CASE("NaN is ignored when recorded; L = 1 resets the staging slot", "[scaling][delayed]") {
+TEST_CASE("NaN is ignored when recorded, L = 1 resets the staging slot", "[scaling][delayed]") {
   DelayedScaling r;
   r.amax_history_len = 1;
   DelayedScalingState st(2, 1);

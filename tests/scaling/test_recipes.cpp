@@ -63,7 +63,7 @@ TEST_CASE("current-scaling trace, one scale per amax", "[scaling][current]") {
 }
 
 // TE pytorch/quantization.py _amax_and_scale_update (unfused): the window always rolls.
-TEST_CASE("unfused delayed update always rolls; fused keeps the window on amax 0", "[scaling][delayed]") {
+TEST_CASE("unfused delayed update always rolls, fused keeps the window on amax 0", "[scaling][delayed]") {
   DelayedScaling r;
   r.amax_history_len = 2;
   // fused:   s0 = 448/2 = 224, h=[0,2]; step 1 r=0: no roll, 224; step 2 r=1: m = max(2, 1) = 2: 224
