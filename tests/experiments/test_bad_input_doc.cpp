@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/cli_runner.hpp"
+#include "support/doc_table.hpp"
 #include "support/idx_writer.hpp"
 #include "support/result_files.hpp"
 
@@ -38,62 +39,13 @@ struct Row {
   int exit = -1;
 };
 
-std::string trim(const std::string& s) {
-  const std::size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-// Cells of a Markdown table row; `\|` is a literal bar; one pair of backticks is removed.
-std::vector<std::string> cells(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (std::size_t i = 1; i < line.size(); ++i) {
-    if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|') {
-      cur += '|';
-      ++i;
-    } else if (line[i] == '|') {
-      out.push_back(trim(cur));
-      cur.clear();
-    } else {
-      cur += line[i];
-    }
-  }
-  for (std::string& c : out)
-    if (c.size() >= 2 && c.front() == '`' && c.back() == '`') c = c.substr(1, c.size() - 2);
-  return out;
-}
 
 std::vector<Row> read_table() {
-  std::ifstream f(std::string(FP8EMU_SOURCE_DIR) + "/docs/bad-input.md");
-  REQUIRE(f.good());
   std::vector<Row> rows;
-  std::string line;
-  bool in_table = false;
-  for (int n = 1; std::getline(f, line); ++n) {
-    if (line.find("<!-- bad-input table") != std::string::npos) {
-      in_table = true;
-      continue;
-    }
-    if (!in_table) continue;
-    if (line.rfind("|", 0) != 0) {
-      if (!rows.empty()) break;  // the blank line after the table
-      continue;
-    }
-    const std::vector<std::string> c = cells(line);
-    INFO("docs/bad-input.md:" << n << ": " << line);
-    REQUIRE(c.size() == 7);
-    if (c[0] == "#" || c[0].rfind("---", 0) == 0) continue;
-    Row r;
-    r.line = n;
-    r.id = c[1];
-    r.parser = c[2];
-    r.input = c[3];
-    r.command = c[4];
-    r.message = c[5];
-    r.exit = std::stoi(c[6]);
-    REQUIRE(std::to_string(rows.size() + 1) == c[0]);  // numbered 1, 2, ... in order
-    rows.push_back(r);
+  for (const fp8emu::testing::DocRow& d :
+       fp8emu::testing::read_doc_table(std::string(FP8EMU_SOURCE_DIR) + "/docs/bad-input.md", "<!-- bad-input table", 7)) {
+    const std::vector<std::string>& c = d.cells;
+    rows.push_back({d.line, c[1], c[2], c[3], c[4], c[5], std::stoi(c[6])});
   }
   return rows;
 }

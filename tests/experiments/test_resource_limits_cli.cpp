@@ -27,6 +27,7 @@
 
 #include "fp8emu/io/npy.hpp"
 #include "support/cli_runner.hpp"
+#include "support/doc_table.hpp"
 #include "support/idx_writer.hpp"
 #include "support/result_files.hpp"
 
@@ -35,17 +36,7 @@ using fp8emu::testing::CliResult;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
+using fp8emu::testing::kAsan;
 
 struct Row {
   int line = 0;
@@ -53,50 +44,13 @@ struct Row {
   int exit = -1;
 };
 
-std::string trim(const std::string& s) {
-  const std::size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-std::vector<std::string> cells(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (std::size_t i = 1; i < line.size(); ++i) {
-    if (line[i] == '|') {
-      out.push_back(trim(cur));
-      cur.clear();
-    } else {
-      cur += line[i];
-    }
-  }
-  for (std::string& c : out)
-    if (c.size() >= 2 && c.front() == '`' && c.back() == '`') c = c.substr(1, c.size() - 2);
-  return out;
-}
 
 std::vector<Row> read_table() {
-  std::ifstream f(std::string(FP8EMU_SOURCE_DIR) + "/docs/bad-input.md");
-  REQUIRE(f.good());
   std::vector<Row> rows;
-  std::string line;
-  bool in_table = false;
-  for (int n = 1; std::getline(f, line); ++n) {
-    if (line.find("<!-- resource-limits table") != std::string::npos) {
-      in_table = true;
-      continue;
-    }
-    if (!in_table) continue;
-    if (line.rfind("|", 0) != 0) {
-      if (!rows.empty()) break;
-      continue;
-    }
-    const std::vector<std::string> c = cells(line);
-    INFO("docs/bad-input.md:" << n << ": " << line);
-    REQUIRE(c.size() == 7);
-    if (c[0] == "#" || c[0].rfind("---", 0) == 0) continue;
-    REQUIRE(std::to_string(rows.size() + 1) == c[0]);
-    rows.push_back({n, c[1], c[2], c[3], c[4], c[5], std::stoi(c[6])});
+  for (const fp8emu::testing::DocRow& d : fp8emu::testing::read_doc_table(
+           std::string(FP8EMU_SOURCE_DIR) + "/docs/bad-input.md", "<!-- resource-limits table", 7)) {
+    const std::vector<std::string>& c = d.cells;
+    rows.push_back({d.line, c[1], c[2], c[3], c[4], c[5], std::stoi(c[6])});
   }
   return rows;
 }

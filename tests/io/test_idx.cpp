@@ -11,6 +11,7 @@
 
 #include "fp8emu/io/idx.hpp"
 #include "fp8emu/util/error.hpp"
+#include "support/doc_table.hpp"
 #include "support/idx_writer.hpp"
 
 using namespace fp8emu;
@@ -94,17 +95,7 @@ TEST_CASE("corrupt IDX files give errors naming the file and the problem", "[io]
 }
 
 namespace {
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
+using fp8emu::testing::kAsan;
 
 // read_idx(path, ndim) in a child process whose address space is limited to what it uses now plus
 // `extra_mb` (not under ASan, whose shadow memory needs a huge address space). Exit status 0: the
