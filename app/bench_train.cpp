@@ -42,47 +42,45 @@ class TempDir {
 }  // namespace
 
 int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
-  {
-    FP8EMU_CHECK(o.recipe != "all", "bench train: --recipe takes one recipe (", "delayed, current, mxfp8 or block)");
-    experiments::TrainConfig cfg;
-    cfg.data_dir = o.data_dir;
-    cfg.epochs = 1;
-    cfg.train_samples = o.train_samples;
-    cfg.test_samples = o.test_samples;
-    cfg.batch_size = o.batch_size;
-    cfg.threads = o.threads;
-    cfg.recipe = o.recipe;
-    cfg.accumulation = o.accumulation;
-    cfg.progress = false;
-    cfg.report = false;
-    TempDir tmp;
-    cfg.out_dir = tmp.path() + "/results";
-    const std::vector<experiments::RunResult> runs = experiments::run_train(cfg);
-    FP8EMU_CHECK(runs.size() == 2 && runs[0].steps > 0 && runs[1].steps > 0,
-                 "bench train: expected an FP32 and an FP8 run with steps");
+  FP8EMU_CHECK(o.recipe != "all", "bench train: --recipe takes one recipe (", "delayed, current, mxfp8 or block)");
+  experiments::TrainConfig cfg;
+  cfg.data_dir = o.data_dir;
+  cfg.epochs = 1;
+  cfg.train_samples = o.train_samples;
+  cfg.test_samples = o.test_samples;
+  cfg.batch_size = o.batch_size;
+  cfg.threads = o.threads;
+  cfg.recipe = o.recipe;
+  cfg.accumulation = o.accumulation;
+  cfg.progress = false;
+  cfg.report = false;
+  TempDir tmp;
+  cfg.out_dir = tmp.path() + "/results";
+  const std::vector<experiments::RunResult> runs = experiments::run_train(cfg);
+  FP8EMU_CHECK(runs.size() == 2 && runs[0].steps > 0 && runs[1].steps > 0,
+               "bench train: expected an FP32 and an FP8 run with steps");
 #ifdef _OPENMP
-    const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
 #else
-    const int threads = 1;
+  const int threads = 1;
 #endif
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "bench train: one epoch, %ld steps of batch %d (Fashion-MNIST MLP), FP32 vs FP8 %s with %s "
-                  "accumulation, %d thread(s)\n",
-                  runs[0].steps, o.batch_size, o.recipe.c_str(), o.accumulation.c_str(), threads);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "bench train: one epoch, %ld steps of batch %d (Fashion-MNIST MLP), FP32 vs FP8 %s with %s "
+                "accumulation, %d thread(s)\n",
+                runs[0].steps, o.batch_size, o.recipe.c_str(), o.accumulation.c_str(), threads);
+  out << line;
+  std::snprintf(line, sizeof line, "%-14s %8s %10s %12s\n", "run", "steps", "ms/step", "step_seconds");
+  out << line;
+  for (const experiments::RunResult& r : runs) {
+    std::snprintf(line, sizeof line, "%-14s %8ld %10.3f %12.3f\n", r.name.c_str(), r.steps,
+                  1e3 * r.step_seconds / double(r.steps), r.step_seconds);
     out << line;
-    std::snprintf(line, sizeof line, "%-14s %8s %10s %12s\n", "run", "steps", "ms/step", "step_seconds");
-    out << line;
-    for (const experiments::RunResult& r : runs) {
-      std::snprintf(line, sizeof line, "%-14s %8ld %10.3f %12.3f\n", r.name.c_str(), r.steps,
-                    1e3 * r.step_seconds / double(r.steps), r.step_seconds);
-      out << line;
-    }
-    const double ratio = (runs[1].step_seconds / double(runs[1].steps)) / (runs[0].step_seconds / double(runs[0].steps));
-    std::snprintf(line, sizeof line, "fp8_step_vs_fp32_step: %.3f\n", ratio);
-    out << line << std::flush;
-    return 0;
   }
+  const double ratio = (runs[1].step_seconds / double(runs[1].steps)) / (runs[0].step_seconds / double(runs[0].steps));
+  std::snprintf(line, sizeof line, "fp8_step_vs_fp32_step: %.3f\n", ratio);
+  out << line << std::flush;
+  return 0;
 }
 
 }  // namespace fp8emu::cli

@@ -17,6 +17,7 @@
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/mma.hpp"
 #include "fp8emu/nv.hpp"
 #include "fp8emu_internal/kernel_check.hpp"
 
@@ -48,15 +49,7 @@ std::string hex8(unsigned u) {
   return b;
 }
 
-// Distance in units in the last place between two finite floats (ordered integer distance).
-std::uint64_t ulp_distance(float a, float b) {
-  auto ord = [](float x) {
-    const std::uint32_t u = core::f32_to_bits(x);
-    return (u & 0x80000000u) ? -std::int64_t(u & 0x7FFFFFFFu) : std::int64_t(u);
-  };
-  const std::int64_t d = ord(a) - ord(b);
-  return std::uint64_t(d < 0 ? -d : d);
-}
+using emu::ulp_distance;
 
 // A GPU result against a reference: bit mismatches (NaN = NaN), and over the pairs where both are
 // finite, ULP and relative-error statistics.

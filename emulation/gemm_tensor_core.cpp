@@ -139,7 +139,7 @@ struct alignas(64) BPackQ {
   std::int16_t e[2][32];
   std::int16_t s[2][32];
 };
-static_assert(sizeof(BPackQ) == 448, "BPackQ layout");
+static_assert(sizeof(BPackQ) == 64 + 3 * 2 * 32 * sizeof(std::int16_t), "BPackQ layout");
 
 constexpr int kR = 4;                 // rows of the register tile
 constexpr int kC = 2;                 // 16-column vectors of the register tile

@@ -31,13 +31,14 @@ void mma_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::ui
     }
 }
 
-namespace {
-std::int64_t ordered(float v) {  // monotone integer image of a float, for ULP distances
-  std::int32_t i;
-  std::memcpy(&i, &v, 4);
-  return i < 0 ? std::int64_t(std::int32_t(0x80000000u)) - i : i;
+std::uint64_t ulp_distance(float a, float b) {
+  const auto position = [](float x) {  // monotone in x; +0 and -0 both 0
+    const std::uint32_t u = core::f32_to_bits(x);
+    return (u & 0x80000000u) ? -std::int64_t(u & 0x7FFFFFFFu) : std::int64_t(u);
+  };
+  const std::int64_t d = position(a) - position(b);
+  return std::uint64_t(d < 0 ? -d : d);
 }
-}  // namespace
 
 CompareStats compare_f32(const float* x, const float* y, std::size_t n) {
   CompareStats s;
@@ -53,8 +54,7 @@ CompareStats compare_f32(const float* x, const float* y, std::size_t n) {
       ++s.nan_payload;
       continue;
     }
-    const std::int64_t ulp = ordered(x[i]) - ordered(y[i]);
-    s.max_ulp = std::max(s.max_ulp, ulp < 0 ? -ulp : ulp);
+    s.max_ulp = std::max(s.max_ulp, std::int64_t(ulp_distance(x[i], y[i])));
     const double diff = std::fabs(double(x[i]) - double(y[i]));
     s.max_abs_error = std::max(s.max_abs_error, diff);
     if (y[i] != 0.0f) s.max_rel_error = std::max(s.max_rel_error, diff / std::fabs(double(y[i])));

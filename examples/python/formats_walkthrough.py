@@ -52,7 +52,8 @@ def delayed_scaling():
     recipe = fp8emu.DelayedScaling(amax_history_len=4, amax_compute_algo="max", margin=0)
     fwd = fp8emu.Quantizer(recipe, "forward")
     rng = np.random.default_rng(0)
-    print("\ndelayed scaling (E4M3, amax_history_len=4, max): scale = 448 / max(amax history)")
+    e4m3_max = fp8emu.format_info("e4m3fn").max
+    print(f"\ndelayed scaling (E4M3, amax_history_len=4, max): scale = {e4m3_max:g} / max(amax history)")
     print(f"{'step':>4} {'amax(x)':>9} {'scale used':>11} {'saturated':>9} {'rel. error':>10}  history after update")
     for step, mag in enumerate([1.0, 1.0, 20.0, 1.0, 1.0, 1.0, 1.0]):
         x = (rng.standard_normal((64, 64)) * mag).astype(np.float32)
@@ -62,7 +63,8 @@ def delayed_scaling():
         fwd.update_scales()
         hist = " ".join(f"{h:6.2f}" for h in fwd.amax_history("input"))
         print(f"{step:>4} {np.abs(x).max():>9.3f} {q.scale:>11.4g} {q.stats['saturated']:>9} {err:>10.4f}  [{hist}]")
-    print("step 2's spike is cast with the old scale: every value above 448/scale saturates to 448 (large error).\n"
+    print(f"step 2's spike is cast with the old scale: every value above {e4m3_max:g}/scale saturates to {e4m3_max:g} "
+          "(large error).\n"
           "Steps 3-6 use the spike's amax until it leaves the window (4 updates): a scale 20x smaller, which costs\n"
           "little here, since E4M3's relative precision does not depend on the scale until values fall into its\n"
           "subnormals (below 2^-6 after scaling).")

@@ -33,22 +33,10 @@ using Bytes = std::vector<std::uint8_t>;
 
 // ------------------------------------------------------------------------------- the table
 
-struct Row {
-  int line = 0;
-  std::string id, parser, input, command, message;
-  int exit = -1;
-};
+using Row = fp8emu::testing::DocCase;
 
 
-std::vector<Row> read_table() {
-  std::vector<Row> rows;
-  for (const fp8emu::testing::DocRow& d :
-       fp8emu::testing::read_doc_table(std::string(FP8EMU_SOURCE_DIR) + "/docs/bad-input.md", "<!-- bad-input table", 7)) {
-    const std::vector<std::string>& c = d.cells;
-    rows.push_back({d.line, c[1], c[2], c[3], c[4], c[5], std::stoi(c[6])});
-  }
-  return rows;
-}
+std::vector<Row> read_table() { return fp8emu::testing::read_bad_input_cases("<!-- bad-input table"); }
 
 // ------------------------------------------------------------------------------- fixtures
 
@@ -314,7 +302,7 @@ TEST_CASE("docs/bad-input.md: every bad input gives its documented error and exi
   for (const Row& r : rows) {
     INFO("docs/bad-input.md:" << r.line << ": row " << r.id << ": " << r.command);
     CHECK(ids.insert(r.id).second);
-    CHECK(!r.parser.empty());
+    CHECK(!r.what.empty());
     CHECK(!r.input.empty());
     CHECK(!r.message.empty());
     const fs::path tmp = scratch / r.id;

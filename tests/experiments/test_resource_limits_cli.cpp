@@ -38,22 +38,10 @@ namespace {
 
 using fp8emu::testing::kAsan;
 
-struct Row {
-  int line = 0;
-  std::string id, limit, how, command, message;
-  int exit = -1;
-};
+using Row = fp8emu::testing::DocCase;
 
 
-std::vector<Row> read_table() {
-  std::vector<Row> rows;
-  for (const fp8emu::testing::DocRow& d : fp8emu::testing::read_doc_table(
-           std::string(FP8EMU_SOURCE_DIR) + "/docs/bad-input.md", "<!-- resource-limits table", 7)) {
-    const std::vector<std::string>& c = d.cells;
-    rows.push_back({d.line, c[1], c[2], c[3], c[4], c[5], std::stoi(c[6])});
-  }
-  return rows;
-}
+std::vector<Row> read_table() { return fp8emu::testing::read_bad_input_cases("<!-- resource-limits table"); }
 
 const Row& row(const std::string& id) {
   static const std::vector<Row> rows = read_table();
@@ -276,8 +264,8 @@ TEST_CASE("resource limits: the table lists exactly the cases tested here", "[cl
   std::vector<std::string> ids;
   for (const Row& r : rows) {
     ids.push_back(r.id);
-    CHECK(!r.limit.empty());
-    CHECK(!r.how.empty());
+    CHECK(!r.what.empty());
+    CHECK(!r.input.empty());
     CHECK(!r.message.empty());
   }
   CHECK(ids == kIds);

@@ -83,4 +83,26 @@ inline std::vector<DocRow> read_doc_table(const std::string& path, const std::st
   return rows;
 }
 
+// A row of docs/bad-input.md's tables (# | id | what | input or how | command | message | exit).
+struct DocCase {
+  int line = 0;
+  std::string id;
+  std::string what;   ///< the parser (bad-input table) or the limit (resource-limits table)
+  std::string input;  ///< the bad input, or how the limit is imposed
+  std::string command, message;
+  int exit = -1;
+};
+
+#ifdef FP8EMU_SOURCE_DIR
+// The cases of the table after `marker` in docs/bad-input.md.
+inline std::vector<DocCase> read_bad_input_cases(const std::string& marker) {
+  std::vector<DocCase> cases;
+  for (const DocRow& d : read_doc_table(std::string(FP8EMU_SOURCE_DIR) + "/docs/bad-input.md", marker, 7)) {
+    const std::vector<std::string>& c = d.cells;
+    cases.push_back({d.line, c[1], c[2], c[3], c[4], c[5], std::stoi(c[6])});
+  }
+  return cases;
+}
+#endif
+
 }  // namespace fp8emu::testing

@@ -41,6 +41,11 @@ struct CompareStats {
   double max_rel_error = 0.0;      ///< max |x - y| / |y| over those with y != 0 (y: the second array).
   bool identical() const { return mismatches == 0; }
 };
+/// Distance between two non-NaN floats in units in the last place: the difference of their
+/// positions in the ordered sequence of fp32 values (+0 and -0 share one position; across zero the
+/// ulps of both sides add; an infinity is one past FLT_MAX).
+std::uint64_t ulp_distance(float a, float b);
+
 /// Compares x and y element by element (n elements each).
 CompareStats compare_f32(const float* x, const float* y, std::size_t n);
 
