@@ -42,6 +42,31 @@ GemmIsa gemm_isa_supported() {
   return supported;
 }
 
+namespace {
+bool vbmi_supported() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return gemm_isa_supported() == GemmIsa::kAvx512 && __builtin_cpu_supports("avx512vbmi");
+  }();
+  return v;
+#else
+  return false;
+#endif
+}
+std::atomic<bool>& pack_vbmi() {
+  static std::atomic<bool> on{vbmi_supported()};
+  return on;
+}
+}  // namespace
+
+bool gemm_pack_vbmi() { return pack_vbmi().load(std::memory_order_relaxed); }
+
+bool set_gemm_pack_vbmi(bool on) {
+  pack_vbmi().store(on && vbmi_supported(), std::memory_order_relaxed);
+  return gemm_pack_vbmi();
+}
+
 GemmIsa gemm_isa() { return GemmIsa(current().load(std::memory_order_relaxed)); }
 
 GemmIsa set_gemm_isa(GemmIsa isa) {

@@ -21,6 +21,12 @@ GemmIsa gemm_isa();
 /// Chooses the path (capped at what the processor supports); returns the path now in force. Not
 /// thread-safe: for tests and benchmarks, between GEMMs.
 GemmIsa set_gemm_isa(GemmIsa isa);
+/// Whether the AVX-512 tensor-core GEMM packs its operands with AVX-512 VBMI byte permutes (the
+/// default where the processor has VBMI) or with per-code tables, one element at a time. Both give
+/// the same packed operands; set_gemm_pack_vbmi(false) (tests) forces the tables, and true is capped
+/// at what the processor supports. Returns the choice now in force. Not thread-safe, like set_gemm_isa.
+bool gemm_pack_vbmi();
+bool set_gemm_pack_vbmi(bool on);
 /// "baseline", "avx2", "avx512".
 const char* to_string(GemmIsa isa);
 

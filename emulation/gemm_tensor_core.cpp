@@ -49,6 +49,8 @@
 #define FP8EMU_HAVE_X86_KERNELS 1
 #endif
 
+#include <omp.h>
+
 #include "fp8emu/core/dot.hpp"
 #include "gemm_isa.hpp"
 #include "parallel.hpp"
@@ -118,20 +120,26 @@ inline float chain_result(const Chain& cp, int K, float chain, float total, floa
 // ------------------------------------------------------------------------------------------------
 // AVX-512 path: int16 significands and exponents, 16 columns x 2 k per 512-bit register.
 //
-// Packed A, per row and per four consecutive k (a quad): the exponents as int8 (for the max pass,
-// 64 lanes per register: 16 columns x 4 k) and m, e, sign as int16 (two k per 32-bit lane, the
-// layout of VPDPWSSD). Packed B, per 16 columns and quad, the same fields laid out [column][k].
+// Packed A, per row (structure of arrays, K padded to whole blocks): the exponents as int8 (for the
+// max pass) and m, e, sign as int16; the kernel broadcasts four int8 exponents, or two k of each
+// int16 field (the layout of VPDPWSSD), at a time. Packed B, per 16 columns and quad (four
+// consecutive k), the same fields laid out [column][k] in 512-bit rows.
 // A zero code has m = 0 and the int8 exponent kZeroExp8, below every real alignment exponent (real
 // ones lie in [-28, 30], a running sum's in [-33, 127]; kZeroExp8 + e <= -49, and two zeros give
 // -128, still an int8).
 constexpr std::int8_t kZeroExp8 = -64;
 
-struct alignas(32) APackQ {
-  std::int8_t e8[4];
-  std::int16_t m[4], e[4], s[4];
-  std::int8_t pad[4];
+struct APackRows {
+  const std::int8_t* e8;
+  const std::int16_t* m;
+  const std::int16_t* e;
+  const std::int16_t* s;
+  std::size_t stride;  // elements per row: 4 * Kq
+  APackRows rows_from(std::size_t i) const {
+    const std::size_t o = i * stride;
+    return APackRows{e8 + o, m + o, e + o, s + o, stride};
+  }
 };
-static_assert(sizeof(APackQ) == 32, "APackQ layout");
 
 struct alignas(64) BPackQ {
   std::int8_t e8[64];      // [column][k % 4]
@@ -155,7 +163,7 @@ constexpr int kKcQuads = 64;          // K chunk: 256 k (a multiple of every blo
 // of BQ quads. ch, tot, sum: the tile's state [kR][kC][16] (the chain, the promotion total and the
 // split-K sum), kept across K chunks.
 template <int BQ>
-FP8EMU_AVX512 void tc_tile_avx512(const APackQ* a, std::size_t a_stride, const BPackQ* b, std::size_t b_stride,
+FP8EMU_AVX512 void tc_tile_avx512(const APackRows& a, const BPackQ* b, std::size_t b_stride,
                                   int q_begin, int q_end, Chain cp, float* ch, float* tot, float* sum) {
   const __m512i rep_idx = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
@@ -194,7 +202,7 @@ FP8EMU_AVX512 void tc_tile_avx512(const APackQ* a, std::size_t a_stride, const B
       for (int c = 0; c < kC; ++c) be[c] = _mm512_load_si512(b[c * b_stride + q].e8);
       for (int r = 0; r < kR; ++r) {
         std::int32_t ae_bits;
-        std::memcpy(&ae_bits, a[r * a_stride + q].e8, 4);
+        std::memcpy(&ae_bits, a.e8 + r * a.stride + 4 * std::size_t(q), 4);
         const __m512i ae = _mm512_set1_epi32(ae_bits);
         for (int c = 0; c < kC; ++c) E8[r][c] = _mm512_max_epi8(E8[r][c], _mm512_add_epi8(ae, be[c]));
       }
@@ -224,11 +232,11 @@ FP8EMU_AVX512 void tc_tile_avx512(const APackQ* a, std::size_t a_stride, const B
           bs[c] = _mm512_load_si512(bq.s[h]);
         }
         for (int r = 0; r < kR; ++r) {
-          const APackQ& aq = a[r * a_stride + q];
+          const std::size_t ak = r * a.stride + 4 * std::size_t(q) + 2 * std::size_t(h);
           std::int32_t am_bits, ae_bits, as_bits;
-          std::memcpy(&am_bits, aq.m + 2 * h, 4);
-          std::memcpy(&ae_bits, aq.e + 2 * h, 4);
-          std::memcpy(&as_bits, aq.s + 2 * h, 4);
+          std::memcpy(&am_bits, a.m + ak, 4);
+          std::memcpy(&ae_bits, a.e + ak, 4);
+          std::memcpy(&as_bits, a.s + ak, 4);
           const __m512i am = _mm512_set1_epi32(am_bits), ae = _mm512_set1_epi32(ae_bits),
                         as = _mm512_set1_epi32(as_bits);
           for (int c = 0; c < kC; ++c) {
@@ -254,102 +262,350 @@ FP8EMU_AVX512 void tc_tile_avx512(const APackQ* a, std::size_t a_stride, const B
   }
 }
 
-void pack_avx512(int M, int N, int K, int Mp, int Np, int Kq, const std::uint8_t* A, const CodeFields* ta,
-                 const std::uint8_t* B, const CodeFields* tb, int b_shift, std::vector<APackQ>& ap,
-                 std::vector<BPackQ>& bp) {
-  ap.assign(std::size_t(Mp) * std::size_t(Kq), APackQ{});
-  bp.assign(std::size_t(Np / 16) * std::size_t(Kq), BPackQ{});
+// Per-code packed fields of one operand, from CodeFields: zero codes and NaN/Inf codes (which are
+// packed as zeros; their rows are recomputed by the element model) have m = 0, e = 0 and the int8
+// exponent kZeroExp8; `m` holds m << shift (B's significands carry the product's alignment shift).
+// Code 0 (+0) is also what the zero padding of ragged M, N and K holds.
+struct PackTable {
+  std::int8_t e8[256];
+  std::int16_t m[256], e[256], s[256];
+  bool special[256];
+};
+
+void pack_table(const CodeFields* t, int shift, PackTable& p) {
+  for (int c = 0; c < 256; ++c) {
+    const CodeFields& f = t[c];
+    const bool zero = f.m == 0 || f.special;
+    p.e8[c] = zero ? kZeroExp8 : std::int8_t(f.e);
+    p.m[c] = zero ? std::int16_t(0) : std::int16_t(f.m << shift);
+    p.e[c] = zero ? std::int16_t(0) : f.e;
+    p.s[c] = f.s;
+    p.special[c] = f.special;
+  }
+}
+
+// Scratch that outlives one call, per calling thread (GEMMs may run concurrently on several
+// threads): packed operands and tile states are rewritten in full by each call, so reusing them
+// saves an allocation, a zero fill and the page faults of fresh memory per call. Buffers above
+// kKeepBytes are released after the call.
+constexpr std::size_t kKeepBytes = std::size_t(64) << 20;
+
+template <class T>
+T* grow(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+template <class T>
+void trim(std::vector<T>& v) {
+  if (v.capacity() * sizeof(T) > kKeepBytes) std::vector<T>().swap(v);
+}
+
+// Packed A: the arrays of APackRows, Mp rows of 4 * Kq elements.
+struct APackBuffers {
+  std::vector<std::int8_t> e8;
+  std::vector<std::int16_t> m, e, s;
+};
+
+// Row i of A (zero codes beyond K and for i >= M) with the per-code tables; returns whether the row
+// holds a NaN or Inf code.
+bool pack_a_row_table(const std::uint8_t* src, bool real, int K, int Kp, const PackTable& t, std::int8_t* e8,
+                      std::int16_t* m, std::int16_t* e, std::int16_t* s) {
+  bool special = false;
+  for (int k = 0; k < Kp; ++k) {
+    const std::uint8_t c = (real && k < K) ? src[k] : std::uint8_t(0);
+    special |= t.special[c];
+    e8[k] = t.e8[c];
+    m[k] = t.m[c];
+    e[k] = t.e[c];
+    s[k] = t.s[c];
+  }
+  return special;
+}
+
+// Column group v of B (16 rows of B; zero codes beyond K and for rows >= N) with the per-code
+// tables; sets bad[j] for its rows j < N.
+void pack_b_group_table(const std::uint8_t* B, int N, int K, int Kq, int v, const PackTable& t, BPackQ* col,
+                        char* bad) {
+  for (int jj = 0; jj < 16; ++jj) {
+    const int j = 16 * v + jj;
+    const std::uint8_t* src = B + std::size_t(j) * std::size_t(K);
+    bool special = false;
+    for (int q = 0; q < Kq; ++q)
+      for (int l = 0; l < 4; ++l) {
+        const int k = 4 * q + l;
+        const std::uint8_t c = (j < N && k < K) ? src[k] : std::uint8_t(0);
+        special |= t.special[c];
+        col[q].e8[4 * jj + l] = t.e8[c];
+        col[q].m[l / 2][2 * jj + l % 2] = t.m[c];
+        col[q].e[l / 2][2 * jj + l % 2] = t.e[c];
+        col[q].s[l / 2][2 * jj + l % 2] = t.s[c];
+      }
+    if (j < N) bad[j] = special;
+  }
+}
+
+// The same packing, 64 codes at a time with AVX-512 VBMI: each per-code table is 128 bytes indexed by
+// the code without its sign (no field but the sign depends on the sign bit), looked up with one
+// two-register byte permute; the sign is +1 or -1 from the sign bit; int16 fields are the widened
+// bytes (m shifted left by the operand's alignment shift).
+#define FP8EMU_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
+
+struct VbmiTables {
+  __m512i e8[2], m[2], e[2], sp[2];  // the 128-byte tables e8, m (unshifted), e, special (0/1)
+  int shift;
+};
+
+FP8EMU_AVX512_VBMI VbmiTables vbmi_tables(const PackTable& t, int shift) {
+  alignas(64) std::int8_t e8[128], m[128], e[128], sp[128];
+  for (int c = 0; c < 128; ++c) {
+    e8[c] = t.e8[c];
+    m[c] = std::int8_t(t.m[c] >> shift);  // m < 16: one byte
+    e[c] = std::int8_t(t.e[c]);           // |e| < 128
+    sp[c] = t.special[c] ? 1 : 0;
+  }
+  VbmiTables v;
+  for (int h = 0; h < 2; ++h) {
+    v.e8[h] = _mm512_load_si512(e8 + 64 * h);
+    v.m[h] = _mm512_load_si512(m + 64 * h);
+    v.e[h] = _mm512_load_si512(e + 64 * h);
+    v.sp[h] = _mm512_load_si512(sp + 64 * h);
+  }
+  v.shift = shift;
+  return v;
+}
+
+FP8EMU_AVX512_VBMI inline __m512i lookup(const __m512i* table, __m512i idx) {
+  return _mm512_permutex2var_epi8(table[0], idx, table[1]);
+}
+
+// Widens 32 bytes to int16 lanes: m (zero-extended, shifted), e (sign-extended), s = +1 / -1 from
+// the code's sign bit.
+FP8EMU_AVX512_VBMI inline void widen_fields(__m256i m8, __m256i e8, __m256i c8, int shift, __m512i& m, __m512i& e,
+                                            __m512i& s) {
+  m = _mm512_sll_epi16(_mm512_cvtepu8_epi16(m8), _mm_cvtsi32_si128(shift));
+  e = _mm512_cvtepi8_epi16(e8);
+  s = _mm512_or_si512(_mm512_srai_epi16(_mm512_cvtepi8_epi16(c8), 15), _mm512_set1_epi16(1));
+}
+
+FP8EMU_AVX512_VBMI bool pack_a_row_vbmi(const std::uint8_t* src, bool real, int K, int Kp, const VbmiTables& t,
+                                        std::int8_t* e8, std::int16_t* m, std::int16_t* e, std::int16_t* s) {
+  const __m512i low7 = _mm512_set1_epi8(0x7F);
+  __mmask64 special = 0;
+  for (int k0 = 0; k0 < Kp; k0 += 64) {
+    const int n = std::min(64, Kp - k0);  // Kp is a multiple of 4; the last chunk may be short
+    const int valid = real ? std::max(0, std::min(n, K - k0)) : 0;
+    const __mmask64 load = valid == 64 ? ~__mmask64(0) : (__mmask64(1) << valid) - 1;
+    const __mmask64 store = n == 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;
+    const __m512i c = _mm512_maskz_loadu_epi8(load, src + k0);  // beyond K: code 0, the zero padding
+    const __m512i idx = _mm512_and_si512(c, low7);
+    const __m512i sp = lookup(t.sp, idx);
+    special |= _mm512_test_epi8_mask(sp, sp);
+    _mm512_mask_storeu_epi8(e8 + k0, store, lookup(t.e8, idx));
+    const __m512i mb = lookup(t.m, idx), eb = lookup(t.e, idx);
+    for (int h = 0; h < 2 && 32 * h < n; ++h) {
+      __m512i mv, ev, sv;
+      widen_fields(h ? _mm512_extracti64x4_epi64(mb, 1) : _mm512_castsi512_si256(mb),
+                   h ? _mm512_extracti64x4_epi64(eb, 1) : _mm512_castsi512_si256(eb),
+                   h ? _mm512_extracti64x4_epi64(c, 1) : _mm512_castsi512_si256(c), t.shift, mv, ev, sv);
+      const int nh = std::min(32, n - 32 * h);
+      const __mmask32 st = nh == 32 ? ~__mmask32(0) : (__mmask32(1) << nh) - 1;
+      _mm512_mask_storeu_epi16(m + k0 + 32 * h, st, mv);
+      _mm512_mask_storeu_epi16(e + k0 + 32 * h, st, ev);
+      _mm512_mask_storeu_epi16(s + k0 + 32 * h, st, sv);
+    }
+  }
+  return special != 0;
+}
+
+// Column group v of B: per quad, the 64 codes [column][k] by one 32-bit gather (16 rows of B at
+// the quad's four k); quads that reach past K are assembled element by element with zero padding.
+FP8EMU_AVX512_VBMI void pack_b_group_vbmi(const std::uint8_t* B, int N, int K, int Kq, int v, const VbmiTables& t,
+                                          BPackQ* col, char* bad) {
+  const __m512i low7 = _mm512_set1_epi8(0x7F);
+  // Bytes (column jj, k = 2h and 2h + 1) of a [column][k] vector, in int16-lane order 2 jj + k % 2.
+  alignas(64) std::uint8_t sel[2][64];
+  for (int h = 0; h < 2; ++h)
+    for (int x = 0; x < 64; ++x) sel[h][x] = std::uint8_t(4 * ((x % 32) / 2) + 2 * h + x % 2);
+  const __m512i sel0 = _mm512_load_si512(sel[0]), sel1 = _mm512_load_si512(sel[1]);
+  const int j0 = 16 * v;
+  const int rows = std::max(0, std::min(16, N - j0));
+  const __mmask16 row_mask = rows == 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1u);
+  const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(K));
+  const int full_quads = K / 4;
+  __mmask64 special = 0;
+  for (int q = 0; q < Kq; ++q) {
+    __m512i c;
+    if (q < full_quads && rows > 0) {
+      c = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), row_mask, offsets,
+                                      B + std::size_t(j0) * std::size_t(K) + 4 * std::size_t(q), 1);
+    } else if (4 * q < K && rows > 0) {
+      alignas(64) std::uint8_t buf[64] = {};
+      for (int jj = 0; jj < rows; ++jj)
+        for (int l = 0; 4 * q + l < K; ++l) buf[4 * jj + l] = B[std::size_t(j0 + jj) * std::size_t(K) + 4 * q + l];
+      c = _mm512_load_si512(buf);
+    } else {
+      c = _mm512_setzero_si512();
+    }
+    const __m512i idx = _mm512_and_si512(c, low7);
+    const __m512i sp = lookup(t.sp, idx);
+    special |= _mm512_test_epi8_mask(sp, sp);
+    BPackQ& out = col[q];
+    _mm512_store_si512(out.e8, lookup(t.e8, idx));
+    const __m512i mb = lookup(t.m, idx), eb = lookup(t.e, idx);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i sl = h ? sel1 : sel0;
+      __m512i mv, ev, sv;
+      widen_fields(_mm512_castsi512_si256(_mm512_permutexvar_epi8(sl, mb)),
+                   _mm512_castsi512_si256(_mm512_permutexvar_epi8(sl, eb)),
+                   _mm512_castsi512_si256(_mm512_permutexvar_epi8(sl, c)), t.shift, mv, ev, sv);
+      _mm512_store_si512(out.m[h], mv);
+      _mm512_store_si512(out.e[h], ev);
+      _mm512_store_si512(out.s[h], sv);
+    }
+  }
+  for (int jj = 0; jj < rows; ++jj) bad[j0 + jj] = ((special >> (4 * jj)) & 0xF) != 0;
+}
+
+// Packs A [M, K] into Mp rows of 4 * Kq elements and B [N, K] into Np / 16 column groups of Kq
+// quads (zero padded), and flags the rows of A and of B that hold a NaN or Inf code.
+void pack_avx512(int M, int N, int K, int Mp, int Np, int Kq, const std::uint8_t* A, const PackTable& ta,
+                 const std::uint8_t* B, const PackTable& tb, int b_shift, APackBuffers& ap, BPackQ* bp, char* bad_a,
+                 char* bad_b) {
   const double work = double(Mp + Np) * double(Kq) * 4.0;
+  const int Kp = 4 * Kq;
+  const bool vbmi = gemm_pack_vbmi();
+  VbmiTables va{}, vb{};
+  if (vbmi) {
+    va = vbmi_tables(ta, 0);
+    vb = vbmi_tables(tb, b_shift);
+  }
 #pragma omp parallel if (work >= double(kParallelMinElements))
   {
 #pragma omp for schedule(static)
     for (int i = 0; i < Mp; ++i) {
-      APackQ* row = ap.data() + std::size_t(i) * std::size_t(Kq);
-      for (int q = 0; q < Kq; ++q)
-        for (int l = 0; l < 4; ++l) {
-          const int k = 4 * q + l;
-          const CodeFields f = (i < M && k < K) ? ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]
-                                                : CodeFields{0, 0, 1, false};
-          const bool zero = f.m == 0 || f.special;
-          row[q].e8[l] = zero ? kZeroExp8 : std::int8_t(f.e);
-          row[q].m[l] = zero ? 0 : f.m;
-          row[q].e[l] = zero ? 0 : f.e;
-          row[q].s[l] = f.s;
-        }
+      const std::size_t o = std::size_t(i) * std::size_t(Kp);
+      const std::uint8_t* src = A + std::size_t(std::min(i, M - 1)) * std::size_t(K);
+      const bool special =
+          vbmi ? pack_a_row_vbmi(src, i < M, K, Kp, va, ap.e8.data() + o, ap.m.data() + o, ap.e.data() + o,
+                                 ap.s.data() + o)
+               : pack_a_row_table(src, i < M, K, Kp, ta, ap.e8.data() + o, ap.m.data() + o, ap.e.data() + o,
+                                  ap.s.data() + o);
+      if (i < M) bad_a[i] = special;
     }
 #pragma omp for schedule(static)
     for (int v = 0; v < Np / 16; ++v) {
-      BPackQ* col = bp.data() + std::size_t(v) * std::size_t(Kq);
-      for (int q = 0; q < Kq; ++q)
-        for (int jj = 0; jj < 16; ++jj) {
-          const int j = 16 * v + jj;
-          for (int l = 0; l < 4; ++l) {
-            const int k = 4 * q + l;
-            const CodeFields f = (j < N && k < K) ? tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]
-                                                  : CodeFields{0, 0, 1, false};
-            const bool zero = f.m == 0 || f.special;
-            col[q].e8[4 * jj + l] = zero ? kZeroExp8 : std::int8_t(f.e);
-            col[q].m[l / 2][2 * jj + l % 2] = zero ? std::int16_t(0) : std::int16_t(f.m << b_shift);
-            col[q].e[l / 2][2 * jj + l % 2] = zero ? std::int16_t(0) : f.e;
-            col[q].s[l / 2][2 * jj + l % 2] = f.s;
-          }
-        }
+      BPackQ* col = bp + std::size_t(v) * std::size_t(Kq);
+      if (vbmi)
+        pack_b_group_vbmi(B, N, K, Kq, v, vb, col, bad_b);
+      else
+        pack_b_group_table(B, N, K, Kq, v, tb, col, bad_b);
     }
   }
 }
 
+// D for one register tile's [kR][kC][16] state: chain_result per lane, vectorised (the same IEEE
+// adds and multiply), stored with a mask at the ragged right edge.
+FP8EMU_AVX512 void store_tile_avx512(const float* ch, const float* tot, const float* sum, Chain cp, int K, float s,
+                                     int i0, int j0, int M, int N, float* D) {
+  const __m512 sv = _mm512_set1_ps(s);
+  for (int rr = 0; rr < kR; ++rr) {
+    const int i = i0 + rr;
+    if (i >= M) break;
+    for (int cc = 0; cc < kC; ++cc) {
+      const int j = j0 + cc * 16;
+      if (j >= N) break;
+      const std::size_t x = std::size_t((rr * kC + cc) * 16);
+      __m512 v = _mm512_loadu_ps(ch + x);
+      if (cp.promotion > 0) v = _mm512_add_ps(_mm512_loadu_ps(tot + x), v);
+      if (K > cp.range) v = _mm512_add_ps(_mm512_loadu_ps(sum + x), v);
+      v = _mm512_mul_ps(v, sv);
+      const __mmask16 mask = N - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - j)) - 1u);
+      _mm512_mask_storeu_ps(D + std::size_t(i) * std::size_t(N) + std::size_t(j), mask, v);
+    }
+  }
+}
+
+struct Avx512Scratch {
+  APackBuffers ap;
+  std::vector<BPackQ> bp;
+};
+
 void gemm_avx512(int M, int N, int K, const std::uint8_t* A, const CodeFields* ta, const std::uint8_t* B,
-                 const CodeFields* tb, int b_shift, int block, Chain cp, float s, float* D) {
+                 const CodeFields* tb, int b_shift, int block, Chain cp, float s, float* D, char* bad_a, char* bad_b) {
   const int Kq = ((K + block - 1) / block * block) / 4;  // K padded to whole blocks, in quads
   const int Mp = (M + kR - 1) / kR * kR, Np = (N + kTileCols - 1) / kTileCols * kTileCols;
-  std::vector<APackQ> ap;
-  std::vector<BPackQ> bp;
-  pack_avx512(M, N, K, Mp, Np, Kq, A, ta, B, tb, b_shift, ap, bp);
-  const int tiles_m = (Mp + kMc - 1) / kMc, tiles_n = (Np + kNc - 1) / kNc;
-  const int tiles = tiles_m * tiles_n;
+  PackTable pta, ptb;
+  pack_table(ta, 0, pta);
+  pack_table(tb, b_shift, ptb);
+  thread_local Avx512Scratch scratch;
+  const std::size_t a_elems = std::size_t(Mp) * std::size_t(Kq) * 4;
+  grow(scratch.ap.e8, a_elems);
+  grow(scratch.ap.m, a_elems);
+  grow(scratch.ap.e, a_elems);
+  grow(scratch.ap.s, a_elems);
+  BPackQ* bp = grow(scratch.bp, std::size_t(Np / 16) * std::size_t(Kq));
+  pack_avx512(M, N, K, Mp, Np, Kq, A, pta, B, ptb, b_shift, scratch.ap, bp, bad_a, bad_b);
+  const APackRows ap{scratch.ap.e8.data(), scratch.ap.m.data(), scratch.ap.e.data(), scratch.ap.s.data(),
+                     std::size_t(Kq) * 4};
   const int bq = block / 4;
   const double work = double(M) * N * K;
-#pragma omp parallel if (work >= kParallelMinMacs)
+  const bool parallel = work >= kParallelMinMacs;
+  // Cache tiles of mc x nc; a GEMM with fewer than four tiles per thread (a training layer's
+  // 64 x 256 fprop is one) takes narrower, then shorter tiles so that every thread has work. The
+  // tiling never changes a result: each element's chain runs over K in the same order on any tile.
+  int mc = kMc, nc = kNc;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  auto count = [&](int m, int n) { return ((Mp + m - 1) / m) * ((Np + n - 1) / n); };
+  while (count(mc, nc) < 4 * threads && nc > kTileCols && nc / 2 < Np) nc /= 2;
+  while (count(mc, nc) < 4 * threads && mc > kR && mc / 2 < Mp) mc /= 2;
+  const int tiles_m = (Mp + mc - 1) / mc, tiles_n = (Np + nc - 1) / nc;
+  const int tiles = tiles_m * tiles_n;
+#pragma omp parallel if (parallel)
   {
-    // The state of one cache tile: per register tile, [kR][kC][16] chains, totals and sums.
-    std::vector<float> state(std::size_t(3) * kMc * kNc);
+    // The state of one cache tile: per register tile, [kR][kC][16] chains, totals and sums, per
+    // OpenMP thread. Each tile zeroes the chains (and the totals when there is promotion) it uses;
+    // the split-K sums are assigned at the first range end before they are read.
+    thread_local std::vector<float> state_buf;
+    float* ch = grow(state_buf, std::size_t(3) * kMc * kNc);
+    float* tot = ch + kMc * kNc;
+    float* sum = tot + kMc * kNc;
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tiles; ++t) {
-      const int i0 = (t / tiles_n) * kMc, j0 = (t % tiles_n) * kNc;
-      const int rows = std::min(kMc, Mp - i0), cols = std::min(kNc, Np - j0);
+      const int i0 = (t / tiles_n) * mc, j0 = (t % tiles_n) * nc;
+      const int rows = std::min(mc, Mp - i0), cols = std::min(nc, Np - j0);
       const int rg = rows / kR, cg = cols / kTileCols;
-      std::fill(state.begin(), state.end(), 0.0f);
-      float* ch = state.data();
-      float* tot = ch + kMc * kNc;
-      float* sum = tot + kMc * kNc;
+      const std::size_t used = std::size_t(rg) * std::size_t(cg) * kR * kTileCols;
+      std::fill(ch, ch + used, 0.0f);
+      if (cp.promotion > 0) std::fill(tot, tot + used, 0.0f);
       for (int q0 = 0; q0 < Kq; q0 += kKcQuads) {
         const int q1 = std::min(Kq, q0 + kKcQuads);
         for (int r = 0; r < rg; ++r) {
-          const APackQ* a = ap.data() + std::size_t(i0 + r * kR) * std::size_t(Kq);
+          const APackRows a = ap.rows_from(std::size_t(i0 + r * kR));
           for (int c = 0; c < cg; ++c) {
-            const BPackQ* b = bp.data() + std::size_t((j0 + c * kTileCols) / 16) * std::size_t(Kq);
+            const BPackQ* b = bp + std::size_t((j0 + c * kTileCols) / 16) * std::size_t(Kq);
             const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
             if (bq == 8)
-              tc_tile_avx512<8>(a, std::size_t(Kq), b, std::size_t(Kq), q0, q1, cp, ch + off, tot + off, sum + off);
+              tc_tile_avx512<8>(a, b, std::size_t(Kq), q0, q1, cp, ch + off, tot + off, sum + off);
             else
-              tc_tile_avx512<4>(a, std::size_t(Kq), b, std::size_t(Kq), q0, q1, cp, ch + off, tot + off, sum + off);
+              tc_tile_avx512<4>(a, b, std::size_t(Kq), q0, q1, cp, ch + off, tot + off, sum + off);
           }
         }
       }
       for (int r = 0; r < rg; ++r)
         for (int c = 0; c < cg; ++c) {
           const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
-          for (int rr = 0; rr < kR; ++rr)
-            for (int cc = 0; cc < kC; ++cc)
-              for (int l = 0; l < 16; ++l) {
-                const int i = i0 + r * kR + rr, j = j0 + c * kTileCols + cc * 16 + l;
-                if (i >= M || j >= N) continue;
-                const std::size_t x = off + std::size_t((rr * kC + cc) * 16 + l);
-                D[std::size_t(i) * std::size_t(N) + std::size_t(j)] = chain_result(cp, K, ch[x], tot[x], sum[x], s);
-              }
+          store_tile_avx512(ch + off, tot + off, sum + off, cp, K, s, i0 + r * kR, j0 + c * kTileCols, M, N, D);
         }
     }
+    trim(state_buf);
   }
+  trim(scratch.ap.e8);
+  trim(scratch.ap.m);
+  trim(scratch.ap.e);
+  trim(scratch.ap.s);
+  trim(scratch.bp);
 }
 #endif  // FP8EMU_HAVE_X86_KERNELS
 
@@ -528,27 +784,27 @@ void gemm_tensor_core(int M, int N, int K, const std::uint8_t* A, const FormatSp
   const int range = std::max(core::split_k_range(K, split_k), 1);  // K itself without split-K
   const Chain cp{promotion_interval >= std::min(K, range) ? 0 : promotion_interval, range};
   const GemmIsa isa = gemm_isa();
+  // Rows of A and of B with NaN or Inf codes are packed as zeros: their elements take the element
+  // model afterwards, which applies the model's special-value rule. The AVX-512 pack flags them.
+  std::vector<char> bad_a(static_cast<std::size_t>(M)), bad_b(static_cast<std::size_t>(N));
+  bool flagged = false;
 #ifdef FP8EMU_HAVE_X86_KERNELS
   if (isa == GemmIsa::kAvx512) {
     gemm_avx512(M, N, K, A, ta, B, tb, core::kMmaFractionBits - fa.mantissa_bits - fb.mantissa_bits, model.block, cp,
-                s, D);
+                s, D, bad_a.data(), bad_b.data());
+    flagged = true;
   } else
 #endif
   {
     gemm_generic(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, isa == GemmIsa::kAvx2);
   }
-  // Rows of A and of B with NaN or Inf codes were packed as zeros: their elements take the element
-  // model, which applies the model's special-value rule.
-  std::vector<char> bad_a(static_cast<std::size_t>(M)), bad_b(static_cast<std::size_t>(N));
+  if (!flagged) {
+    for (int i = 0; i < M; ++i) bad_a[std::size_t(i)] = row_has_special(A + std::size_t(i) * std::size_t(K), K, ta);
+    for (int j = 0; j < N; ++j) bad_b[std::size_t(j)] = row_has_special(B + std::size_t(j) * std::size_t(K), K, tb);
+  }
   bool any_bad = false;
-  for (int i = 0; i < M; ++i) {
-    bad_a[std::size_t(i)] = row_has_special(A + std::size_t(i) * std::size_t(K), K, ta);
-    any_bad = any_bad || bad_a[std::size_t(i)];
-  }
-  for (int j = 0; j < N; ++j) {
-    bad_b[std::size_t(j)] = row_has_special(B + std::size_t(j) * std::size_t(K), K, tb);
-    any_bad = any_bad || bad_b[std::size_t(j)];
-  }
+  for (int i = 0; i < M; ++i) any_bad = any_bad || bad_a[std::size_t(i)];
+  for (int j = 0; j < N; ++j) any_bad = any_bad || bad_b[std::size_t(j)];
   if (!any_bad) return;
   const double work = double(M) * N * K;
 #pragma omp parallel for schedule(dynamic, 4) if (work >= kParallelMinMacs)
