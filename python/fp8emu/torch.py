@@ -730,11 +730,12 @@ def _full_mask(mask_type: str, attention_mask: Any, sq: int, sk: int, window: Tu
         if attention_mask is None:
             raise ValueError("mask type 'arbitrary' needs attention_mask (bool, broadcastable to [b, h, sq, sk])")
         pad = attention_mask
+    if mask_type == "no_mask" and window == (-1, -1):
+        return None  # TE computes a band here but does not apply it
+    # TE bounds an unlimited window by the lengths (left sk, right sq), which can mask keys of a
+    # top-left aligned cross attention with sk > sq + 1: kept, as TE does it.
     left = sk if window[0] == -1 else window[0]
     right = sq if window[1] == -1 else window[1]
-    banded = mask_type not in ("no_mask", "padding", "arbitrary") or window != (-1, -1)
-    if not banded:
-        return pad
     diff = (torch.arange(sq, device=device).view(1, 1, sq, 1) - torch.arange(sk, device=device).view(1, 1, 1, sk))
     if mask_type == "causal_bottom_right" or (mask_type in ("no_mask", "arbitrary") and bottom_right):
         off = sk - sq
@@ -839,7 +840,8 @@ class DotProductAttention(torch.nn.Module):
             bottom_right_diagonal = False
         elif bottom_right_diagonal is None or "bottom_right" in mask_type:
             bottom_right_diagonal = True
-        _check_bool_mask(attention_mask, "attention_mask")
+        if "padding" in mask_type or mask_type == "arbitrary":
+            _check_bool_mask(attention_mask, "attention_mask")
         return _attention(query_layer, key_layer, value_layer, fmt, mask_type, attention_mask, window,
                           bottom_right_diagonal, self.attention_type, self.softmax_scale, self.attention_dropout,
                           self.training)
@@ -874,7 +876,9 @@ def _attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", fmt: str
     scores = torch.baddbmm(torch.empty(b * h, sq, sk, dtype=torch.float32, device=q.device), q2, k2,
                            beta=0.0, alpha=scale).view(b, h, sq, sk)
     mask = _full_mask(mask_type, attention_mask, sq, sk, window, bottom_right, attention_type, q.device)
-    if mask is not None and mask_type != "no_mask" or window != (-1, -1) and mask is not None:
+    if window[0] != -1 or window[1] not in (-1, 0):
+        mask_type = "arbitrary"  # TE: a sliding window turns the mask "arbitrary" (no zeroing of padded rows)
+    if mask is not None:
         scores = scores.masked_fill(mask, -10000.0)
     probs = torch.nn.functional.softmax(scores, dim=-1)
     if "padding" in mask_type:
