@@ -9,7 +9,9 @@
     y.sum().backward()
 
 Imported only when PyTorch is importable (``import fp8emu.torch``; PyTorch is not a dependency of
-fp8emu). :class:`Linear`, :class:`LayerNormLinear` and :class:`LayerNormMLP` are ``torch.nn.Module`` s with TE's constructor
+fp8emu). :class:`TransformerLayer` (with :class:`MultiheadAttention`, :class:`DotProductAttention`,
+:class:`LayerNorm`, :class:`RMSNorm`) composes them with TE's structure and parameter names, the
+attention core in fp32 PyTorch. :class:`Linear`, :class:`LayerNormLinear` and :class:`LayerNormMLP` are ``torch.nn.Module`` s with TE's constructor
 arguments and parameter names, whose FP8 forward and backward are ``torch.autograd.Function`` s over
 :mod:`fp8emu.layers`: inside :func:`fp8_autocast` every GEMM (fprop, dgrad, wgrad) runs on FP8
 operands cast by fp8emu's quantizers under the recipe (E4M3 forward, E5M2 gradients under
@@ -339,6 +341,9 @@ class Linear(_Fp8Module):
         params_dtype: parameter dtype (default ``torch.get_default_dtype()``).
         device: where the parameters live (default "cpu"; TE's default is "cuda"). GEMMs run on the
             host emulator whatever the device.
+        parameters_split: TE's split of the weight rows into named parameters (names for equal
+            parts, or a dict name -> rows): ``<name>_weight``/``<name>_bias`` instead of
+            ``weight``/``bias``; the GEMM runs on their concatenation (same bits as one weight).
     Parameters: ``weight`` (out_features, in_features), ``bias`` (out_features,) or None.
     forward(inp, is_first_microbatch=None, fp8_output=False): inp (..., in_features) -> (..., out_features)
         in inp's dtype. ``is_first_microbatch``: TE's weight caching (True casts and caches the FP8
@@ -449,10 +454,12 @@ class LayerNormLinear(_Fp8Module):
 
     Args (TE's names): in_features, out_features, eps (1e-5), bias, normalization ("LayerNorm" or
         "RMSNorm"), init_method, return_bias, return_layernorm_output (also return the norm output),
-        params_dtype, zero_centered_gamma (scale by 1 + gamma; gamma starts at 0), device; the
-        parallel and userbuffer arguments at their defaults only.
+        params_dtype, zero_centered_gamma (scale by 1 + gamma; gamma starts at 0), device,
+        parameters_split (as :class:`Linear`); the parallel and userbuffer arguments at their
+        defaults only.
     Parameters: ``layer_norm_weight`` (in_features,), ``layer_norm_bias`` (in_features,; LayerNorm
-        only), ``weight`` (out_features, in_features), ``bias`` (out_features,) or None.
+        only), ``weight`` (out_features, in_features), ``bias`` (out_features,) or None (or the
+        ``parameters_split`` parts).
     FP8: the norm is fp8emu's C++ LayerNorm/RMSNorm (statistics summed in double, rounded once to
     fp32: the same bits as ``nn::LayerNormLinear``, which can differ from ``torch.nn.LayerNorm`` in
     the last bit), its output cast to FP8 as TE does (see :func:`fp8emu.layers.layernorm_linear_forward`).

@@ -531,3 +531,32 @@ def test_default_init_is_te_normal():
     te.TransformerLayer(64, 128, 4, init_method=lambda w: seen.append(("in", tuple(w.shape))),
                         output_layer_init_method=lambda w: seen.append(("out", tuple(w.shape))))
     assert sorted(seen) == sorted([("in", (64, 64))] * 3 + [("in", (128, 64)), ("out", (64, 64)), ("out", (64, 128))])
+
+
+def test_parameters_split_is_one_weight():
+    """TE's parameters_split on Linear: the split parameters' GEMM equals one Linear with their
+    concatenation, in FP8 (outputs and gradients), and bad splits raise."""
+    torch.manual_seed(9)
+    split = te.Linear(64, 96, parameters_split=("a", "b", "c"))
+    assert [n for n, _ in split.named_parameters()] == ["a_weight", "b_weight", "c_weight", "a_bias", "b_bias",
+                                                        "c_bias"]
+    whole = te.Linear(64, 96)
+    with torch.no_grad():
+        whole.weight.copy_(torch.cat([split.a_weight, split.b_weight, split.c_weight]))
+        for p in (split.a_bias, split.b_bias, split.c_bias):
+            p.add_(randn(32, scale=0.1, seed=id(p) % 1000))
+        whole.bias.copy_(torch.cat([split.a_bias, split.b_bias, split.c_bias]))
+    x = randn(32, 64, seed=90)
+    dy = randn(32, 96, scale=1e-2, seed=91)
+    recipe = fp8emu.Float8CurrentScaling()
+    with te.fp8_autocast(fp8_recipe=recipe):
+        y1, y2 = split(x), whole(x)
+    y1.backward(dy)
+    y2.backward(dy)
+    assert same(y1, y2)
+    assert same(torch.cat([split.a_weight.grad, split.b_weight.grad, split.c_weight.grad]), whole.weight.grad)
+    assert same(torch.cat([split.a_bias.grad, split.b_bias.grad, split.c_bias.grad]), whole.bias.grad)
+    with pytest.raises(ValueError, match="parameters_split"):
+        te.Linear(64, 96, parameters_split={"q": 64, "k": 16})
+    with pytest.raises(ValueError, match="parameters_split"):
+        te.LayerNormLinear(64, 96, parameters_split=())
