@@ -167,9 +167,8 @@ def test_residual_variants_without_fp8(flags):
     ref_flags = dict(post_ln=flags.get("apply_residual_connection_post_layernorm", False),
                      output_ln=flags.get("output_layernorm", False), parallel=flags.get("parallel_attention_mlp", False),
                      normalization=flags.get("normalization", "LayerNorm"))
-    if ref_flags["output_ln"]:  # no input norm before QKV: the reference's norm is the identity there
-        layer_norm_free = dict(layer.named_parameters())
-        assert "self_attention.qkv.query_weight" in layer_norm_free
+    if ref_flags["output_ln"]:  # TE: no norm before the QKV GEMM (a plain `qkv` Linear), one after the MLP
+        assert "self_attention.qkv.query_weight" in dict(layer.named_parameters())
         return check_output_layernorm(layer, x)
     assert same(layer(x), ref_layer_fp32(layer, x, **ref_flags))
 
