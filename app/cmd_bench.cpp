@@ -291,6 +291,9 @@ Command add_bench(CLI::App& app) {
   bench_train->add_option("--accumulation", o->train.accumulation,
                           "FP8 GEMM accumulation (delayed/current): " + emu::accumulation_names())
       ->capture_default_str();
+  bench_train->add_option("--repeat", o->train.repeat,
+                          "FP32 + FP8 pairs, alternating; the best time per step of each run is kept")
+      ->capture_default_str();
   bench->require_subcommand(1);
   return {bench, [o, bench_gemm, bench_convert, bench_gpu, bench_train] {
             if (*bench_train) return run_bench_train(o->train, std::cout);

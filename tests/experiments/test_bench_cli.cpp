@@ -96,13 +96,14 @@ TEST_CASE("bench gemm rejects bad sizes by name", "[cli][bench]") {
 TEST_CASE("bench train times one epoch of FP32 and FP8 and ends with the step ratio", "[cli][bench]") {
   INFO("Fashion-MNIST is missing: run scripts/setup (apt-get install dataset-fashion-mnist)");
   const fp8emu::testing::CliResult r =
-      fp8emu::testing::run_cli("bench train --train-samples 640 --test-samples 100 --threads 1");
+      fp8emu::testing::run_cli("bench train --train-samples 640 --test-samples 100 --threads 1 --repeat 2");
   INFO(r.output);
   REQUIRE(r.code == 0);
   const std::vector<std::string> lines = lines_of(r.output);
   // Header, column names, one row per run, the ratio; nothing of train's own summary.
   REQUIRE(lines.size() == 5);
   CHECK(lines[0].find("10 steps of batch 64") != std::string::npos);
+  CHECK(lines[0].find("best of 2") != std::string::npos);
   for (const auto& [row, name] : {std::pair{2, "fp32"}, std::pair{3, "fp8_delayed"}}) {
     std::istringstream in(lines[std::size_t(row)]);
     std::string run;
@@ -122,6 +123,7 @@ TEST_CASE("bench train rejects bad options by name", "[cli][bench][errors]") {
   for (const auto& [args, message] :
        {std::pair{"bench train --recipe all", "--recipe takes one recipe"},
         std::pair{"bench train --accumulation nope --train-samples 64", "nope"},
+        std::pair{"bench train --repeat 0 --train-samples 64", "--repeat must be at least 1"},
         std::pair{"bench train --data-dir /nonexistent/fmnist", "apt-get install dataset-fashion-mnist"}}) {
     const fp8emu::testing::CliResult r = fp8emu::testing::run_cli(args);
     INFO(args << ": " << r.output);
