@@ -1,6 +1,8 @@
 // CPU GEMMs in a fixed accumulation order (see include/fp8emu/emulation/gemm.hpp).
 #include "fp8emu/emulation/gemm.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "gemm_isa.hpp"
 #include "gemm_kernel.hpp"
 #include "parallel.hpp"
+#include "scratch.hpp"
 
 namespace fp8emu::emu {
 namespace {
@@ -150,7 +153,11 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
   constexpr int kWideRows = Tile::kR, kWideCols = Tile::kW;
   const bool chained = ch.promotion > 0 || ch.range < K;
   const int Mp = (M + kWideRows - 1) / kWideRows * kWideRows, Np = (N + kWideCols - 1) / kWideCols * kWideCols;
-  std::vector<float> ap(std::size_t(Mp) * std::size_t(K)), bp(std::size_t(Np) * std::size_t(K));
+  // Packed operands and tile states outlive the call, per calling thread (every entry, padding
+  // included, is rewritten by each call): no allocation, zero fill or fresh pages per GEMM.
+  thread_local std::vector<float> ap_buf, bp_buf;
+  float* const ap = detail::grow(ap_buf, std::size_t(Mp) * std::size_t(K));
+  float* const bp = detail::grow(bp_buf, std::size_t(Np) * std::size_t(K));
   const bool par_pack = std::ptrdiff_t(M + N) * K >= detail::kParallelMinElements;
 #pragma omp parallel if (par_pack)
   {
@@ -169,18 +176,32 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
           bp[(std::size_t(p) * std::size_t(K) + std::size_t(k)) * kWideCols + std::size_t(c)] = j < N ? b_at(k, j) : 0.0f;
         }
   }
-  const int tiles_m = (Mp + kMcF - 1) / kMcF, tiles_n = (N + kNcF - 1) / kNcF, tiles = tiles_m * tiles_n;
-#pragma omp parallel if (double(M) * N * K >= detail::kParallelMinMacs)
+  // Cache tiles of mc x nc; a GEMM with fewer than four tiles per thread (a training layer's
+  // 64 x 256 product is one) takes narrower, then shorter tiles so that every thread has work. The
+  // tiling never changes a result: each element is summed in k order on any tile.
+  const bool parallel = double(M) * N * K >= detail::kParallelMinMacs;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  int mc = kMcF, nc = kNcF;
+  auto count = [&](int m, int n) { return ((Mp + m - 1) / m) * ((N + n - 1) / n); };
+  while (count(mc, nc) < 4 * threads && nc > kWideCols && nc / 2 < N)
+    nc = std::max(kWideCols, nc / 2 / kWideCols * kWideCols);
+  while (count(mc, nc) < 4 * threads && mc > kWideRows && mc / 2 < Mp)
+    mc = std::max(kWideRows, mc / 2 / kWideRows * kWideRows);
+  const int tiles_m = (Mp + mc - 1) / mc, tiles_n = (N + nc - 1) / nc, tiles = tiles_m * tiles_n;
+#pragma omp parallel if (parallel)
   {
-    const std::size_t tile_size = std::size_t(kMcF) * kNcF;
-    std::vector<float> acc(tile_size), tot(chained ? tile_size : 0), sum(chained ? tile_size : 0);
+    thread_local std::vector<float> acc_buf, tot_buf, sum_buf;
+    float* const acc = detail::grow(acc_buf, std::size_t(kMcF) * kNcF);
+    float* const tot = chained ? detail::grow(tot_buf, std::size_t(kMcF) * kNcF) : nullptr;
+    float* const sum = chained ? detail::grow(sum_buf, std::size_t(kMcF) * kNcF) : nullptr;
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tiles; ++t) {
-      const int i0 = (t / tiles_n) * kMcF, j0 = (t % tiles_n) * kNcF;
-      const int rows = std::min(kMcF, Mp - i0), cols = std::min(kNcF, N - j0);
+      const int i0 = (t / tiles_n) * mc, j0 = (t % tiles_n) * nc;
+      const int rows = std::min(mc, Mp - i0), cols = std::min(nc, N - j0);
       const int panels_here = (cols + kWideCols - 1) / kWideCols;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      std::fill(tot.begin(), tot.end(), 0.0f);
+      const std::size_t tile_size = std::size_t(rows) * kNcF;  // the rows of acc this tile uses
+      std::fill(acc, acc + tile_size, 0.0f);
+      if (chained) std::fill(tot, tot + tile_size, 0.0f);
       for (int k0 = 0; k0 < K;) {
         const int k1 = std::min({K, k0 + kKcF, chained ? ch.next_boundary(k0) : K});
         if (chained && ch.range_ends(k0))
@@ -196,9 +217,9 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
           }
         for (int r0 = 0; r0 < rows; r0 += kWideRows)
           for (int p = 0; p < panels_here; ++p)
-            Tile::tile(ap.data() + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
-                       bp.data() + std::size_t(j0 / kWideCols + p) * std::size_t(K) * kWideCols, k0, k1,
-                       acc.data() + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
+            Tile::tile(ap + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
+                       bp + std::size_t(j0 / kWideCols + p) * std::size_t(K) * kWideCols, k0, k1,
+                       acc + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
         k0 = k1;
       }
       if (chained)
@@ -207,7 +228,7 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
           acc[x] = K > ch.range ? sum[x] + v : v;
         }
       for (int r = 0; r < std::min(rows, M - i0); ++r) {
-        const float* src = acc.data() + std::size_t(r) * kNcF;
+        const float* src = acc + std::size_t(r) * kNcF;
         float* dst = C + std::size_t(i0 + r) * std::size_t(N) + std::size_t(j0);
         if (s == 1.0f) std::copy(src, src + cols, dst);
         else
@@ -215,6 +236,8 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
       }
     }
   }
+  detail::trim(ap_buf);
+  detail::trim(bp_buf);
 }
 #endif
 

@@ -54,6 +54,7 @@
 #include "fp8emu/core/dot.hpp"
 #include "gemm_isa.hpp"
 #include "parallel.hpp"
+#include "scratch.hpp"
 
 namespace fp8emu::emu::detail {
 
@@ -282,23 +283,6 @@ void pack_table(const CodeFields* t, int shift, PackTable& p) {
     p.s[c] = f.s;
     p.special[c] = f.special;
   }
-}
-
-// Scratch that outlives one call, per calling thread (GEMMs may run concurrently on several
-// threads): packed operands and tile states are rewritten in full by each call, so reusing them
-// saves an allocation, a zero fill and the page faults of fresh memory per call. Buffers above
-// kKeepBytes are released after the call.
-constexpr std::size_t kKeepBytes = std::size_t(64) << 20;
-
-template <class T>
-T* grow(std::vector<T>& v, std::size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-template <class T>
-void trim(std::vector<T>& v) {
-  if (v.capacity() * sizeof(T) > kKeepBytes) std::vector<T>().swap(v);
 }
 
 // Packed A: the arrays of APackRows, Mp rows of 4 * Kq elements.
