@@ -83,12 +83,6 @@ void decode_table(const FormatSpec& f, CodeFields* t) {
   }
 }
 
-bool row_has_special(const std::uint8_t* row, int K, const CodeFields* t) {
-  for (int k = 0; k < K; ++k)
-    if (t[row[k]].special) return true;
-  return false;
-}
-
 // The block's bookkeeping along K, identical on every path: at the start of block k0 (a K index) a
 // split-K range may end (its value joins the fp32 sum of the ranges) and a promotion run may end
 // (the chain joins the fp32 total with one RN add). Split-K ranges hold whole blocks, and so do
@@ -612,23 +606,32 @@ constexpr int kRowsV = 4;
 constexpr std::int32_t kNoExponentInt = -100000;  // never the maximum
 constexpr int kColumnChunk = 128;
 
+// Decoded operands: exact values (0 for zero and special codes) and unnormalised exponents
+// (kNoExponentInt for them), in scratch reused across calls.
 struct Decoded {
-  std::vector<float> value;            // exact value (0 for zero and special codes)
-  std::vector<std::int32_t> exponent;  // unnormalised exponent, kNoExponentInt for zero
+  const float* value;
+  const std::int32_t* exponent;
 };
 
-Decoded decode_for_model(const std::uint8_t* codes, std::size_t n, const FormatSpec& f, const CodeFields* t) {
-  Decoded d;
-  d.value.resize(n);
-  d.exponent.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const CodeFields& c = t[codes[i]];
-    const bool zero = c.m == 0 || c.special;
-    d.value[i] = zero ? 0.0f : core::fp8_to_f32(codes[i], f);
-    d.exponent[i] = zero ? kNoExponentInt : c.e;
+struct DecodeTable {
+  float value[256];
+  std::int32_t exponent[256];
+  bool special[256];
+};
+
+void decode_table_for_model(const FormatSpec& f, const CodeFields* t, DecodeTable& d) {
+  for (int c = 0; c < 256; ++c) {
+    const bool zero = t[c].m == 0 || t[c].special;
+    d.value[c] = zero ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
+    d.exponent[c] = zero ? kNoExponentInt : t[c].e;
+    d.special[c] = t[c].special;
   }
-  return d;
 }
+
+struct GenericScratch {
+  std::vector<float> av, bv;
+  std::vector<std::int32_t> ae, be;
+};
 
 __attribute__((always_inline)) inline v8f load8(const float* p) {
   v8f v;
@@ -661,8 +664,8 @@ __attribute__((always_inline)) inline void tc_rows_generic(int i0, int N, int Np
       const float* av[R];
       const std::int32_t* ae[R];
       for (int r = 0; r < R; ++r) {
-        av[r] = a.value.data() + std::size_t(i0 + r) * std::size_t(K);
-        ae[r] = a.exponent.data() + std::size_t(i0 + r) * std::size_t(K);
+        av[r] = a.value + std::size_t(i0 + r) * std::size_t(K);
+        ae[r] = a.exponent + std::size_t(i0 + r) * std::size_t(K);
       }
       for (int v = 0; v < nv; ++v) {
         const std::size_t panel = std::size_t((j0 + v * kLanes) / kLanes) * std::size_t(K);
@@ -676,7 +679,7 @@ __attribute__((always_inline)) inline void tc_rows_generic(int i0, int N, int Np
           E[r] = cb == 0 ? no_exp : ce - 127;
         }
         for (int k = k0; k < k1; ++k) {
-          const v8i eb = load8i(bt.exponent.data() + (panel + std::size_t(k)) * kLanes);
+          const v8i eb = load8i(bt.exponent + (panel + std::size_t(k)) * kLanes);
           for (int r = 0; r < R; ++r) {
             const v8i t = ae[r][k] + eb;
             E[r] = t > E[r] ? t : E[r];
@@ -692,7 +695,7 @@ __attribute__((always_inline)) inline void tc_rows_generic(int i0, int N, int Np
           S[r] = __builtin_convertvector(c[r] * sc[r], v8i);  // the running sum joins the alignment, truncated
         }
         for (int k = k0; k < k1; ++k) {
-          const v8f vb = load8(bt.value.data() + (panel + std::size_t(k)) * kLanes);
+          const v8f vb = load8(bt.value + (panel + std::size_t(k)) * kLanes);
           for (int r = 0; r < R; ++r) S[r] += __builtin_convertvector((av[r][k] * vb) * sc[r], v8i);
         }
         for (int r = 0; r < R; ++r) {
@@ -730,16 +733,47 @@ __attribute__((target("avx2"))) void tc_rows_avx2(int i0, int rows, int N, int N
 
 void gemm_generic(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
                   const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
-                  float* D, bool avx2) {
-  const Decoded a = decode_for_model(A, std::size_t(M) * std::size_t(K), fa, ta);
+                  float* D, bool avx2, char* bad_a, char* bad_b) {
+  DecodeTable da, db;
+  decode_table_for_model(fa, ta, da);
+  decode_table_for_model(fb, tb, db);
   const int Npad = (N + kLanes - 1) / kLanes * kLanes;
+  thread_local GenericScratch scratch;
+  float* const av = grow(scratch.av, std::size_t(M) * std::size_t(K));
+  std::int32_t* const ae = grow(scratch.ae, std::size_t(M) * std::size_t(K));
   // B in 8-column panels, [Npad / 8][K][8]: for one panel the K-loop reads consecutive vectors.
-  std::vector<std::uint8_t> b_t(std::size_t(K) * std::size_t(Npad), 0);
-  for (int j = 0; j < N; ++j)
-    for (int k = 0; k < K; ++k)
-      b_t[(std::size_t(j / kLanes) * std::size_t(K) + std::size_t(k)) * kLanes + std::size_t(j % kLanes)] =
-          B[std::size_t(j) * std::size_t(K) + std::size_t(k)];
-  const Decoded bt = decode_for_model(b_t.data(), b_t.size(), fb, tb);
+  float* const bv = grow(scratch.bv, std::size_t(Npad) * std::size_t(K));
+  std::int32_t* const be = grow(scratch.be, std::size_t(Npad) * std::size_t(K));
+  const bool par_decode = double(M + Npad) * K >= double(kParallelMinElements);
+#pragma omp parallel if (par_decode)
+  {
+#pragma omp for schedule(static) nowait
+    for (int i = 0; i < M; ++i) {
+      bool special = false;
+      for (int k = 0; k < K; ++k) {
+        const std::size_t x = std::size_t(i) * std::size_t(K) + std::size_t(k);
+        const std::uint8_t c = A[x];
+        av[x] = da.value[c];
+        ae[x] = da.exponent[c];
+        special |= da.special[c];
+      }
+      bad_a[i] = special;
+    }
+#pragma omp for schedule(static)
+    for (int j = 0; j < Npad; ++j) {
+      bool special = false;
+      const std::size_t panel = std::size_t(j / kLanes) * std::size_t(K);
+      for (int k = 0; k < K; ++k) {
+        const std::uint8_t c = j < N ? B[std::size_t(j) * std::size_t(K) + std::size_t(k)] : std::uint8_t(0);
+        const std::size_t x = (panel + std::size_t(k)) * kLanes + std::size_t(j % kLanes);
+        bv[x] = db.value[c];
+        be[x] = db.exponent[c];
+        special |= db.special[c];
+      }
+      if (j < N) bad_b[j] = special;
+    }
+  }
+  const Decoded a{av, ae}, bt{bv, be};
   const double work = double(M) * N * K;
   const int groups = (M + kRowsV - 1) / kRowsV;
   (void)avx2;
@@ -754,6 +788,10 @@ void gemm_generic(int M, int N, int K, const std::uint8_t* A, const FormatSpec& 
 #endif
     tc_rows_baseline(i0, rows, N, Npad, K, a, bt, block, cp, s, D);
   }
+  trim(scratch.av);
+  trim(scratch.ae);
+  trim(scratch.bv);
+  trim(scratch.be);
 }
 
 }  // namespace
@@ -769,22 +807,18 @@ void gemm_tensor_core(int M, int N, int K, const std::uint8_t* A, const FormatSp
   const Chain cp{promotion_interval >= std::min(K, range) ? 0 : promotion_interval, range};
   const GemmIsa isa = gemm_isa();
   // Rows of A and of B with NaN or Inf codes are packed as zeros: their elements take the element
-  // model afterwards, which applies the model's special-value rule. The AVX-512 pack flags them.
+  // model afterwards, which applies the model's special-value rule. Every path flags them while
+  // packing.
   std::vector<char> bad_a(static_cast<std::size_t>(M)), bad_b(static_cast<std::size_t>(N));
-  bool flagged = false;
 #ifdef FP8EMU_HAVE_X86_KERNELS
   if (isa == GemmIsa::kAvx512) {
     gemm_avx512(M, N, K, A, ta, B, tb, core::kMmaFractionBits - fa.mantissa_bits - fb.mantissa_bits, model.block, cp,
                 s, D, bad_a.data(), bad_b.data());
-    flagged = true;
   } else
 #endif
   {
-    gemm_generic(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, isa == GemmIsa::kAvx2);
-  }
-  if (!flagged) {
-    for (int i = 0; i < M; ++i) bad_a[std::size_t(i)] = row_has_special(A + std::size_t(i) * std::size_t(K), K, ta);
-    for (int j = 0; j < N; ++j) bad_b[std::size_t(j)] = row_has_special(B + std::size_t(j) * std::size_t(K), K, tb);
+    gemm_generic(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, isa == GemmIsa::kAvx2, bad_a.data(),
+                 bad_b.data());
   }
   bool any_bad = false;
   for (int i = 0; i < M; ++i) any_bad = any_bad || bad_a[std::size_t(i)];
