@@ -7,6 +7,8 @@
 #include "fp8emu/core/cast.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
+
+#include "block_cast.hpp"
 #include "gemm_kernel.hpp"
 
 namespace fp8emu::emu {
@@ -14,36 +16,11 @@ namespace {
 
 constexpr int kMxBlock = 32;  // OCP MX v1.0: 32 elements share one E8M0 scale.
 
-QuantizeStats& add_counts(QuantizeStats& st, std::uint64_t saturated, std::uint64_t underflow, std::uint64_t nan) {
-  st.saturated += saturated;
-  st.underflow += underflow;
-  st.nan += nan;
-  return st;
-}
-
-// Every block of the K-major view of x, each cast by the per-element body the CUDA kernels run
-// (core::cast_view_block), the rows of the view split over threads; counts are integer sums.
-QuantizeStats cast_blocks(const float* x, int cols, BlockAxis axis, const core::BlockRule& rule, BlockQuantized& q) {
-  const FormatSpec f = spec_of(q.format);
-  const bool rowwise = axis == BlockAxis::kRowwise;
-  const int nb = q.blocks();
-  std::uint8_t* e8m0 = q.e8m0.empty() ? nullptr : q.e8m0.data();
-  std::uint64_t sat = 0, under = 0, nans = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
-    if (std::ptrdiff_t(q.codes.size()) >= detail::kParallelMinElements)
-  for (int r = 0; r < q.n; ++r) {
-    for (int b = 0; b < nb; ++b) {
-      core::CastCounts c;
-      core::cast_view_block(x, rowwise, cols, r, b, q.block, q.k, nb, f, rule, q.codes.data(), q.scale_inv.data(),
-                            e8m0, c);
-      sat += c.saturated;
-      under += c.underflow;
-      nans += c.nan;
-    }
-  }
-  QuantizeStats st;
-  st.count = q.codes.size();
-  return add_counts(st, sat, under, nans);
+// Every block of the K-major view of x: the vectorised cast of block_cast.hpp, which gives the
+// bits of the per-element body the CUDA kernels run (core::cast_view_block).
+QuantizeStats cast_blocks(const float* x, int rows, int cols, BlockAxis axis, const core::BlockRule& rule,
+                          BlockQuantized& q) {
+  return detail::cast_view_blocks(x, rows, cols, axis == BlockAxis::kRowwise, rule, q);
 }
 
 }  // namespace
@@ -97,7 +74,7 @@ BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis
                               E8M0Rule rule, QuantizeStats* stats) {
   FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
   BlockQuantized q = make_block_record(rows, cols, axis, kMxBlock, fmt, true);
-  const QuantizeStats st = cast_blocks(x, cols, axis, mxfp8_rule(fmt, rule), q);
+  const QuantizeStats st = cast_blocks(x, rows, cols, axis, mxfp8_rule(fmt, rule), q);
   if (stats) *stats += st;
   return q;
 }
@@ -106,7 +83,8 @@ BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis a
                                  bool pow2, float epsilon, QuantizeStats* stats) {
   FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
   BlockQuantized q = make_block_record(rows, cols, axis, block, fmt, false);
-  const QuantizeStats st = cast_blocks(x, cols, axis, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), q);
+  const QuantizeStats st =
+      cast_blocks(x, rows, cols, axis, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), q);
   if (stats) *stats += st;
   return q;
 }
@@ -115,41 +93,19 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
                                    float epsilon, QuantizeStats* stats) {
   FP8EMU_CHECK(tile >= 1, "block quantize: tile size must be >= 1, got ", tile);
   FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
-  const FormatSpec f = spec_of(fmt);
   const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
-  // 1. Each tile's amax (a max of amax_bits) and its scale.
-  std::vector<float> scale(std::size_t(tr) * std::size_t(tc)), scale_inv(scale.size());
-  for (int bi = 0; bi < tr; ++bi)
-    for (int bj = 0; bj < tc; ++bj) {
-      const float amax = core::tile_amax(x, rows, cols, tile, bi, bj);
-      const core::BlockScale s = core::block_scale(amax, float(f.max_finite()), pow2, epsilon);
-      scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
-      scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
-    }
-  // 2. The row-wise codes, each element by its tile's scale (make_block_record checks the format).
+  // 1-2. Each tile's amax and scale, then the row-wise codes, each element by its tile's scale
+  //      (vectorised; the bits of core::tile_amax, core::block_scale and core::cast_element).
   BlockQuantized2D out;
-  out.rowwise = make_block_record(rows, cols, BlockAxis::kRowwise, tile, fmt, false);
+  out.rowwise = make_block_record(rows, cols, BlockAxis::kRowwise, tile, fmt, false);  // checks the format
   out.columnwise = make_block_record(rows, cols, BlockAxis::kColumnwise, tile, fmt, false);
-  std::uint8_t* codes = out.rowwise.codes.data();
-  std::uint64_t sat = 0, under = 0, nans = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
-    if (std::ptrdiff_t(out.rowwise.codes.size()) >= detail::kParallelMinElements)
-  for (int r = 0; r < rows; ++r) {
-    core::CastCounts c;
-    for (int col = 0; col < cols; ++col) {
-      const std::size_t i = std::size_t(r) * std::size_t(cols) + std::size_t(col);
-      codes[i] = core::cast_element(x[i], scale[core::tile_index(r, col, tile, tc)], f, c);
-    }
-    sat += c.saturated;
-    under += c.underflow;
-    nans += c.nan;
-  }
+  std::vector<float> scale_inv(std::size_t(tr) * std::size_t(tc));
+  const QuantizeStats st =
+      detail::cast_tiles(x, rows, cols, tile, fmt, pow2, epsilon, scale_inv.data(), out.rowwise.codes.data());
   // 3. The column-wise view: the same codes transposed, with the transposed tile scales.
   transpose(rows, cols, out.rowwise.codes.data(), out.columnwise.codes.data());
   spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
-  QuantizeStats st;
-  st.count = out.rowwise.codes.size();
-  if (stats) *stats += add_counts(st, sat, under, nans);
+  if (stats) *stats += st;
   return out;
 }
 

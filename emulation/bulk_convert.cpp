@@ -11,9 +11,13 @@
 #include <cstring>
 #include <limits>
 
+#include <vector>
+
+#include "block_cast.hpp"
 #include "bulk_kernels.hpp"
 #include "fp8emu/util/error.hpp"
 #include "parallel.hpp"
+#include "scratch.hpp"
 
 // Compiled for AVX-512 (x86-64-v4), AVX2 and the x86-64 baseline, chosen at load time (GCC
 // target clones). The clones compute the same bits: integer operations, and fp32 multiplies and
@@ -50,8 +54,25 @@ FP8EMU_BULK_KERNEL(cast_f16_e4m3_stats, kSpecE4M3, WidenF16, true)
 FP8EMU_BULK_KERNEL(cast_f16_e5m2_stats, kSpecE5M2, WidenF16, true)
 #undef FP8EMU_BULK_KERNEL
 
+// The block-scaled casts: one multiplier per element, and the block amax passes.
+#define FP8EMU_EACH_KERNEL(NAME, SPEC)                                                                          \
+  FP8EMU_BULK_CLONES void NAME(const float* x, std::size_t n, const float* mult, std::uint8_t* q, Counts* counts) { \
+    u32 amax = 0;                                                                                               \
+    cast_span_with<SPEC, WidenF32, true>(x, n, ScaleEach{mult}, q, &amax, counts);                              \
+  }
+FP8EMU_EACH_KERNEL(cast_each_e4m3, kSpecE4M3)
+FP8EMU_EACH_KERNEL(cast_each_e5m2, kSpecE5M2)
+#undef FP8EMU_EACH_KERNEL
+FP8EMU_BULK_CLONES void row_block_amax(const float* x, std::size_t n, std::size_t block, u32* out) {
+  block_amax_bits(x, n, block, out);
+}
+FP8EMU_BULK_CLONES void columns_amax(const float* x, std::size_t rows, std::size_t cols, std::size_t ld, u32* out) {
+  column_amax_bits(x, rows, cols, ld, out);
+}
+
 template <class T>
 using SpanKernel = void (*)(const T*, std::size_t, float, std::uint8_t*, u32*, Counts*);
+using EachKernel = void (*)(const float*, std::size_t, const float*, std::uint8_t*, Counts*);
 
 // The SIMD span kernels exist for the OCP FP8 formats; every other registry format is rejected by
 // name (switches without default: a new Format enumerator is a compile-time warning here).
@@ -85,6 +106,8 @@ SpanKernel<std::uint16_t> span_kernel(WidenF16, Format f, bool stats) {
   return pick<SpanKernel<std::uint16_t>>(f, stats, cast_f16_e4m3, cast_f16_e4m3_stats, cast_f16_e5m2,
                                          cast_f16_e5m2_stats);
 }
+
+EachKernel each_kernel(Format f) { return pick<EachKernel>(f, true, cast_each_e4m3, cast_each_e4m3, cast_each_e5m2, cast_each_e5m2); }
 
 // Elements per kernel call in the 1-D cast; threads take whole blocks (static partition).
 constexpr std::size_t kBlock = std::size_t(1) << 14;
@@ -247,5 +270,124 @@ void dequantize_to_f32(const std::uint8_t* q, std::size_t n, float scale_inv, Fo
 void dequantize_to_bf16(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, std::uint16_t* y) {
   dequantize_blocks(q, n, scale_inv, fmt, y, dequantize_bf16_span);
 }
+
+namespace detail {
+namespace {
+
+QuantizeStats stats_of(std::size_t count, std::uint64_t sat, std::uint64_t under, std::uint64_t nans) {
+  QuantizeStats st;
+  st.count = count;
+  st.saturated = sat;
+  st.underflow = under;
+  st.nan = nans;
+  return st;
+}
+
+// Per-thread scratch of the block casts (rewritten in full before every use).
+struct BlockScratch {
+  std::vector<u32> amax;
+  std::vector<float> mult;
+  std::vector<std::uint8_t> codes;
+};
+
+}  // namespace
+
+QuantizeStats cast_view_blocks(const float* x, int rows, int cols, bool rowwise, const core::BlockRule& rule,
+                               BlockQuantized& q) {
+  const FormatSpec f = spec_of(q.format);
+  const EachKernel cast = each_kernel(q.format);
+  const int nb = q.blocks(), K = q.k, block = q.block;
+  std::uint8_t* const e8m0 = rule.is_mxfp8() ? q.e8m0.data() : nullptr;
+  float* const scale_inv = q.scale_inv.data();
+  std::uint64_t sat = 0, under = 0, nans = 0;
+  const bool parallel = std::ptrdiff_t(q.codes.size()) >= kParallelMinElements;
+  if (rowwise) {
+    // View row r is x's row r: its blocks are contiguous.
+#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) if (parallel)
+    for (int r = 0; r < rows; ++r) {
+      thread_local BlockScratch s;
+      u32* const amax = grow(s.amax, std::size_t(nb));
+      float* const mult = grow(s.mult, std::size_t(K));
+      const float* xr = x + std::size_t(r) * std::size_t(cols);
+      row_block_amax(xr, std::size_t(K), std::size_t(block), amax);
+      for (int b = 0; b < nb; ++b) {
+        const std::size_t si = std::size_t(r) * std::size_t(nb) + std::size_t(b);
+        const float m = core::block_rule_scale(float_of(amax[b]), f, rule, scale_inv + si, e8m0 ? e8m0 + si : nullptr);
+        std::fill(mult + std::size_t(b) * std::size_t(block), mult + std::min<std::size_t>(K, std::size_t(b + 1) * block), m);
+      }
+      Counts c;
+      cast(xr, std::size_t(K), mult, q.codes.data() + std::size_t(r) * std::size_t(K), &c);
+      sat += c.saturated;
+      under += c.underflow;
+      nans += c.nan;
+    }
+  } else {
+    // View row r is x's column r; block b of every column is x's rows [b * block, ...): one pass
+    // over those rows gives every column's amax, then each row is cast with the per-column
+    // multipliers and the block of codes is transposed into the view.
+#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) if (parallel)
+    for (int b = 0; b < nb; ++b) {
+      thread_local BlockScratch s;
+      const int k0 = b * block, len = std::min(block, K - k0);
+      u32* const amax = grow(s.amax, std::size_t(cols));
+      float* const mult = grow(s.mult, std::size_t(cols));
+      std::uint8_t* const tile = grow(s.codes, std::size_t(len) * std::size_t(cols));
+      std::fill(amax, amax + cols, 0u);
+      const float* xb = x + std::size_t(k0) * std::size_t(cols);
+      columns_amax(xb, std::size_t(len), std::size_t(cols), std::size_t(cols), amax);
+      for (int c = 0; c < cols; ++c) {
+        const std::size_t si = std::size_t(c) * std::size_t(nb) + std::size_t(b);
+        mult[c] = core::block_rule_scale(float_of(amax[c]), f, rule, scale_inv + si, e8m0 ? e8m0 + si : nullptr);
+      }
+      Counts cnt;
+      for (int kk = 0; kk < len; ++kk)
+        cast(xb + std::size_t(kk) * std::size_t(cols), std::size_t(cols), mult, tile + std::size_t(kk) * std::size_t(cols),
+             &cnt);
+      transpose_bytes(tile, std::size_t(cols), std::size_t(len), std::size_t(cols), q.codes.data() + k0, std::size_t(K));
+      sat += cnt.saturated;
+      under += cnt.underflow;
+      nans += cnt.nan;
+    }
+  }
+  return stats_of(q.codes.size(), sat, under, nans);
+}
+
+QuantizeStats cast_tiles(const float* x, int rows, int cols, int tile, Format fmt, bool pow2, float epsilon,
+                         float* tile_scale_inv, std::uint8_t* codes) {
+  const FormatSpec f = spec_of(fmt);
+  const EachKernel cast = each_kernel(fmt);
+  const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
+  std::uint64_t sat = 0, under = 0, nans = 0;
+  const bool parallel = std::ptrdiff_t(rows) * cols >= kParallelMinElements;
+#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) if (parallel)
+  for (int bi = 0; bi < tr; ++bi) {
+    thread_local BlockScratch s;
+    const int r0 = bi * tile, len = std::min(tile, rows - r0);
+    u32* const amax = grow(s.amax, std::size_t(cols));
+    float* const mult = grow(s.mult, std::size_t(cols));
+    // 1. The tiles of this tile row: the per-column amax over its rows, then the max over each
+    //    tile's columns (the same max of amax bits as core::tile_amax), and the tile's scale.
+    std::fill(amax, amax + cols, 0u);
+    columns_amax(x + std::size_t(r0) * std::size_t(cols), std::size_t(len), std::size_t(cols), std::size_t(cols), amax);
+    for (int bj = 0; bj < tc; ++bj) {
+      u32 m = 0;
+      for (int c = bj * tile; c < std::min(cols, (bj + 1) * tile); ++c) m = std::max(m, amax[c]);
+      const core::BlockScale bs = core::block_scale(float_of(m), float(f.max_finite()), pow2, epsilon);
+      tile_scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = bs.scale_inv;
+      std::fill(mult + std::size_t(bj) * std::size_t(tile), mult + std::min<std::size_t>(cols, std::size_t(bj + 1) * tile),
+                bs.scale);
+    }
+    // 2. Its rows, each element by its tile's scale.
+    Counts c;
+    for (int r = r0; r < r0 + len; ++r)
+      cast(x + std::size_t(r) * std::size_t(cols), std::size_t(cols), mult, codes + std::size_t(r) * std::size_t(cols), &c);
+    sat += c.saturated;
+    under += c.underflow;
+    nans += c.nan;
+  }
+  return stats_of(std::size_t(rows) * std::size_t(cols), sat, under, nans);
+}
+
+}  // namespace detail
 
 }  // namespace fp8emu::emu

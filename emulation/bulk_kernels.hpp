@@ -111,11 +111,22 @@ __attribute__((always_inline)) inline u32 encode_satfinite(u32 u) {
   return select_bits(abs > kInfBits, u32(F.nan_code()), code);
 }
 
-// The span kernel: q[i] = encode(bits(widen(x[i]) * scale)), amax and optional counts.
+// The multiplier of element i: one per-tensor scale, or one per element (the block-scaled casts
+// expand each block's multiplier over its elements).
+struct ScaleOne {
+  float s;
+  __attribute__((always_inline)) float operator[](std::size_t) const { return s; }
+};
+struct ScaleEach {
+  const float* __restrict m;
+  __attribute__((always_inline)) float operator[](std::size_t i) const { return m[i]; }
+};
+
+// The span kernel: q[i] = encode(bits(widen(x[i]) * scale[i])), amax and optional counts.
 // n < 2^32. One fp32 multiply per element (-ffp-contract=off; a lone multiply cannot contract).
-template <const FormatSpec& F, class W, bool kStats>
-__attribute__((always_inline)) inline void cast_span(const typename W::T* __restrict x, std::size_t n, float scale,
-                                                     std::uint8_t* __restrict q, u32* amax_bits, Counts* counts) {
+template <const FormatSpec& F, class W, bool kStats, class S = ScaleOne>
+__attribute__((always_inline)) inline void cast_span_with(const typename W::T* __restrict x, std::size_t n, S scale,
+                                                          std::uint8_t* __restrict q, u32* amax_bits, Counts* counts) {
   // |x*scale| bit patterns that F.overflows(): from the threshold (max finite + half an ulp;
   // included when it ties to the odd max's even neighbour) up to Inf.
   constexpr u32 kThreshold = core::decode_to_f32_bits(std::uint8_t(F.max_finite_code()), F) +
@@ -126,7 +137,7 @@ __attribute__((always_inline)) inline void cast_span(const typename W::T* __rest
   u32 sat = 0, under = 0, nans = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const u32 xb = W::bits(x[i]);
-    const u32 sb = bits_of(float_of(xb) * scale);
+    const u32 sb = bits_of(float_of(xb) * scale[i]);
     const u32 code = encode_satfinite<F>(sb);
     q[i] = std::uint8_t(code);
     const u32 xabs = xb & kAbsMask;
@@ -144,6 +155,37 @@ __attribute__((always_inline)) inline void cast_span(const typename W::T* __rest
     counts->underflow += under;
     counts->nan += nans;
   }
+}
+
+template <const FormatSpec& F, class W, bool kStats>
+__attribute__((always_inline)) inline void cast_span(const typename W::T* __restrict x, std::size_t n, float scale,
+                                                     std::uint8_t* __restrict q, u32* amax_bits, Counts* counts) {
+  cast_span_with<F, W, kStats>(x, n, ScaleOne{scale}, q, amax_bits, counts);
+}
+
+// out[b] = the max of the amax bits (|x| bits, NaN as 0) of x[b * block, min(n, (b + 1) * block)),
+// for every block b of a row.
+__attribute__((always_inline)) inline void block_amax_bits(const float* __restrict x, std::size_t n,
+                                                           std::size_t block, u32* __restrict out) {
+  for (std::size_t b = 0, k0 = 0; k0 < n; ++b, k0 += block) {
+    const std::size_t k1 = std::min(n, k0 + block);
+    u32 m = 0;
+    for (std::size_t k = k0; k < k1; ++k) {
+      const u32 a = bits_of(x[k]) & kAbsMask;
+      m = std::max(m, select_bits(a > kInfBits, 0u, a));
+    }
+    out[b] = m;
+  }
+}
+
+// out[c] = max(out[c], amax bits of x[r * ld + c]) over rows r < rows, for columns c < cols.
+__attribute__((always_inline)) inline void column_amax_bits(const float* __restrict x, std::size_t rows,
+                                                            std::size_t cols, std::size_t ld, u32* __restrict out) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) {
+      const u32 a = bits_of(x[r * ld + c]) & kAbsMask;
+      out[c] = std::max(out[c], select_bits(a > kInfBits, 0u, a));
+    }
 }
 
 // B x B byte blocks: dst[j * ld_dst + r] = src[r * ld_src + j] for r, j < B.

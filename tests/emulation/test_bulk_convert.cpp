@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bulk_kernels.hpp"  // private: the span kernel, instantiated below per instruction set
+#include "fp8emu/core/cast.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
@@ -415,7 +416,79 @@ void span_base_e5m2(const float* x, std::size_t n, float s, std::uint8_t* q, std
                     emu::detail::Counts* c) {
   span_any<kSpecE5M2>(x, n, s, q, a, c);
 }
+// The block-scaled casts' kernel: one multiplier per element (cast_span_with + ScaleEach).
+template <const FormatSpec& F>
+__attribute__((always_inline)) inline void each_any(const float* x, std::size_t n, const float* m, std::uint8_t* q,
+                                                    emu::detail::Counts* c) {
+  std::uint32_t a = 0;
+  emu::detail::cast_span_with<F, emu::detail::WidenF32, true>(x, n, emu::detail::ScaleEach{m}, q, &a, c);
+}
+using EachFn = void (*)(const float*, std::size_t, const float*, std::uint8_t*, emu::detail::Counts*);
+__attribute__((target("arch=x86-64-v4"))) void each_avx512_e4m3(const float* x, std::size_t n, const float* m,
+                                                                std::uint8_t* q, emu::detail::Counts* c) {
+  each_any<kSpecE4M3>(x, n, m, q, c);
+}
+__attribute__((target("arch=x86-64-v4"))) void each_avx512_e5m2(const float* x, std::size_t n, const float* m,
+                                                                std::uint8_t* q, emu::detail::Counts* c) {
+  each_any<kSpecE5M2>(x, n, m, q, c);
+}
+__attribute__((target("avx2"))) void each_avx2_e4m3(const float* x, std::size_t n, const float* m, std::uint8_t* q,
+                                                    emu::detail::Counts* c) {
+  each_any<kSpecE4M3>(x, n, m, q, c);
+}
+__attribute__((target("avx2"))) void each_avx2_e5m2(const float* x, std::size_t n, const float* m, std::uint8_t* q,
+                                                    emu::detail::Counts* c) {
+  each_any<kSpecE5M2>(x, n, m, q, c);
+}
+void each_base_e4m3(const float* x, std::size_t n, const float* m, std::uint8_t* q, emu::detail::Counts* c) {
+  each_any<kSpecE4M3>(x, n, m, q, c);
+}
+void each_base_e5m2(const float* x, std::size_t n, const float* m, std::uint8_t* q, emu::detail::Counts* c) {
+  each_any<kSpecE5M2>(x, n, m, q, c);
+}
 }  // namespace
+
+TEST_CASE("every instruction-set build of the per-element-multiplier cast equals core::cast_element",
+          "[emulation][bulk][simd]") {
+  // The block-scaled casts (MXFP8, 1 x 128, 128 x 128) expand each block's multiplier over its
+  // elements: each element with its own multiplier (cycling through kScales and powers of two)
+  // must give core::cast_element's code and counts.
+  const Input in = make_f32(structured_f32());
+  std::vector<float> mult(in.size());
+  const std::size_t ns = sizeof kScales / sizeof kScales[0];
+  for (std::size_t i = 0; i < in.size(); ++i)
+    mult[i] = (i / 7) % 3 == 0 ? std::ldexp(1.0f, int(i % 61) - 30) : kScales[(i / 5) % ns];
+  struct Build {
+    const char* name;
+    bool runs;
+    EachFn e4m3, e5m2;
+  };
+  const Build builds[] = {
+      {"x86-64-v4", __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"),
+       each_avx512_e4m3, each_avx512_e5m2},
+      {"avx2", bool(__builtin_cpu_supports("avx2")), each_avx2_e4m3, each_avx2_e5m2},
+      {"baseline", true, each_base_e4m3, each_base_e5m2},
+  };
+  for (const Build& b : builds) {
+    if (!b.runs) {
+      WARN("this CPU cannot run the " << b.name << " build; not checked here");
+      continue;
+    }
+    for (Format fmt : {Format::kE4M3, Format::kE5M2}) {
+      std::vector<std::uint8_t> want(in.size()), q(in.size());
+      fp8emu::core::CastCounts wc;
+      for (std::size_t i = 0; i < in.size(); ++i) want[i] = fp8emu::core::cast_element(in.f32[i], mult[i], spec_of(fmt), wc);
+      emu::detail::Counts c;
+      (fmt == Format::kE4M3 ? b.e4m3 : b.e5m2)(in.f32.data(), in.size(), mult.data(), q.data(), &c);
+      INFO(b.name << " " << spec_of(fmt).name);
+      CHECK(first_mismatch(q.data(), want) == -1);
+      CHECK(c.saturated == wc.saturated);
+      CHECK(c.underflow == wc.underflow);
+      CHECK(c.nan == wc.nan);
+    }
+  }
+}
 
 TEST_CASE("every instruction-set build of the span kernel equals the scalar core", "[emulation][bulk][simd]") {
   const Input in = make_f32(structured_f32());

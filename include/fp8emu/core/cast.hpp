@@ -133,6 +133,22 @@ struct BlockRule {
   constexpr bool is_mxfp8() const { return kind != kFloat; }
 };
 
+/// The scale of one block with this amax under `rule`: stores the block's scale_inv in *scale_inv
+/// and, for MXFP8 rules, its E8M0 code in *e8m0 (may be null otherwise), and returns the multiplier
+/// its elements are cast with (cast_element's mult).
+FP8EMU_HD float block_rule_scale(float amax, FormatSpec f, const BlockRule& rule, float* scale_inv,
+                                 std::uint8_t* e8m0) {
+  if (rule.kind == BlockRule::kFloat) {
+    const BlockScale bs = block_scale(amax, rule.fp8_max, rule.pow2, rule.epsilon);
+    *scale_inv = bs.scale_inv;
+    return bs.scale;
+  }
+  const std::uint8_t code = mxfp8_scale_code(amax, f, rule.kind == BlockRule::kMxfp8Te, rule.rcp_max);
+  *e8m0 = code;
+  *scale_inv = bits_to_f32(e8m0_to_f32_bits(code));
+  return bits_to_f32(e8m0_reciprocal_f32_bits(code));
+}
+
 /// Casts block `blk` of view row r of a row-major [rows, cols] input x: the block's amax, its scale
 /// by `rule`, then each element. Writes the codes into codes [n, K] (row-major), the block's
 /// scale_inv into scale_inv [n, nb] and, for MXFP8 rules, its E8M0 code into e8m0 [n, nb] (may be
@@ -143,17 +159,8 @@ FP8EMU_HD void cast_view_block(const float* x, bool rowwise, int cols, int r, in
   const int k0 = blk * block, k1 = min_int(K, k0 + block);
   const float amax = view_block_amax(x, rowwise, cols, r, k0, k1);
   const std::size_t si = std::size_t(r) * std::size_t(nb) + std::size_t(blk);
-  float mult = 1.0f;
-  if (rule.kind == BlockRule::kFloat) {
-    const BlockScale bs = block_scale(amax, rule.fp8_max, rule.pow2, rule.epsilon);
-    scale_inv[si] = bs.scale_inv;
-    mult = bs.scale;
-  } else {
-    const std::uint8_t code = mxfp8_scale_code(amax, f, rule.kind == BlockRule::kMxfp8Te, rule.rcp_max);
-    e8m0[si] = code;
-    scale_inv[si] = bits_to_f32(e8m0_to_f32_bits(code));
-    mult = bits_to_f32(e8m0_reciprocal_f32_bits(code));
-  }
+  const float mult =
+      block_rule_scale(amax, f, rule, scale_inv + si, rule.kind != BlockRule::kFloat ? e8m0 + si : nullptr);
   for (int kk = k0; kk < k1; ++kk)
     codes[std::size_t(r) * std::size_t(K) + std::size_t(kk)] =
         cast_element(x[view_index(rowwise, cols, r, kk)], mult, f, counts);
