@@ -111,6 +111,7 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
 
 void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* D) {
   check_gemm_block_tn(A, B);
+  if (detail::gemm_fp8_block_tn_wide(A, B, D)) return;  // the same sums, register-tiled
   const int M = A.n, N = B.n, K = A.k, nb = A.blocks();
   // B^T decoded once (exact), Shape [K, N]; A decoded on the fly.
   std::vector<float> bt(std::size_t(K) * std::size_t(N));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "gemm_isa.hpp"
 #include "gemm_kernel.hpp"
@@ -139,6 +140,12 @@ struct WideAvx2 {
 struct WideChain {
   int promotion = 0;  // 0, or a run length shorter than min(K, range)
   int range = 1 << 30;
+  // Block scaling (gemm_fp8_block_tn): with sa set, each run of `promotion` = block K-elements is
+  // added to the total times its scale, tot = RN(tot + RN(acc * RN(sa[i, b] * sb[j, b]))), and the
+  // result is that total (no split-K). sa [M, nb], sb [N, nb].
+  const float* sa = nullptr;
+  const float* sb = nullptr;
+  int nb = 0;
   bool range_ends(int k0) const { return k0 > 0 && k0 % range == 0; }
   bool run_ends(int k0) const { return promotion > 0 && k0 % range > 0 && (k0 % range) % promotion == 0; }
   int next_boundary(int k0) const {  // the first boundary after k0
@@ -147,6 +154,21 @@ struct WideChain {
     return next;
   }
 };
+
+// Block b's partial sums of a tile (acc, rows x cols of a kNcF-wide state) join the totals with
+// their block scales, and the partials restart from +0.
+inline void block_scaled_add(const WideChain& ch, int b, int i0, int j0, int rows, int cols, float* acc, float* tot) {
+  for (int r = 0; r < rows; ++r) {
+    const float sa = ch.sa[std::size_t(i0 + r) * std::size_t(ch.nb) + std::size_t(b)];
+    float* a = acc + std::size_t(r) * kNcF;
+    float* t = tot + std::size_t(r) * kNcF;
+    const float* sb = ch.sb + std::size_t(j0) * std::size_t(ch.nb) + std::size_t(b);
+    for (int c = 0; c < cols; ++c) {
+      t[c] = t[c] + a[c] * (sa * sb[std::size_t(c) * std::size_t(ch.nb)]);
+      a[c] = 0.0f;
+    }
+  }
+}
 
 template <class Tile, class AAt, class BAt>
 void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideChain ch = WideChain{}) {
@@ -210,11 +232,15 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
             sum[x] = k0 == ch.range ? v : sum[x] + v;
             acc[x] = tot[x] = 0.0f;
           }
-        if (chained && ch.run_ends(k0))
-          for (std::size_t x = 0; x < tile_size; ++x) {  // a promotion run ends: one RN add to the total
-            tot[x] += acc[x];
-            acc[x] = 0.0f;
-          }
+        if (chained && ch.run_ends(k0)) {
+          if (ch.sa)
+            block_scaled_add(ch, k0 / ch.promotion - 1, i0, j0, std::min(rows, M - i0), cols, acc, tot);
+          else
+            for (std::size_t x = 0; x < tile_size; ++x) {  // a promotion run ends: one RN add to the total
+              tot[x] += acc[x];
+              acc[x] = 0.0f;
+            }
+        }
         for (int r0 = 0; r0 < rows; r0 += kWideRows)
           for (int p = 0; p < panels_here; ++p)
             Tile::tile(ap + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
@@ -222,11 +248,15 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
                        acc + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
         k0 = k1;
       }
-      if (chained)
+      if (chained && ch.sa) {
+        block_scaled_add(ch, (K - 1) / ch.promotion, i0, j0, std::min(rows, M - i0), cols, acc, tot);
+        std::copy(tot, tot + tile_size, acc);
+      } else if (chained) {
         for (std::size_t x = 0; x < tile_size; ++x) {
           const float v = ch.promotion > 0 ? tot[x] + acc[x] : acc[x];
           acc[x] = K > ch.range ? sum[x] + v : v;
         }
+      }
       for (int r = 0; r < std::min(rows, M - i0); ++r) {
         const float* src = acc + std::size_t(r) * kNcF;
         float* dst = C + std::size_t(i0 + r) * std::size_t(N) + std::size_t(j0);
@@ -332,6 +362,34 @@ bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, flo
   transpose(N, K, B, b_kn.data());
   gemm_fp8_nn(M, N, K, A, fa, scale_inv_a, b_kn.data(), fb, scale_inv_b, D);
   return true;
+}
+
+bool gemm_fp8_block_tn_wide(const BlockQuantized& A, const BlockQuantized& B, float* D) {
+  const int M = A.n, N = B.n, K = A.k;
+  if (M == 0 || N == 0) return true;
+  if (K == 0) {  // no block: every total stays +0
+    std::fill(D, D + std::size_t(M) * std::size_t(N), 0.0f);
+    return true;
+  }
+#ifdef FP8EMU_GEMM_X86
+  if (gemm_isa() != GemmIsa::kBaseline) {
+    const float* ta = decode_table(A.format);
+    const float* tb = decode_table(B.format);
+    const std::uint8_t* a = A.codes.data();
+    const std::uint8_t* b = B.codes.data();
+    const auto a_at = [&](int i, int k) { return ta[a[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
+    const auto b_at = [&](int k, int j) { return tb[b[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; };
+    WideChain ch;
+    ch.promotion = A.block;
+    ch.sa = A.scale_inv.data();
+    ch.sb = B.scale_inv.data();
+    ch.nb = A.blocks();
+    if (gemm_isa() == GemmIsa::kAvx512) gemm_wide<WideAvx512>(M, N, K, a_at, b_at, 1.0f, D, ch);
+    else gemm_wide<WideAvx2>(M, N, K, a_at, b_at, 1.0f, D, ch);
+    return true;
+  }
+#endif
+  return false;
 }
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "parallel.hpp"
+#include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
 
 #include <cstdint>
@@ -68,5 +69,10 @@ __attribute__((always_inline)) inline void gemm_rows(int i0, int rows, int N, in
 /// for it (promotion or split-K on the baseline path).
 bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
                       const std::uint8_t* B, Format fb, float scale_inv_b, int promotion, int range, float* D);
+
+/// emu::gemm_fp8_block_tn (arguments checked by the caller) on the register-tiled fp32 kernels: each
+/// K-block's fp32 partial (k ascending from +0), times RN(sa * sb), added to the element's fp32 total
+/// in block order from +0. Returns false, with D untouched, on the baseline path (no kernel).
+bool gemm_fp8_block_tn_wide(const BlockQuantized& A, const BlockQuantized& B, float* D);
 
 }  // namespace fp8emu::emu::detail
