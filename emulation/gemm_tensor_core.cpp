@@ -329,32 +329,37 @@ void pack_b_group_table(const std::uint8_t* B, int N, int K, int Kq, int v, cons
 // bytes (m shifted left by the operand's alignment shift).
 #define FP8EMU_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
 
+// The 128-byte tables e8, m (unshifted), e and special (0/1), as plain bytes: the functions compiled
+// without AVX-512 that hold them never touch a 512-bit type (a 64-byte aligned vector member would
+// be laid out by a caller built for the baseline ISA, which need not align it at -O0).
 struct VbmiTables {
-  __m512i e8[2], m[2], e[2], sp[2];  // the 128-byte tables e8, m (unshifted), e, special (0/1)
+  std::int8_t e8[128], m[128], e[128], sp[128];
   int shift;
 };
 
-FP8EMU_AVX512_VBMI VbmiTables vbmi_tables(const PackTable& t, int shift) {
-  alignas(64) std::int8_t e8[128], m[128], e[128], sp[128];
+VbmiTables vbmi_tables(const PackTable& t, int shift) {
+  VbmiTables v{};
   for (int c = 0; c < 128; ++c) {
-    e8[c] = t.e8[c];
-    m[c] = std::int8_t(t.m[c] >> shift);  // m < 16: one byte
-    e[c] = std::int8_t(t.e[c]);           // |e| < 128
-    sp[c] = t.special[c] ? 1 : 0;
-  }
-  VbmiTables v;
-  for (int h = 0; h < 2; ++h) {
-    v.e8[h] = _mm512_load_si512(e8 + 64 * h);
-    v.m[h] = _mm512_load_si512(m + 64 * h);
-    v.e[h] = _mm512_load_si512(e + 64 * h);
-    v.sp[h] = _mm512_load_si512(sp + 64 * h);
+    v.e8[c] = t.e8[c];
+    v.m[c] = std::int8_t(t.m[c] >> shift);  // m < 16: one byte
+    v.e[c] = std::int8_t(t.e[c]);           // |e| < 128
+    v.sp[c] = t.special[c] ? 1 : 0;
   }
   v.shift = shift;
   return v;
 }
 
-FP8EMU_AVX512_VBMI inline __m512i lookup(const __m512i* table, __m512i idx) {
-  return _mm512_permutex2var_epi8(table[0], idx, table[1]);
+// A table in two registers, loaded inside the AVX-512 functions.
+struct Table128 {
+  __m512i lo, hi;
+};
+
+FP8EMU_AVX512_VBMI inline Table128 load_table(const std::int8_t* t) {
+  return Table128{_mm512_loadu_si512(t), _mm512_loadu_si512(t + 64)};
+}
+
+FP8EMU_AVX512_VBMI inline __m512i lookup(const Table128& table, __m512i idx) {
+  return _mm512_permutex2var_epi8(table.lo, idx, table.hi);
 }
 
 // Widens 32 bytes to int16 lanes: m (zero-extended, shifted), e (sign-extended), s = +1 / -1 from
@@ -366,9 +371,13 @@ FP8EMU_AVX512_VBMI inline void widen_fields(__m256i m8, __m256i e8, __m256i c8, 
   s = _mm512_or_si512(_mm512_srai_epi16(_mm512_cvtepi8_epi16(c8), 15), _mm512_set1_epi16(1));
 }
 
-FP8EMU_AVX512_VBMI bool pack_a_row_vbmi(const std::uint8_t* src, bool real, int K, int Kp, const VbmiTables& t,
+FP8EMU_AVX512_VBMI bool pack_a_row_vbmi(const std::uint8_t* src, bool real, int K, int Kp, const VbmiTables& tables,
                                         std::int8_t* e8, std::int16_t* m, std::int16_t* e, std::int16_t* s) {
   const __m512i low7 = _mm512_set1_epi8(0x7F);
+  const struct {
+    Table128 e8, m, e, sp;
+    int shift;
+  } t{load_table(tables.e8), load_table(tables.m), load_table(tables.e), load_table(tables.sp), tables.shift};
   __mmask64 special = 0;
   for (int k0 = 0; k0 < Kp; k0 += 64) {
     const int n = std::min(64, Kp - k0);  // Kp is a multiple of 4; the last chunk may be short
@@ -398,9 +407,13 @@ FP8EMU_AVX512_VBMI bool pack_a_row_vbmi(const std::uint8_t* src, bool real, int 
 
 // Column group v of B: per quad, the 64 codes [column][k] by one 32-bit gather (16 rows of B at
 // the quad's four k); quads that reach past K are assembled element by element with zero padding.
-FP8EMU_AVX512_VBMI void pack_b_group_vbmi(const std::uint8_t* B, int N, int K, int Kq, int v, const VbmiTables& t,
-                                          BPackQ* col, char* bad) {
+FP8EMU_AVX512_VBMI void pack_b_group_vbmi(const std::uint8_t* B, int N, int K, int Kq, int v,
+                                          const VbmiTables& tables, BPackQ* col, char* bad) {
   const __m512i low7 = _mm512_set1_epi8(0x7F);
+  const struct {
+    Table128 e8, m, e, sp;
+    int shift;
+  } t{load_table(tables.e8), load_table(tables.m), load_table(tables.e), load_table(tables.sp), tables.shift};
   // Bytes (column jj, k = 2h and 2h + 1) of a [column][k] vector, in int16-lane order 2 jj + k % 2.
   alignas(64) std::uint8_t sel[2][64];
   for (int h = 0; h < 2; ++h)
