@@ -54,8 +54,12 @@ void require_gpu(const char* fn, const char* what) {
 #ifdef FP8EMU_HAVE_CUDA
   const backend::CudaStatus& st = backend::cuda_status();
   if (!st.usable())
-    type_error(fn, std::string(what) + " is a CUDA array, but this machine cannot run fp8emu's GPU kernels: " +
-                       st.why_not() + " Copy it to the host first (e.g. .cpu(), cupy.asnumpy, jax.device_get)");
+  {
+    std::string why = st.why_not();
+    if (!why.empty() && why.back() != '.') why += '.';
+    type_error(fn, std::string(what) + " is a CUDA array, but this machine cannot run fp8emu's GPU kernels: " + why +
+                       " Copy it to the host first (e.g. .cpu(), cupy.asnumpy, jax.device_get)");
+  }
 #else
   type_error(fn, std::string(what) + " is a CUDA array (DLPack device type 2); this build of fp8emu runs on the CPU "
                                      "only (built without CUDA): copy it to the host first (e.g. .cpu(), "
