@@ -7,8 +7,11 @@ scaled FP8 GEMM on fp8emu's tensor-core accumulation models.
 Arrays: NumPy arrays, and any array that exports DLPack on the CPU (JAX, PyTorch CPU tensors), are
 read in place, without copies; results are NumPy arrays whose small-format elements carry ml_dtypes'
 dtypes (``float8_e4m3fn``, ``float8_e5m2``, ``float8_e8m0fnu``, ``float6_e2m3fn``, ...), so
-``result.astype(numpy.float32)`` gives their values. This build runs on the CPU (the library's
-emulator); arrays on a GPU raise TypeError. The GIL is released while the library's kernels run.
+``result.astype(numpy.float32)`` gives their values. CPU arrays run on the library's emulator. In a
+build with CUDA (:func:`cuda_available`), CUDA arrays given to :func:`cast`, :func:`decode` and
+:func:`gemm` run on the GPU kernels, with the same bits, and come back as CUDA arrays (docs/python.md
+§GPU arrays); other functions, and a build without CUDA, raise TypeError naming the device. The GIL is
+released while the library's kernels run.
 
 Errors: TypeError for an array of the wrong kind (dtype, device), ValueError for a wrong shape, a
 non-contiguous array, an unknown name or an unsupported combination; each message names the
@@ -23,7 +26,7 @@ from typing import Any, NamedTuple, Optional, Tuple, Union
 import ml_dtypes
 import numpy as np
 
-from . import _fp8emu
+from . import _cuda, _fp8emu
 from ._fp8emu import __version__
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "mma",
     "compare",
     "CompareResult",
+    "cuda_available",
     "Format",
     "DelayedScaling",
     "Float8CurrentScaling",
@@ -157,6 +161,13 @@ def roundings() -> Tuple[str, ...]:
     return tuple(_fp8emu.roundings())
 
 
+def cuda_available() -> bool:
+    """True when CUDA arrays run on the GPU here: this build has CUDA (``fp8emu._fp8emu.cuda``) and a GPU
+    of compute capability >= 8.9 can run its kernels (``backend::cuda_status().usable()``, probed once).
+    ``fp8emu._fp8emu.cuda_why_not()`` says why not otherwise."""
+    return _cuda.available()
+
+
 def accumulations() -> Tuple[Tuple[str, str, int], ...]:
     """The accumulation models of :func:`gemm`: ``(name, hardware, block)`` from the library's
     table (``include/fp8emu/core/accumulation.hpp``; docs/tensor-core-model.md)."""
@@ -204,6 +215,8 @@ def _as_codes(x: Any, what: str, fmt: Any) -> Tuple[Any, str]:
         import torch  # only reached with a torch tensor
 
         x = x.view(torch.uint8)
+    elif not _is_numpy(x) and inferred is not None and _cuda.is_cuda(x):
+        x = x.view(np.uint8)  # JAX float8 arrays on a GPU: a uint8 bitcast there (no host copy)
     elif not _is_numpy(x) and inferred is not None:
         x = np.asarray(x).view(np.uint8)  # JAX float8 arrays: NumPy's view of the same buffer
     return x, name
@@ -246,6 +259,7 @@ def cast(
     rounding: Optional[str] = None,
     seed: Optional[int] = None,
     out: Optional[np.ndarray] = None,
+    stream: Any = None,
 ) -> np.ndarray:
     """Convert an array to codes of a small format, bit-exactly as the named system converts.
 
@@ -277,12 +291,22 @@ def cast(
         seed: stochastic rounding only: one 32-bit word per element, in C order, from
             ``std::mt19937(seed)`` (the same codes as ``fp8emu convert --rounding stochastic --seed``).
         out: optional NumPy array of x's shape to write into (uint8 or the format's ml_dtypes dtype);
-            it is returned, written in place (no copy).
+            it is returned, written in place (no copy). For a CUDA x: a CUDA array on x's device.
+        stream: CUDA x only: the stream to run on (an int cudaStream_t, a ``torch.cuda.Stream`` or a
+            CuPy stream); default: PyTorch's / CuPy's current stream, else the legacy default stream.
+            The call waits for it before returning.
     Returns:
         The codes, shape of x: an array of ``dtype(format)`` (ml_dtypes' type; FP6/FP4 codes in
-        the low bits of each byte, as ml_dtypes stores them), or ``out``.
+        the low bits of each byte, as ml_dtypes stores them), or ``out``. For a CUDA x: a new CUDA
+        array of x's framework (PyTorch: ``torch.float8_e4m3fn`` / ``float8_e5m2``; JAX: its float8
+        type; CuPy and others: uint8 codes).
+    GPU: a CUDA x (PyTorch, CuPy, JAX, any DLPack producer) runs on the GPU kernel that is the twin of
+        ``emu::quantize``, with the same codes as the CPU, when x is float32, the format e4m3fn or
+        e5m2, the policy "cuda" (or another whose float32 cast is CUDA's satfinite one) and the
+        rounding nearest; anything else raises (docs/python.md §GPU arrays).
     Raises:
-        TypeError: x of another dtype or not on the CPU; out of a wrong dtype.
+        TypeError: x of another dtype or not on the CPU (CUDA arrays: not float32, no usable GPU, or a
+            build without CUDA); out of a wrong dtype.
         ValueError: unknown format/policy/rounding, a policy that does not model the format
             (PyTorch: e4m3fn/e5m2 only; E8M0: cuda/cuda-nosat), stochastic rounding without a seed
             (or a seed without it), non-contiguous x, out of another shape.
@@ -299,6 +323,10 @@ def cast(
         raise ValueError("seed applies to rounding='stochastic' only")
     if seed is not None and not (isinstance(seed, (int, np.integer)) and 0 <= int(seed) <= 0xFFFFFFFF):
         raise ValueError(f"seed must be an integer in 0..4294967295 (got {seed!r})")
+    if _cuda.is_cuda(x):
+        return _cuda.cast(x, info.name, scale, policy, rounding, seed, out, stream)
+    if stream is not None:
+        raise ValueError("stream applies to CUDA arrays only")
     src, bf16_bits = _as_source(x)
     shape = _shape(src)
     codes_dtype = info.dtype
@@ -321,6 +349,7 @@ def decode(
     *,
     scale_inv: float = 1.0,
     out: Optional[np.ndarray] = None,
+    stream: Any = None,
 ) -> np.ndarray:
     """The exact values of codes, as float32 (every value of every code format is a float32).
 
@@ -334,9 +363,14 @@ def decode(
             DLPack array) with ``format``.
         format: the codes' format (a name or ml_dtypes type); must agree with an ml_dtypes dtype.
         scale_inv: dequantization multiplier (TE's scale_inv), fp32.
-        out: optional float32 NumPy array of the same shape, written in place and returned.
+        out: optional float32 NumPy array of the same shape, written in place and returned (a CUDA
+            array on the codes' device for CUDA codes).
+        stream: CUDA codes only: as in :func:`cast`.
     Returns:
-        float32 array of codes' shape, or ``out``.
+        float32 array of codes' shape, or ``out``; a new CUDA array of the codes' framework for CUDA
+        codes.
+    GPU: CUDA codes of e4m3fn or e5m2 run on the twin of ``emu::dequantize`` (same bits); other
+        formats raise ValueError.
     Raises:
         TypeError: codes of another dtype, no format for uint8 codes, a format that contradicts the
             dtype, not on the CPU; out not float32.
@@ -347,6 +381,10 @@ def decode(
     arr, name = _as_codes(codes, "codes", format)
     if _BY_NAME[name].family == "wide":
         raise ValueError(f"{name} is not a code format")
+    if _cuda.is_cuda(arr):
+        return _cuda.decode(arr, name, scale_inv, out, stream)
+    if stream is not None:
+        raise ValueError("stream applies to CUDA arrays only")
     shape = _shape(arr)
     if out is None:
         out = np.empty(shape, np.float32)
@@ -384,6 +422,7 @@ def gemm(
     bias: Any = None,
     out: Optional[np.ndarray] = None,
     return_amax: bool = False,
+    stream: Any = None,
 ):
     """Scaled FP8 GEMM on fp8emu's accumulation models (cuBLASLt's FP8 matmul with per-tensor scales).
 
@@ -422,9 +461,13 @@ def gemm(
             written in place and returned.
         return_amax: also return the amax of D before d_scale (NaN ignored), as cuBLASLt's
             AMAX_D pointer.
+        stream: CUDA operands only: as in :func:`cast`.
     Returns:
         D, shape (M, N): float32, ml_dtypes.bfloat16, float16 or the FP8 ml_dtypes type; with
-        return_amax, ``(D, amax)``.
+        return_amax, ``(D, amax)``. CUDA operands: D is a new float32 CUDA array of their framework.
+    GPU: CUDA operands (both on one device) run on the twin of ``emu::gemm_fp8_tn`` (one thread per
+        element of D, every accumulation model, promotion and split-K; same bits), layouts "tn" and
+        "nn", float32 D without alpha, beta, c or bias (those raise ValueError).
     Raises:
         TypeError: operands that are not FP8 codes (e.g. float32: quantize them first with
             :func:`cast`), not on the CPU; c/bias not float32; out of a wrong dtype.
@@ -435,6 +478,14 @@ def gemm(
     """
     qa, fa = _as_codes(a, "a", format_a)
     qb, fb = _as_codes(b, "b", format_b)
+    if _cuda.is_cuda(qa) or _cuda.is_cuda(qb):
+        od = _name_of(out_dtype)
+        return _cuda.gemm(qa, qb, fa, fb, scale_inv_a=scale_inv_a, scale_inv_b=scale_inv_b,
+                          accumulation=accumulation, promotion=promotion, split_k=split_k, layout=layout,
+                          out_kind="float32" if od == "float32" else str(od), alpha=alpha, beta=beta, c=c,
+                          bias=bias, out=out, return_amax=return_amax, stream=stream)
+    if stream is not None:
+        raise ValueError("stream applies to CUDA arrays only")
     od = _name_of(out_dtype)
     if od in _GEMM_OUT:
         kind, storage, shown = _GEMM_OUT[od]

@@ -38,108 +38,13 @@
 #include "fp8emu/scaling/recipe.hpp"
 #include "fp8emu/util/error.hpp"
 
+#include "arrays.hpp"
+
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace fp8emu::python {
 namespace {
-
-using Array = nb::ndarray<nb::ro>;  // any dtype, device and layout; checked below
-using OutArray = nb::ndarray<>;     // writable
-
-namespace dl = nb::dlpack;
-
-std::string dtype_text(const dl::dtype& t) {
-  std::string code;
-  switch (dl::dtype_code(t.code)) {
-    case dl::dtype_code::Int: code = "int"; break;
-    case dl::dtype_code::UInt: code = "uint"; break;
-    case dl::dtype_code::Float: code = "float"; break;
-    case dl::dtype_code::Bfloat: code = "bfloat"; break;
-    case dl::dtype_code::Complex: code = "complex"; break;
-    case dl::dtype_code::Bool: code = "bool"; break;
-    default: return "DLPack type code " + std::to_string(int(t.code)) + " (" + std::to_string(int(t.bits)) + " bits)";
-  }
-  return code + std::to_string(int(t.bits));
-}
-
-const char* device_text(int device_type) {
-  switch (device_type) {
-    case 2: return "CUDA";
-    case 3: return "CUDA host (pinned)";
-    case 4: return "OpenCL";
-    case 7: return "Vulkan";
-    case 8: return "Metal";
-    case 10: return "ROCm";
-    case 13: return "CUDA managed";
-    case 14: return "oneAPI";
-    default: return "non-CPU";
-  }
-}
-
-// Device and layout checks of every array argument. Returns the element count.
-template <class A>
-std::size_t check_array(const A& a, const char* what) {
-  if (a.device_type() != nb::device::cpu::value)
-    throw nb::type_error((std::string(what) + " is a " + device_text(a.device_type()) +
-                          " array (DLPack device type " + std::to_string(a.device_type()) +
-                          "); this build of fp8emu runs on the CPU only (built without CUDA): copy it to the host "
-                          "first (e.g. .cpu(), cupy.asnumpy, jax.device_get)")
-                             .c_str());
-  if (a.dtype().lanes != 1)
-    throw nb::type_error((std::string(what) + " has vector lanes (" + std::to_string(a.dtype().lanes) +
-                          "); fp8emu takes scalar element types")
-                             .c_str());
-  std::int64_t expect = 1;
-  for (std::size_t i = a.ndim(); i-- > 0;) {
-    if (a.shape(i) != 1 && a.stride(i) != expect) {  // size-1 dimensions may have any stride
-      std::string strides;
-      for (std::size_t j = 0; j < a.ndim(); ++j) strides += (j ? ", " : "") + std::to_string(a.stride(j));
-      throw nb::value_error((std::string(what) + " is not C-contiguous (strides in elements: (" + strides +
-                             ")); pass a contiguous copy, e.g. numpy.ascontiguousarray(" + what + ")")
-                                .c_str());
-    }
-    expect *= std::int64_t(a.shape(i));
-  }
-  return a.size();
-}
-
-template <class A>
-std::vector<std::int64_t> shape_of(const A& a) {
-  std::vector<std::int64_t> s(a.ndim());
-  for (std::size_t i = 0; i < a.ndim(); ++i) s[i] = std::int64_t(a.shape(i));
-  return s;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string t = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + (s.size() == 1 ? ",)" : ")");
-}
-
-
-bool is(const dl::dtype& t, dl::dtype_code code, int bits) { return t.code == std::uint8_t(code) && t.bits == bits; }
-
-// An 8-bit code array: uint8, or one of DLPack 1.1's small-float codes (PyTorch float8 tensors).
-bool is_code_dtype(const dl::dtype& t) {
-  if (t.bits != 8) return false;
-  if (t.code == std::uint8_t(dl::dtype_code::UInt)) return true;
-  return t.code >= std::uint8_t(dl::dtype_code::Float8_E3M4) && t.code <= std::uint8_t(dl::dtype_code::Float4_E2M1FN);
-}
-
-Format format_of(const std::string& name, const char* what) {
-  Format f = Format::kE4M3;
-  if (!find_format(name.data(), name.size(), &f)) {
-    std::string names;
-    for (const FormatRecord& r : kFormats) {
-      names += (names.empty() ? "" : ", ") + std::string(r.spec->name);
-      for (const char* a : r.aliases)
-        if (a) names += std::string(" (") + a + ")";
-    }
-    throw nb::value_error(("unknown " + std::string(what) + " '" + name + "' (accepted: " + names + ")").c_str());
-  }
-  return f;
-}
 
 // The record of one format, as a dict for fp8emu.FormatInfo.
 nb::dict format_dict(const FormatRecord& r) {
@@ -897,7 +802,6 @@ NB_MODULE(_fp8emu, m) {
   using namespace fp8emu::python;
   m.doc() = "fp8emu's compiled entry points; use the fp8emu package, which wraps them.";
   m.attr("__version__") = FP8EMU_PYTHON_VERSION;
-  m.attr("cuda") = false;
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -940,6 +844,7 @@ NB_MODULE(_fp8emu, m) {
   m.def("compare", &compare, "x"_a, "y"_a, "Bitwise comparison of two float32 arrays; see fp8emu.compare.");
   bind_recipes(m);
   bind_layers(m);
+  bind_cuda(m);  // python/src/cuda_arrays.cpp
   m.def("nv_convert", &nv_convert, "name"_a, "x"_a, "a"_a, "b"_a, "out"_a,
         "out[i] = fp8emu::nv::cvt_<name>(x[i], ...) elementwise; see fp8emu.nv.");
   m.def("data_pointer", [](const Array& x) { return reinterpret_cast<std::uintptr_t>(x.data()); }, "x"_a,

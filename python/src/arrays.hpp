@@ -1,0 +1,136 @@
+// Argument checks shared by the extension's sources (python/src/): DLPack dtypes and devices as
+// text, the layout check of every array argument, format names. Private to the extension.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fp8emu/format/format_spec.hpp"
+
+namespace fp8emu::python {
+
+namespace nb = nanobind;
+
+using Array = nb::ndarray<nb::ro>;  // any dtype, device and layout; checked below
+using OutArray = nb::ndarray<>;     // writable
+
+namespace dl = nb::dlpack;
+
+inline std::string dtype_text(const dl::dtype& t) {
+  std::string code;
+  switch (dl::dtype_code(t.code)) {
+    case dl::dtype_code::Int: code = "int"; break;
+    case dl::dtype_code::UInt: code = "uint"; break;
+    case dl::dtype_code::Float: code = "float"; break;
+    case dl::dtype_code::Bfloat: code = "bfloat"; break;
+    case dl::dtype_code::Complex: code = "complex"; break;
+    case dl::dtype_code::Bool: code = "bool"; break;
+    default: return "DLPack type code " + std::to_string(int(t.code)) + " (" + std::to_string(int(t.bits)) + " bits)";
+  }
+  return code + std::to_string(int(t.bits));
+}
+
+inline const char* device_text(int device_type) {
+  switch (device_type) {
+    case 2: return "CUDA";
+    case 3: return "CUDA host (pinned)";
+    case 4: return "OpenCL";
+    case 7: return "Vulkan";
+    case 8: return "Metal";
+    case 10: return "ROCm";
+    case 13: return "CUDA managed";
+    case 14: return "oneAPI";
+    default: return "non-CPU";
+  }
+}
+
+// What a host-only entry point says of an array on another device.
+inline std::string not_on_cpu_text(const char* what, int device_type) {
+  std::string m = std::string(what) + " is a " + device_text(device_type) + " array (DLPack device type " +
+                  std::to_string(device_type) + "); ";
+#ifdef FP8EMU_HAVE_CUDA
+  m += "this function runs on the CPU only (fp8emu's GPU path covers fp8emu.cast, fp8emu.decode and fp8emu.gemm "
+       "on CUDA arrays, docs/python.md): copy it to the host first";
+#else
+  m += "this build of fp8emu runs on the CPU only (built without CUDA): copy it to the host first";
+#endif
+  return m + " (e.g. .cpu(), cupy.asnumpy, jax.device_get)";
+}
+
+// Layout checks of an array argument on any device: scalar elements, C-contiguous. Returns the
+// element count.
+template <class A>
+std::size_t check_layout(const A& a, const char* what) {
+  if (a.dtype().lanes != 1)
+    throw nb::type_error((std::string(what) + " has vector lanes (" + std::to_string(a.dtype().lanes) +
+                          "); fp8emu takes scalar element types")
+                             .c_str());
+  if (a.size() == 0) return 0;  // no element is read: any strides (PyTorch's empty tensors have odd ones)
+  std::int64_t expect = 1;
+  for (std::size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect) {  // size-1 dimensions may have any stride
+      std::string strides;
+      for (std::size_t j = 0; j < a.ndim(); ++j) strides += (j ? ", " : "") + std::to_string(a.stride(j));
+      throw nb::value_error((std::string(what) + " is not C-contiguous (strides in elements: (" + strides +
+                             ")); pass a contiguous copy, e.g. numpy.ascontiguousarray(" + what + ")")
+                                .c_str());
+    }
+    expect *= std::int64_t(a.shape(i));
+  }
+  return a.size();
+}
+
+// Device and layout checks of every array argument of a host entry point. Returns the element count.
+template <class A>
+std::size_t check_array(const A& a, const char* what) {
+  if (a.device_type() != nb::device::cpu::value) throw nb::type_error(not_on_cpu_text(what, a.device_type()).c_str());
+  return check_layout(a, what);
+}
+
+template <class A>
+std::vector<std::int64_t> shape_of(const A& a) {
+  std::vector<std::int64_t> s(a.ndim());
+  for (std::size_t i = 0; i < a.ndim(); ++i) s[i] = std::int64_t(a.shape(i));
+  return s;
+}
+
+inline std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string t = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + (s.size() == 1 ? ",)" : ")");
+}
+
+
+inline bool is(const dl::dtype& t, dl::dtype_code code, int bits) { return t.code == std::uint8_t(code) && t.bits == bits; }
+
+// An 8-bit code array: uint8, or one of DLPack 1.1's small-float codes (PyTorch float8 tensors).
+inline bool is_code_dtype(const dl::dtype& t) {
+  if (t.bits != 8) return false;
+  if (t.code == std::uint8_t(dl::dtype_code::UInt)) return true;
+  return t.code >= std::uint8_t(dl::dtype_code::Float8_E3M4) && t.code <= std::uint8_t(dl::dtype_code::Float4_E2M1FN);
+}
+
+inline Format format_of(const std::string& name, const char* what) {
+  Format f = Format::kE4M3;
+  if (!find_format(name.data(), name.size(), &f)) {
+    std::string names;
+    for (const FormatRecord& r : kFormats) {
+      names += (names.empty() ? "" : ", ") + std::string(r.spec->name);
+      for (const char* a : r.aliases)
+        if (a) names += std::string(" (") + a + ")";
+    }
+    throw nb::value_error(("unknown " + std::string(what) + " '" + name + "' (accepted: " + names + ")").c_str());
+  }
+  return f;
+}
+
+
+/// The GPU path's entry points (python/src/cuda_arrays.cpp): cuda_available, cuda_cast, cuda_decode,
+/// cuda_gemm, ...; in a build without CUDA they raise TypeError naming the function and the device.
+void bind_cuda(nb::module_& m);
+
+}  // namespace fp8emu::python

@@ -1,0 +1,509 @@
+// The GPU path of the extension: fp8emu.cast, fp8emu.decode and fp8emu.gemm on CUDA DLPack arrays
+// (python/fp8emu/_cuda.py calls these), through the device-pointer API of the CUDA library
+// (include/fp8emu/cuda/device.hpp): the kernels run on the arrays' own memory, no host copies.
+//
+// Every entry point: checks its arguments (TypeError for a dtype or device the GPU twin does not
+// take, ValueError for shapes, layouts, names and combinations, each naming the fp8emu function),
+// makes the arrays' device current for the call (restored after), enqueues the kernels on `stream`
+// (a cudaStream_t as an integer; 0 is the legacy default stream) with the GIL released, and waits
+// for that stream before returning, so the results are complete whatever stream reads them next.
+// Results are new device allocations (cudaMalloc, freed by cudaFree when the last array viewing
+// them is collected) wrapped as the caller's framework (PyTorch, CuPy, JAX) or as nanobind's
+// DLPack-capable ndarray, or the caller's `out` array, written in place.
+//
+// Built without CUDA, the entry points exist and raise TypeError naming the function and the device.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arrays.hpp"
+#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/core/accumulation.hpp"
+#include "fp8emu/emulation/cast_policy.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/util/error.hpp"
+
+#ifdef FP8EMU_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "fp8emu/cuda/device.hpp"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace fp8emu::python {
+namespace {
+
+constexpr int kCudaDevice = nb::device::cuda::value;  // DLPack kDLCUDA
+
+std::string fn_text(const char* fn, const std::string& what) { return std::string(fn) + ": " + what; }
+
+[[noreturn]] void type_error(const char* fn, const std::string& what) {
+  throw nb::type_error(fn_text(fn, what).c_str());
+}
+// The GPU of every entry point: usable, or a TypeError naming the function, the device and why.
+void require_gpu(const char* fn, const char* what) {
+#ifdef FP8EMU_HAVE_CUDA
+  const backend::CudaStatus& st = backend::cuda_status();
+  if (!st.usable())
+  {
+    std::string why = st.why_not();
+    if (!why.empty() && why.back() != '.') why += '.';
+    type_error(fn, std::string(what) + " is a CUDA array, but this machine cannot run fp8emu's GPU kernels: " + why +
+                       " Copy it to the host first (e.g. .cpu(), cupy.asnumpy, jax.device_get)");
+  }
+#else
+  type_error(fn, std::string(what) + " is a CUDA array (DLPack device type 2); this build of fp8emu runs on the CPU "
+                                     "only (built without CUDA): copy it to the host first (e.g. .cpu(), "
+                                     "cupy.asnumpy, jax.device_get), or build the module with CUDA (docs/python.md)");
+#endif
+}
+
+#ifdef FP8EMU_HAVE_CUDA
+
+[[noreturn]] void value_error(const char* fn, const std::string& what) {
+  throw nb::value_error(fn_text(fn, what).c_str());
+}
+
+// A CUDA array argument: on a CUDA device, scalar elements, C-contiguous. Returns its device id.
+template <class A>
+int check_cuda_array(const A& a, const char* fn, const char* what) {
+  if (a.device_type() != kCudaDevice)
+    type_error(fn, std::string(what) + " is a " +
+                       (a.device_type() == nb::device::cpu::value ? std::string("CPU")
+                                                                  : std::string(device_text(a.device_type()))) +
+                       " array (DLPack device type " + std::to_string(a.device_type()) +
+                       ") but another argument is on a CUDA device: pass all arrays on one CUDA device");
+  check_layout(a, what);
+  return a.device_id();
+}
+
+void same_device(const char* fn, int expect, int got, const char* what) {
+  if (got != expect)
+    value_error(fn, std::string(what) + " is on CUDA device " + std::to_string(got) + ", the other arrays on device " +
+                        std::to_string(expect) + ": pass all arrays on one CUDA device");
+}
+
+// Runs `f` with the GIL released, turning the library's CUDA errors into RuntimeError and its
+// argument errors into ValueError, both naming the function.
+template <class F>
+void run_released(const char* fn, F&& f) {
+  std::string error;
+  bool cuda_error = false;
+  {
+    nb::gil_scoped_release release;
+    try {
+      f();
+    } catch (const fp8emu::Error& e) {
+      error = e.what();
+      cuda_error = error.find("CUDA call") != std::string::npos;
+    }
+  }
+  if (error.empty()) return;
+  if (cuda_error) throw std::runtime_error(fn_text(fn, error));
+  value_error(fn, error);
+}
+
+// The arrays' device made current for one call; the caller's current device is restored after.
+class DeviceScope {
+ public:
+  DeviceScope(const char* fn, int device) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+    try {
+      cuda::use_device(device);
+    } catch (const fp8emu::Error& e) {
+      type_error(fn, std::string("cannot run on the arrays' CUDA device: ") + e.what());
+    }
+  }
+  ~DeviceScope() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+// One cudaMalloc'd block, owned by the capsule that is the base of the arrays viewing it.
+struct DeviceBlock {
+  void* p = nullptr;
+  int device = 0;
+};
+
+nb::capsule owner_of(DeviceBlock* b) {
+  return nb::capsule(b, [](void* q) noexcept {
+    auto* blk = static_cast<DeviceBlock*>(q);
+    int prev = -1;
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != blk->device) cudaSetDevice(blk->device);
+    cudaFree(blk->p);  // cannot throw here; a failed free leaks at worst
+    if (prev >= 0 && prev != blk->device) cudaSetDevice(prev);
+    delete blk;
+  });
+}
+
+// A new device array of `bytes` bytes on the current device (at least one byte, so the data
+// pointer is never null), and its owner.
+std::pair<void*, nb::capsule> allocate(const char* fn, std::size_t bytes, int device) {
+  auto* b = new DeviceBlock{nullptr, device};
+  const cudaError_t e = cudaMalloc(&b->p, bytes > 0 ? bytes : 1);
+  if (e != cudaSuccess) {
+    delete b;
+    throw std::runtime_error(fn_text(fn, std::string("CUDA call cudaMalloc(") + std::to_string(bytes) +
+                                             " bytes) failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e)));
+  }
+  return {b->p, owner_of(b)};
+}
+
+// A device array of the caller's framework ("torch", "cupy", "jax"; anything else: nanobind's
+// ndarray, which any DLPack consumer reads) viewing p, kept alive by owner.
+nb::object wrap(void* p, const std::vector<std::size_t>& shape, nb::dlpack::dtype dt, int device, nb::handle owner,
+                const std::string& framework) {
+  const std::size_t nd = shape.size();
+  const std::size_t* sh = shape.data();
+  const auto ref = nb::rv_policy::reference;
+  if (framework == "torch")
+    return nb::cast(nb::ndarray<nb::pytorch>(p, nd, sh, owner, nullptr, dt, kCudaDevice, device), ref);
+  if (framework == "cupy")
+    return nb::cast(nb::ndarray<nb::cupy>(p, nd, sh, owner, nullptr, dt, kCudaDevice, device), ref);
+  if (framework == "jax")
+    return nb::cast(nb::ndarray<nb::jax>(p, nd, sh, owner, nullptr, dt, kCudaDevice, device), ref);
+  return nb::cast(nb::ndarray<>(p, nd, sh, owner, nullptr, dt, kCudaDevice, device), ref);
+}
+
+std::vector<std::size_t> size_shape(const std::vector<std::int64_t>& s) {
+  return std::vector<std::size_t>(s.begin(), s.end());
+}
+
+cudaStream_t stream_of(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+// Device totals of one call: stream-ordered, zeroed, freed when done.
+class StatsScratch {
+ public:
+  explicit StatsScratch(cudaStream_t s) : s_(s) {
+    FP8EMU_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p_), sizeof(cuda::DeviceCastStats), s_) == cudaSuccess,
+                 "CUDA call cudaMallocAsync(stats) failed");
+    cuda::zero_stats(p_, s_);
+  }
+  ~StatsScratch() { cudaFreeAsync(p_, s_); }
+  StatsScratch(const StatsScratch&) = delete;
+  StatsScratch& operator=(const StatsScratch&) = delete;
+  cuda::DeviceCastStats* get() const { return p_; }
+
+ private:
+  cuda::DeviceCastStats* p_ = nullptr;
+  cudaStream_t s_;
+};
+
+void sync(cudaStream_t s) {
+  const cudaError_t e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess)
+    FP8EMU_FAIL("CUDA call cudaStreamSynchronize(stream) failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+
+nb::dict stats_dict(const cuda::CastStats& st, std::size_t count) {
+  nb::dict d;
+  d["count"] = count;
+  d["saturated"] = st.saturated;
+  d["underflow"] = st.underflow;
+  d["nan"] = st.nan;
+  d["amax"] = st.amax;
+  return d;
+}
+
+// The output of a call: the caller's `out` (checked: CUDA, same device, dtype, shape, contiguous)
+// or a new device array.
+struct Output {
+  void* data = nullptr;
+  nb::object result;  // the new array, or None when writing into out
+};
+
+Output output_for(const char* fn, std::optional<OutArray>& out, int device,
+                  const std::vector<std::int64_t>& shape, nb::dlpack::dtype dt, bool code_dtype,
+                  const std::string& framework) {
+  Output o;
+  if (out) {
+    same_device(fn, device, check_cuda_array(*out, fn, "out"), "out");
+    const bool ok = code_dtype ? is_code_dtype(out->dtype()) : (out->dtype() == dt);
+    if (!ok)
+      type_error(fn, "out has dtype " + dtype_text(out->dtype()) + "; expected " +
+                         (code_dtype ? std::string("8-bit codes (uint8 or a float8 dtype)") : dtype_text(dt)));
+    if (shape_of(*out) != shape)
+      value_error(fn, "out has shape " + shape_text(shape_of(*out)) + "; expected " + shape_text(shape));
+    o.data = out->data();
+    o.result = nb::none();  // the caller returns its own out
+    return o;
+  }
+  std::size_t n = 1;
+  for (std::int64_t d : shape) n *= std::size_t(d);
+  auto [p, owner] = allocate(fn, n * (dt.bits / 8), device);
+  o.data = p;
+  o.result = wrap(p, size_shape(shape), dt, device, owner, framework);
+  return o;
+}
+
+#endif  // FP8EMU_HAVE_CUDA
+
+// fp8emu.cast on a CUDA array: the twin of emu::quantize (float32 in, E4M3/E5M2 codes out, CUDA's
+// satfinite cast). Returns (codes, stats).
+nb::tuple cuda_cast(const Array& x, const std::string& format, float scale, const std::string& policy,
+                    const std::string& rounding, std::uintptr_t stream, const std::string& framework,
+                    std::optional<OutArray> out) {
+  const char* fn = "fp8emu.cast";
+  require_gpu(fn, "x");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = check_cuda_array(x, fn, "x");
+  if (!is(x.dtype(), dl::dtype_code::Float, 32))
+    type_error(fn, "x is a CUDA array of dtype " + dtype_text(x.dtype()) +
+                       "; the GPU path casts float32 only (the CUDA twin of emu::quantize): convert it to float32 on "
+                       "the GPU first, or copy it to the host for the other source types");
+  const Format f = format_of(format, "format");
+  if (!is_fp8(f))
+    value_error(fn, "format " + std::string(format_name(f)) +
+                        " on a CUDA array: the GPU path casts to e4m3fn and e5m2 only; copy x to the host for the "
+                        "other formats");
+  emu::CastPolicy p;
+  try {
+    p = emu::resolve_cast_policy(f, policy, rounding, "policy", "rounding");
+  } catch (const fp8emu::Error& e) {
+    value_error(fn, e.what());
+  }
+  if (!p.is_cuda_satfinite_fp8())
+    value_error(fn, "policy '" + policy + "'" + (rounding.empty() ? "" : " with rounding '" + rounding + "'") +
+                        " on a CUDA array: the GPU path is CUDA's __NV_SATFINITE round-to-nearest cast (policy "
+                        "'cuda', rounding 'nearest'); copy x to the host for the other policies and roundings");
+  const std::vector<std::int64_t> shape = shape_of(x);
+  DeviceScope scope(fn, device);
+  Output o = output_for(fn, out, device, shape, nb::dtype<std::uint8_t>(), true, framework);
+  const float* px = static_cast<const float*>(x.data());
+  auto* q = static_cast<std::uint8_t*>(o.data);
+  const std::size_t n = x.size();
+  cuda::CastStats st;
+  run_released(fn, [&] {
+    const cudaStream_t s = stream_of(stream);
+    StatsScratch t(s);
+    cuda::quantize(px, n, scale, f, q, t.get(), s);
+    st = cuda::read_stats(t.get(), s);  // waits for the stream
+  });
+  return nb::make_tuple(o.result, stats_dict(st, n));
+#else
+  (void)x, (void)format, (void)scale, (void)policy, (void)rounding, (void)stream, (void)framework, (void)out;
+  return {};
+#endif
+}
+
+// Recipes' per-tensor cast on a CUDA array: the twin of Kernels::cast_transpose (x float32 [rows,
+// cols]; row-wise codes [rows, cols] and/or column-wise codes [cols, rows]). Returns (rowwise or
+// None, columnwise or None, stats).
+nb::tuple cuda_cast_transpose(const Array& x, const std::string& format, float scale, bool rowwise, bool columnwise,
+                              std::uintptr_t stream, const std::string& framework) {
+  const char* fn = "fp8emu.Quantizer.quantize";
+  require_gpu(fn, "x");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = check_cuda_array(x, fn, "x");
+  if (!is(x.dtype(), dl::dtype_code::Float, 32))
+    type_error(fn, "x is a CUDA array of dtype " + dtype_text(x.dtype()) + "; quantizers take float32");
+  if (x.ndim() != 2)
+    value_error(fn, "x has " + std::to_string(x.ndim()) + " dimensions; quantizers take 2-D (rows, cols) tensors");
+  if (x.shape(0) > 0x7FFFFFFF || x.shape(1) > 0x7FFFFFFF) value_error(fn, "x: a dimension exceeds 2^31 - 1");
+  if (!rowwise && !columnwise) value_error(fn, "neither the row-wise nor the column-wise copy was asked for");
+  const Format f = format_of(format, "format");
+  const std::int64_t rows = std::int64_t(x.shape(0)), cols = std::int64_t(x.shape(1));
+  DeviceScope scope(fn, device);
+  std::optional<OutArray> none;
+  nb::object r = nb::none(), c = nb::none();
+  void* pr = nullptr;
+  void* pc = nullptr;
+  if (rowwise) {
+    Output o = output_for(fn, none, device, {rows, cols}, nb::dtype<std::uint8_t>(), true, framework);
+    pr = o.data, r = o.result;
+  }
+  if (columnwise) {
+    Output o = output_for(fn, none, device, {cols, rows}, nb::dtype<std::uint8_t>(), true, framework);
+    pc = o.data, c = o.result;
+  }
+  const float* px = static_cast<const float*>(x.data());
+  cuda::CastStats st;
+  run_released(fn, [&] {
+    const cudaStream_t s = stream_of(stream);
+    StatsScratch t(s);
+    cuda::cast_transpose(px, int(rows), int(cols), scale, f, static_cast<std::uint8_t*>(pr),
+                         static_cast<std::uint8_t*>(pc), t.get(), s);
+    st = cuda::read_stats(t.get(), s);
+  });
+  return nb::make_tuple(r, c, stats_dict(st, std::size_t(rows) * std::size_t(cols)));
+#else
+  (void)x, (void)format, (void)scale, (void)rowwise, (void)columnwise, (void)stream, (void)framework;
+  return {};
+#endif
+}
+
+// The amax of a float32 CUDA array (emu::compute_amax's twin): current scaling's first pass.
+float cuda_amax(const Array& x, std::uintptr_t stream) {
+  const char* fn = "fp8emu.Quantizer.quantize";
+  require_gpu(fn, "x");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = check_cuda_array(x, fn, "x");
+  if (!is(x.dtype(), dl::dtype_code::Float, 32))
+    type_error(fn, "x is a CUDA array of dtype " + dtype_text(x.dtype()) + "; quantizers take float32");
+  DeviceScope scope(fn, device);
+  const float* px = static_cast<const float*>(x.data());
+  const std::size_t n = x.size();
+  cuda::CastStats st;
+  run_released(fn, [&] {
+    const cudaStream_t s = stream_of(stream);
+    StatsScratch t(s);
+    cuda::amax(px, n, &t.get()->amax_bits, s);
+    st = cuda::read_stats(t.get(), s);
+  });
+  return st.amax;
+#else
+  (void)x, (void)stream;
+  return 0.0f;
+#endif
+}
+
+// fp8emu.decode on a CUDA array: the twin of emu::dequantize (E4M3/E5M2 codes in, float32 out).
+nb::object cuda_decode(const Array& codes, const std::string& format, float scale_inv, std::uintptr_t stream,
+                       const std::string& framework, std::optional<OutArray> out) {
+  const char* fn = "fp8emu.decode";
+  require_gpu(fn, "codes");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = check_cuda_array(codes, fn, "codes");
+  if (!is_code_dtype(codes.dtype()))
+    type_error(fn, "codes is a CUDA array of dtype " + dtype_text(codes.dtype()) +
+                       "; decode takes 8-bit codes (uint8 or a float8 dtype)");
+  const Format f = format_of(format, "format");
+  if (!is_fp8(f))
+    value_error(fn, "format " + std::string(format_name(f)) +
+                        " on a CUDA array: the GPU path decodes e4m3fn and e5m2 only; copy the codes to the host for "
+                        "the other formats");
+  const std::vector<std::int64_t> shape = shape_of(codes);
+  DeviceScope scope(fn, device);
+  Output o = output_for(fn, out, device, shape, nb::dtype<float>(), false, framework);
+  const auto* q = static_cast<const std::uint8_t*>(codes.data());
+  auto* y = static_cast<float*>(o.data);
+  const std::size_t n = codes.size();
+  run_released(fn, [&] {
+    const cudaStream_t s = stream_of(stream);
+    cuda::dequantize(q, n, scale_inv, f, y, s);
+    sync(s);
+  });
+  return o.result;
+#else
+  (void)codes, (void)format, (void)scale_inv, (void)stream, (void)framework, (void)out;
+  return nb::none();
+#endif
+}
+
+// fp8emu.gemm on CUDA arrays: the twin of emu::gemm_fp8_tn (float32 D = RN(acc * s), no further
+// epilogue). layout "nn" transposes b on the GPU first. Returns (D, amax of D or None).
+nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a, const std::string& format_b,
+                    float scale_inv_a, float scale_inv_b, const std::string& accumulation, int promotion, int split_k,
+                    const std::string& layout, bool return_amax, std::uintptr_t stream, const std::string& framework,
+                    std::optional<OutArray> out) {
+  const char* fn = "fp8emu.gemm";
+  require_gpu(fn, "a");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = check_cuda_array(a, fn, "a");
+  same_device(fn, device, check_cuda_array(b, fn, "b"), "b");
+  for (const auto& [arr, name] : {std::pair<const Array*, const char*>{&a, "a"}, {&b, "b"}}) {
+    if (!is_code_dtype(arr->dtype()))
+      type_error(fn, std::string(name) + " is a CUDA array of dtype " + dtype_text(arr->dtype()) +
+                         "; gemm takes FP8 codes (uint8 with format_" + name +
+                         ", or a float8_e4m3fn / float8_e5m2 array): quantize it first, e.g. fp8emu.cast(x, 'e4m3fn')");
+    if (arr->ndim() != 2)
+      value_error(fn, std::string(name) + " has " + std::to_string(arr->ndim()) + " dimensions; gemm takes 2-D operands");
+  }
+  const Format fa = format_of(format_a, "format_a"), fb = format_of(format_b, "format_b");
+  if (!is_fp8(fa) || !is_fp8(fb))
+    value_error(fn, "gemm takes OCP FP8 operands (e4m3fn, e5m2); got format_a " + std::string(format_name(fa)) +
+                        ", format_b " + format_name(fb));
+  if (layout != "tn" && layout != "nn") value_error(fn, "unknown layout '" + layout + "' (accepted: tn, nn)");
+  const std::int64_t M = std::int64_t(a.shape(0)), K = std::int64_t(a.shape(1));
+  const std::int64_t b0 = std::int64_t(b.shape(0)), b1 = std::int64_t(b.shape(1));
+  const bool tn = layout == "tn";
+  if ((tn ? b1 : b0) != K)
+    value_error(fn, "shape mismatch: a is " + shape_text(shape_of(a)) + ", b is " + shape_text(shape_of(b)) +
+                        "; layout '" + layout + "' needs b as " +
+                        (tn ? "(N, " + std::to_string(K) + ")" : "(" + std::to_string(K) + ", N)"));
+  const std::int64_t N = tn ? b0 : b1;
+  const std::int64_t kMax = 0x7FFFFFFF;
+  if (M > kMax || N > kMax || K > kMax) value_error(fn, "a dimension exceeds 2^31 - 1");
+  emu::GemmAccumulation acc;
+  try {
+    acc = emu::GemmAccumulation{emu::parse_accumulation(accumulation), promotion, split_k};
+    emu::check_gemm_tn(int(M), int(N), int(K), fa, fb, acc);
+  } catch (const fp8emu::Error& e) {
+    value_error(fn, e.what());
+  }
+  DeviceScope scope(fn, device);
+  Output o = output_for(fn, out, device, {M, N}, nb::dtype<float>(), false, framework);
+  const auto* pa = static_cast<const std::uint8_t*>(a.data());
+  const auto* pb = static_cast<const std::uint8_t*>(b.data());
+  auto* d = static_cast<float*>(o.data);
+  // layout "nn": b (K, N) transposed into (N, K) scratch on the GPU.
+  void* bt = nullptr;
+  nb::object bt_owner;
+  if (!tn) {
+    auto [p, owner] = allocate(fn, std::size_t(K) * std::size_t(N), device);
+    bt = p, bt_owner = owner;
+  }
+  cuda::CastStats st;
+  run_released(fn, [&] {
+    const cudaStream_t s = stream_of(stream);
+    const std::uint8_t* pbt = pb;
+    if (!tn) {
+      cuda::transpose(int(K), int(N), pb, static_cast<std::uint8_t*>(bt), s);
+      pbt = static_cast<const std::uint8_t*>(bt);
+    }
+    cuda::gemm_fp8_tn(int(M), int(N), int(K), pa, fa, scale_inv_a, pbt, fb, scale_inv_b, acc, d, s);
+    if (return_amax) {
+      StatsScratch t(s);
+      cuda::amax(d, std::size_t(M) * std::size_t(N), &t.get()->amax_bits, s);
+      st = cuda::read_stats(t.get(), s);
+    } else {
+      sync(s);
+    }
+  });
+  return nb::make_tuple(o.result, return_amax ? nb::object(nb::float_(st.amax)) : nb::none());
+#else
+  (void)a, (void)b, (void)format_a, (void)format_b, (void)scale_inv_a, (void)scale_inv_b, (void)accumulation,
+      (void)promotion, (void)split_k, (void)layout, (void)return_amax, (void)stream, (void)framework, (void)out;
+  return {};
+#endif
+}
+
+}  // namespace
+
+void bind_cuda(nb::module_& m) {
+#ifdef FP8EMU_HAVE_CUDA
+  m.attr("cuda") = true;
+#else
+  m.attr("cuda") = false;
+#endif
+  m.def("cuda_available", [] { return backend::cuda_status().usable(); },
+        "True when this build has CUDA and a GPU of compute capability >= 8.9 can run its kernels.");
+  m.def("cuda_why_not", [] { return backend::cuda_status().why_not(); },
+        "Why the GPU path cannot run here (empty when cuda_available()).");
+  m.def("cuda_cast", &cuda_cast, "x"_a, "format"_a, "scale"_a, "policy"_a, "rounding"_a, "stream"_a, "framework"_a,
+        "out"_a.none(), "fp8emu.cast on a CUDA array: (codes, stats).");
+  m.def("cuda_cast_transpose", &cuda_cast_transpose, "x"_a, "format"_a, "scale"_a, "rowwise"_a, "columnwise"_a,
+        "stream"_a, "framework"_a, "A per-tensor recipe cast on a CUDA array: (rowwise, columnwise, stats).");
+  m.def("cuda_amax", &cuda_amax, "x"_a, "stream"_a, "The amax of a float32 CUDA array (NaN ignored).");
+  m.def("cuda_decode", &cuda_decode, "codes"_a, "format"_a, "scale_inv"_a, "stream"_a, "framework"_a, "out"_a.none(),
+        "fp8emu.decode on a CUDA array.");
+  m.def("cuda_gemm", &cuda_gemm, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "scale_inv_a"_a, "scale_inv_b"_a,
+        "accumulation"_a, "promotion"_a, "split_k"_a, "layout"_a, "return_amax"_a, "stream"_a, "framework"_a,
+        "out"_a.none(), "fp8emu.gemm on CUDA arrays: (D, amax or None).");
+}
+
+}  // namespace fp8emu::python

@@ -1,0 +1,180 @@
+"""The GPU path's dispatch and errors, checked without a GPU (every CI run).
+
+A CUDA array is simulated by an object whose ``__dlpack_device__()`` is ``(2, 0)`` and whose
+``__dlpack__()`` returns a DLPack capsule built here with ctypes (a CUDA device, a dtype, a shape and a
+data pointer that is never dereferenced): the extension sees exactly what it sees for a PyTorch
+CUDA tensor. On a build without CUDA every GPU entry point must raise TypeError naming the function
+and the device; on a build with CUDA but no usable GPU, TypeError naming the function, the device and
+why the GPU cannot run. Arguments the GPU path never takes raise ValueError before any device work.
+These tests are skipped where a usable GPU exists (the fake pointer would be used there; the real
+path is tests/python/test_gpu.py).
+"""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import fp8emu
+from fp8emu import _cuda, _fp8emu
+
+pytestmark = pytest.mark.skipif(fp8emu.cuda_available(),
+                                reason="a usable GPU is here: the fake CUDA arrays would reach the kernels "
+                                       "(tests/python/test_gpu.py covers the real path)")
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter)]
+
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+# DLPack type codes: 0 int, 1 uint, 2 float, 4 bfloat.
+_DTYPES = {"float32": (2, 32), "float16": (2, 16), "uint8": (1, 8), "float64": (2, 64)}
+
+
+class FakeCudaArray:
+    """A C-contiguous array on CUDA device `device_id` as DLPack describes it (no memory behind it)."""
+
+    def __init__(self, shape, dtype="float32", device_id=0, device_type=2):
+        self.shape = tuple(shape)
+        self.device_id = device_id
+        self.device_type = device_type
+        code, bits = _DTYPES[dtype]
+        self._shape = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        self._deleter = _Deleter(lambda p: None)
+        self._mt = _DLManagedTensor()
+        t = self._mt.dl_tensor
+        t.data = 0x100000  # never read: every path under test raises first
+        t.device = _DLDevice(device_type, device_id)
+        t.ndim = len(shape)
+        t.dtype = _DLDataType(code, bits, 1)
+        t.shape = self._shape
+        t.strides = None
+        t.byte_offset = 0
+        self._mt.deleter = self._deleter
+
+    def __dlpack_device__(self):
+        return (self.device_type, self.device_id)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if max_version is not None:
+            raise TypeError("this producer predates max_version")  # nanobind then asks for the unversioned capsule
+        return _PyCapsule_New(ctypes.addressof(self._mt), b"dltensor", None)
+
+
+def _device_error(fn):
+    """The TypeError a GPU entry point raises here: built without CUDA, or no usable GPU."""
+    if _fp8emu.cuda:
+        return rf"{fn}: .* is a CUDA array, but this machine cannot run fp8emu's GPU kernels"
+    return rf"{fn}: .* is a CUDA array \(DLPack device type 2\); this build of fp8emu runs on the CPU only"
+
+
+def test_cuda_available_is_false_without_a_gpu():
+    assert fp8emu.cuda_available() is False
+    assert isinstance(_fp8emu.cuda, bool)
+    assert _fp8emu.cuda_why_not()  # says why
+
+
+def test_fake_array_is_seen_as_cuda():
+    x = FakeCudaArray((4, 8))
+    assert _cuda.is_cuda(x) and _cuda.device_of(x) == (2, 0)
+    assert not _cuda.is_cuda(np.zeros(3, np.float32))
+    assert _cuda.framework_of(x) == "" and _cuda.stream_handle(x, None) == 0
+    assert _cuda.stream_handle(x, 1234) == 1234
+    with pytest.raises(TypeError, match="stream must be"):
+        _cuda.stream_handle(x, "default")
+    # The extension sees the device the capsule names (no copy, nothing read).
+    assert _fp8emu.data_pointer(x) == 0x100000
+
+
+def test_cast_of_a_cuda_array_names_the_function_and_device():
+    with pytest.raises(TypeError, match=_device_error("fp8emu.cast")):
+        fp8emu.cast(FakeCudaArray((3, 5)), "e4m3fn")
+    with pytest.raises(TypeError, match=_device_error("fp8emu.cast")):
+        fp8emu.cast(FakeCudaArray((7,), device_id=1), "e5m2", scale=2.0)
+
+
+def test_decode_of_cuda_codes_names_the_function_and_device():
+    with pytest.raises(TypeError, match=_device_error("fp8emu.decode")):
+        fp8emu.decode(FakeCudaArray((16,), "uint8"), "e4m3fn")
+
+
+def test_gemm_of_cuda_operands_names_the_function_and_device():
+    a, b = FakeCudaArray((4, 32), "uint8"), FakeCudaArray((8, 32), "uint8")
+    with pytest.raises(TypeError, match=_device_error("fp8emu.gemm")):
+        fp8emu.gemm(a, b, format_a="e4m3fn", format_b="e4m3fn")
+    # One CUDA operand is enough to take the GPU path.
+    with pytest.raises(TypeError, match=_device_error("fp8emu.gemm")):
+        fp8emu.gemm(np.zeros((4, 32), np.uint8), b, format_a="e4m3fn", format_b="e4m3fn")
+
+
+def test_what_the_gpu_twin_does_not_cover_is_a_value_error_first():
+    a, b = FakeCudaArray((4, 32), "uint8"), FakeCudaArray((8, 32), "uint8")
+    for kw, what in [({"out_dtype": "bfloat16"}, "out_dtype='bfloat16'"), ({"alpha": 2.0}, "alpha=2.0"),
+                     ({"bias": np.zeros(8, np.float32)}, "bias"),
+                     ({"beta": 1.0, "c": np.zeros((4, 8), np.float32)}, "beta/c")]:
+        with pytest.raises(ValueError, match=rf"fp8emu.gemm: {what}.* on CUDA arrays: the GPU path is the twin of "
+                                             r"emu::gemm_fp8_tn"):
+            fp8emu.gemm(a, b, format_a="e4m3fn", format_b="e4m3fn", **kw)
+    with pytest.raises(ValueError, match=r"fp8emu.cast: stochastic rounding .* on a CUDA array"):
+        fp8emu.cast(FakeCudaArray((4,)), "e4m3fn", rounding="stochastic", seed=1)
+
+
+def test_host_only_functions_reject_cuda_arrays_naming_the_device():
+    x = FakeCudaArray((16, 8), "uint8")
+    if _fp8emu.cuda:
+        msg = r"a is a CUDA array \(DLPack device type 2\); this function runs on the CPU only"
+    else:
+        msg = r"a is a CUDA array \(DLPack device type 2\); this build of fp8emu runs on the CPU only \(built without CUDA\)"
+    with pytest.raises(TypeError, match=msg):
+        fp8emu.mma(x, FakeCudaArray((8, 8), "uint8"), format_a="e4m3fn", format_b="e4m3fn")
+    with pytest.raises(TypeError, match=r"x is a CUDA array"):
+        fp8emu.compare(FakeCudaArray((4,)), np.zeros(4, np.float32))
+    q = fp8emu.Quantizer(fp8emu.DelayedScaling(), "forward")
+    with pytest.raises(TypeError, match=r"x is a CUDA array"):
+        q.quantize(FakeCudaArray((4, 8)), "input")
+
+
+def test_other_devices_keep_the_cpu_error():
+    # ROCm (DLPack 10) is not CUDA: the host path's TypeError, naming the device.
+    with pytest.raises(TypeError, match=r"x is a ROCm array \(DLPack device type 10\)"):
+        fp8emu.cast(FakeCudaArray((4,), device_type=10), "e4m3fn")
+
+
+def test_stream_is_for_cuda_arrays_only():
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="stream applies to CUDA arrays only"):
+        fp8emu.cast(x, "e4m3fn", stream=0)
+    with pytest.raises(ValueError, match="stream applies to CUDA arrays only"):
+        fp8emu.decode(fp8emu.cast(x, "e4m3fn"), stream=0)
+    q = fp8emu.cast(np.ones((2, 32), np.float32), "e4m3fn")
+    with pytest.raises(ValueError, match="stream applies to CUDA arrays only"):
+        fp8emu.gemm(q, q, stream=0)
+
+
+def test_the_extension_entry_points_exist_in_every_build():
+    for name in ("cuda_available", "cuda_why_not", "cuda_cast", "cuda_cast_transpose", "cuda_amax", "cuda_decode",
+                 "cuda_gemm"):
+        assert hasattr(_fp8emu, name), name
+    with pytest.raises(TypeError, match=_device_error(r"fp8emu.Quantizer.quantize")):
+        _fp8emu.cuda_cast_transpose(FakeCudaArray((4, 8)), "e4m3fn", 1.0, True, True, 0, "")

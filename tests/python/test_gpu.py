@@ -1,0 +1,276 @@
+"""The GPU path: fp8emu.cast / decode / gemm on PyTorch CUDA tensors against the CPU emulator.
+
+Runs where PyTorch with CUDA and a usable GPU are present and this build of the module has CUDA
+(``fp8emu.cuda_available()``); skipped with the reason otherwise, unless FP8EMU_REQUIRE_GPU=1
+(scripts/gpu-check sets it), which turns a missing GPU into a failure. Every GPU result is compared
+with the CPU emulator's result on the same inputs (copied to the host), bit for bit: FP8 codes
+byte for byte; float32 values by their 32 bits, NaN positions included. The NaN *payload* of an fp32
+operation is the FPU's choice (docs/gpu.md §Exactness); any payload difference is counted and
+asserted to be zero here too, so a difference shows up rather than being waved through.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+import fp8emu
+from fp8emu import _fp8emu
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed here: the GPU path tests are skipped")
+
+_REQUIRE = os.environ.get("FP8EMU_REQUIRE_GPU") == "1"
+_WHY = None
+if not torch.cuda.is_available():
+    _WHY = "PyTorch sees no CUDA device"
+elif not _fp8emu.cuda:
+    _WHY = "this build of fp8emu has no CUDA (build the module with FP8EMU_ENABLE_CUDA=ON)"
+elif not fp8emu.cuda_available():
+    _WHY = "fp8emu cannot run its GPU kernels here: " + _fp8emu.cuda_why_not()
+if _WHY is not None:
+    if _REQUIRE:
+        pytest.fail("FP8EMU_REQUIRE_GPU=1 but " + _WHY, pytrace=False)
+    pytest.skip(_WHY, allow_module_level=True)
+
+DEV = torch.device("cuda")
+FORMATS = ["e4m3fn", "e5m2"]
+
+
+def cuda(a):
+    """A CUDA tensor holding the NumPy array a (same bytes)."""
+    return torch.from_numpy(np.ascontiguousarray(a)).to(DEV)
+
+
+def host_bytes(t):
+    """The bytes of a CUDA tensor as a NumPy uint8 array (float8 tensors viewed as uint8)."""
+    if t.element_size() == 1:
+        return t.view(torch.uint8).cpu().numpy()
+    return t.cpu().numpy()
+
+
+def assert_f32_bits_equal(gpu, cpu, what):
+    g = np.ascontiguousarray(gpu, np.float32).view(np.uint32)
+    c = np.ascontiguousarray(cpu, np.float32).view(np.uint32)
+    gn, cn = np.isnan(gpu), np.isnan(cpu)
+    assert np.array_equal(gn, cn), f"{what}: NaN positions differ at {np.argwhere(gn != cn)[:5].tolist()}"
+    bad = np.argwhere((g != c) & ~gn)
+    assert bad.size == 0, (f"{what}: {len(bad)} values differ; first at {bad[0].tolist()}: "
+                           f"gpu {g[tuple(bad[0])]:#010x} cpu {c[tuple(bad[0])]:#010x}")
+    payload = int(np.count_nonzero((g != c) & gn))
+    assert payload == 0, f"{what}: {payload} NaNs with a different payload (gpu vs cpu)"
+
+
+def cast_inputs(fmt):
+    """float32 inputs covering every code's value, the rounding midpoints and their neighbours, the
+    overflow thresholds, signed zeros, fp32 subnormals, Inf and NaNs of several payloads, all 2^16
+    bfloat16 bit patterns (the top halves of fp32) and random fp32 bit patterns."""
+    codes = np.arange(256, dtype=np.uint8)
+    values = fp8emu.decode(codes, fmt).astype(np.float64)
+    finite = np.unique(values[np.isfinite(values)])
+    mids = (finite[:-1] + finite[1:]) / 2
+    parts = [finite, mids, -mids, finite * 1.5, finite * 0.75, finite * 2.0 ** -3, finite * 2.0 ** 3]
+    base = np.concatenate(parts).astype(np.float32)
+    near = np.concatenate([base, np.nextafter(base, np.float32(np.inf)), np.nextafter(base, np.float32(-np.inf))])
+    info = fp8emu.format_info(fmt)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, info.max, -info.max, np.finfo(np.float32).max,
+                        np.finfo(np.float32).tiny, 1e-45, -1e-45, 3.4e-39], np.float32)
+    nan_bits = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0x7FA00000], np.uint32)
+    bf16_patterns = (np.arange(1 << 16, dtype=np.uint32) << 16) | 0x8001
+    rng = np.random.default_rng(7)
+    random_bits = rng.integers(0, 1 << 32, size=1 << 18, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([near, special, nan_bits.view(np.float32), bf16_patterns.view(np.float32),
+                           random_bits.view(np.float32)]).astype(np.float32)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("scale", [1.0, 0.5, 3.0, 2.0 ** -10, 1e30])
+def test_cast_equals_the_emulator(fmt, scale):
+    x = cast_inputs(fmt)
+    xd = cuda(x)
+    q = fp8emu.cast(xd, fmt, scale=scale)
+    assert q.device == xd.device and q.dtype == getattr(torch, f"float8_{fmt}") and q.shape == xd.shape
+    expect = fp8emu.cast(x, fmt, scale=scale).view(np.uint8)
+    got = host_bytes(q)
+    bad = np.flatnonzero(got != expect)
+    assert bad.size == 0, (f"{bad.size} codes differ; first x={x[bad[0]]!r} ({x.view(np.uint32)[bad[0]]:#010x}): "
+                           f"gpu {got[bad[0]]:#04x} cpu {expect[bad[0]]:#04x}")
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (3, 5), (2, 3, 7), (1025,), (64, 64)])
+def test_cast_shapes_and_unaligned_views(shape):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 100).astype(np.float32)
+    got = host_bytes(fp8emu.cast(cuda(x), "e4m3fn"))
+    assert np.array_equal(got, fp8emu.cast(x, "e4m3fn").view(np.uint8))
+    # An input that starts 4 bytes into an allocation (no float4 loads) and an odd length.
+    big = cuda(np.concatenate([[0.0], x.ravel()]).astype(np.float32))
+    got = host_bytes(fp8emu.cast(big[1:], "e5m2"))
+    assert np.array_equal(got, fp8emu.cast(x.ravel(), "e5m2").view(np.uint8))
+
+
+def test_cast_stats_and_amax_equal_the_emulator():
+    # The per-tensor recipe cast (cast_transpose twin) against the CPU Quantizer: both copies, counts
+    # and the amax recorded in the delayed-scaling history (scale 1 before any update).
+    rng = np.random.default_rng(3)
+    for rows, cols in [(1, 1), (33, 70), (128, 256), (5, 4), (64, 128)]:
+        x = (rng.standard_normal((rows, cols)) * 300).astype(np.float32)
+        x.ravel()[:: 7] = np.float32(np.nan)
+        x.ravel()[3:: 11] = np.float32(1e-9)
+        fwd = fp8emu.Quantizer(fp8emu.DelayedScaling(amax_history_len=4), "forward")
+        qt = fwd.quantize(x, "input", "both")
+        r, c, st = _fp8emu.cuda_cast_transpose(cuda(x), "e4m3fn", 1.0, True, True, 0, "torch")
+        assert np.array_equal(host_bytes(r), qt.rowwise_data.view(np.uint8))
+        assert np.array_equal(host_bytes(c), qt.columnwise_data.view(np.uint8))
+        for k in ("count", "saturated", "underflow", "nan"):
+            assert st[k] == qt.stats[k], (rows, cols, k)
+        amax = np.float32(np.nanmax(np.abs(x)))
+        assert np.float32(st["amax"]) == amax == np.float32(fwd.amax_history("input")[0])
+        assert np.float32(_fp8emu.cuda_amax(cuda(x), 0)) == amax
+        _codes, st2 = _fp8emu.cuda_cast(cuda(x), "e4m3fn", 1.0, "cuda", "", 0, "torch", None)
+        assert st2["amax"] == st["amax"] and st2["saturated"] == st["saturated"] and st2["nan"] == st["nan"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("scale_inv", [1.0, 0.25, 3.0, 2.0 ** -20, float("inf")])
+def test_decode_every_code_equals_the_emulator(fmt, scale_inv):
+    codes = np.tile(np.arange(256, dtype=np.uint8), 5)
+    y = fp8emu.decode(cuda(codes), fmt, scale_inv=scale_inv)
+    assert y.device.type == "cuda" and y.dtype == torch.float32
+    assert_f32_bits_equal(y.cpu().numpy(), fp8emu.decode(codes, fmt, scale_inv=scale_inv), f"decode {fmt}")
+    # float8 tensors carry their format.
+    t = cuda(codes).view(getattr(torch, f"float8_{fmt}"))
+    assert_f32_bits_equal(fp8emu.decode(t).cpu().numpy(), fp8emu.decode(codes, fmt), f"decode float8 {fmt}")
+
+
+def _operands(rng, m, n, k, fa, fb, specials):
+    a = rng.integers(0, 256, size=(m, k), dtype=np.uint8)
+    b = rng.integers(0, 256, size=(n, k), dtype=np.uint8)
+    if not specials:  # finite codes only: replace NaN/Inf codes by zero
+        for arr, f in ((a, fa), (b, fb)):
+            v = fp8emu.decode(arr, f)
+            arr[~np.isfinite(v)] = 0
+    return a, b
+
+
+GEMM_CASES = [
+    # (M, N, K, accumulation, promotion, split_k)
+    (1, 1, 1, "hopper", 0, 1),
+    (17, 33, 65, "hopper", 0, 1),
+    (64, 48, 256, "hopper", 128, 1),
+    (5, 7, 1000, "hopper", 0, 3),
+    (40, 24, 4096, "hopper", 128, 2),
+    (16, 8, 96, "ada", 0, 1),
+    (19, 21, 160, "ada", 32, 1),
+    (33, 9, 300, "fp32", 0, 1),
+    (12, 10, 77, "exact", 0, 1),
+    (8, 8, 0, "hopper", 0, 1),
+]
+
+
+@pytest.mark.parametrize("m,n,k,acc,promotion,split_k", GEMM_CASES)
+@pytest.mark.parametrize("fa,fb", [("e4m3fn", "e4m3fn"), ("e4m3fn", "e5m2"), ("e5m2", "e4m3fn")])
+def test_gemm_equals_the_emulator(m, n, k, acc, promotion, split_k, fa, fb):
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    for specials in (False, True):
+        a, b = _operands(rng, m, n, k, fa, fb, specials)
+        kw = dict(format_a=fa, format_b=fb, scale_inv_a=0.75, scale_inv_b=2.0 ** -3, accumulation=acc,
+                  promotion=promotion, split_k=split_k)
+        d, amax = fp8emu.gemm(cuda(a), cuda(b), return_amax=True, **kw)
+        assert d.device.type == "cuda" and d.dtype == torch.float32 and tuple(d.shape) == (m, n)
+        ref, ref_amax = fp8emu.gemm(a, b, return_amax=True, **kw)
+        assert_f32_bits_equal(d.cpu().numpy(), ref, f"gemm {m}x{n}x{k} {acc}/{promotion}/{split_k} {fa}x{fb}")
+        assert np.float32(amax) == np.float32(ref_amax)
+
+
+def test_gemm_nn_layout_and_float8_tensors():
+    rng = np.random.default_rng(11)
+    a, b = _operands(rng, 24, 40, 96, "e4m3fn", "e4m3fn", False)
+    bkn = np.ascontiguousarray(b.T)  # (K, N)
+    ta = cuda(a).view(torch.float8_e4m3fn)
+    tb = cuda(bkn).view(torch.float8_e4m3fn)
+    d = fp8emu.gemm(ta, tb, layout="nn", accumulation="hopper", promotion=128)
+    ref = fp8emu.gemm(a, bkn, format_a="e4m3fn", format_b="e4m3fn", layout="nn", accumulation="hopper", promotion=128)
+    assert_f32_bits_equal(d.cpu().numpy(), ref, "gemm nn")
+
+
+def test_zero_copy_and_out():
+    x = torch.randn(1000, 3, device=DEV) * 50
+    assert _fp8emu.data_pointer(x) == x.data_ptr()  # the extension reads the tensor's own memory
+    out = torch.empty(1000, 3, dtype=torch.float8_e4m3fn, device=DEV)
+    ptr = out.data_ptr()
+    r = fp8emu.cast(x, "e4m3fn", out=out)
+    assert r is out and out.data_ptr() == ptr
+    assert np.array_equal(host_bytes(out), fp8emu.cast(x.cpu().numpy(), "e4m3fn").view(np.uint8))
+    y = torch.empty(1000, 3, device=DEV)
+    assert fp8emu.decode(out, out=y) is y
+    assert_f32_bits_equal(y.cpu().numpy(), fp8emu.decode(host_bytes(out), "e4m3fn"), "decode out")
+    a = fp8emu.cast(torch.randn(32, 64, device=DEV), "e4m3fn")
+    d = torch.empty(32, 32, device=DEV)
+    assert fp8emu.gemm(a, a, out=d) is d
+
+
+def test_results_live_on_the_inputs_device_and_survive_the_inputs():
+    x = torch.randn(4096, device=DEV)
+    q = fp8emu.cast(x, "e5m2")
+    expect = fp8emu.cast(x.cpu().numpy(), "e5m2").view(np.uint8)
+    del x
+    torch.cuda.empty_cache()
+    assert q.device == DEV or q.device.type == "cuda"
+    assert np.array_equal(host_bytes(q), expect)
+    # The result is an ordinary tensor: PyTorch can compute with it.
+    assert torch.isfinite(q.float()).all()
+
+
+def test_side_stream():
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.randn(1 << 20, device=DEV) * 1000  # produced on s
+        q = fp8emu.cast(x, "e4m3fn")                  # runs on s (the current stream), waited for
+    assert np.array_equal(host_bytes(q), fp8emu.cast(x.cpu().numpy(), "e4m3fn").view(np.uint8))
+    q2 = fp8emu.cast(x, "e4m3fn", stream=s)
+    assert torch.equal(q2.view(torch.uint8), q.view(torch.uint8))
+
+
+def test_gpu_errors_name_the_function_and_device():
+    with pytest.raises(TypeError, match=r"fp8emu.cast: x is a CUDA array of dtype float16; the GPU path casts float32"):
+        fp8emu.cast(torch.ones(4, device=DEV, dtype=torch.float16), "e4m3fn")
+    with pytest.raises(ValueError, match=r"fp8emu.cast: format e2m1fn on a CUDA array"):
+        fp8emu.cast(torch.ones(4, device=DEV), "e2m1fn")
+    with pytest.raises(ValueError, match=r"fp8emu.cast: policy 'ml_dtypes' on a CUDA array"):
+        fp8emu.cast(torch.ones(4, device=DEV), "e4m3fn", policy="ml_dtypes")
+    with pytest.raises(ValueError, match=r"fp8emu.decode: format e8m0fnu on a CUDA array"):
+        fp8emu.decode(torch.zeros(4, device=DEV, dtype=torch.uint8), "e8m0fnu")
+    a = fp8emu.cast(torch.randn(8, 32, device=DEV), "e4m3fn")
+    with pytest.raises(ValueError, match=r"fp8emu.gemm: bias on CUDA arrays"):
+        fp8emu.gemm(a, a, bias=torch.zeros(8, device=DEV))
+    with pytest.raises(TypeError, match=r"fp8emu.gemm: b is a CPU array .* but another argument is on a CUDA device"):
+        fp8emu.gemm(a, np.zeros((8, 32), np.uint8), format_b="e4m3fn")
+    with pytest.raises(ValueError, match=r"fp8emu.gemm: .*E5M2"):
+        b5 = fp8emu.cast(torch.randn(8, 32, device=DEV), "e5m2")
+        fp8emu.gemm(b5, b5)
+    with pytest.raises(TypeError, match=r"this function runs on the CPU only"):
+        fp8emu.mma(a[:, :32], a[:, :32])
+    with pytest.raises(ValueError, match=r"not C-contiguous"):
+        fp8emu.cast(torch.randn(8, 8, device=DEV).t(), "e4m3fn")
+
+
+def test_cupy_arrays_when_present():
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed: its DLPack path is not checked here")
+    x = cupy.asarray(cast_inputs("e4m3fn")[:4096])
+    q = fp8emu.cast(x, "e4m3fn")
+    assert isinstance(q, cupy.ndarray) and q.dtype == cupy.uint8
+    assert np.array_equal(cupy.asnumpy(q), fp8emu.cast(cupy.asnumpy(x), "e4m3fn").view(np.uint8))
+
+
+def test_jax_gpu_arrays_when_present():
+    jax = pytest.importorskip("jax", reason="JAX is not installed")
+    try:
+        gpu = jax.devices("gpu")
+    except RuntimeError:
+        gpu = []
+    if not gpu:
+        pytest.skip("JAX has no GPU device here (CPU-only jaxlib)")
+    x_host = cast_inputs("e5m2")[:4096]
+    x = jax.device_put(x_host, gpu[0])
+    q = fp8emu.cast(x, "e5m2")
+    assert np.array_equal(np.asarray(q).view(np.uint8), fp8emu.cast(x_host, "e5m2").view(np.uint8))
