@@ -41,9 +41,10 @@
 ///    and a tail; 2s + e ln2_hi by TwoSum. The polynomial term is below 0.01 of the result and is
 ///    computed with relative error < 2^-50: total < 2^-56 relative (no cancellation: for e != 0,
 ///    |log x| >= ln2/2 >= |log m|).
-///  - tanh(x), |x| < 1/8: x + x z R(z), z = x^2, R the Taylor series of (tanh(x) - x)/x^3 to z^8
-///    (truncation < 2^-66 relative); the correction is below x/190 with relative error < 2^-50:
-///    total < 2^-57. 1/8 <= |x| <= 9.1: E = exp(2|x|) as a double-double from exp_pair (< 2^-56.5),
+///  - tanh(x), |x| < 1/8: x + x z R(z), z = x^2, R the Taylor series of (tanh(x) - x)/x^3 to
+///    z^7, i.e. tanh to x^17 (truncation < 2^-66 relative); the correction is below x/190 with
+///    relative error < 2^-50: total < 2^-57.
+///  - tanh(x), 1/8 <= |x| <= 9.1: E = exp(2|x|) as a double-double from exp_pair (< 2^-56.5),
 ///    tanh = (E - 1)/(E + 1) as a double-double division (E - 1 exact in its head, TwoSum for
 ///    E + 1, the quotient's remainder by Dekker's product); the relative error of E is amplified
 ///    by 1/sinh(2|x|) <= 4: total < 2^-54.5.
@@ -193,7 +194,8 @@ FP8EMU_HD float round_pair_to_f32(double s, double t) {
     // Overflowed: s >= the midpoint between FLT_MAX and 2^128 in magnitude; exactly on it with t
     // pointing down, the value is below the midpoint.
     const double mid = 0x1.ffffffp127;
-    if ((s == mid && t < 0.0) || (s == -mid && t > 0.0)) return bits_to_f32((fb & 0x80000000u) | 0x7F7FFFFFu);
+    if ((s == mid && t < 0.0) || (s == -mid && t > 0.0))
+      return bits_to_f32((fb & 0x80000000u) | 0x7F7FFFFFu);  // +-FLT_MAX
     return f;
   }
   const double d = s - double(f);  // exact (Sterbenz, or f == 0)
