@@ -41,3 +41,21 @@ __global__ void nv_mirror_kernel(const float* x, const double* d, std::uint8_t* 
 }
 
 }  // namespace fp8emu::cuda
+
+// The correctly rounded fp32 exp, log and tanh (core/fp32_math.hpp) as device code: the functions
+// the nn layers' softmax, sigmoid, GELU and cross-entropy call, so a GPU twin of those layers gives
+// the CPU's bits. Binary64 arithmetic only (no FMA under --fmad=false) and the double -> float
+// conversion __double2float_rn: the same operations, rounded the same way, as on the host.
+#include "fp8emu/core/fp32_math.hpp"
+
+namespace fp8emu::cuda {
+
+__global__ void core_fp32_math_kernel(const float* x, float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  out[3 * i + 0] = core::exp_rn(x[i]);
+  out[3 * i + 1] = core::log_rn(x[i]);
+  out[3 * i + 2] = core::tanh_rn(x[i]);
+}
+
+}  // namespace fp8emu::cuda

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "fp8emu/core/fp32_math.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
@@ -23,14 +24,14 @@ constexpr float kGeluCoeff = 0.044715f;
 
 float activation_forward(Activation a, float x) {
   if (a == Activation::kReLU) return x > 0.0f ? x : 0.0f;
-  const float t = std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
+  const float t = core::tanh_rn(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
   return 0.5f * x * (1.0f + t);
 }
 
 float activation_grad(Activation a, float x) {
   if (a == Activation::kReLU) return x > 0.0f ? 1.0f : 0.0f;
   const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-  const float t = std::tanh(u);
+  const float t = core::tanh_rn(u);
   const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
@@ -118,10 +119,10 @@ double softmax_cross_entropy_sum(const Matrix& logits, const std::vector<std::ui
     for (int j = 1; j < c; ++j) mx = std::fmax(mx, z[j]);
     float sum = 0.0f;
     for (int j = 0; j < c; ++j) {
-      p[std::size_t(j)] = std::exp(z[j] - mx);
+      p[std::size_t(j)] = core::exp_rn(z[j] - mx);
       sum += p[std::size_t(j)];
     }
-    total += double(std::log(sum) - (z[y] - mx));
+    total += double(core::log_rn(sum) - (z[y] - mx));
     if (dlogits) {
       float* d = dlogits->row(i);
       for (int j = 0; j < c; ++j)

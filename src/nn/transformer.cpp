@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/fp32_math.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
@@ -28,7 +29,8 @@ void add_into(Matrix& a, const Matrix& b) {
   for (std::size_t i = 0; i < a.size(); ++i) a.data[i] += b.data[i];
 }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// Correctly rounded exp (core/fp32_math.hpp): libm-independent, the same bits on host and device.
+float sigmoid(float x) { return 1.0f / (1.0f + core::exp_rn(-x)); }
 
 }  // namespace
 
@@ -150,7 +152,7 @@ void DotProductAttention::forward(const Matrix& qkv, int seq_len, Matrix& out, b
         }
         float sum = 0.0f;
         for (int j = 0; j <= i; ++j) {
-          p[j] = std::exp(p[j] - mx);
+          p[j] = core::exp_rn(p[j] - mx);
           sum += p[j];
         }
         for (int j = 0; j <= i; ++j) p[j] /= sum;
