@@ -92,14 +92,18 @@ int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& e
   out << "\nSkipped: the size was predicted to run past the time budget (" << fmt(opt.budget_seconds, "%.0f")
       << " s for the whole command).\n";
 
-  out << "\n## Quantize kernel vs device-to-device copy (2^28 floats)\n\n| kernel | GB/s | ms |\n|---|---:|---:|\n";
+  out << "\n## Cast kernels vs device-to-device copy (2^28 floats)\n\n| kernel | GB/s | ms |\n|---|---:|---:|\n";
   const std::size_t n = std::size_t(1) << 28;
   err << "bench gpu: quantize and memcpy\n";
   const cuda::Timing q = cuda::bench_quantize(n, opt.repeat), c = cuda::bench_memcpy(n, opt.repeat);
   const cuda::Timing ct = cuda::bench_cast_transpose(1 << 14, 1 << 14, opt.repeat);
+  const cuda::Timing mx = cuda::bench_block_cast_both(1 << 14, 1 << 14, true, opt.repeat);
+  const cuda::Timing b1 = cuda::bench_block_cast_both(1 << 14, 1 << 14, false, opt.repeat);
   for (const auto& [name, t] :
        {std::pair<const char*, cuda::Timing>{"quantize fp32 -> E4M3 (amax, counts): 5 bytes/element", q},
         std::pair<const char*, cuda::Timing>{"cast_transpose fp32 -> E4M3 row-wise + column-wise, 16384 x 16384 (amax, counts): 6 bytes/element", ct},
+        std::pair<const char*, cuda::Timing>{"MXFP8 fused cast fp32 -> E4M3 row-wise + column-wise, 16384 x 16384 (1x32 and 32x1 E8M0 blocks, scale_inv, counts): 6 + 10/32 bytes/element", mx},
+        std::pair<const char*, cuda::Timing>{"1x128 fused cast fp32 -> E4M3 row-wise + column-wise, 16384 x 16384 (1x128 and 128x1 blocks, pow2 scale_inv, counts): 6 + 8/128 bytes/element", b1},
         std::pair<const char*, cuda::Timing>{"cudaMemcpy device to device: 8 bytes/element", c}}) {
     if (t.error.empty()) {
       ++ok;
@@ -113,6 +117,10 @@ int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& e
     out << "\nquantize_vs_memcpy_bandwidth: " << fmt(q.rate / c.rate, "%.2f") << "\n";
   if (ct.error.empty() && c.error.empty() && c.rate > 0.0)
     out << "cast_transpose_vs_memcpy_bandwidth: " << fmt(ct.rate / c.rate, "%.2f") << "\n";
+  if (mx.error.empty() && c.error.empty() && c.rate > 0.0)
+    out << "mxfp8_cast_both_vs_memcpy_bandwidth: " << fmt(mx.rate / c.rate, "%.2f") << "\n";
+  if (b1.error.empty() && c.error.empty() && c.rate > 0.0)
+    out << "block_1x128_cast_both_vs_memcpy_bandwidth: " << fmt(b1.rate / c.rate, "%.2f") << "\n";
 
   out << "\n## One MLP training step, GEMMs and casts (4 layers 4096 x 4096, batch 8192)\n\n"
       << "FP8: per layer, x, W and dy cast once into row-wise and transposed codes by the fused cast_transpose "

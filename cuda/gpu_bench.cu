@@ -195,6 +195,27 @@ Timing bench_cast_transpose(int rows, int cols, int reps) {
   });
 }
 
+Timing bench_block_cast_both(int rows, int cols, bool mxfp8, int reps) {
+  return guarded([&] {
+    detail::use_fp8_device();
+    const int block = mxfp8 ? 32 : 128;
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    const std::size_t nsr = std::size_t(rows) * std::size_t((cols + block - 1) / block);
+    const std::size_t nsc = std::size_t(cols) * std::size_t((rows + block - 1) / block);
+    DeviceBuffer<float> x = random_f32(n, 3), sr(nsr), sc(nsc);
+    DeviceBuffer<std::uint8_t> qr(n), qc(n), er(mxfp8 ? nsr : 0), ec(mxfp8 ? nsc : 0);
+    DeviceBuffer<detail::CastTotals> totals(2);
+    totals.zero();
+    const core::BlockRule rule = mxfp8 ? core::BlockRule::mxfp8(kSpecE4M3, true)
+                                       : core::BlockRule::fp32_scale(kSpecE4M3, true, 0.0f);
+    const detail::BlockCastOut ro{qr.get(), sr.get(), mxfp8 ? er.get() : nullptr, totals.get()};
+    const detail::BlockCastOut co{qc.get(), sc.get(), mxfp8 ? ec.get() : nullptr, totals.get() + 1};
+    const double bytes = 6.0 * double(n) + double(nsr + nsc) * (mxfp8 ? 5.0 : 4.0);
+    return time_runs([&] { detail::launch_block_cast_both(x.get(), rows, cols, block, Format::kE4M3, rule, ro, co, nullptr); },
+                     reps, bytes / 1e9);
+  });
+}
+
 Timing bench_memcpy(std::size_t n, int reps) {
   return guarded([&] {
     detail::use_fp8_device();

@@ -213,6 +213,157 @@ __global__ void block_cast_kernel(const float* __restrict__ x, int cols, int n, 
   commit_counts(c, totals);
 }
 
+// Kernels::quantize_mxfp8_both / quantize_block_1d_both (TE common/cast/mxfp8/quantize_mxfp8.cuh
+// with row-wise and column-wise scaling, common/transpose/quantize_transpose_vector_blockwise.cu):
+// one read of x. A block of 32 x 8 threads owns tiles of B rows x 128 columns (B = the block size,
+// 32 or 128), so every row-wise block (1 x B, along a row) and every column-wise block (B x 1, along
+// a column) of the tile lies inside it. Each thread holds 4 consecutive elements (one float4 on the
+// vectorised path) of B/8 rows (ty, ty + 8, ...) in registers.
+//   Row-wise: the B/4 lanes holding a block reduce its amax bits by shuffles; each derives the
+//   block's scale (core::block_rule_scale, the function core::cast_view_block calls) and casts its 4
+//   elements (core::cast_element) into one 32-bit word; the block's first lane stores scale_inv and
+//   the E8M0 code.
+//   Column-wise: each thread's maxima over its rows meet in shared memory as the column's amax;
+//   each thread casts its elements by its columns' scales into a shared code tile, which leaves
+//   transposed as 32-bit words of 4 rows (cast_transpose's store); the ty = 0 threads store the
+//   columns' scale_inv and E8M0 codes.
+// Out-of-range elements of an edge tile load as +0 (amax_bits 0, the identity of the max) and are
+// never cast or stored, so a final partial block is scaled by its own amax as in cast_view_block.
+// The amax is a max of bits and the counts are sums: the same bits as the element layer in any
+// order. Full tiles take the vectorised loads and stores when x is 16-byte aligned, the codes
+// 4-byte aligned and rows and cols are multiples of 4; other tiles go element by element.
+constexpr int kBcCols = 128, kBcThreadRows = 8;
+template <Format F, int B>
+__global__ void __launch_bounds__(32 * kBcThreadRows)
+    block_cast_both_kernel(const float* __restrict__ x, int rows, int cols, core::BlockRule rule, BlockCastOut rw,
+                           BlockCastOut cw, bool vec) {
+  static_assert(B == 32 || B == 128, "the fused block cast takes 32- and 128-element blocks");
+  constexpr int kRowsPerThread = B / kBcThreadRows;  // 4 or 16
+  constexpr int kLanesPerBlock = B / 4;              // lanes holding one row-wise block: 8 or 32
+  __shared__ uint4 colpart[kBcThreadRows][kBcCols / 4];  // per-ty column maxima (amax bits), 4 columns each
+  __shared__ std::uint8_t ctile[B][kBcCols + 4];         // the tile's column-wise codes, row-major
+  const FormatSpec f = spec_value<F>();
+  core::CastCounts rcounts, ccounts;
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y), tid = ty * 32 + tx;
+  const int nbr = (cols + B - 1) / B, nbc = (rows + B - 1) / B;
+  for (int by = int(blockIdx.x); by * B < rows; by += int(gridDim.x)) {
+    for (int bx = int(blockIdx.y); bx * kBcCols < cols; bx += int(gridDim.y)) {
+      const int r0 = by * B, c0 = bx * kBcCols, c = c0 + 4 * tx;
+      const bool full = vec && r0 + B <= rows && c0 + kBcCols <= cols;
+      float v[kRowsPerThread][4];
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int r = r0 + ty + kBcThreadRows * i;
+        const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
+        if (full) {
+          const float4 q = *reinterpret_cast<const float4*>(x + at);
+          v[i][0] = q.x;
+          v[i][1] = q.y;
+          v[i][2] = q.z;
+          v[i][3] = q.w;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[i][j] = r < rows && c + j < cols ? x[at + std::size_t(j)] : 0.0f;
+        }
+      }
+      if (rw.codes) {
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          const int r = r0 + ty + kBcThreadRows * i;  // the same for the whole warp
+          unsigned int m = core::max_u32(core::max_u32(core::amax_bits(v[i][0]), core::amax_bits(v[i][1])),
+                                         core::max_u32(core::amax_bits(v[i][2]), core::amax_bits(v[i][3])));
+#pragma unroll
+          for (int o = 1; o < kLanesPerBlock; o <<= 1) m = core::max_u32(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+          if (r >= rows) continue;
+          float scale_inv = 0.0f;
+          std::uint8_t e8m0 = 0;
+          const float mult = core::block_rule_scale(core::bits_to_f32(m), f, rule, &scale_inv, &e8m0);
+          const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
+          if (full) {
+            const std::uint32_t w = std::uint32_t(core::cast_element(v[i][0], mult, f, rcounts)) |
+                                    std::uint32_t(core::cast_element(v[i][1], mult, f, rcounts)) << 8 |
+                                    std::uint32_t(core::cast_element(v[i][2], mult, f, rcounts)) << 16 |
+                                    std::uint32_t(core::cast_element(v[i][3], mult, f, rcounts)) << 24;
+            *reinterpret_cast<std::uint32_t*>(rw.codes + at) = w;
+          } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              if (c + j < cols) rw.codes[at + std::size_t(j)] = core::cast_element(v[i][j], mult, f, rcounts);
+          }
+          if (tx % kLanesPerBlock == 0 && c < cols) {
+            const std::size_t si = std::size_t(r) * std::size_t(nbr) + std::size_t(c / B);
+            rw.scale_inv[si] = scale_inv;
+            if (rw.e8m0) rw.e8m0[si] = e8m0;
+          }
+        }
+      }
+      if (cw.codes) {
+        unsigned int cm[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) cm[j] = core::max_u32(cm[j], core::amax_bits(v[i][j]));
+        colpart[ty][tx] = make_uint4(cm[0], cm[1], cm[2], cm[3]);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < kBcThreadRows; ++k) {
+          const uint4 p = colpart[k][tx];
+          cm[0] = core::max_u32(cm[0], p.x);
+          cm[1] = core::max_u32(cm[1], p.y);
+          cm[2] = core::max_u32(cm[2], p.z);
+          cm[3] = core::max_u32(cm[3], p.w);
+        }
+        float mult[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float scale_inv = 0.0f;
+          std::uint8_t e8m0 = 0;
+          mult[j] = core::block_rule_scale(core::bits_to_f32(cm[j]), f, rule, &scale_inv, &e8m0);
+          if (ty == 0 && c + j < cols) {
+            const std::size_t si = std::size_t(c + j) * std::size_t(nbc) + std::size_t(by);
+            cw.scale_inv[si] = scale_inv;
+            if (cw.e8m0) cw.e8m0[si] = e8m0;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          const int dy = ty + kBcThreadRows * i;
+          if (full) {
+            const std::uint32_t w = std::uint32_t(core::cast_element(v[i][0], mult[0], f, ccounts)) |
+                                    std::uint32_t(core::cast_element(v[i][1], mult[1], f, ccounts)) << 8 |
+                                    std::uint32_t(core::cast_element(v[i][2], mult[2], f, ccounts)) << 16 |
+                                    std::uint32_t(core::cast_element(v[i][3], mult[3], f, ccounts)) << 24;
+            *reinterpret_cast<std::uint32_t*>(&ctile[dy][4 * tx]) = w;
+          } else if (r0 + dy < rows) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              if (c + j < cols) ctile[dy][4 * tx + j] = core::cast_element(v[i][j], mult[j], f, ccounts);
+          }
+        }
+        __syncthreads();
+        if (full) {
+          for (int i = tid; i < kBcCols * (B / 4); i += 32 * kBcThreadRows) {
+            const int cc = i / (B / 4), w4 = 4 * (i % (B / 4));
+            const std::uint32_t w = std::uint32_t(ctile[w4][cc]) | std::uint32_t(ctile[w4 + 1][cc]) << 8 |
+                                    std::uint32_t(ctile[w4 + 2][cc]) << 16 | std::uint32_t(ctile[w4 + 3][cc]) << 24;
+            *reinterpret_cast<std::uint32_t*>(cw.codes + std::size_t(c0 + cc) * std::size_t(rows) +
+                                              std::size_t(r0 + w4)) = w;
+          }
+        } else {
+          for (int i = tid; i < kBcCols * B; i += 32 * kBcThreadRows) {
+            const int cc = i / B, dr = i % B;
+            if (c0 + cc < cols && r0 + dr < rows)
+              cw.codes[std::size_t(c0 + cc) * std::size_t(rows) + std::size_t(r0 + dr)] = ctile[dr][cc];
+          }
+        }
+        __syncthreads();
+      }
+    }
+  }
+  if (rw.codes) commit_counts(rcounts, rw.totals);
+  if (cw.codes) commit_counts(ccounts, cw.totals);
+}
+
 // One block of threads per tile: the tile's amax (max of amax_bits), then its scale.
 __global__ void tile_scale_kernel(const float* __restrict__ x, int rows, int cols, int tile, int tc, float fp8_max,
                                   bool pow2, float epsilon, float* tile_scale, float* tile_scale_inv) {
@@ -351,6 +502,52 @@ void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int blo
   FP8EMU_CUDA_CHECK_LAUNCH("block_cast_kernel");
 }
 
+namespace {
+template <int B>
+void launch_block_cast_both_b(const float* x, int rows, int cols, Format fmt, const core::BlockRule& rule,
+                              const BlockCastOut& rowwise, const BlockCastOut& columnwise, bool vec,
+                              cudaStream_t stream) {
+  // Row tiles along x (consecutive blocks cover vertically adjacent tiles, so the column-wise
+  // scales of a column, [cols, ceil(rows / B)] row-major, are written close together in time).
+  const dim3 grid(unsigned(std::min<long long>((rows + B - 1) / B, 0x7FFFFFFFll)),
+                  unsigned(std::min((cols + kBcCols - 1) / kBcCols, 65535)));
+  const dim3 block(32, kBcThreadRows);
+  switch (fmt) {  // no default: a new FP8 format needs its instance here
+    case Format::kE4M3:
+      block_cast_both_kernel<Format::kE4M3, B><<<grid, block, 0, stream>>>(x, rows, cols, rule, rowwise, columnwise, vec);
+      break;
+    case Format::kE5M2:
+      block_cast_both_kernel<Format::kE5M2, B><<<grid, block, 0, stream>>>(x, rows, cols, rule, rowwise, columnwise, vec);
+      break;
+    case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
+    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
+  }
+  FP8EMU_CUDA_CHECK_LAUNCH("block_cast_both_kernel");
+}
+}  // namespace
+
+void launch_block_cast_both(const float* x, int rows, int cols, int block, Format fmt, const core::BlockRule& rule,
+                            const BlockCastOut& rowwise, const BlockCastOut& columnwise, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0 || (!rowwise.codes && !columnwise.codes)) return;
+  emu::require_fp8(fmt, "block quantize");
+  if (block != 32 && block != 128) {  // no fused instance: one single-axis kernel per copy
+    if (rowwise.codes)
+      launch_block_cast(x, rows, cols, true, block, fmt, rule, rowwise.codes, rowwise.scale_inv, rowwise.e8m0,
+                        rowwise.totals, stream);
+    if (columnwise.codes)
+      launch_block_cast(x, rows, cols, false, block, fmt, rule, columnwise.codes, columnwise.scale_inv,
+                        columnwise.e8m0, columnwise.totals, stream);
+    return;
+  }
+  auto aligned = [](const void* p, std::uintptr_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; };
+  const bool vec = aligned(x, 16) && aligned(rowwise.codes, 4) && aligned(columnwise.codes, 4) && rows % 4 == 0 &&
+                   cols % 4 == 0;
+  if (block == 32)
+    launch_block_cast_both_b<32>(x, rows, cols, fmt, rule, rowwise, columnwise, vec, stream);
+  else
+    launch_block_cast_both_b<128>(x, rows, cols, fmt, rule, rowwise, columnwise, vec, stream);
+}
+
 void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
                       float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* codes,
                       CastTotals* totals, cudaStream_t stream) {
@@ -482,6 +679,24 @@ class CudaKernels final : public backend::Kernels {
     return block_cast(x, rows, cols, axis, fmt, block, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), false, stats);
   }
 
+  void quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule, emu::BlockQuantized* rowwise,
+                           emu::BlockQuantized* columnwise, emu::QuantizeStats* rowwise_stats,
+                           emu::QuantizeStats* columnwise_stats) const override {
+    backend::check_block_both("MXFP8 quantize", rowwise, columnwise);
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
+    block_cast_both(x, rows, cols, fmt, 32, emu::mxfp8_rule(fmt, rule), true, rowwise, columnwise, rowwise_stats,
+                    columnwise_stats);
+  }
+
+  void quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2, float epsilon,
+                              emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
+                              emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const override {
+    backend::check_block_both("block quantize", rowwise, columnwise);
+    FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
+    block_cast_both(x, rows, cols, fmt, block, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), false,
+                    rowwise, columnwise, rowwise_stats, columnwise_stats);
+  }
+
   emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                           float epsilon, emu::QuantizeStats* stats) const override {
     FP8EMU_CHECK(tile >= 1, "block quantize: tile size must be >= 1, got ", tile);
@@ -526,6 +741,53 @@ class CudaKernels final : public backend::Kernels {
   }
 
  private:
+  // The fused two-axis cast: x uploaded once, one launch writes the copies asked for.
+  void block_cast_both(const float* x, int rows, int cols, Format fmt, int block, const core::BlockRule& rule, bool mx,
+                       emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise, emu::QuantizeStats* rowwise_stats,
+                       emu::QuantizeStats* columnwise_stats) const {
+    emu::BlockQuantized qr, qc;
+    if (rowwise) qr = emu::make_block_record(rows, cols, emu::BlockAxis::kRowwise, block, fmt, mx);
+    if (columnwise) qc = emu::make_block_record(rows, cols, emu::BlockAxis::kColumnwise, block, fmt, mx);
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    emu::QuantizeStats sr, sc;
+    sr.count = sc.count = n;
+    if (n > 0) {
+      use_fp8_device();
+      DeviceBuffer<float> dx(x, n);
+      DeviceBuffer<std::uint8_t> drc(rowwise ? n : 0), dcc(columnwise ? n : 0);
+      DeviceBuffer<float> drs(qr.scale_inv.size()), dcs(qc.scale_inv.size());
+      DeviceBuffer<std::uint8_t> dre(qr.e8m0.size()), dce(qc.e8m0.size());
+      DeviceBuffer<CastTotals> t(2);
+      t.zero();
+      BlockCastOut ro, co;
+      if (rowwise) ro = BlockCastOut{drc.get(), drs.get(), mx ? dre.get() : nullptr, t.get()};
+      if (columnwise) co = BlockCastOut{dcc.get(), dcs.get(), mx ? dce.get() : nullptr, t.get() + 1};
+      launch_block_cast_both(dx.get(), rows, cols, block, fmt, rule, ro, co, nullptr);
+      CastTotals h[2] = {};
+      t.download(h, 2);
+      if (rowwise) {
+        drc.download(qr.codes.data(), n);
+        drs.download(qr.scale_inv.data(), qr.scale_inv.size());
+        dre.download(qr.e8m0.data(), qr.e8m0.size());
+        sr = stats_of(h[0], n);
+      }
+      if (columnwise) {
+        dcc.download(qc.codes.data(), n);
+        dcs.download(qc.scale_inv.data(), qc.scale_inv.size());
+        dce.download(qc.e8m0.data(), qc.e8m0.size());
+        sc = stats_of(h[1], n);
+      }
+    }
+    if (rowwise) {
+      if (rowwise_stats) *rowwise_stats += sr;
+      *rowwise = std::move(qr);
+    }
+    if (columnwise) {
+      if (columnwise_stats) *columnwise_stats += sc;
+      *columnwise = std::move(qc);
+    }
+  }
+
   emu::BlockQuantized block_cast(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt, int block,
                                  const core::BlockRule& rule, bool mx, emu::QuantizeStats* stats) const {
     const bool rowwise = axis == emu::BlockAxis::kRowwise;

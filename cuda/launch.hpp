@@ -46,6 +46,21 @@ void launch_cast_transpose(const float* x, int rows, int cols, float scale, Form
 void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int block, Format fmt,
                        const core::BlockRule& rule, std::uint8_t* codes, float* scale_inv, std::uint8_t* e8m0,
                        CastTotals* totals, cudaStream_t stream);
+/// One copy's outputs of a fused two-axis block cast (device pointers) for the K-major view of
+/// x [rows, cols]: codes [n, K] row-major, scale_inv [n, ceil(K / block)], e8m0 of the same shape
+/// for MXFP8 rules (null otherwise), the cast's counts added to *totals. codes null: no such copy.
+struct BlockCastOut {
+  std::uint8_t* codes = nullptr;
+  float* scale_inv = nullptr;
+  std::uint8_t* e8m0 = nullptr;
+  CastTotals* totals = nullptr;
+};
+/// Kernels::quantize_mxfp8_both / quantize_block_1d_both on device pointers: one read of x
+/// [rows, cols] writes the row-wise view (K = cols) and/or the column-wise view (K = rows, codes
+/// [cols, rows]) with their scales, each as launch_block_cast with that axis. One fused kernel for
+/// block 32 (MXFP8) and 128 (1x128); other block sizes run launch_block_cast once per copy.
+void launch_block_cast_both(const float* x, int rows, int cols, int block, Format fmt, const core::BlockRule& rule,
+                            const BlockCastOut& rowwise, const BlockCastOut& columnwise, cudaStream_t stream);
 /// emu::quantize_block_2d, steps 1-2: per tile of x [rows, cols], scale and scale_inv
 /// ([ceil(rows/tile), ceil(cols/tile)]), then the row-wise codes [rows, cols] with their counts.
 void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,

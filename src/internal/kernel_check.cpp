@@ -393,6 +393,74 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
             }
           }
         }
+        if (wants("quantize_mxfp8_both") || wants("quantize_block_1d_both")) {
+          // The fused two-axis casts against the reference's two single-axis calls (codes, scales,
+          // E8M0 codes and each copy's counts): both copies and each alone; shapes [rows, cols], the
+          // transposed one, and from the same values shapes with both sides multiples of 4 (the
+          // GPU's vectorised path; one at least 128 wide, so that whole 32 x 128 tiles occur).
+          std::vector<std::pair<int, int>> shapes{{rows, cols}, {cols, rows}};
+          if (rows >= 4) shapes.emplace_back(rows / 4 * 4, int(n / std::size_t(rows / 4 * 4)) / 4 * 4);
+          if (n >= 512) shapes.emplace_back(int(n / 128) / 4 * 4, 128);
+          struct V {
+            std::string label;
+            bool mx;
+            E8M0Rule rule;
+            int block;
+            bool pow2;
+            float eps;
+          };
+          std::vector<V> variants;
+          if (wants("quantize_mxfp8_both"))
+            for (const E8M0Rule rule : {E8M0Rule::kTransformerEngine, E8M0Rule::kOcp})
+              variants.push_back({rule == E8M0Rule::kOcp ? "quantize_mxfp8_both ocp" : "quantize_mxfp8_both te", true,
+                                  rule, 32, false, 0.0f});
+          if (wants("quantize_block_1d_both")) {
+            variants.push_back({"quantize_block_1d_both 1x128 pow2", false, E8M0Rule::kTransformerEngine, 128, true, 0.0f});
+            variants.push_back({"quantize_block_1d_both 1x32 eps", false, E8M0Rule::kTransformerEngine, 32, false, 1e-3f});
+            variants.push_back({"quantize_block_1d_both 1x48", false, E8M0Rule::kTransformerEngine, 48, false, 0.0f});
+          }
+          for (const V& v : variants) {
+            KernelCheckRow& r = rec.row(v.label, in);
+            for (const std::pair<int, int>& shape : shapes) {
+              const int cr = shape.first, cc = shape.second;
+              auto single = [&](emu::BlockAxis axis, emu::QuantizeStats* st) {
+                return v.mx ? ref.quantize_mxfp8(x.data(), cr, cc, axis, fmt, v.rule, st)
+                            : ref.quantize_block_1d(x.data(), cr, cc, axis, fmt, v.block, v.pow2, v.eps, st);
+              };
+              emu::QuantizeStats sra, sca;
+              const emu::BlockQuantized ra = single(emu::BlockAxis::kRowwise, &sra);
+              const emu::BlockQuantized ca = single(emu::BlockAxis::kColumnwise, &sca);
+              for (const int outputs : {3, 1, 2}) {
+                const std::string ws = w + " [" + std::to_string(cr) + "x" + std::to_string(cc) + "]" +
+                                       (outputs == 3 ? " both" : outputs == 1 ? " rowwise" : " columnwise");
+                emu::BlockQuantized rb, cb;
+                emu::QuantizeStats srb, scb;
+                emu::BlockQuantized* pr = outputs & 1 ? &rb : nullptr;
+                emu::BlockQuantized* pc = outputs & 2 ? &cb : nullptr;
+                ++r.calls;
+                if (!guarded(r, ws, [&] {
+                      if (v.mx)
+                        cand.quantize_mxfp8_both(x.data(), cr, cc, fmt, v.rule, pr, pc, &srb, &scb);
+                      else
+                        cand.quantize_block_1d_both(x.data(), cr, cc, fmt, v.block, v.pow2, v.eps, pr, pc, &srb, &scb);
+                    }))
+                  continue;
+                if (pr) {
+                  cmp_block(r, ws + " rowwise", ra, rb);
+                  cmp_stats(r, ws + " rowwise", sra, srb);
+                } else {
+                  cmp_stats(r, ws + " rowwise (not made)", emu::QuantizeStats{}, srb);
+                }
+                if (pc) {
+                  cmp_block(r, ws + " columnwise", ca, cb);
+                  cmp_stats(r, ws + " columnwise", sca, scb);
+                } else {
+                  cmp_stats(r, ws + " columnwise (not made)", emu::QuantizeStats{}, scb);
+                }
+              }
+            }
+          }
+        }
         if (wants("quantize_block_2d")) {
           struct V {
             const char* label;

@@ -18,13 +18,13 @@ QuantizedTensor BlockQuantizer::quantize(const backend::Kernels& kernels, const 
     if (q.has(Usage::kColumnwise)) q.columnwise_blocks = std::move(w.columnwise);
     return q;
   }
-  const bool row = q.has(Usage::kRowwise);
-  if (row)
-    q.rowwise_blocks = kernels.quantize_block_1d(x, rows, cols, emu::BlockAxis::kRowwise, format(), kFloat8Block, pow2,
-                                                 recipe_.amax_epsilon, stats);
-  if (q.has(Usage::kColumnwise))
-    q.columnwise_blocks = kernels.quantize_block_1d(x, rows, cols, emu::BlockAxis::kColumnwise, format(),
-                                                    kFloat8Block, pow2, recipe_.amax_epsilon, row ? nullptr : stats);
+  // 1x128 blocks (TE quantize_transpose_vector_blockwise): one read of x writes the copies asked
+  // for; the counts are the row-wise cast's when it is made, else the column-wise one's.
+  const bool row = q.has(Usage::kRowwise), col = q.has(Usage::kColumnwise);
+  if (!row && !col) return q;  // no copy asked for (the fused call needs one)
+  kernels.quantize_block_1d_both(x, rows, cols, format(), kFloat8Block, pow2, recipe_.amax_epsilon,
+                                 row ? &q.rowwise_blocks : nullptr, col ? &q.columnwise_blocks : nullptr, stats,
+                                 row ? nullptr : stats);
   return q;
 }
 

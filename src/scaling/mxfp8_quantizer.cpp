@@ -10,11 +10,12 @@ QuantizedTensor Mxfp8Quantizer::quantize(const backend::Kernels& kernels, const 
                                          TensorRole role, Usage usage, emu::QuantizeStats* stats) {
   check_cast(rows, cols, role);
   QuantizedTensor q = block_operand(format(), rows, cols, usage);
-  const bool row = q.has(Usage::kRowwise);
-  if (row) q.rowwise_blocks = kernels.quantize_mxfp8(x, rows, cols, emu::BlockAxis::kRowwise, format(), recipe_.rule, stats);
-  if (q.has(Usage::kColumnwise))
-    q.columnwise_blocks = kernels.quantize_mxfp8(x, rows, cols, emu::BlockAxis::kColumnwise, format(), recipe_.rule,
-                                                 row ? nullptr : stats);
+  // TE's quantize_mxfp8 with the usages asked for: one read of x writes both copies; the counts
+  // are the row-wise cast's when it is made, else the column-wise one's.
+  const bool row = q.has(Usage::kRowwise), col = q.has(Usage::kColumnwise);
+  if (!row && !col) return q;  // no copy asked for (the fused call needs one)
+  kernels.quantize_mxfp8_both(x, rows, cols, format(), recipe_.rule, row ? &q.rowwise_blocks : nullptr,
+                              col ? &q.columnwise_blocks : nullptr, stats, row ? nullptr : stats);
   return q;
 }
 

@@ -52,6 +52,15 @@ class OffByOneUlpGemm final : public backend::Kernels {
                                         bool pow2, float eps, emu::QuantizeStats* st) const override {
     return base_.quantize_block_1d(x, rows, cols, axis, fmt, block, pow2, eps, st);
   }
+  void quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule, emu::BlockQuantized* qr,
+                           emu::BlockQuantized* qc, emu::QuantizeStats* sr, emu::QuantizeStats* sc) const override {
+    base_.quantize_mxfp8_both(x, rows, cols, fmt, rule, qr, qc, sr, sc);
+  }
+  void quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2, float eps,
+                              emu::BlockQuantized* qr, emu::BlockQuantized* qc, emu::QuantizeStats* sr,
+                              emu::QuantizeStats* sc) const override {
+    base_.quantize_block_1d_both(x, rows, cols, fmt, block, pow2, eps, qr, qc, sr, sc);
+  }
   emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                           float eps, emu::QuantizeStats* st) const override {
     return base_.quantize_block_2d(x, rows, cols, fmt, tile, pow2, eps, st);
@@ -82,7 +91,8 @@ TEST_CASE("Element layer: every emulator kernel (SIMD, OpenMP) bit-identical to 
   }
   // Every method is covered.
   for (const char* method : {"compute_amax", "quantize", "cast_transpose", "dequantize", "transpose", "gemm_fp8_tn", "quantize_mxfp8",
-                             "quantize_block_1d", "quantize_block_2d", "gemm_fp8_block_tn"}) {
+                             "quantize_block_1d", "quantize_block_2d", "gemm_fp8_block_tn", "quantize_mxfp8_both",
+                             "quantize_block_1d_both"}) {
     INFO(method);
     CHECK(std::any_of(rows.begin(), rows.end(), [&](const backend::KernelCheckRow& r) {
       return r.kernel == method || r.kernel.rfind(std::string(method) + " ", 0) == 0;

@@ -68,6 +68,14 @@ TEST_CASE("gpu: gemm_fp8_tn bit-identical to the emulator, every model", "[gpu]"
 TEST_CASE("gpu: quantize_mxfp8 bit-identical to the emulator", "[gpu]") { check_method("quantize_mxfp8"); }
 TEST_CASE("gpu: quantize_block_1d bit-identical to the emulator", "[gpu]") { check_method("quantize_block_1d"); }
 TEST_CASE("gpu: quantize_block_2d bit-identical to the emulator", "[gpu]") { check_method("quantize_block_2d"); }
+// The fused two-axis casts against the emulator's two single-axis casts (both copies and each alone;
+// shapes with whole 32 x 128 and 128 x 128 tiles on the vectorised path, and ragged ones).
+TEST_CASE("gpu: quantize_mxfp8_both bit-identical to the two single-axis casts", "[gpu]") {
+  check_method("quantize_mxfp8_both", {1, 17, 64, 131, 256});
+}
+TEST_CASE("gpu: quantize_block_1d_both bit-identical to the two single-axis casts", "[gpu]") {
+  check_method("quantize_block_1d_both", {1, 17, 64, 131, 256});
+}
 TEST_CASE("gpu: gemm_fp8_block_tn bit-identical to the emulator", "[gpu]") { check_method("gemm_fp8_block_tn"); }
 
 TEST_CASE("gpu: degenerate shapes as the emulator", "[gpu]") {

@@ -73,7 +73,40 @@ class Kernels {
   virtual emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis,
                                                 Format fmt, int block, bool pow2, float epsilon,
                                                 emu::QuantizeStats* stats) const = 0;
-  /// emu::quantize_block_2d.
+  /// TE's MXFP8 quantize with both usages (common/cast/mxfp8/quantize_mxfp8.cuh, its kernel with
+  /// row-wise and column-wise scaling): one read of x (Shape [rows, cols],
+  /// row-major fp32) writes the row-wise operand (view [rows, cols], K = cols: 1 x 32 blocks along
+  /// each row) and the column-wise operand (view [cols, rows], K = rows: 32 x 1 blocks along each
+  /// column, codes stored transposed), each exactly as quantize_mxfp8 with that axis writes it:
+  /// codes Shape [n, k] row-major, scale_inv and e8m0 Shape [n, ceil(k / 32)], each block scaled
+  /// by the E8M0 code of its own amax (a max over core::amax_bits, NaN ignored; a final partial
+  /// block by its own amax) under `rule`, elements RN(x * 2^(127-e)) under __NV_SATFINITE. The two
+  /// copies are quantized independently from x, never from each other. Either output may be null
+  /// (that copy is not made), not both; a non-null output is overwritten. `rowwise_stats` /
+  /// `columnwise_stats` (each may be null) accumulate the counts of that copy's cast. The result
+  /// is bit for bit that of quantize_mxfp8(kRowwise) and quantize_mxfp8(kColumnwise) (checked by
+  /// the kernel check and tests/scaling/test_fused_block_casts.cpp).
+  /// \throws fp8emu::Error when both outputs are null, then as quantize_mxfp8 (negative shape,
+  ///         non-FP8 format).
+  virtual void quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule,
+                                   emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
+                                   emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const = 0;
+  /// Float8BlockScaling's 1D cast with both usages (TE
+  /// common/transpose/quantize_transpose_vector_blockwise.cu, rowwise and columnwise output): one
+  /// read of x (Shape [rows, cols], row-major fp32) writes the row-wise operand (1 x `block`
+  /// blocks, view [rows, cols]) and the column-wise operand (`block` x 1 blocks, view [cols, rows],
+  /// codes transposed), each exactly as quantize_block_1d with that axis: fp32 scale per block
+  /// s = compute_scale_from_amax(block amax, fp8_max, pow2, epsilon, FLT_MAX), scale_inv = RN(1/s)
+  /// Shape [n, ceil(k / block)], elements RN(x * s) under __NV_SATFINITE. Outputs and stats as
+  /// quantize_mxfp8_both; the result is bit for bit that of the two quantize_block_1d calls.
+  /// \throws fp8emu::Error when both outputs are null, then as quantize_block_1d (block < 1,
+  ///         negative shape, non-FP8 format).
+  virtual void quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2,
+                                      float epsilon, emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
+                                      emu::QuantizeStats* rowwise_stats,
+                                      emu::QuantizeStats* columnwise_stats) const = 0;
+  /// emu::quantize_block_2d: one call already returns both views (the same tile-scaled codes, the
+  /// column-wise view transposed), so it has no two-axis form.
   virtual emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile,
                                                   bool pow2, float epsilon, emu::QuantizeStats* stats) const = 0;
   /// emu::gemm_fp8_block_tn.
@@ -83,6 +116,10 @@ class Kernels {
 /// The argument checks of Kernels::cast_transpose that every backend shares (messages as emu::).
 void check_cast_transpose(int rows, int cols, Format fmt, const std::uint8_t* q_rowwise,
                           const std::uint8_t* q_columnwise);
+
+/// The argument check of Kernels::quantize_mxfp8_both / quantize_block_1d_both that every backend
+/// runs first: at least one output. `what` names the cast ("MXFP8 quantize", "block quantize").
+void check_block_both(const char* what, const emu::BlockQuantized* rowwise, const emu::BlockQuantized* columnwise);
 
 /// The CPU emulator's kernels (always available): SIMD and OpenMP paths where it has them, the
 /// element layer (include/fp8emu/core) elsewhere.

@@ -42,6 +42,12 @@ Timing bench_quantize(std::size_t n, int reps);
 /// The fused cast-transpose kernel (Kernels::cast_transpose: fp32 -> E4M3 row-wise and column-wise
 /// codes, amax and counts) on a [rows, cols] matrix: rate = (4 + 1 + 1) rows cols bytes / s.
 Timing bench_cast_transpose(int rows, int cols, int reps);
+/// The fused two-axis block cast (Kernels::quantize_mxfp8_both for `mxfp8`, E8M0 scales by TE's
+/// rule; else quantize_block_1d_both with 1 x 128 blocks and pow2 scales): fp32 -> E4M3 row-wise
+/// and column-wise codes with their scales and counts, on a [rows, cols] matrix. rate = bytes read
+/// + written / s: (4 + 1 + 1) rows cols plus the scales of both copies (MXFP8: a 4-byte scale_inv
+/// and a 1-byte E8M0 code per 32 elements and copy; 1x128: a 4-byte scale_inv per 128 and copy).
+Timing bench_block_cast_both(int rows, int cols, bool mxfp8, int reps);
 /// cudaMemcpy device to device of n floats: rate = 2 * 4 n bytes / s (read and write).
 Timing bench_memcpy(std::size_t n, int reps);
 
