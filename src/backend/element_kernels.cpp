@@ -108,25 +108,7 @@ class ElementKernels final : public Kernels {
                       stats);
   }
 
-  // The two single-axis casts: the reference for the fused GPU kernels is what they must equal.
-  void quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule, emu::BlockQuantized* rowwise,
-                           emu::BlockQuantized* columnwise, emu::QuantizeStats* rowwise_stats,
-                           emu::QuantizeStats* columnwise_stats) const override {
-    check_block_both("MXFP8 quantize", rowwise, columnwise);
-    if (rowwise) *rowwise = quantize_mxfp8(x, rows, cols, emu::BlockAxis::kRowwise, fmt, rule, rowwise_stats);
-    if (columnwise)
-      *columnwise = quantize_mxfp8(x, rows, cols, emu::BlockAxis::kColumnwise, fmt, rule, columnwise_stats);
-  }
-  void quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2, float epsilon,
-                              emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
-                              emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const override {
-    check_block_both("block quantize", rowwise, columnwise);
-    if (rowwise)
-      *rowwise = quantize_block_1d(x, rows, cols, emu::BlockAxis::kRowwise, fmt, block, pow2, epsilon, rowwise_stats);
-    if (columnwise)
-      *columnwise =
-          quantize_block_1d(x, rows, cols, emu::BlockAxis::kColumnwise, fmt, block, pow2, epsilon, columnwise_stats);
-  }
+
 
   emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                           float epsilon, emu::QuantizeStats* stats) const override {

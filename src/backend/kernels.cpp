@@ -66,27 +66,7 @@ class EmulatedKernels final : public Kernels {
                                         emu::QuantizeStats* stats) const override {
     return emu::quantize_block_1d(x, rows, cols, axis, fmt, block, pow2, epsilon, stats);
   }
-  // The two single-axis casts (each one cache-friendly pass of the emulator): the same bits by
-  // definition; a fused CPU loop would only be a second copy to keep equal.
-  void quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule, emu::BlockQuantized* rowwise,
-                           emu::BlockQuantized* columnwise, emu::QuantizeStats* rowwise_stats,
-                           emu::QuantizeStats* columnwise_stats) const override {
-    check_block_both("MXFP8 quantize", rowwise, columnwise);
-    if (rowwise) *rowwise = emu::quantize_mxfp8(x, rows, cols, emu::BlockAxis::kRowwise, fmt, rule, rowwise_stats);
-    if (columnwise)
-      *columnwise = emu::quantize_mxfp8(x, rows, cols, emu::BlockAxis::kColumnwise, fmt, rule, columnwise_stats);
-  }
-  void quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2, float epsilon,
-                              emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
-                              emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const override {
-    check_block_both("block quantize", rowwise, columnwise);
-    if (rowwise)
-      *rowwise = emu::quantize_block_1d(x, rows, cols, emu::BlockAxis::kRowwise, fmt, block, pow2, epsilon,
-                                        rowwise_stats);
-    if (columnwise)
-      *columnwise = emu::quantize_block_1d(x, rows, cols, emu::BlockAxis::kColumnwise, fmt, block, pow2, epsilon,
-                                           columnwise_stats);
-  }
+
   emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                           float epsilon, emu::QuantizeStats* stats) const override {
     return emu::quantize_block_2d(x, rows, cols, fmt, tile, pow2, epsilon, stats);
@@ -103,6 +83,29 @@ void check_cast_transpose(int rows, int cols, Format fmt, const std::uint8_t* q_
   emu::require_fp8(fmt, "cast_transpose");
   FP8EMU_CHECK(rows >= 0 && cols >= 0, "cast_transpose: negative shape [", rows, ", ", cols, "]");
   FP8EMU_CHECK(q_rowwise || q_columnwise, "cast_transpose: both the row-wise and the column-wise output are null");
+}
+
+// The two single-axis casts: the definition of the fused casts' result (the emulated set's, each
+// one cache-friendly pass of the emulator, and the element set's, the reference the GPU's fused
+// kernels are checked against).
+void Kernels::quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule,
+                                  emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
+                                  emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const {
+  check_block_both("MXFP8 quantize", rowwise, columnwise);
+  if (rowwise) *rowwise = quantize_mxfp8(x, rows, cols, emu::BlockAxis::kRowwise, fmt, rule, rowwise_stats);
+  if (columnwise)
+    *columnwise = quantize_mxfp8(x, rows, cols, emu::BlockAxis::kColumnwise, fmt, rule, columnwise_stats);
+}
+
+void Kernels::quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2,
+                                     float epsilon, emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
+                                     emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const {
+  check_block_both("block quantize", rowwise, columnwise);
+  if (rowwise)
+    *rowwise = quantize_block_1d(x, rows, cols, emu::BlockAxis::kRowwise, fmt, block, pow2, epsilon, rowwise_stats);
+  if (columnwise)
+    *columnwise =
+        quantize_block_1d(x, rows, cols, emu::BlockAxis::kColumnwise, fmt, block, pow2, epsilon, columnwise_stats);
 }
 
 void check_block_both(const char* what, const emu::BlockQuantized* rowwise, const emu::BlockQuantized* columnwise) {

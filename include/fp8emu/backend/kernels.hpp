@@ -86,11 +86,13 @@ class Kernels {
   /// `columnwise_stats` (each may be null) accumulate the counts of that copy's cast. The result
   /// is bit for bit that of quantize_mxfp8(kRowwise) and quantize_mxfp8(kColumnwise) (checked by
   /// the kernel check and tests/scaling/test_fused_block_casts.cpp).
+  /// The default (the emulated and element sets) is those two calls; the cuda set overrides it with
+  /// one fused kernel.
   /// \throws fp8emu::Error when both outputs are null, then as quantize_mxfp8 (negative shape,
   ///         non-FP8 format).
   virtual void quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule,
                                    emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
-                                   emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const = 0;
+                                   emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const;
   /// Float8BlockScaling's 1D cast with both usages (TE
   /// common/transpose/quantize_transpose_vector_blockwise.cu, rowwise and columnwise output): one
   /// read of x (Shape [rows, cols], row-major fp32) writes the row-wise operand (1 x `block`
@@ -98,13 +100,14 @@ class Kernels {
   /// codes transposed), each exactly as quantize_block_1d with that axis: fp32 scale per block
   /// s = compute_scale_from_amax(block amax, fp8_max, pow2, epsilon, FLT_MAX), scale_inv = RN(1/s)
   /// Shape [n, ceil(k / block)], elements RN(x * s) under __NV_SATFINITE. Outputs and stats as
-  /// quantize_mxfp8_both; the result is bit for bit that of the two quantize_block_1d calls.
+  /// quantize_mxfp8_both; the result is bit for bit that of the two quantize_block_1d calls, which
+  /// is the default.
   /// \throws fp8emu::Error when both outputs are null, then as quantize_block_1d (block < 1,
   ///         negative shape, non-FP8 format).
   virtual void quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2,
                                       float epsilon, emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
                                       emu::QuantizeStats* rowwise_stats,
-                                      emu::QuantizeStats* columnwise_stats) const = 0;
+                                      emu::QuantizeStats* columnwise_stats) const;
   /// emu::quantize_block_2d: one call already returns both views (the same tile-scaled codes, the
   /// column-wise view transposed), so it has no two-axis form.
   virtual emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile,
