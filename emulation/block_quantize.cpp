@@ -16,13 +16,6 @@ namespace {
 
 constexpr int kMxBlock = 32;  // OCP MX v1.0: 32 elements share one E8M0 scale.
 
-// Every block of the K-major view of x: the vectorised cast of block_cast.hpp, which gives the
-// bits of the per-element body the CUDA kernels run (core::cast_view_block).
-QuantizeStats cast_blocks(const float* x, int rows, int cols, BlockAxis axis, const core::BlockRule& rule,
-                          BlockQuantized& q) {
-  return detail::cast_view_blocks(x, rows, cols, axis == BlockAxis::kRowwise, rule, q);
-}
-
 }  // namespace
 
 BlockQuantized make_block_record(int rows, int cols, BlockAxis axis, int block, Format fmt, bool with_e8m0) {
@@ -74,7 +67,9 @@ BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis
                               E8M0Rule rule, QuantizeStats* stats) {
   FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
   BlockQuantized q = make_block_record(rows, cols, axis, kMxBlock, fmt, true);
-  const QuantizeStats st = cast_blocks(x, rows, cols, axis, mxfp8_rule(fmt, rule), q);
+  // The vectorised block cast (block_cast.hpp): the bits of core::cast_view_block.
+  const QuantizeStats st =
+      detail::cast_view_blocks(x, rows, cols, axis == BlockAxis::kRowwise, mxfp8_rule(fmt, rule), q);
   if (stats) *stats += st;
   return q;
 }
@@ -83,8 +78,8 @@ BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis a
                                  bool pow2, float epsilon, QuantizeStats* stats) {
   FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
   BlockQuantized q = make_block_record(rows, cols, axis, block, fmt, false);
-  const QuantizeStats st =
-      cast_blocks(x, rows, cols, axis, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), q);
+  const QuantizeStats st = detail::cast_view_blocks(x, rows, cols, axis == BlockAxis::kRowwise,
+                                                    core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), q);
   if (stats) *stats += st;
   return q;
 }

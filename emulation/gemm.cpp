@@ -198,17 +198,10 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
           bp[(std::size_t(p) * std::size_t(K) + std::size_t(k)) * kWideCols + std::size_t(c)] = j < N ? b_at(k, j) : 0.0f;
         }
   }
-  // Cache tiles of mc x nc; a GEMM with fewer than four tiles per thread (a training layer's
-  // 64 x 256 product is one) takes narrower, then shorter tiles so that every thread has work. The
-  // tiling never changes a result: each element is summed in k order on any tile.
   const bool parallel = double(M) * N * K >= detail::kParallelMinMacs;
-  const int threads = parallel ? omp_get_max_threads() : 1;
-  int mc = kMcF, nc = kNcF;
-  auto count = [&](int m, int n) { return ((Mp + m - 1) / m) * ((N + n - 1) / n); };
-  while (count(mc, nc) < 4 * threads && nc > kWideCols && nc / 2 < N)
-    nc = std::max(kWideCols, nc / 2 / kWideCols * kWideCols);
-  while (count(mc, nc) < 4 * threads && mc > kWideRows && mc / 2 < Mp)
-    mc = std::max(kWideRows, mc / 2 / kWideRows * kWideRows);
+  const detail::CacheTile ct =
+      detail::cache_tile(Mp, N, kMcF, kNcF, kWideRows, kWideCols, parallel ? omp_get_max_threads() : 1);
+  const int mc = ct.rows, nc = ct.cols;
   const int tiles_m = (Mp + mc - 1) / mc, tiles_n = (N + nc - 1) / nc, tiles = tiles_m * tiles_n;
 #pragma omp parallel if (parallel)
   {

@@ -543,14 +543,8 @@ void gemm_avx512(int M, int N, int K, const std::uint8_t* A, const CodeFields* t
   const int bq = block / 4;
   const double work = double(M) * N * K;
   const bool parallel = work >= kParallelMinMacs;
-  // Cache tiles of mc x nc; a GEMM with fewer than four tiles per thread (a training layer's
-  // 64 x 256 fprop is one) takes narrower, then shorter tiles so that every thread has work. The
-  // tiling never changes a result: each element's chain runs over K in the same order on any tile.
-  int mc = kMc, nc = kNc;
-  const int threads = parallel ? omp_get_max_threads() : 1;
-  auto count = [&](int m, int n) { return ((Mp + m - 1) / m) * ((Np + n - 1) / n); };
-  while (count(mc, nc) < 4 * threads && nc > kTileCols && nc / 2 < Np) nc /= 2;
-  while (count(mc, nc) < 4 * threads && mc > kR && mc / 2 < Mp) mc /= 2;
+  const CacheTile ct = cache_tile(Mp, Np, kMc, kNc, kR, kTileCols, parallel ? omp_get_max_threads() : 1);
+  const int mc = ct.rows, nc = ct.cols;
   const int tiles_m = (Mp + mc - 1) / mc, tiles_n = (Np + nc - 1) / nc;
   const int tiles = tiles_m * tiles_n;
 #pragma omp parallel if (parallel)

@@ -4,6 +4,7 @@
 // invariant).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 namespace fp8emu::emu::detail {
@@ -12,5 +13,25 @@ namespace fp8emu::emu::detail {
 inline constexpr std::ptrdiff_t kParallelMinElements = std::ptrdiff_t(1) << 15;
 /// GEMMs with fewer multiply-adds than this run single-threaded.
 inline constexpr double kParallelMinMacs = double(1 << 18);
+
+/// A GEMM's cache tile, rows x cols of the output.
+struct CacheTile {
+  int rows, cols;
+};
+
+/// The cache tile of an M x N output run by `threads` threads: rows0 x cols0, unless that gives
+/// fewer than four tiles per thread (a training layer's 64 x 256 product is one tile); then
+/// narrower, then shorter tiles, halved and kept multiples of the register tile (reg_rows x
+/// reg_cols), so that every thread has work. The tiling never changes a result: each element is
+/// summed over K in the same order on any tile.
+inline CacheTile cache_tile(int M, int N, int rows0, int cols0, int reg_rows, int reg_cols, int threads) {
+  const auto count = [&](int r, int c) { return ((M + r - 1) / r) * ((N + c - 1) / c); };
+  CacheTile t{rows0, cols0};
+  while (count(t.rows, t.cols) < 4 * threads && t.cols > reg_cols && t.cols / 2 < N)
+    t.cols = std::max(reg_cols, t.cols / 2 / reg_cols * reg_cols);
+  while (count(t.rows, t.cols) < 4 * threads && t.rows > reg_rows && t.rows / 2 < M)
+    t.rows = std::max(reg_rows, t.rows / 2 / reg_rows * reg_rows);
+  return t;
+}
 
 }  // namespace fp8emu::emu::detail

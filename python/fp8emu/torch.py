@@ -799,10 +799,7 @@ class DotProductAttention(torch.nn.Module):
                                           f"{tuple(kv_channels)!r}) are not supported")
             kv_channels = kv_channels[0]
         self.num_attention_heads, self.kv_channels = int(num_attention_heads), int(kv_channels)
-        self.num_gqa_groups = self.num_attention_heads if num_gqa_groups is None else int(num_gqa_groups)
-        if self.num_gqa_groups <= 0 or self.num_attention_heads % self.num_gqa_groups:
-            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                             f"num_gqa_groups ({self.num_gqa_groups})")
+        self.num_gqa_groups = _gqa_groups(self.num_attention_heads, num_gqa_groups)
         self.qkv_format = _check_format(qkv_format, "qkv_format")
         self.attn_mask_type = _check_mask_type(attn_mask_type, "attn_mask_type")
         self.window_size = _window(self.attn_mask_type, window_size)
@@ -898,6 +895,15 @@ def _attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", fmt: str
     else:
         ctx = ctx.permute(0, 2, 1, 3).contiguous().view(b, sq, h * d)
     return ctx.to(dtype)
+
+
+def _gqa_groups(num_attention_heads: int, num_gqa_groups: Optional[int]) -> int:
+    """TE's num_gqa_groups: None means one group per head; it must divide the head count (ValueError)."""
+    groups = num_attention_heads if num_gqa_groups is None else int(num_gqa_groups)
+    if groups <= 0 or num_attention_heads % groups:
+        raise ValueError(f"num_attention_heads ({num_attention_heads}) must be a multiple of "
+                         f"num_gqa_groups ({groups})")
+    return groups
 
 
 def _check_format(fmt: str, what: str) -> str:
@@ -1010,10 +1016,7 @@ class MultiheadAttention(torch.nn.Module):
                              f"({num_attention_heads}) unless kv_channels is given")
         self.hidden_size, self.num_attention_heads = int(hidden_size), int(num_attention_heads)
         self.hidden_size_per_attention_head = int(kv_channels) if kv_channels else hidden_size // num_attention_heads
-        self.num_gqa_groups = self.num_attention_heads if num_gqa_groups is None else int(num_gqa_groups)
-        if self.num_gqa_groups <= 0 or self.num_attention_heads % self.num_gqa_groups:
-            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                             f"num_gqa_groups ({self.num_gqa_groups})")
+        self.num_gqa_groups = _gqa_groups(self.num_attention_heads, num_gqa_groups)
         self.qkv_format = _check_format(qkv_format, "qkv_format")
         self.attn_mask_type = _check_mask_type(attn_mask_type, "attn_mask_type")
         self.window_size, self.bottom_right_diagonal = window_size, bottom_right_diagonal
