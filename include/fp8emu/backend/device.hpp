@@ -1,0 +1,179 @@
+/// \file device.hpp
+/// \brief Where a model's tensors live between calls: the memory of a backend and the operations of a
+/// training step on it (issue "FP8 that pays on the GPU", device-resident layers).
+///
+/// backend::Kernels (kernels.hpp) takes host pointers: its `cuda` set copies every operand to the GPU
+/// and back per call. A `Device` instead owns memory (the host's for `cpu_device()`, the GPU's for
+/// `cuda_device()`) and runs every operation of an FP8 or FP32 training step on pointers into it:
+/// weights, activations, gradients, amax histories, scales and optimizer state stay there between
+/// steps, and only a batch goes in and the per-row losses come out. The step program that calls
+/// these operations (nn::DeviceMlp) is written once; `cpu_device()` runs it on the CPU, so the
+/// program is tested in CI against the host layers (nn::Mlp) bit for bit, and `cuda_device()` runs
+/// the same program on the GPU.
+///
+/// Same bits on every device: each operation is defined by the emulator function or the element
+/// function of include/fp8emu/core it names, and every implementation computes exactly that
+/// (cpu_device() calls them; the GPU kernels map threads onto the same core functions, one element,
+/// row or column per thread where an order of additions is fixed).
+///
+/// Contract of every operation:
+///   - Pointers are this device's memory (from `allocate`, or a DeviceTensor of this device), row
+///     major and densely packed; outputs do not overlap inputs unless stated.
+///   - Operations are ordered: each sees the results of the ones called before it on the same
+///     device (the GPU enqueues them on one stream). `download` waits for them.
+///   - Sizes: non-negative; a zero size does nothing. Errors (bad sizes, a format that is not FP8, a
+///     failed CUDA call) throw fp8emu::Error before anything is written.
+///   - Determinism: results do not depend on the thread count or the GPU's launch configuration.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/format/format_spec.hpp"
+
+namespace fp8emu::backend {
+
+/// The nonlinearity of an MLP's hidden layers, as the element functions of core/nn_element.hpp
+/// (nn::Activation names the same two).
+enum class ActivationOp : std::uint8_t { kReLU, kGELU };
+
+/// The counts of one or more FP8 casts, in device memory: elements cast, saturated (finite values
+/// clipped to the format's max and infinities), underflows to zero, NaNs (emu::QuantizeStats).
+struct CastCounters {
+  std::uint64_t count = 0, saturated = 0, underflow = 0, nan = 0;
+};
+
+/// Adam's per-step constants (torch.optim.Adam, bias-corrected), computed on the host as
+/// nn::Optimizer computes them: step = lr / (1 - b1^t), sqrt_bc2 = sqrt(1 - b2^t).
+struct AdamStep {
+  float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, step = 0.0f, sqrt_bc2 = 1.0f;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  /// "cpu" or "cuda".
+  virtual const char* name() const = 0;
+
+  // ---- memory --------------------------------------------------------------------------------
+  /// `bytes` of zero-filled memory (null for 0 bytes). \throws fp8emu::Error when it cannot.
+  virtual void* allocate(std::size_t bytes) const = 0;
+  /// Frees memory from allocate (null is ignored). Never throws.
+  virtual void release(void* p) const noexcept = 0;
+  /// Host -> device, device -> host (waits for the operations before it), device -> device.
+  virtual void upload(void* dst, const void* host_src, std::size_t bytes) const = 0;
+  virtual void download(void* host_dst, const void* src, std::size_t bytes) const = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) const = 0;
+  virtual void fill_zero(void* p, std::size_t bytes) const = 0;
+
+  // ---- fp32 linear algebra -------------------------------------------------------------------
+  /// emu::gemm_f32_nn: D [M, N] = A [M, K] * B [K, N], every element the fp32-sequential sum (products
+  /// rounded to fp32, added in increasing k from 0, no FMA).
+  virtual void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* D) const = 0;
+  /// emu::transpose of fp32: out [cols, rows] = in [rows, cols]^T.
+  virtual void transpose_f32(int rows, int cols, const float* in, float* out) const = 0;
+
+  // ---- FP8 casts and GEMMs with their scales in device memory ---------------------------------
+  /// Kernels::cast_transpose with the scale read from device memory (*scale): codes of RN(x * s)
+  /// under __NV_SATFINITE, row-wise [rows, cols] and/or column-wise [cols, rows] (either output may
+  /// be null, not both). *amax (nullable) is max-accumulated with max |x| (NaN ignored), as a delayed
+  /// scaling cast records into its history's staging row; *counters (nullable) adds this cast's
+  /// counts (count = rows * cols).
+  virtual void cast_transpose(const float* x, int rows, int cols, const float* scale, Format fmt,
+                              std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, float* amax,
+                              CastCounters* counters) const = 0;
+  /// Current scaling's scale (TE Float8CurrentScalingQuantizer): a = max |x| over n elements (NaN
+  /// ignored, emu::compute_amax), *scale = core::compute_scale_from_amax(a, fp8_max, pow2, epsilon,
+  /// FLT_MAX) with fp8_max the largest finite value of `fmt`.
+  virtual void current_scale(const float* x, std::size_t n, Format fmt, bool pow2, float epsilon,
+                             float* scale) const = 0;
+  /// The fused delayed-scaling update (TE delayed_scaling.cu kernel_bulk) of every slot of one
+  /// recipe state: history [history_len, num_slots] and scale [num_slots] in device memory, updated
+  /// in place as core::delayed_update_slot_fused; `scaled_max` = RN(fp8_max * 2^-margin) (host).
+  virtual void delayed_update(float* history, float* scale, int num_slots, int history_len, float scaled_max,
+                              bool most_recent) const = 0;
+  /// emu::gemm_fp8_tn with both scale_inv read from device memory as RN(1 / *scale) (the cast's
+  /// scale, emu::scale_inv_of): D [M, N] = RN(acc(A[i, :], B[j, :]) * RN(sia * sib)), A [M, K] and
+  /// B [N, K] FP8 codes, any accumulation model.
+  virtual void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const float* scale_a,
+                           const std::uint8_t* B, Format fb, const float* scale_b, const emu::GemmAccumulation& acc,
+                           float* D) const = 0;
+
+  // ---- per-element work of an MLP step (core/nn_element.hpp) ----------------------------------
+  /// y[i, j] += b[j] (fp32 add), y [rows, cols], b [cols].
+  virtual void bias_add(float* y, const float* b, int rows, int cols) const = 0;
+  /// out[j] = fp32 sum of x[i, j] over i = 0..rows-1 in row order from 0 (core::column_sum).
+  virtual void column_sum(const float* x, int rows, int cols, float* out) const = 0;
+  /// y[i] = act(x[i]) (core::relu_forward / gelu_tanh_forward); y may equal x.
+  virtual void activation_forward(ActivationOp act, const float* x, float* y, std::size_t n) const = 0;
+  /// dx[i] *= act'(pre[i]) (core::relu_grad / gelu_tanh_grad).
+  virtual void activation_backward(ActivationOp act, const float* pre, float* dx, std::size_t n) const = 0;
+  /// Softmax cross-entropy of each row (core::softmax_xent_row): logits [rows, classes], labels
+  /// [rows] (each < classes, checked by the caller), loss[i] = the row's fp32 loss term
+  /// log(sum exp(z - max)) - (z[y] - max); dlogits [rows, classes] (nullable) = (softmax - onehot) /
+  /// divisor.
+  virtual void softmax_xent(const float* logits, const std::uint8_t* labels, int rows, int classes, float divisor,
+                            float* loss, float* dlogits) const = 0;
+  /// Adam (core::adam_element) over n parameters: w, m, v updated in place from g.
+  virtual void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) const = 0;
+  /// SGD with momentum (core::sgd_momentum_element): m = momentum * m + g; w -= lr * m.
+  virtual void sgd(float* w, const float* g, float* m, std::size_t n, float momentum, float lr) const = 0;
+};
+
+/// The host: every operation runs the emulator (emulation/, SIMD and OpenMP) or the core element
+/// functions on host memory. Always available.
+const Device& cpu_device();
+
+/// The GPU of the `cuda` backend (the device chosen by set_cuda_device_slot), its operations on one
+/// stream. \throws fp8emu::Error (with CudaStatus::why_not()) when the cuda backend cannot run.
+const Device& cuda_device();
+
+/// `count` elements of T in a Device's memory, freed on destruction; move-only. Shape [rows, cols]
+/// (a vector is [1, n]). Zero-filled when made.
+template <class T>
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  DeviceTensor(const Device& d, int rows, int cols)
+      : dev_(&d),
+        rows_(rows),
+        cols_(cols),
+        p_(static_cast<T*>(d.allocate(std::size_t(rows) * std::size_t(cols) * sizeof(T)))) {}
+  ~DeviceTensor() {
+    if (dev_) dev_->release(p_);
+  }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  DeviceTensor(DeviceTensor&& o) noexcept
+      : dev_(std::exchange(o.dev_, nullptr)),
+        rows_(std::exchange(o.rows_, 0)),
+        cols_(std::exchange(o.cols_, 0)),
+        p_(std::exchange(o.p_, nullptr)) {}
+  DeviceTensor& operator=(DeviceTensor&& o) noexcept {
+    if (this != &o) {
+      if (dev_) dev_->release(p_);
+      dev_ = std::exchange(o.dev_, nullptr);
+      rows_ = std::exchange(o.rows_, 0);
+      cols_ = std::exchange(o.cols_, 0);
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  T* get() const { return p_; }
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+  std::size_t size() const { return std::size_t(rows_) * std::size_t(cols_); }
+  std::size_t bytes() const { return size() * sizeof(T); }
+  /// Copies size() elements from / to host memory.
+  void upload(const T* host) const { dev_->upload(p_, host, bytes()); }
+  void download(T* host) const { dev_->download(host, p_, bytes()); }
+
+ private:
+  const Device* dev_ = nullptr;
+  int rows_ = 0, cols_ = 0;
+  T* p_ = nullptr;
+};
+
+}  // namespace fp8emu::backend
