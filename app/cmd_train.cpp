@@ -63,6 +63,11 @@ Command add_train(CLI::App& app) {
                     "reference (FP32); for all layers or per layer, e.g. fc1=cuda,fc3=reference")
       ->capture_default_str();
   train->add_flag("--strict", cfg.strict, "With --backend cuda: fail instead of falling back to the emulator");
+  train->add_option("--resident", cfg.resident,
+                    "Keep each run's model and optimizer on the device between steps: auto (on the GPU when every "
+                    "layer runs on cuda), on (also on the CPU with --backend emulated: the same step program), off. "
+                    "Same results; delayed/current/fp32 runs only")
+      ->capture_default_str();
   train->add_option("--checkpoint-every", cfg.checkpoint_every,
                     "Write <out>/checkpoint.bin every N epochs and at the end of each run (0: never)")
       ->capture_default_str();

@@ -17,6 +17,7 @@
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -26,6 +27,7 @@
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/io/idx.hpp"
+#include "fp8emu/nn/device_mlp.hpp"
 #include "fp8emu/nn/mlp.hpp"
 #include "fp8emu/util/error.hpp"
 #include "fp8emu_internal/resources.hpp"
@@ -111,6 +113,7 @@ struct Settings {
   emu::Accumulation accumulation;
   nn::Optimizer::Kind optimizer;
   std::vector<backend::Kind> backends;   // per Linear, resolved (after any cuda fallback)
+  const backend::Device* resident = nullptr;  // where runs keep their model between steps (--resident)
 };
 
 // The state of the run in progress at an epoch boundary.
@@ -327,6 +330,25 @@ void evaluate(nn::Mlp& model, const Split& test, bool twin, common::DataParallel
   }
 }
 
+// The device of --resident: "off" none; "on" the device of the layers' one backend (cuda, or the
+// CPU for emulated: the same step program, a check); "auto" the GPU when every layer runs on cuda.
+// Device-resident steps need one shard. \throws fp8emu::Error for a bad value or "on" with mixed
+// backends or several shards.
+const backend::Device* resident_device(const std::string& mode, const std::vector<backend::Kind>& kinds,
+                                       int shards) {
+  FP8EMU_CHECK(mode == "auto" || mode == "on" || mode == "off", "--resident must be auto, on or off, got '", mode,
+               "'");
+  if (mode == "off") return nullptr;
+  const bool all_cuda = std::all_of(kinds.begin(), kinds.end(), [](backend::Kind k) { return k == backend::Kind::kCuda; });
+  const bool all_emulated =
+      std::all_of(kinds.begin(), kinds.end(), [](backend::Kind k) { return k == backend::Kind::kEmulated; });
+  if (mode == "auto") return all_cuda && shards == 1 ? &backend::cuda_device() : nullptr;
+  FP8EMU_CHECK(shards == 1, "--resident on needs one data-parallel shard, got --dp-shards ", shards);
+  FP8EMU_CHECK(all_cuda || all_emulated, "--resident on needs every layer on one backend, cuda or emulated (after "
+               "any fallback), got --backend with several");
+  return all_cuda ? &backend::cuda_device() : &backend::cpu_device();
+}
+
 // "fc1".."fcN", the names of the Linear layers in --backend.
 std::vector<std::string> layer_names(const std::vector<int>& sizes) {
   std::vector<std::string> names;
@@ -378,12 +400,27 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
     seconds_before = log.result.seconds;
   }
   const int S = dp.shards();
+  // --resident: the run's model and optimizer live on one device between steps (nn::DeviceMlp, the
+  // same bits); the host copy is brought up to date after each epoch's steps, for the statistics,
+  // the evaluation and the checkpoints. Runs it does not take (block recipes) stay on the host.
+  const backend::Device* resident = set.resident;
+  if (resident) {
+    const std::string why = nn::DeviceMlp::unsupported(model);
+    if (!why.empty()) {
+      if (dp.root())
+        std::fprintf(stderr, "note: run %s is not device-resident (%s); it runs on the host\n", name.c_str(),
+                     why.c_str());
+      resident = nullptr;
+    }
+  }
+  std::unique_ptr<nn::DeviceMlp> on_device;
   const auto t0 = std::chrono::steady_clock::now();
   Matrix x, logits, dlogits;
   std::vector<std::uint8_t> y;
   for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
     shuffle_rng.shuffle(order);
     for (auto& l : model.layers) l.stats = {};
+    if (resident) on_device = std::make_unique<nn::DeviceMlp>(*resident, model, opt);  // counters start at 0
     Progress progress(cfg.progress && dp.root(), name, epoch, cfg.epochs, batches);
     double loss_sum = 0.0;
     std::vector<std::array<float, 3>> shard0_scales(model.layers.size());  // shard 0's last casts
@@ -392,6 +429,13 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       const std::size_t begin = std::size_t(b) * std::size_t(batch_size);
       const int cnt = int(std::min<std::size_t>(std::size_t(batch_size), order.size() - begin));
       // Each shard: forward, loss over the whole batch's size, backward (TE's casts of one rank).
+      if (on_device) {  // one shard (checked with the flags): the whole step on the device
+        gather(train, order, begin, cnt, x, y);
+        const double loss = on_device->train_step(x, y, cnt) / double(cnt);
+        loss_sum += loss;
+        progress.update(b + 1, loss_sum / (b + 1));
+        continue;
+      }
       std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
       std::vector<bool> has_rows(static_cast<std::size_t>(S));
       for (int sh = 0; sh < S; ++sh) has_rows[std::size_t(sh)] = dp.rows(cnt, sh).count() > 0;
@@ -418,6 +462,13 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       opt.step(model);
       loss_sum += loss;
       progress.update(b + 1, loss_sum / (b + 1));
+    }
+    if (on_device) {
+      on_device->download(model, opt);  // waits for the device's last step
+      on_device.reset();
+      for (std::size_t l = 0; l < model.layers.size(); ++l)
+        shard0_scales[l] = {model.layers[l].last_scale_input(), model.layers[l].last_scale_weight(),
+                            model.layers[l].last_scale_grad_output()};
     }
     log.result.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - steps_t0).count();
     log.result.steps += batches;
@@ -535,6 +586,7 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   for (const scaling::Recipe& r : cfg.recipes.all()) c[scaling::recipe_name(r)] = common::recipe_parameters_json(r);
   c["backend"] = cfg.backend;
   common::record_backends(c, cfg.backend, layer_names(sizes), false);
+  c["resident"] = cfg.resident;
   c["gemm_accumulation"] =
       model_of(emu::parse_accumulation(cfg.accumulation)).datapath == Datapath::kTensorCore
           ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"
@@ -656,6 +708,7 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
           backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated), cfg.strict,
           log_stream);
     }
+    set.resident = resident_device(cfg.resident, set.backends, dp_holder->shards());
     threads = common::set_threads(cfg.threads);
   });
   common::DataParallel& dp = *dp_holder;
@@ -705,6 +758,7 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
   const nlohmann::json config = config_json(cfg, sizes, threads, dp);
   nlohmann::json fingerprint_json = config;
   fingerprint_json.erase("threads");  // results do not depend on it
+  fingerprint_json.erase("resident");  // nor on where the model lives
   fingerprint_json["data_parallel"].erase("ranks");  // nor on the rank count
   const std::string fingerprint = fingerprint_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::vector<common::RunSpec> runs{{"fp32", nn::Precision::kFp32, scaling::DelayedScaling{}}};

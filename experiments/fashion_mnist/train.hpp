@@ -51,6 +51,12 @@ struct TrainConfig {
   std::string backend = "emulated";
   /// Make a cuda fallback an error instead.
   bool strict = false;
+  /// Where a run keeps its model, activations and optimizer state between steps (nn::DeviceMlp):
+  /// "auto" (default) on the GPU when every layer runs on cuda with one shard; "on" on the device of
+  /// the layers' one backend (the CPU for emulated: the same step program, a check), an error with
+  /// several shards or mixed backends; "off" never (the host layers, each cuda call copying its
+  /// operands). Runs it does not take (block recipes) run on the host with a note. Same bits.
+  std::string resident = "auto";
   std::string optimizer = "adam";
   float lr = 1e-3f;
   /// Every recipe's parameters, from TE's defaults (delayed: HYBRID, history 1024, max, margin 0;

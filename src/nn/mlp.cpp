@@ -148,6 +148,15 @@ Optimizer::Optimizer(Kind kind, float lr, float momentum) : kind_(kind), lr_(lr)
   FP8EMU_CHECK(lr > 0.0f && std::isfinite(lr), "optimizer: learning rate must be positive, got ", lr);
 }
 
+backend::AdamStep Optimizer::adam_step(float lr, long t) {
+  backend::AdamStep a;
+  const float bc1 = 1.0f - std::pow(a.b1, float(t));
+  const float bc2 = 1.0f - std::pow(a.b2, float(t));
+  a.step = lr / bc1;
+  a.sqrt_bc2 = std::sqrt(bc2);
+  return a;
+}
+
 Optimizer::Kind Optimizer::parse(const std::string& s) {
   if (s == "adam") return Kind::kAdam;
   if (s == "sgd") return Kind::kSgd;
@@ -171,9 +180,8 @@ void Optimizer::step(const std::vector<std::pair<Matrix*, Matrix*>>& params) {
     }
   }
   ++t_;
-  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-  const float bc1 = 1.0f - std::pow(b1, float(t_));
-  const float bc2 = 1.0f - std::pow(b2, float(t_));
+  const backend::AdamStep a = adam_step(lr_, t_);
+  const float b1 = a.b1, b2 = a.b2, eps = a.eps;
   for (std::size_t p = 0; p < params.size(); ++p) {
     float* w = params[p].first->data.data();
     const float* g = params[p].second->data.data();
@@ -181,8 +189,7 @@ void Optimizer::step(const std::vector<std::pair<Matrix*, Matrix*>>& params) {
     float* v = v_[p].data();
     const std::ptrdiff_t n = std::ptrdiff_t(params[p].first->size());
     if (kind_ == Kind::kAdam) {
-      const float step = lr_ / bc1;
-      const float sqrt_bc2 = std::sqrt(bc2);
+      const float step = a.step, sqrt_bc2 = a.sqrt_bc2;
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
       for (std::ptrdiff_t i = 0; i < n; ++i) {
         m[i] = b1 * m[i] + (1.0f - b1) * g[i];

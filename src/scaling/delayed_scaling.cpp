@@ -29,6 +29,10 @@ void DelayedScalingState::record_amax(int slot, float amax) {
   a = std::fmax(a, amax);
 }
 
+float fused_scaled_max(const DelayedScaling& recipe, Format fmt) {
+  return max_finite_f32(fmt) * powf(2.0f, -recipe.margin);
+}
+
 void DelayedScalingState::update(const DelayedScaling& recipe, Format fmt) {
   recipe.validate();
   const std::size_t n = std::size_t(num_slots_);
@@ -39,7 +43,7 @@ void DelayedScalingState::update(const DelayedScaling& recipe, Format fmt) {
 
   if (recipe.uses_fused_update()) {
     // Host-side constant as TE's driver: fp32 fp8_max times powf(2, -margin).
-    const float scaled_max = fp8_max * powf(2.0f, -recipe.margin);
+    const float scaled_max = fused_scaled_max(recipe, fmt);
     for (std::size_t j = 0; j < n; ++j) {
       const float r = h(0, j);
       float m = 0.0f;

@@ -98,3 +98,43 @@ TEST_CASE("per-layer backends: a reference (FP32) layer changes the FP8 run, nam
   CHECK(bad_kind.code == 2);
   CHECK(bad_kind.output.find("unknown backend 'gpu'") != std::string::npos);
 }
+
+TEST_CASE("--resident on runs the device-resident step program on the CPU with exactly the host results",
+          "[cli][backend][device]") {
+  // Every recipe: delayed and current run device-resident (nn::DeviceMlp on backend::cpu_device()),
+  // MXFP8 and block stay on the host with a note; checkpoints mid-run, then the files compared.
+  const std::string args = " --epochs 2 --train-samples 600 --test-samples 200 --batch-size 64 --quiet --recipe all"
+                           " --margin 1 --amax-history-len 4 --checkpoint-every 1";
+  const fs::path h = scratch("resident-off"), d = scratch("resident-on");
+  const Result rh = run("train" + args + " --resident off --out " + h.string());
+  const Result rd = run("train" + args + " --resident on --out " + d.string());
+  REQUIRE(rh.code == 0);
+  REQUIRE(rd.code == 0);
+  CHECK(metrics_without_seconds(h / "metrics.csv") == metrics_without_seconds(d / "metrics.csv"));
+  CHECK(slurp(h / "layers.csv") == slurp(d / "layers.csv"));
+  CHECK(rd.output.find("note: run fp8_mxfp8 is not device-resident") != std::string::npos);
+  CHECK(rd.output.find("note: run fp8_delayed") == std::string::npos);
+  CHECK(slurp(d / "summary.json").find("\"resident\": \"on\"") != std::string::npos);
+  // GELU, SGD and fp32 accumulation through the same program.
+  const std::string more = " --epochs 1 --train-samples 300 --test-samples 100 --quiet --recipe current"
+                           " --activation gelu --optimizer sgd --accumulation fp32";
+  const fs::path h2 = scratch("resident-off-2"), d2 = scratch("resident-on-2");
+  REQUIRE(run("train" + more + " --resident off --out " + h2.string()).code == 0);
+  REQUIRE(run("train" + more + " --resident on --out " + d2.string()).code == 0);
+  CHECK(metrics_without_seconds(h2 / "metrics.csv") == metrics_without_seconds(d2 / "metrics.csv"));
+  CHECK(slurp(h2 / "layers.csv") == slurp(d2 / "layers.csv"));
+}
+
+TEST_CASE("--resident refuses what it cannot do by name, writing nothing", "[cli][backend][errors]") {
+  const fs::path d = scratch("resident-bad");
+  Result r = run("train" + kSmall + " --resident sometimes --out " + d.string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--resident must be auto, on or off, got 'sometimes'") != std::string::npos);
+  r = run("train" + kSmall + " --resident on --dp-shards 2 --out " + d.string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--resident on needs one data-parallel shard") != std::string::npos);
+  r = run("train" + kSmall + " --resident on --backend fc1=reference --out " + d.string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--resident on needs every layer on one backend") != std::string::npos);
+  CHECK(!fs::exists(d));
+}

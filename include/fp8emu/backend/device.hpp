@@ -32,6 +32,7 @@
 
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/util/error.hpp"
 
 namespace fp8emu::backend {
 
@@ -169,6 +170,11 @@ class DeviceTensor {
   /// Copies size() elements from / to host memory.
   void upload(const T* host) const { dev_->upload(p_, host, bytes()); }
   void download(T* host) const { dev_->download(host, p_, bytes()); }
+  /// Copies the first n <= size() elements from host memory. \throws fp8emu::Error when n > size().
+  void upload(const T* host, std::size_t n) const {
+    FP8EMU_CHECK(n <= size(), "device tensor: upload of ", n, " elements into ", size());
+    dev_->upload(p_, host, n * sizeof(T));
+  }
 
  private:
   const Device* dev_ = nullptr;

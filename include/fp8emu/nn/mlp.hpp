@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/nn/linear.hpp"
 
 namespace fp8emu::nn {
@@ -49,6 +50,7 @@ class Mlp {
   std::vector<Linear> layers;
 
  private:
+  friend class DeviceMlp;
   Activation act_;
   std::vector<Matrix> inputs_;   // input of each layer (saved for backward)
   std::vector<Matrix> preacts_;  // output of each hidden layer before the activation
@@ -80,6 +82,9 @@ class Optimizer {
   /// One step over (parameter, gradient) pairs; the same list, in the same order, every step.
   void step(const std::vector<std::pair<Matrix*, Matrix*>>& params);
   static Kind parse(const std::string& s);
+  /// Adam's constants for step t >= 1 (b1 0.9, b2 0.999, eps 1e-8): step = RN(lr / RN(1 - b1^t)),
+  /// sqrt_bc2 = RN(sqrt(RN(1 - b2^t))), the powers by std::pow in fp32.
+  static backend::AdamStep adam_step(float lr, long t);
 
   /// Checkpoint access: step count and moment buffers (one per parameter tensor, in layer order:
   /// weight, bias, ...; empty before the first step).
@@ -93,6 +98,7 @@ class Optimizer {
   }
 
  private:
+  friend class DeviceMlp;
   Kind kind_;
   float lr_, momentum_;
   long t_ = 0;

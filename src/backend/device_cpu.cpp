@@ -1,0 +1,152 @@
+// backend::cpu_device(): the operations of backend::Device on host memory (see
+// include/fp8emu/backend/device.hpp). Each one is the emulator function or the core element
+// function the interface names; loops over elements, rows or columns run on OpenMP threads, each
+// element's arithmetic on one thread, so results do not depend on the thread count.
+#include <cfloat>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/core/nn_element.hpp"
+#include "fp8emu/core/scale.hpp"
+#include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::backend {
+namespace {
+
+// Element loops fork threads only from this size (as the emulation kernels).
+constexpr std::ptrdiff_t kParallelMin = std::ptrdiff_t(1) << 15;
+
+void check_size(int rows, int cols, const char* what) {
+  FP8EMU_CHECK(rows >= 0 && cols >= 0, what, ": sizes must be non-negative, got [", rows, ", ", cols, "]");
+}
+
+class CpuDevice final : public Device {
+ public:
+  const char* name() const override { return "cpu"; }
+
+  void* allocate(std::size_t bytes) const override {
+    if (bytes == 0) return nullptr;
+    void* p = std::calloc(1, bytes);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void release(void* p) const noexcept override { std::free(p); }
+  void upload(void* dst, const void* src, std::size_t bytes) const override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void download(void* dst, const void* src, std::size_t bytes) const override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) const override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void fill_zero(void* p, std::size_t bytes) const override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+
+  void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
+    emu::gemm_f32_nn(M, N, K, A, B, D);
+  }
+  void transpose_f32(int rows, int cols, const float* in, float* out) const override {
+    check_size(rows, cols, "transpose");
+    emu::transpose(rows, cols, in, out);
+  }
+
+  void cast_transpose(const float* x, int rows, int cols, const float* scale, Format fmt, std::uint8_t* q_rowwise,
+                      std::uint8_t* q_columnwise, float* amax, CastCounters* counters) const override {
+    const emu::QuantizeStats st =
+        emulated_kernels().cast_transpose(x, rows, cols, *scale, fmt, q_rowwise, q_columnwise, amax);
+    if (counters) {
+      counters->count += st.count;
+      counters->saturated += st.saturated;
+      counters->underflow += st.underflow;
+      counters->nan += st.nan;
+    }
+  }
+  void current_scale(const float* x, std::size_t n, Format fmt, bool pow2, float epsilon,
+                     float* scale) const override {
+    emu::require_fp8(fmt, "current scaling");
+    const float amax = emu::compute_amax(x, n);
+    *scale = core::compute_scale_from_amax(amax, max_finite_f32(fmt), pow2, epsilon, FLT_MAX);
+  }
+  void delayed_update(float* history, float* scale, int num_slots, int history_len, float scaled_max,
+                      bool most_recent) const override {
+    FP8EMU_CHECK(num_slots >= 1 && history_len >= 1, "delayed scaling update: need at least one slot and one "
+                 "history row, got ", num_slots, " and ", history_len);
+    for (int j = 0; j < num_slots; ++j)
+      core::delayed_update_slot_fused(history, num_slots, history_len, j, scale, scaled_max, most_recent);
+  }
+  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const float* scale_a, const std::uint8_t* B,
+                   Format fb, const float* scale_b, const emu::GemmAccumulation& acc, float* D) const override {
+    emu::gemm_fp8_tn(M, N, K, A, fa, emu::scale_inv_of(*scale_a), B, fb, emu::scale_inv_of(*scale_b), acc, D);
+  }
+
+  void bias_add(float* y, const float* b, int rows, int cols) const override {
+    check_size(rows, cols, "bias add");
+    for (int i = 0; i < rows; ++i) {
+      float* r = y + std::size_t(i) * std::size_t(cols);
+      for (int j = 0; j < cols; ++j) r[j] += b[j];
+    }
+  }
+  void column_sum(const float* x, int rows, int cols, float* out) const override {
+    check_size(rows, cols, "column sum");
+    // Row order per column, as core::column_sum; the loop nest runs rows outermost for the cache,
+    // which adds the same terms in the same order.
+    for (int j = 0; j < cols; ++j) out[j] = 0.0f;
+    for (int i = 0; i < rows; ++i) {
+      const float* r = x + std::size_t(i) * std::size_t(cols);
+      for (int j = 0; j < cols; ++j) out[j] += r[j];
+    }
+  }
+  void activation_forward(ActivationOp act, const float* x, float* y, std::size_t n) const override {
+    const std::ptrdiff_t count = std::ptrdiff_t(n);
+    if (act == ActivationOp::kReLU) {
+      for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = core::relu_forward(x[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (count >= kParallelMin / 16)
+      for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = core::gelu_tanh_forward(x[i]);
+    }
+  }
+  void activation_backward(ActivationOp act, const float* pre, float* dx, std::size_t n) const override {
+    const std::ptrdiff_t count = std::ptrdiff_t(n);
+    if (act == ActivationOp::kReLU) {
+      for (std::ptrdiff_t i = 0; i < count; ++i) dx[i] *= core::relu_grad(pre[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (count >= kParallelMin / 16)
+      for (std::ptrdiff_t i = 0; i < count; ++i) dx[i] *= core::gelu_tanh_grad(pre[i]);
+    }
+  }
+  void softmax_xent(const float* logits, const std::uint8_t* labels, int rows, int classes, float divisor,
+                    float* loss, float* dlogits) const override {
+    check_size(rows, classes, "cross-entropy");
+    FP8EMU_CHECK(rows == 0 || classes >= 1, "cross-entropy: no classes");
+    for (int i = 0; i < rows; ++i) {
+      const std::size_t o = std::size_t(i) * std::size_t(classes);
+      loss[i] = core::softmax_xent_row(logits + o, classes, labels[i], divisor, dlogits ? dlogits + o : nullptr);
+    }
+  }
+  void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) const override {
+    const std::ptrdiff_t count = std::ptrdiff_t(n);
+#pragma omp parallel for schedule(static) if (count >= kParallelMin)
+    for (std::ptrdiff_t i = 0; i < count; ++i) core::adam_element(w[i], g[i], m[i], v[i], s.b1, s.b2, s.step, s.sqrt_bc2, s.eps);
+  }
+  void sgd(float* w, const float* g, float* m, std::size_t n, float momentum, float lr) const override {
+    const std::ptrdiff_t count = std::ptrdiff_t(n);
+#pragma omp parallel for schedule(static) if (count >= kParallelMin)
+    for (std::ptrdiff_t i = 0; i < count; ++i) core::sgd_momentum_element(w[i], g[i], m[i], momentum, lr);
+  }
+};
+
+}  // namespace
+
+const Device& cpu_device() {
+  static const CpuDevice d;
+  return d;
+}
+
+}  // namespace fp8emu::backend

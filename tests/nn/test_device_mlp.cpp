@@ -1,0 +1,193 @@
+// nn::DeviceMlp on backend::cpu_device() against the host layers (nn::Mlp, softmax_cross_entropy_sum,
+// Optimizer) bit for bit: the same step program on a device's memory must give the host loop's
+// weights, gradients, scales, amax histories, counts, last scales, optimizer moments and losses
+// after every step, for every recipe and option it takes. The oracle is the host layer stack,
+// which the recipe and layer tests check against TE's arithmetic; nothing here is derived from
+// DeviceMlp itself.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/nn/device_mlp.hpp"
+#include "fp8emu/nn/mlp.hpp"
+#include "support/nn_helpers.hpp"
+
+using namespace fp8emu;
+using namespace fp8emu::nn;
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Every piece of state the two paths must agree on; returns the first difference, or "".
+std::string first_difference(const Mlp& a, const Optimizer& oa, const Mlp& b, const Optimizer& ob) {
+  for (std::size_t l = 0; l < a.layers.size(); ++l) {
+    const Linear& x = a.layers[l];
+    const Linear& y = b.layers[l];
+    const std::string at = " of fc" + std::to_string(l + 1);
+    if (!same_bits(x.weight.data, y.weight.data)) return "weight" + at;
+    if (!same_bits(x.bias.data, y.bias.data)) return "bias" + at;
+    if (!same_bits(x.grad_weight.data, y.grad_weight.data)) return "grad_weight" + at;
+    if (!same_bits(x.grad_bias.data, y.grad_bias.data)) return "grad_bias" + at;
+    if (!same_bits(x.forward_state().scales(), y.forward_state().scales())) return "forward scales" + at;
+    if (!same_bits(x.forward_state().history_values(), y.forward_state().history_values()))
+      return "forward amax_history" + at;
+    if (!same_bits(x.backward_state().scales(), y.backward_state().scales())) return "backward scales" + at;
+    if (!same_bits(x.backward_state().history_values(), y.backward_state().history_values()))
+      return "backward amax_history" + at;
+    if (!same_bits(x.last_scale_input(), y.last_scale_input()) ||
+        !same_bits(x.last_scale_weight(), y.last_scale_weight()) ||
+        !same_bits(x.last_scale_grad_output(), y.last_scale_grad_output()))
+      return "last scales" + at;
+    const emu::QuantizeStats* sx[3] = {&x.stats.input, &x.stats.weight, &x.stats.grad_output};
+    const emu::QuantizeStats* sy[3] = {&y.stats.input, &y.stats.weight, &y.stats.grad_output};
+    for (int r = 0; r < 3; ++r)
+      if (sx[r]->count != sy[r]->count || sx[r]->saturated != sy[r]->saturated ||
+          sx[r]->underflow != sy[r]->underflow || sx[r]->nan != sy[r]->nan)
+        return "cast counts (role " + std::to_string(r) + ")" + at;
+  }
+  if (oa.steps() != ob.steps()) return "optimizer steps";
+  if (oa.first_moments().size() != ob.first_moments().size()) return "optimizer moment count";
+  for (std::size_t p = 0; p < oa.first_moments().size(); ++p) {
+    if (!same_bits(oa.first_moments()[p], ob.first_moments()[p])) return "first moment " + std::to_string(p);
+    if (!same_bits(oa.second_moments()[p], ob.second_moments()[p])) return "second moment " + std::to_string(p);
+  }
+  return "";
+}
+
+struct Case {
+  std::string name;
+  Precision precision;
+  scaling::Recipe recipe;
+  Activation act;
+  Optimizer::Kind opt;
+  bool fp32_accumulation = false;
+};
+
+// A batch whose inputs reach the formats' extremes now and then: most rows small, some large, so
+// delayed scaling saturates before its scales adapt and current scaling meets wide ranges.
+void make_batch(Rng& rng, int rows, int in, int classes, Matrix& x, std::vector<std::uint8_t>& y) {
+  x = testing::random_matrix(rows, in, rng, 1.0f);
+  for (int i = 0; i < rows; i += 5)
+    for (int j = 0; j < in; j += 3) x(i, j) *= 3000.0f;
+  y.resize(std::size_t(rows));
+  for (auto& v : y) v = std::uint8_t(rng.below(std::uint64_t(classes)));
+}
+
+void run_case(const Case& c) {
+  INFO(c.name);
+  const std::vector<int> sizes = {40, 48, 33, 10};
+  Mlp host(sizes, c.act, c.precision, c.recipe, 7);
+  if (c.fp32_accumulation && c.precision == Precision::kFp8)
+    for (Linear& l : host.layers) l.set_accumulation({}, {}, {});
+  Mlp copy = host;  // the device path starts from the same state
+  Optimizer host_opt(c.opt, 2e-3f), copy_opt(c.opt, 2e-3f);
+  REQUIRE(DeviceMlp::unsupported(host).empty());
+  auto dm = std::make_unique<DeviceMlp>(backend::cpu_device(), copy, copy_opt);
+  Rng data(11);
+  const int batches[] = {16, 16, 9, 16, 1, 16};  // a short last batch, a single row, growth after
+  Matrix x, logits, dlogits;
+  std::vector<std::uint8_t> y;
+  for (int step = 0; step < 6; ++step) {
+    INFO("step " << step);
+    const int rows = batches[step], divisor = rows + (step == 2 ? 3 : 0);  // a shard of a larger batch
+    make_batch(data, rows, sizes.front(), sizes.back(), x, y);
+    if (step == 4) {  // an epoch boundary: counters restart on both sides
+      for (Linear& l : host.layers) l.stats = {};
+      dm->reset_stats();
+    }
+    // The host loop of `fp8emu train` with one shard.
+    host.forward(x, logits, true);
+    const double want = softmax_cross_entropy_sum(logits, y, &dlogits, divisor);
+    host.backward(dlogits);
+    host.update_forward_scales();
+    host.update_backward_scales();
+    host_opt.step(host);
+    const double got = dm->train_step(x, y, divisor);
+    CHECK(std::memcmp(&got, &want, sizeof got) == 0);
+    dm->download(copy, copy_opt);
+    CHECK(first_difference(host, host_opt, copy, copy_opt) == "");
+    if (step == 3) {  // upload what was downloaded: a new device copy continues the same run
+      dm = std::make_unique<DeviceMlp>(backend::cpu_device(), copy, copy_opt);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("DeviceMlp on the CPU device equals the host layers bit for bit", "[nn][device]") {
+  scaling::DelayedScaling delayed;
+  delayed.amax_history_len = 4;
+  scaling::DelayedScaling delayed_margin = delayed;
+  delayed_margin.margin = 1.0f;
+  delayed_margin.amax_history_len = 1;
+  scaling::DelayedScaling most_recent = delayed;
+  most_recent.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+  scaling::CurrentScaling current;
+  scaling::CurrentScaling current_pow2;
+  current_pow2.use_power_2_scales = true;
+  current_pow2.amax_epsilon = 1e-3f;
+  const std::vector<Case> cases = {
+      {"fp32 relu adam", Precision::kFp32, delayed, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"fp32 gelu sgd", Precision::kFp32, delayed, Activation::kGELU, Optimizer::Kind::kSgd},
+      {"delayed relu adam", Precision::kFp8, delayed, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"delayed gelu sgd", Precision::kFp8, delayed, Activation::kGELU, Optimizer::Kind::kSgd},
+      {"delayed margin 1, history 1", Precision::kFp8, delayed_margin, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"delayed most_recent, fp32 accumulation", Precision::kFp8, most_recent, Activation::kReLU,
+       Optimizer::Kind::kAdam, true},
+      {"current relu adam", Precision::kFp8, current, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"current pow2 epsilon gelu", Precision::kFp8, current_pow2, Activation::kGELU, Optimizer::Kind::kAdam},
+  };
+  for (const Case& c : cases) run_case(c);
+}
+
+TEST_CASE("DeviceMlp with mixed FP32 and FP8 layers", "[nn][device]") {
+  Mlp host({24, 32, 10}, Activation::kReLU, Precision::kFp8, scaling::DelayedScaling{}, 3);
+  host.layers[1].set_precision(Precision::kFp32);
+  Mlp copy = host;
+  Optimizer ho(Optimizer::Kind::kAdam, 1e-3f), co(Optimizer::Kind::kAdam, 1e-3f);
+  DeviceMlp dm(backend::cpu_device(), copy, co);
+  Rng data(5);
+  Matrix x, logits, dlogits;
+  std::vector<std::uint8_t> y;
+  for (int step = 0; step < 3; ++step) {
+    make_batch(data, 12, 24, 10, x, y);
+    host.forward(x, logits, true);
+    const double want = softmax_cross_entropy_sum(logits, y, &dlogits, 12);
+    host.backward(dlogits);
+    host.update_forward_scales();
+    host.update_backward_scales();
+    ho.step(host);
+    const double got = dm.train_step(x, y, 12);
+    CHECK(std::memcmp(&got, &want, sizeof got) == 0);
+  }
+  dm.download(copy, co);
+  CHECK(first_difference(host, ho, copy, co) == "");
+}
+
+TEST_CASE("DeviceMlp names what it does not take", "[nn][device]") {
+  Optimizer opt(Optimizer::Kind::kAdam, 1e-3f);
+  Mlp mx({8, 8, 4}, Activation::kReLU, Precision::kFp8, scaling::MXFP8BlockScaling{}, 1);
+  CHECK_THAT(DeviceMlp::unsupported(mx), Catch::Contains("fc1") && Catch::Contains("mxfp8"));
+  CHECK_THROWS_WITH(DeviceMlp(backend::cpu_device(), mx, opt), Catch::Contains("device-resident MLP") &&
+                                                                   Catch::Contains("mxfp8"));
+  scaling::DelayedScaling unfused;
+  unfused.fused_update = false;
+  Mlp un({8, 8, 4}, Activation::kReLU, Precision::kFp8, unfused, 1);
+  un.layers[0].set_precision(Precision::kFp32);
+  CHECK_THAT(DeviceMlp::unsupported(un), Catch::Contains("fc2") && Catch::Contains("unfused"));
+  Mlp ok({8, 8, 4}, Activation::kReLU, Precision::kFp8, scaling::CurrentScaling{}, 1);
+  DeviceMlp dm(backend::cpu_device(), ok, opt);
+  Matrix x(3, 8);
+  CHECK_THROWS_WITH(dm.train_step(x, {0, 1, 4}, 3), Catch::Contains("label 4 out of range for 4 classes"));
+  CHECK_THROWS_WITH(dm.train_step(x, {0, 1, 2}, 2), Catch::Contains("divisor 2"));
+  Matrix wide(3, 9);
+  CHECK_THROWS_WITH(dm.train_step(wide, {0, 1, 2}, 3), Catch::Contains("9 features"));
+}
