@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
+#include "fp8emu/nn/device_layers.hpp"
 #include "fp8emu/nn/mlp.hpp"
 
 namespace fp8emu::nn {
@@ -37,7 +38,6 @@ class DeviceMlp {
   /// and the optimizer (kind, learning rate, step count, moments) into `device`'s memory.
   /// \throws fp8emu::Error with unsupported()'s sentence, or when the device cannot allocate.
   DeviceMlp(const backend::Device& device, const Mlp& model, const Optimizer& opt);
-  ~DeviceMlp();
   DeviceMlp(const DeviceMlp&) = delete;
   DeviceMlp& operator=(const DeviceMlp&) = delete;
 
@@ -62,18 +62,14 @@ class DeviceMlp {
  private:
   template <class T>
   using Tensor = backend::DeviceTensor<T>;
-  struct Layer;  // defined in device_mlp.cpp
   void ensure_rows(int rows);
-  void forward_layer(Layer& L, const float* x, float* y, int rows);
-  void backward_layer(Layer& L, const float* dy, float* dx, int rows);
+  std::vector<DeviceParam> all_params();
 
   const backend::Device* dev_;
   backend::ActivationOp act_;
-  Optimizer::Kind opt_kind_;
-  float lr_, momentum_;
-  long steps_;
-  std::vector<Layer> layers_;
-  int capacity_ = 0;             // rows the activation buffers hold
+  std::vector<DeviceLinear> layers_;
+  DeviceOptimizer opt_;
+  int capacity_ = 0;                // rows the activation buffers hold
   std::vector<Tensor<float>> in_;   // input of each layer [capacity, in_l]
   std::vector<Tensor<float>> pre_;  // output of each layer [capacity, out_l] (the last: logits)
   Tensor<float> grad_a_, grad_b_;   // gradient ping-pong [capacity, max width]

@@ -155,7 +155,7 @@ class Linear {
   TwinError* twin_error = nullptr;
 
  private:
-  friend class DeviceMlp;  // copies the layer's state to and from a device (device_mlp.hpp)
+  friend class DeviceLinear;  // copies the layer's state to and from a device (device_layers.hpp)
   void cast_weight(std::optional<bool> is_first_microbatch);
 
   Precision precision_;

@@ -98,7 +98,7 @@ class Optimizer {
   }
 
  private:
-  friend class DeviceMlp;
+  friend class DeviceOptimizer;
   Kind kind_;
   float lr_, momentum_;
   long t_ = 0;

@@ -1,0 +1,258 @@
+// Layers on a backend::Device (see include/fp8emu/nn/device_layers.hpp). Each block names the host
+// code whose arithmetic it repeats on backend::Device operations.
+#include "fp8emu/nn/device_layers.hpp"
+
+#include <variant>
+
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::nn {
+
+namespace {
+// Roles within a layer's last-scale and counter arrays (Linear::last_scale_ order).
+constexpr int kX = 0, kW = 1, kDy = 2;
+}  // namespace
+
+// ---------------------------------------------------------------- DeviceLinear
+
+std::string DeviceLinear::unsupported(const Linear& l) {
+  if (l.twin_error) return "measures its FP32 twin error (twin_error), which runs on the host";
+  if (l.precision() == Precision::kFp32) return {};
+  const scaling::Recipe& r = l.recipe();
+  if (const auto* d = std::get_if<scaling::DelayedScaling>(&r)) {
+    if (!d->uses_fused_update())
+      return "uses delayed scaling with a callable amax or scale function (the unfused update), which runs on the host";
+    if (d->reduce_amax) return "uses delayed scaling with an amax-reduction hook, which runs on the host";
+    return {};
+  }
+  if (std::holds_alternative<scaling::CurrentScaling>(r)) return {};
+  return std::string("uses the ") + scaling::recipe_name(r) +
+         " recipe; device-resident layers take fp32, delayed and current scaling so far";
+}
+
+DeviceLinear::DeviceLinear(const backend::Device& device, const Linear& src)
+    : dev_(&device), in_(src.in_features()), out_(src.out_features()), fp8_(src.precision() == Precision::kFp8) {
+  const std::string why = unsupported(src);
+  FP8EMU_CHECK(why.empty(), "device-resident Linear: the layer ", why);
+  const backend::Device& d = device;
+  w_ = Tensor<float>(d, out_, in_);
+  b_ = Tensor<float>(d, 1, out_);
+  gw_ = Tensor<float>(d, out_, in_);
+  gb_ = Tensor<float>(d, 1, out_);
+  w_.upload(src.weight.data.data());
+  b_.upload(src.bias.data.data());
+  gw_.upload(src.grad_weight.data.data());
+  gb_.upload(src.grad_bias.data.data());
+  if (!fp8_) {
+    wt_ = Tensor<float>(d, in_, out_);
+    return;
+  }
+  acc_fprop_ = src.acc_fprop_;
+  acc_dgrad_ = src.acc_dgrad_;
+  acc_wgrad_ = src.acc_wgrad_;
+  fmt_fwd_ = src.forward_quantizer().format();
+  fmt_bwd_ = src.backward_quantizer().format();
+  wq_row_ = Tensor<std::uint8_t>(d, out_, in_);
+  wq_col_ = Tensor<std::uint8_t>(d, in_, out_);
+  last_scale_ = Tensor<float>(d, 1, 3);
+  last_scale_.upload(src.last_scale_);
+  counters_ = Tensor<backend::CastCounters>(d, 1, 3);
+  const scaling::Recipe& r = src.recipe();
+  if (const auto* ds = std::get_if<scaling::DelayedScaling>(&r)) {
+    delayed_ = true;
+    most_recent_ = ds->amax_compute_algo == scaling::AmaxComputeAlgo::kMostRecent;
+    scaled_max_fwd_ = scaling::fused_scaled_max(*ds, fmt_fwd_);
+    scaled_max_bwd_ = scaling::fused_scaled_max(*ds, fmt_bwd_);
+    const scaling::DelayedScalingState& fs = src.forward_state();
+    const scaling::DelayedScalingState& bs = src.backward_state();
+    history_len_ = fs.history_len();
+    fwd_history_ = Tensor<float>(d, fs.history_len(), fs.num_slots());
+    fwd_scale_ = Tensor<float>(d, 1, fs.num_slots());
+    bwd_history_ = Tensor<float>(d, bs.history_len(), bs.num_slots());
+    bwd_scale_ = Tensor<float>(d, 1, bs.num_slots());
+    fwd_history_.upload(fs.history_values().data());
+    fwd_scale_.upload(fs.scales().data());
+    bwd_history_.upload(bs.history_values().data());
+    bwd_scale_.upload(bs.scales().data());
+  } else {
+    const auto& cs = std::get<scaling::CurrentScaling>(r);
+    pow2_ = cs.use_power_2_scales;
+    epsilon_ = cs.amax_epsilon;
+  }
+}
+
+void DeviceLinear::reserve(int rows) {
+  if (rows <= capacity_) return;
+  const backend::Device& d = *dev_;
+  if (fp8_) {
+    xq_row_ = Tensor<std::uint8_t>(d, rows, in_);
+    xq_col_ = Tensor<std::uint8_t>(d, in_, rows);
+    dyq_row_ = Tensor<std::uint8_t>(d, rows, out_);
+    dyq_col_ = Tensor<std::uint8_t>(d, out_, rows);
+  } else {
+    dyt_ = Tensor<float>(d, out_, rows);
+  }
+  capacity_ = rows;
+}
+
+// The scale a cast of `role` multiplies by: the delayed state's slot, or the current scale the
+// step computed into last_scale_.
+const float* DeviceLinear::scale(int role) const {
+  if (!delayed_) return last_scale_.get() + role;
+  return role == kDy ? bwd_scale_.get() : fwd_scale_.get() + role;
+}
+
+// Where a delayed-scaling cast records its amax: row 0 of the role's history column.
+float* DeviceLinear::amax(int role) const {
+  if (!delayed_) return nullptr;
+  return role == kDy ? bwd_history_.get() : fwd_history_.get() + role;
+}
+
+// Linear::forward (training): fp32 = forward_fp32; FP8 = cast_weight (both copies), the input cast
+// (both copies), fprop x . W^T, bias.
+void DeviceLinear::forward(const float* x, int rows, float* y) {
+  FP8EMU_CHECK(rows >= 0, "Linear: negative batch ", rows);
+  reserve(rows);
+  const backend::Device& d = *dev_;
+  saved_x_ = x;
+  if (!fp8_) {
+    d.transpose_f32(out_, in_, w_.get(), wt_.get());
+    d.gemm_f32_nn(rows, out_, in_, x, wt_.get(), y);
+  } else {
+    float* last = last_scale_.get();
+    if (!delayed_) d.current_scale(w_.get(), w_.size(), fmt_fwd_, pow2_, epsilon_, last + kW);
+    d.cast_transpose(w_.get(), out_, in_, scale(kW), fmt_fwd_, wq_row_.get(), wq_col_.get(), amax(kW),
+                     counters_.get() + kW);
+    if (!delayed_) d.current_scale(x, std::size_t(rows) * std::size_t(in_), fmt_fwd_, pow2_, epsilon_, last + kX);
+    d.cast_transpose(x, rows, in_, scale(kX), fmt_fwd_, xq_row_.get(), xq_col_.get(), amax(kX), counters_.get() + kX);
+    d.gemm_fp8_tn(rows, out_, in_, xq_row_.get(), fmt_fwd_, scale(kX), wq_row_.get(), fmt_fwd_, scale(kW), acc_fprop_,
+                  y);
+  }
+  d.bias_add(y, b_.get(), rows, out_);
+}
+
+// Linear::backward: db = column sum of dy; fp32: dW = dy^T x, dx = dy W; FP8: the grad_output cast
+// (both copies), wgrad dy^T . x^T, dgrad dy . W.
+void DeviceLinear::backward(const float* dy, int rows, float* dx) {
+  FP8EMU_CHECK(saved_x_ != nullptr && rows <= capacity_, "Linear: backward called without a preceding training "
+               "forward of at least ", rows, " rows");
+  const backend::Device& d = *dev_;
+  d.column_sum(dy, rows, out_, gb_.get());
+  if (!fp8_) {
+    d.transpose_f32(rows, out_, dy, dyt_.get());
+    d.gemm_f32_nn(out_, in_, rows, dyt_.get(), saved_x_, gw_.get());
+    if (dx) d.gemm_f32_nn(rows, in_, out_, dy, w_.get(), dx);
+    return;
+  }
+  if (!delayed_)
+    d.current_scale(dy, std::size_t(rows) * std::size_t(out_), fmt_bwd_, pow2_, epsilon_, last_scale_.get() + kDy);
+  d.cast_transpose(dy, rows, out_, scale(kDy), fmt_bwd_, dyq_row_.get(), dyq_col_.get(), amax(kDy),
+                   counters_.get() + kDy);
+  d.gemm_fp8_tn(out_, in_, rows, dyq_col_.get(), fmt_bwd_, scale(kDy), xq_col_.get(), fmt_fwd_, scale(kX), acc_wgrad_,
+                gw_.get());
+  if (dx)
+    d.gemm_fp8_tn(rows, in_, out_, dyq_row_.get(), fmt_bwd_, scale(kDy), wq_col_.get(), fmt_fwd_, scale(kW),
+                  acc_dgrad_, dx);
+}
+
+// DelayedScalingState::update's fused path for the forward and the backward state.
+void DeviceLinear::update_scales() {
+  if (!fp8_ || !delayed_) return;
+  const backend::Device& d = *dev_;
+  float* last = last_scale_.get();
+  d.copy(last + kX, fwd_scale_.get(), 2 * sizeof(float));
+  d.copy(last + kDy, bwd_scale_.get(), sizeof(float));
+  d.delayed_update(fwd_history_.get(), fwd_scale_.get(), fwd_scale_.cols(), history_len_, scaled_max_fwd_,
+                   most_recent_);
+  d.delayed_update(bwd_history_.get(), bwd_scale_.get(), bwd_scale_.cols(), history_len_, scaled_max_bwd_,
+                   most_recent_);
+}
+
+void DeviceLinear::reset_stats() {
+  if (fp8_) dev_->fill_zero(counters_.get(), counters_.bytes());
+}
+
+void DeviceLinear::params(std::vector<DeviceParam>& out) {
+  out.push_back({w_.get(), gw_.get(), w_.size()});
+  out.push_back({b_.get(), gb_.get(), b_.size()});
+}
+
+void DeviceLinear::download(Linear& dst) const {
+  FP8EMU_CHECK(dst.in_features() == in_ && dst.out_features() == out_,
+               "device-resident Linear: download into a layer of another shape");
+  w_.download(dst.weight.data.data());
+  b_.download(dst.bias.data.data());
+  gw_.download(dst.grad_weight.data.data());
+  gb_.download(dst.grad_bias.data.data());
+  if (!fp8_) return;
+  last_scale_.download(dst.last_scale_);
+  backend::CastCounters c[3];
+  counters_.download(c);
+  emu::QuantizeStats* st[3] = {&dst.stats.input, &dst.stats.weight, &dst.stats.grad_output};
+  for (int r = 0; r < 3; ++r) {
+    *st[r] = {};
+    st[r]->count = c[r].count;
+    st[r]->saturated = c[r].saturated;
+    st[r]->underflow = c[r].underflow;
+    st[r]->nan = c[r].nan;
+  }
+  if (!delayed_) return;
+  std::vector<float> scales(fwd_scale_.size()), history(fwd_history_.size());
+  fwd_scale_.download(scales.data());
+  fwd_history_.download(history.data());
+  dst.forward_state().restore(scales, history);
+  scales.resize(bwd_scale_.size());
+  history.resize(bwd_history_.size());
+  bwd_scale_.download(scales.data());
+  bwd_history_.download(history.data());
+  dst.backward_state().restore(scales, history);
+}
+
+// ---------------------------------------------------------------- DeviceOptimizer
+
+DeviceOptimizer::DeviceOptimizer(const backend::Device& device, const Optimizer& opt, std::vector<DeviceParam> params)
+    : dev_(&device),
+      kind_(opt.kind_),
+      lr_(opt.lr_),
+      momentum_(opt.momentum_),
+      steps_(opt.t_),
+      params_(std::move(params)) {
+  FP8EMU_CHECK(opt.m_.empty() || opt.m_.size() == params_.size(), "device-resident optimizer: ", opt.m_.size(),
+               " moment buffers for ", params_.size(), " parameters");
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    const int n = int(params_[p].n);
+    m_.emplace_back(device, 1, n);
+    v_.emplace_back(device, 1, n);  // SGD keeps it at zero, as Optimizer does
+    if (opt.m_.empty()) continue;
+    FP8EMU_CHECK(opt.m_[p].size() == params_[p].n && opt.v_[p].size() == params_[p].n,
+                 "device-resident optimizer: moment ", p, " has ", opt.m_[p].size(), " elements, the parameter ",
+                 params_[p].n);
+    m_.back().upload(opt.m_[p].data());
+    v_.back().upload(opt.v_[p].data());
+  }
+}
+
+void DeviceOptimizer::step() {
+  ++steps_;
+  const backend::AdamStep adam = Optimizer::adam_step(lr_, steps_);
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    const DeviceParam& q = params_[p];
+    if (kind_ == Optimizer::Kind::kAdam)
+      dev_->adam(q.value, q.grad, m_[p].get(), v_[p].get(), q.n, adam);
+    else
+      dev_->sgd(q.value, q.grad, m_[p].get(), q.n, momentum_, lr_);
+  }
+}
+
+void DeviceOptimizer::download(Optimizer& opt) const {
+  std::vector<std::vector<float>> m, v;
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    m.emplace_back(params_[p].n);
+    v.emplace_back(params_[p].n);
+    m_[p].download(m.back().data());
+    v_[p].download(v.back().data());
+  }
+  opt.restore(steps_, std::move(m), std::move(v));
+}
+
+}  // namespace fp8emu::nn
