@@ -5,6 +5,7 @@
 #include <variant>
 #include <vector>
 
+#include "fp8emu/core/attention.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/fp32_math.hpp"
 #include "fp8emu/core/half.hpp"
@@ -139,31 +140,11 @@ void DotProductAttention::forward(const Matrix& qkv, int seq_len, Matrix& out, b
 #pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
-      for (int i = 0; i < T; ++i) {
-        const float* q = qkv.row(b * T + i) + h * d;
-        float* p = probs.row((b * H + h) * T + i);
-        float mx = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
-          const float* k = qkv.row(b * T + j) + D + h * d;
-          float s = 0.0f;
-          for (int c = 0; c < d; ++c) s += q[c] * k[c];
-          p[j] = s * scale;
-          mx = std::fmax(mx, p[j]);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j <= i; ++j) {
-          p[j] = core::exp_rn(p[j] - mx);
-          sum += p[j];
-        }
-        for (int j = 0; j <= i; ++j) p[j] /= sum;
-        for (int j = i + 1; j < T; ++j) p[j] = 0.0f;  // causal mask
-        float* o = out.row(b * T + i) + h * d;
-        for (int c = 0; c < d; ++c) o[c] = 0.0f;
-        for (int j = 0; j <= i; ++j) {
-          const float* v = qkv.row(b * T + j) + 2 * D + h * d;
-          for (int c = 0; c < d; ++c) o[c] += p[j] * v[c];
-        }
-      }
+      const float* k0 = qkv.row(b * T) + D + h * d;
+      const float* v0 = qkv.row(b * T) + 2 * D + h * d;
+      for (int i = 0; i < T; ++i)
+        core::attention_row_forward(qkv.row(b * T + i) + h * d, k0, v0, 3 * D, i, T, d, scale,
+                                    probs.row((b * H + h) * T + i), out.row(b * T + i) + h * d);
     }
   }
   if (training) {
@@ -179,38 +160,24 @@ void DotProductAttention::backward(const Matrix& dout, Matrix& dqkv) {
   const int B = qkv_.rows / T;
   const float scale = 1.0f / std::sqrt(float(d));
   dqkv.resize(qkv_.rows, 3 * D);
-  for (float& v : dqkv.data) v = 0.0f;
 #pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
-      std::vector<float> dp(static_cast<std::size_t>(T));
-      // Rows i in increasing order; each row's contributions to dK and dV (rows j <= i) are added in
-      // that order, so the sums are deterministic.
-      for (int i = 0; i < T; ++i) {
-        const float* p = probs_.row((b * H + h) * T + i);
-        const float* go = dout.row(b * T + i) + h * d;
-        float dot = 0.0f;
-        for (int j = 0; j <= i; ++j) {
-          const float* v = qkv_.row(b * T + j) + 2 * D + h * d;
-          float s = 0.0f;
-          for (int c = 0; c < d; ++c) s += go[c] * v[c];
-          dp[std::size_t(j)] = s;
-          dot += s * p[j];
-        }
-        float* dq = dqkv.row(b * T + i) + h * d;
-        const float* q = qkv_.row(b * T + i) + h * d;
-        for (int j = 0; j <= i; ++j) {
-          const float ds = p[j] * (dp[std::size_t(j)] - dot) * scale;
-          const float* k = qkv_.row(b * T + j) + D + h * d;
-          float* dk = dqkv.row(b * T + j) + D + h * d;
-          float* dv = dqkv.row(b * T + j) + 2 * D + h * d;
-          for (int c = 0; c < d; ++c) {
-            dq[c] += ds * k[c];
-            dk[c] += ds * q[c];
-            dv[c] += p[j] * go[c];
-          }
-        }
-      }
+      // Per query row: ds and dq; then per key row j: dK and dV summed over the rows i >= j in
+      // increasing order (core/attention.hpp).
+      std::vector<float> ds(std::size_t(T) * std::size_t(T), 0.0f);
+      const float* q0 = qkv_.row(b * T) + h * d;
+      const float* k0 = qkv_.row(b * T) + D + h * d;
+      const float* v0 = qkv_.row(b * T) + 2 * D + h * d;
+      const float* p0 = probs_.row((b * H + h) * T);
+      const float* go0 = dout.row(b * T) + h * d;
+      for (int i = 0; i < T; ++i)
+        core::attention_row_backward_q(p0 + std::size_t(i) * std::size_t(T), go0 + std::size_t(i) * std::size_t(D),
+                                       k0, v0, 3 * D, i, d, scale, ds.data() + std::size_t(i) * std::size_t(T),
+                                       dqkv.row(b * T + i) + h * d);
+      for (int j = 0; j < T; ++j)
+        core::attention_col_backward_kv(ds.data(), p0, T, q0, 3 * D, go0, D, j, T, d, dqkv.row(b * T + j) + D + h * d,
+                                        dqkv.row(b * T + j) + 2 * D + h * d);
     }
   }
 }
