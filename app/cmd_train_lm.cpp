@@ -41,6 +41,11 @@ Command add_train_lm(CLI::App& app) {
   train_lm->add_option("--layer-accumulation", lm.layer_accumulation,
                        "Per-layer GEMM accumulation of the FP8 runs, e.g. l0.fc1=fp32 (per-tensor recipes)");
   train_lm->add_flag("--strict", lm.strict, "With --backend cuda: fail instead of falling back to the emulator");
+  train_lm->add_option("--resident", lm.resident,
+                       "Keep each run's model and Adam state on the device between steps: auto (on the GPU when every "
+                       "layer runs on cuda), on (also on the CPU with --backend emulated: the same step program), "
+                       "off. Same results; delayed/current/fp32 runs only")
+      ->capture_default_str();
   train_lm->add_flag("--fp8-head", lm.fp8_head, "Run the LM head in FP8 too (default: FP32, as TE practice)");
   train_lm->add_option("--lr", lm.lr, "Adam learning rate")->capture_default_str();
   train_lm->add_option("--seed", lm.seed, "Seed of the initial weights and the batches")->capture_default_str();

@@ -25,6 +25,7 @@
 #include "common/runner.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/config.hpp"
+#include "fp8emu/nn/device_transformer.hpp"
 #include "fp8emu/nn/transformer.hpp"
 #include "fp8emu/util/error.hpp"
 #include "fp8emu_internal/resources.hpp"
@@ -196,6 +197,7 @@ class CharLm {
   }
 
  private:
+  friend class DeviceCharLm;
   LmSpec spec_;
   Matrix tok_emb_, pos_emb_, grad_tok_, grad_pos_;
   std::vector<std::unique_ptr<nn::TransformerLayer>> blocks_;
@@ -203,6 +205,141 @@ class CharLm {
   nn::Linear head_;
   std::vector<std::uint8_t> tokens_;
   int seq_ = 1;
+};
+
+// The model and its Adam state kept on a backend::Device between steps (--resident): the step of
+// train_run below with one shard (CharLm::forward, softmax_cross_entropy_sum, CharLm::backward,
+// every Linear's update points, Optimizer::step) on nn's device layers, the same bits
+// (tests/experiments/test_train_lm_cli.cpp compares the result files with the host's).
+class DeviceCharLm {
+ public:
+  static std::string unsupported(CharLm& m) {
+    for (const auto& [name, l] : m.linears()) {
+      const std::string why = nn::DeviceLinear::unsupported(*l);
+      if (!why.empty()) return "layer " + name + " " + why;
+    }
+    return {};
+  }
+
+  DeviceCharLm(const backend::Device& d, CharLm& m, const nn::Optimizer& opt)
+      : dev_(&d),
+        spec_(m.spec_),
+        tok_(d, m.tok_emb_.rows, m.tok_emb_.cols),
+        pos_(d, m.pos_emb_.rows, m.pos_emb_.cols),
+        grad_tok_(d, m.grad_tok_.rows, m.grad_tok_.cols),
+        grad_pos_(d, m.grad_pos_.rows, m.grad_pos_.cols),
+        final_norm_(d, m.final_norm_),
+        head_(d, m.head_),
+        opt_(d, opt, params_of(d, m)) {
+    tok_.upload(m.tok_emb_.data.data());
+    pos_.upload(m.pos_emb_.data.data());
+    grad_tok_.upload(m.grad_tok_.data.data());
+    grad_pos_.upload(m.grad_pos_.data.data());
+  }
+
+  /// One step on the batch's tokens and targets ([B*T] each), the loss divided by `divisor` rows.
+  /// Returns the sum of the rows' loss terms (double, row order).
+  double train_step(const std::vector<std::uint8_t>& tokens, const std::vector<std::uint8_t>& targets, int T,
+                    int divisor) {
+    const backend::Device& d = *dev_;
+    const int rows = int(tokens.size()), D = spec_.d_model, V = spec_.vocab;
+    FP8EMU_CHECK(targets.size() == tokens.size() && rows % T == 0 && T <= spec_.seq_len,
+                 "device-resident LM: a batch of ", rows, " tokens, ", targets.size(), " targets, sequence ", T);
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      FP8EMU_CHECK(tokens[i] < V && targets[i] < V, "device-resident LM: token out of the vocabulary");
+    reserve(rows);
+    tokens_.upload(tokens.data(), tokens.size());
+    targets_.upload(targets.data(), targets.size());
+    const std::size_t n = std::size_t(rows) * std::size_t(D);
+    const bool bf16 = spec_.act_dtype == nn::ActivationDtype::kBf16;
+    // CharLm::forward
+    float* x = a_.get();
+    float* y = b_.get();
+    d.embed_forward(tokens_.get(), rows, T, tok_.get(), pos_.get(), D, x);
+    if (bf16) d.round_bf16(x, n);
+    for (auto& blk : blocks_) {
+      blk->forward(x, rows, T, y);
+      std::swap(x, y);
+    }
+    final_norm_.forward(x, rows, final_out_.get());
+    if (bf16) d.round_bf16(final_out_.get(), n);
+    head_.forward(final_out_.get(), rows, logits_.get());
+    // softmax_cross_entropy_sum
+    d.softmax_xent(logits_.get(), targets_.get(), rows, V, float(divisor), loss_.get(), dlogits_.get());
+    // CharLm::backward
+    float* dy = a_.get();
+    float* dx = b_.get();
+    head_.backward(dlogits_.get(), rows, dy);
+    final_norm_.backward(dy, rows, dx);
+    for (std::size_t l = blocks_.size(); l-- > 0;) {
+      blocks_[l]->backward(dx, rows, dy);
+      std::swap(dx, dy);
+    }
+    d.embed_backward(tokens_.get(), rows, T, dx, D, V, spec_.seq_len, grad_tok_.get(), grad_pos_.get());
+    // TE's update points, then Adam.
+    for (nn::DeviceLinear* l : linears_) l->update_scales();
+    opt_.step();
+    std::vector<float> terms(static_cast<std::size_t>(rows));
+    d.download(terms.data(), loss_.get(), terms.size() * sizeof(float));
+    double total = 0.0;
+    for (float t : terms) total += double(t);
+    return total;
+  }
+
+  /// Everything back into the host model and optimizer.
+  void download(CharLm& m, nn::Optimizer& opt) const {
+    tok_.download(m.tok_emb_.data.data());
+    pos_.download(m.pos_emb_.data.data());
+    grad_tok_.download(m.grad_tok_.data.data());
+    grad_pos_.download(m.grad_pos_.data.data());
+    for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->download(*m.blocks_[l]);
+    final_norm_.download(m.final_norm_);
+    head_.download(m.head_);
+    opt_.download(opt);
+  }
+
+ private:
+  // The device layers (made here, before the optimizer, which takes their parameters in
+  // CharLm::params() order).
+  std::vector<nn::DeviceParam> params_of(const backend::Device& d, CharLm& m) {
+    for (auto& blk : m.blocks_) blocks_.push_back(std::make_unique<nn::DeviceTransformerLayer>(d, *blk));
+    for (auto& blk : blocks_)
+      for (nn::DeviceLinear* l : blk->linears()) linears_.push_back(l);
+    linears_.push_back(&head_);
+    std::vector<nn::DeviceParam> p;
+    p.push_back({tok_.get(), grad_tok_.get(), tok_.size()});
+    p.push_back({pos_.get(), grad_pos_.get(), pos_.size()});
+    for (auto& blk : blocks_) blk->params(p);
+    final_norm_.params(p);
+    head_.params(p);
+    return p;
+  }
+
+  void reserve(int rows) {
+    if (rows <= capacity_) return;
+    const backend::Device& d = *dev_;
+    a_ = backend::DeviceTensor<float>(d, rows, spec_.d_model);
+    b_ = backend::DeviceTensor<float>(d, rows, spec_.d_model);
+    final_out_ = backend::DeviceTensor<float>(d, rows, spec_.d_model);
+    logits_ = backend::DeviceTensor<float>(d, rows, spec_.vocab);
+    dlogits_ = backend::DeviceTensor<float>(d, rows, spec_.vocab);
+    loss_ = backend::DeviceTensor<float>(d, 1, rows);
+    tokens_ = backend::DeviceTensor<std::uint8_t>(d, 1, rows);
+    targets_ = backend::DeviceTensor<std::uint8_t>(d, 1, rows);
+    capacity_ = rows;
+  }
+
+  const backend::Device* dev_;
+  LmSpec spec_;
+  backend::DeviceTensor<float> tok_, pos_, grad_tok_, grad_pos_;
+  std::vector<std::unique_ptr<nn::DeviceTransformerLayer>> blocks_;
+  nn::DeviceNorm final_norm_;
+  nn::DeviceLinear head_;
+  std::vector<nn::DeviceLinear*> linears_;
+  nn::DeviceOptimizer opt_;
+  int capacity_ = 0;
+  backend::DeviceTensor<float> a_, b_, final_out_, logits_, dlogits_, loss_;
+  backend::DeviceTensor<std::uint8_t> tokens_, targets_;
 };
 
 // ---------------------------------------------------------------- logs and state
@@ -400,6 +537,7 @@ struct Context {
   LmSpec spec;
   emu::Accumulation accumulation;       // --accumulation, parsed once
   std::vector<backend::Kind> backends;  // per Linear, resolved (after any cuda fallback)
+  const backend::Device* resident;      // --resident: where runs keep their model between steps
   const Corpus& corpus;
   std::vector<Batch> val_batches;
   std::string checkpoint_path;
@@ -582,39 +720,67 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     return s;
   };
 
+  // --resident: the model and Adam's state live on one device between steps (DeviceCharLm, the same
+  // bits); the host copy is brought up to date before each evaluation, checkpoint and the sample.
+  const backend::Device* resident = ctx.resident;
+  if (resident) {
+    const std::string why = DeviceCharLm::unsupported(model);
+    if (!why.empty()) {
+      if (dp.root())
+        std::fprintf(stderr, "note: run %s is not device-resident (%s); it runs on the host\n", run.name.c_str(),
+                     why.c_str());
+      resident = nullptr;
+    }
+  }
+  std::unique_ptr<DeviceCharLm> on_device;
+  std::vector<float> shard0_dy_scale(lins.size(), NAN);  // shard 0's last grad_output casts
+  auto to_host = [&] {
+    if (!on_device) return;
+    on_device->download(model, opt);
+    on_device.reset();
+    for (std::size_t i = 0; i < lins.size(); ++i) shard0_dy_scale[i] = lins[i]->last_scale_grad_output();
+  };
   const auto t0 = std::chrono::steady_clock::now();
   const double seconds_before = log.seconds.empty() ? 0.0 : log.seconds.back();
   Progress progress(cfg.progress && dp.root(), run.name, cfg.steps);
   const std::size_t max_start = ctx.corpus.train.size() - std::size_t(cfg.seq_len) - 1;
   const int S = dp.shards(), rows = cfg.batch_size * cfg.seq_len;
-  std::vector<float> shard0_dy_scale(lins.size(), NAN);  // shard 0's last grad_output casts
   for (int step = first + 1; step <= cfg.steps; ++step) {
     std::vector<std::size_t> starts;
     for (int b = 0; b < cfg.batch_size; ++b) starts.push_back(std::size_t(sampler.below(max_start + 1)));
-    // Each shard: its sequences' forward, the loss over the whole batch's tokens, backward.
-    std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
-    std::vector<bool> has_rows(static_cast<std::size_t>(S));
-    for (int sh = 0; sh < S; ++sh) has_rows[std::size_t(sh)] = dp.rows(cfg.batch_size, sh).count() > 0;
-    dp.for_each_shard([&](int sh) {
-      const common::Rows r = dp.rows(cfg.batch_size, sh);
-      if (r.count() == 0) return;
-      const Batch batch = window_batch(
-          ctx.corpus.train, std::vector<std::size_t>(starts.begin() + r.begin, starts.begin() + r.end), cfg.seq_len);
-      Matrix logits, dlogits;
-      model.forward(batch.input, cfg.seq_len, logits, true);
-      totals[std::size_t(sh - dp.first_shard())] = nn::softmax_cross_entropy_sum(logits, batch.target, &dlogits, rows);
-      model.backward(dlogits);
-      dp.keep_gradients(sh);
-      if (sh == 0)
-        for (std::size_t i = 0; i < lins.size(); ++i) shard0_dy_scale[i] = lins[i]->last_scale_grad_output();
-    });
-    // TE's update points with the amax reduction (forward scales at autocast exit, backward ones
-    // after the backward; the backward never reads the forward scales, so both are updated here).
-    dp.update_scales();
-    dp.reduce_gradients(has_rows);
-    const double total = dp.sum_shards(totals, &has_rows)[0];
-    const double loss = total / double(rows);
-    opt.step(params);
+    double loss;
+    if (resident) {  // one shard (checked with the flags): the whole step on the device
+      if (!on_device) on_device = std::make_unique<DeviceCharLm>(*resident, model, opt);
+      const Batch batch = window_batch(ctx.corpus.train, starts, cfg.seq_len);
+      loss = on_device->train_step(batch.input, batch.target, cfg.seq_len, rows) / double(rows);
+      const bool checkpoints = cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps;
+      if (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss) || checkpoints) to_host();
+    } else {
+      // Each shard: its sequences' forward, the loss over the whole batch's tokens, backward.
+      std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
+      std::vector<bool> has_rows(static_cast<std::size_t>(S));
+      for (int sh = 0; sh < S; ++sh) has_rows[std::size_t(sh)] = dp.rows(cfg.batch_size, sh).count() > 0;
+      dp.for_each_shard([&](int sh) {
+        const common::Rows r = dp.rows(cfg.batch_size, sh);
+        if (r.count() == 0) return;
+        const Batch batch = window_batch(
+            ctx.corpus.train, std::vector<std::size_t>(starts.begin() + r.begin, starts.begin() + r.end), cfg.seq_len);
+        Matrix logits, dlogits;
+        model.forward(batch.input, cfg.seq_len, logits, true);
+        totals[std::size_t(sh - dp.first_shard())] = nn::softmax_cross_entropy_sum(logits, batch.target, &dlogits, rows);
+        model.backward(dlogits);
+        dp.keep_gradients(sh);
+        if (sh == 0)
+          for (std::size_t i = 0; i < lins.size(); ++i) shard0_dy_scale[i] = lins[i]->last_scale_grad_output();
+      });
+      // TE's update points with the amax reduction (forward scales at autocast exit, backward ones
+      // after the backward; the backward never reads the forward scales, so both are updated here).
+      dp.update_scales();
+      dp.reduce_gradients(has_rows);
+      const double total = dp.sum_shards(totals, &has_rows)[0];
+      loss = total / double(rows);
+      opt.step(params);
+    }
     loss_sum += loss;
     ++loss_count;
     double val = NAN;
@@ -666,6 +832,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     progress.update(step, loss, val);
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps) checkpoint(capture(step));
   }
+  to_host();  // a run that ended early (diverged) may still be on the device
   // The sample: rank 0, with shard 0's quantizer state.
   if (!log.diverged && dp.root())
     dp.with_shard(0, [&] { log.sample = generate(model, ctx.corpus, cfg.seq_len, cfg.sample_chars, cfg.seed); });
@@ -734,6 +901,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   std::optional<LmSpec> spec_holder;
   emu::Accumulation accumulation{};
   std::vector<backend::Kind> backends;
+  const backend::Device* resident = nullptr;
   std::optional<common::DataParallel> dp_holder;
   group.agree([&] {
     if (!cfg.format.empty()) rs.set_format(scaling::parse_recipe_format(cfg.format));
@@ -799,6 +967,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
       backends = backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated),
                                   cfg.strict, log_stream);
     }
+    resident = common::resident_device(cfg.resident, backends, dp_holder->shards());
     common::set_threads(cfg.threads);
   });
   common::DataParallel& dp = *dp_holder;
@@ -835,7 +1004,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
     if (dp.shards() == 1) std::filesystem::remove(out.path("shards.csv"));  // an older run's
   });
 
-  Context ctx{cfg, rs, spec, accumulation, backends, corpus, {}, out.checkpoint_path()};
+  Context ctx{cfg, rs, spec, accumulation, backends, resident, corpus, {}, out.checkpoint_path()};
   {
     // Fixed validation windows, evenly spaced over the validation split (the same for every run).
     const std::size_t span = corpus.val.size() - std::size_t(cfg.seq_len) - 1;
@@ -927,6 +1096,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   j["runs"] = rj;
   // What actually ran; the head runs FP32 unless --fp8-head.
   common::record_backends(j["config"], cfg.backend, layer_names_of(cfg.layers), !cfg.fp8_head);
+  j["config"]["resident"] = cfg.resident;
   if (logs.size() > 1 && !logs[0].val_loss.empty() && !logs[1].val_loss.empty())
     j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[1].val_loss.back() / logs[0].val_loss.back() - 1.0);
   // null when gnuplot is missing, failed or ran out of time (a plot is an extra; the note said why).

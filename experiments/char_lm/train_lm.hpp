@@ -32,6 +32,9 @@ struct TrainLmConfig {
   /// ("l0.qkv=reference,l1.fc2=cuda"); layers l<i>.qkv, l<i>.proj, l<i>.fc1, l<i>.fc2, head.
   std::string backend = "emulated";
   bool strict = false;
+  /// As `fp8emu train --resident`: "auto" (the GPU when every layer runs on cuda with one shard),
+  /// "on" (also the CPU with emulated layers: the same step program), "off". Same results.
+  std::string resident = "auto";
   /// Per-layer recipe of the FP8 runs, "l0.fc1=current,head=delayed" (names as --backend); layers
   /// not named use the run's recipe.
   std::string layer_recipe;

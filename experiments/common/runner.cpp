@@ -1,6 +1,7 @@
 // The runner shared by the training experiments (see runner.hpp).
 #include "common/runner.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -130,6 +131,21 @@ void record_backends(nlohmann::json& config, const std::string& spec, const std:
   if (last_fp32) used.back() = backend::Kind::kReference;
   config["backend_used"] = backend::describe(used, names);
   if (!quiet.str().empty()) config["backend_fallback"] = backend::cuda_status().why_not();
+}
+
+const backend::Device* resident_device(const std::string& mode, const std::vector<backend::Kind>& kinds,
+                                       int shards) {
+  FP8EMU_CHECK(mode == "auto" || mode == "on" || mode == "off", "--resident must be auto, on or off, got '", mode,
+               "'");
+  if (mode == "off") return nullptr;
+  const bool all_cuda = std::all_of(kinds.begin(), kinds.end(), [](backend::Kind k) { return k == backend::Kind::kCuda; });
+  const bool all_emulated =
+      std::all_of(kinds.begin(), kinds.end(), [](backend::Kind k) { return k == backend::Kind::kEmulated; });
+  if (mode == "auto") return all_cuda && shards == 1 ? &backend::cuda_device() : nullptr;
+  FP8EMU_CHECK(shards == 1, "--resident on needs one data-parallel shard, got --dp-shards ", shards);
+  FP8EMU_CHECK(all_cuda || all_emulated, "--resident on needs every layer on one backend, cuda or emulated (after "
+               "any fallback), got --backend with several");
+  return all_cuda ? &backend::cuda_device() : &backend::cpu_device();
 }
 
 int set_threads(int threads) {

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "common/checkpoint_io.hpp"
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/nn/linear.hpp"
 #include "fp8emu/scaling/recipe.hpp"
@@ -263,6 +265,13 @@ double shortest(float v);
 /// A recipe's parameters as summary.json records them: {name: value} from the record's
 /// visit_parameters (floats as their shortest decimal).
 nlohmann::json recipe_parameters_json(const scaling::Recipe& recipe);
+
+/// The device of --resident (train, train-lm): "off" none; "on" the device of the layers' one
+/// backend (backend::cuda_device(), or backend::cpu_device() for emulated: the same step program on
+/// the CPU, a check); "auto" the GPU when every layer runs on cuda (after any fallback) and with
+/// one shard, else none. \throws fp8emu::Error for another value, or "on" with several shards or
+/// mixed backends (naming the problem).
+const backend::Device* resident_device(const std::string& mode, const std::vector<backend::Kind>& kinds, int shards);
 
 /// Sets the OpenMP thread count (0: the default). \return the threads parallel regions will use.
 int set_threads(int threads);

@@ -330,25 +330,6 @@ void evaluate(nn::Mlp& model, const Split& test, bool twin, common::DataParallel
   }
 }
 
-// The device of --resident: "off" none; "on" the device of the layers' one backend (cuda, or the
-// CPU for emulated: the same step program, a check); "auto" the GPU when every layer runs on cuda.
-// Device-resident steps need one shard. \throws fp8emu::Error for a bad value or "on" with mixed
-// backends or several shards.
-const backend::Device* resident_device(const std::string& mode, const std::vector<backend::Kind>& kinds,
-                                       int shards) {
-  FP8EMU_CHECK(mode == "auto" || mode == "on" || mode == "off", "--resident must be auto, on or off, got '", mode,
-               "'");
-  if (mode == "off") return nullptr;
-  const bool all_cuda = std::all_of(kinds.begin(), kinds.end(), [](backend::Kind k) { return k == backend::Kind::kCuda; });
-  const bool all_emulated =
-      std::all_of(kinds.begin(), kinds.end(), [](backend::Kind k) { return k == backend::Kind::kEmulated; });
-  if (mode == "auto") return all_cuda && shards == 1 ? &backend::cuda_device() : nullptr;
-  FP8EMU_CHECK(shards == 1, "--resident on needs one data-parallel shard, got --dp-shards ", shards);
-  FP8EMU_CHECK(all_cuda || all_emulated, "--resident on needs every layer on one backend, cuda or emulated (after "
-               "any fallback), got --backend with several");
-  return all_cuda ? &backend::cuda_device() : &backend::cpu_device();
-}
-
 // "fc1".."fcN", the names of the Linear layers in --backend.
 std::vector<std::string> layer_names(const std::vector<int>& sizes) {
   std::vector<std::string> names;
@@ -708,7 +689,7 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
           backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated), cfg.strict,
           log_stream);
     }
-    set.resident = resident_device(cfg.resident, set.backends, dp_holder->shards());
+    set.resident = common::resident_device(cfg.resident, set.backends, dp_holder->shards());
     threads = common::set_threads(cfg.threads);
   });
   common::DataParallel& dp = *dp_holder;

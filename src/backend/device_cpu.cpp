@@ -9,6 +9,8 @@
 
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/core/attention.hpp"
+#include "fp8emu/core/half.hpp"
 #include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/emulation/gemm.hpp"
@@ -139,6 +141,127 @@ class CpuDevice final : public Device {
     const std::ptrdiff_t count = std::ptrdiff_t(n);
 #pragma omp parallel for schedule(static) if (count >= kParallelMin)
     for (std::ptrdiff_t i = 0; i < count; ++i) core::sgd_momentum_element(w[i], g[i], m[i], momentum, lr);
+  }
+
+  void add(const float* a, const float* b, float* out, std::size_t n) const override {
+    for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  }
+  void round_bf16(float* x, std::size_t n) const override {
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] = core::bits_to_f32(core::bf16_to_f32_bits(core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]))));
+  }
+  void norm_forward(NormOp op, const float* x, int rows, int cols, const float* gamma, const float* beta, float eps,
+                    bool zero_centered_gamma, float* y, float* xhat, float* rsigma) const override {
+    check_size(rows, cols, "norm");
+    const bool ln = op == NormOp::kLayerNorm;
+#pragma omp parallel for schedule(static) if (rows >= 64)
+    for (int i = 0; i < rows; ++i) {
+      const std::size_t o = std::size_t(i) * std::size_t(cols);
+      rsigma[i] = core::norm_forward_row(x + o, cols, ln, eps, gamma, beta, zero_centered_gamma, y + o, xhat + o);
+    }
+  }
+  void norm_backward(NormOp op, const float* dy, const float* xhat, const float* rsigma, int rows, int cols,
+                     const float* gamma, bool zero_centered_gamma, float* dx, float* grad_gamma,
+                     float* grad_beta) const override {
+    check_size(rows, cols, "norm backward");
+    const bool ln = op == NormOp::kLayerNorm;
+    for (int j = 0; j < cols; ++j) {
+      float g = 0.0f, b = 0.0f;
+      core::norm_param_grad_column(dy, xhat, rows, cols, j, g, b);
+      grad_gamma[j] = g;
+      grad_beta[j] = ln ? b : 0.0f;
+    }
+#pragma omp parallel for schedule(static) if (rows >= 64)
+    for (int i = 0; i < rows; ++i) {
+      const std::size_t o = std::size_t(i) * std::size_t(cols);
+      core::norm_backward_row(dy + o, xhat + o, rsigma[i], cols, ln, gamma, zero_centered_gamma, dx + o);
+    }
+  }
+  void mlp_act_forward(MlpActOp op, const float* h, int rows, int ffn, float* act) const override {
+    check_size(rows, ffn, "MLP activation");
+    const std::size_t w = op == MlpActOp::kSwiGlu ? 2 * std::size_t(ffn) : std::size_t(ffn);
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * ffn >= kParallelMin / 16)
+    for (int i = 0; i < rows; ++i) {
+      const float* hr = h + std::size_t(i) * w;
+      float* ar = act + std::size_t(i) * std::size_t(ffn);
+      for (int j = 0; j < ffn; ++j)
+        ar[j] = op == MlpActOp::kGelu ? core::gelu_tanh_forward(hr[j]) : core::swiglu_forward(hr[j], hr[ffn + j]);
+    }
+  }
+  void mlp_act_backward(MlpActOp op, const float* h, const float* da, int rows, int ffn, float* dh) const override {
+    check_size(rows, ffn, "MLP activation backward");
+    const std::size_t w = op == MlpActOp::kSwiGlu ? 2 * std::size_t(ffn) : std::size_t(ffn);
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * ffn >= kParallelMin / 16)
+    for (int i = 0; i < rows; ++i) {
+      const float* hr = h + std::size_t(i) * w;
+      const float* dar = da + std::size_t(i) * std::size_t(ffn);
+      float* dhr = dh + std::size_t(i) * w;
+      for (int j = 0; j < ffn; ++j) {
+        if (op == MlpActOp::kGelu) dhr[j] = dar[j] * core::gelu_tanh_grad(hr[j]);
+        else core::swiglu_backward(hr[j], hr[ffn + j], dar[j], dhr[j], dhr[ffn + j]);
+      }
+    }
+  }
+  void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, float* out,
+                         float* probs) const override {
+    FP8EMU_CHECK(B >= 0 && T >= 0 && H >= 0 && d >= 0, "attention: negative size");
+    const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D;
+#pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const float* base = qkv + std::size_t(b) * std::size_t(T) * ld + std::size_t(h) * std::size_t(d);
+        for (int i = 0; i < T; ++i)
+          core::attention_row_forward(base + std::size_t(i) * ld, base + D, base + 2 * D, int(ld), i, T, d, scale,
+                                      probs + (std::size_t(b * H + h) * std::size_t(T) + std::size_t(i)) * std::size_t(T),
+                                      out + (std::size_t(b) * std::size_t(T) + std::size_t(i)) * D + std::size_t(h) * std::size_t(d));
+      }
+  }
+  void attention_backward(const float* qkv, const float* probs, const float* dout, int B, int T, int H, int d,
+                          float scale, float* ds, float* dqkv) const override {
+    FP8EMU_CHECK(B >= 0 && T >= 0 && H >= 0 && d >= 0, "attention: negative size");
+    const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D, TT = std::size_t(T) * std::size_t(T);
+#pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const std::size_t row0 = std::size_t(b) * std::size_t(T), hd = std::size_t(h) * std::size_t(d);
+        const float* q0 = qkv + row0 * ld + hd;
+        const float* p0 = probs + std::size_t(b * H + h) * TT;
+        float* ds0 = ds + std::size_t(b * H + h) * TT;
+        const float* go0 = dout + row0 * D + hd;
+        float* dq0 = dqkv + row0 * ld + hd;
+        for (int i = 0; i < T; ++i)
+          core::attention_row_backward_q(p0 + std::size_t(i) * std::size_t(T), go0 + std::size_t(i) * D, q0 + D,
+                                         q0 + 2 * D, int(ld), i, d, scale, ds0 + std::size_t(i) * std::size_t(T),
+                                         dq0 + std::size_t(i) * ld);
+        for (int j = 0; j < T; ++j)
+          core::attention_col_backward_kv(ds0, p0, T, q0, int(ld), go0, int(D), j, T, d, dq0 + std::size_t(j) * ld + D,
+                                          dq0 + std::size_t(j) * ld + 2 * D);
+      }
+  }
+  void embed_forward(const std::uint8_t* tokens, int rows, int T, const float* tok, const float* pos, int D,
+                     float* x) const override {
+    check_size(rows, D, "embedding");
+    for (int r = 0; r < rows; ++r) {
+      const float* te = tok + std::size_t(tokens[r]) * std::size_t(D);
+      const float* pe = pos + std::size_t(r % T) * std::size_t(D);
+      float* xr = x + std::size_t(r) * std::size_t(D);
+      for (int c = 0; c < D; ++c) xr[c] = te[c] + pe[c];
+    }
+  }
+  void embed_backward(const std::uint8_t* tokens, int rows, int T, const float* dx, int D, int V, int P,
+                      float* grad_tok, float* grad_pos) const override {
+    check_size(rows, D, "embedding backward");
+    std::memset(grad_tok, 0, std::size_t(V) * std::size_t(D) * sizeof(float));
+    std::memset(grad_pos, 0, std::size_t(P) * std::size_t(D) * sizeof(float));
+    for (int r = 0; r < rows; ++r) {
+      float* gt = grad_tok + std::size_t(tokens[r]) * std::size_t(D);
+      float* gp = grad_pos + std::size_t(r % T) * std::size_t(D);
+      const float* g = dx + std::size_t(r) * std::size_t(D);
+      for (int c = 0; c < D; ++c) {
+        gt[c] += g[c];
+        gp[c] += g[c];
+      }
+    }
   }
 };
 

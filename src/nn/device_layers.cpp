@@ -57,6 +57,10 @@ DeviceLinear::DeviceLinear(const backend::Device& device, const Linear& src)
   last_scale_ = Tensor<float>(d, 1, 3);
   last_scale_.upload(src.last_scale_);
   counters_ = Tensor<backend::CastCounters>(d, 1, 3);
+  backend::CastCounters c[3];  // the counts so far carry on (Linear::stats is reset by its owner)
+  const emu::QuantizeStats* st[3] = {&src.stats.input, &src.stats.weight, &src.stats.grad_output};
+  for (int r = 0; r < 3; ++r) c[r] = {st[r]->count, st[r]->saturated, st[r]->underflow, st[r]->nan};
+  counters_.upload(c);
   const scaling::Recipe& r = src.recipe();
   if (const auto* ds = std::get_if<scaling::DelayedScaling>(&r)) {
     delayed_ = true;

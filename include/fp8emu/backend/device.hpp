@@ -40,6 +40,12 @@ namespace fp8emu::backend {
 /// (nn::Activation names the same two).
 enum class ActivationOp : std::uint8_t { kReLU, kGELU };
 
+/// LayerNorm or RMSNorm (nn::NormKind names the same two).
+enum class NormOp : std::uint8_t { kLayerNorm, kRMSNorm };
+/// The activation of a LayerNormMLP (nn::MlpActivation): GELU on [rows, ffn], or SwiGLU on
+/// [rows, 2 ffn] = [a | b] giving silu(a) * b.
+enum class MlpActOp : std::uint8_t { kGelu, kSwiGlu };
+
 /// The counts of one or more FP8 casts, in device memory: elements cast, saturated (finite values
 /// clipped to the format's max and infinities), underflows to zero, NaNs (emu::QuantizeStats).
 struct CastCounters {
@@ -121,6 +127,46 @@ class Device {
   virtual void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) const = 0;
   /// SGD with momentum (core::sgd_momentum_element): m = momentum * m + g; w -= lr * m.
   virtual void sgd(float* w, const float* g, float* m, std::size_t n, float momentum, float lr) const = 0;
+
+  // ---- per-element work of a transformer step (core/nn_element.hpp, core/attention.hpp) ------
+  /// out[i] = a[i] + b[i] (fp32); out may be a or b.
+  virtual void add(const float* a, const float* b, float* out, std::size_t n) const = 0;
+  /// x[i] = x[i] rounded to bfloat16 (RNE, core::f32_bits_to_bf16_rne), kept as fp32.
+  virtual void round_bf16(float* x, std::size_t n) const = 0;
+  /// Norm::forward (training) of each row of x [rows, cols] (core::norm_forward_row): y [rows, cols]
+  /// (may be x), xhat [rows, cols] and rsigma [rows] for the backward; gamma, beta [cols] (beta unread
+  /// for RMSNorm).
+  virtual void norm_forward(NormOp op, const float* x, int rows, int cols, const float* gamma, const float* beta,
+                            float eps, bool zero_centered_gamma, float* y, float* xhat, float* rsigma) const = 0;
+  /// Norm::backward: dx [rows, cols] per row (core::norm_backward_row) and the parameter gradients
+  /// per column (core::norm_param_grad_column): grad_gamma [cols] and, for LayerNorm, grad_beta
+  /// [cols] (RMSNorm writes zeros there, as nn::Norm).
+  virtual void norm_backward(NormOp op, const float* dy, const float* xhat, const float* rsigma, int rows, int cols,
+                             const float* gamma, bool zero_centered_gamma, float* dx, float* grad_gamma,
+                             float* grad_beta) const = 0;
+  /// LayerNormMLP's activation: act [rows, ffn] from h [rows, ffn] (GELU, core::gelu_tanh_forward)
+  /// or h [rows, 2 ffn] (SwiGLU of h[:, j] and h[:, ffn + j], core::swiglu_forward).
+  virtual void mlp_act_forward(MlpActOp op, const float* h, int rows, int ffn, float* act) const = 0;
+  /// Its backward: dh (the shape of h) from h and da [rows, ffn] (core::gelu_tanh_grad times da;
+  /// core::swiglu_backward).
+  virtual void mlp_act_backward(MlpActOp op, const float* h, const float* da, int rows, int ffn, float* dh) const = 0;
+  /// DotProductAttention::forward, causal, per sequence b < B, head h < H and query row i < T
+  /// (core::attention_row_forward): qkv [B*T, 3*H*d] ([Q | K | V], head h at columns h*d), out
+  /// [B*T, H*d], probs [B*H*T, T] (row (b*H + h)*T + i) kept for the backward; scale 1/sqrt(d).
+  virtual void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, float* out,
+                                 float* probs) const = 0;
+  /// DotProductAttention::backward: dqkv [B*T, 3*H*d] (overwritten) from dout [B*T, H*d], with ds
+  /// [B*H*T, T] as scratch (core::attention_row_backward_q per query row, then
+  /// core::attention_col_backward_kv per key row).
+  virtual void attention_backward(const float* qkv, const float* probs, const float* dout, int B, int T, int H,
+                                  int d, float scale, float* ds, float* dqkv) const = 0;
+  /// Token plus position embedding: x[r, :] = tok[tokens[r], :] + pos[r mod T, :], r < rows, width D.
+  virtual void embed_forward(const std::uint8_t* tokens, int rows, int T, const float* tok, const float* pos, int D,
+                             float* x) const = 0;
+  /// Its backward: grad_tok [V, D] and grad_pos [P, D] set to zero, then each row r of dx [rows, D]
+  /// added to grad_tok[tokens[r]] and grad_pos[r mod T], in row order (fp32).
+  virtual void embed_backward(const std::uint8_t* tokens, int rows, int T, const float* dx, int D, int V, int P,
+                              float* grad_tok, float* grad_pos) const = 0;
 };
 
 /// The host: every operation runs the emulator (emulation/, SIMD and OpenMP) or the core element

@@ -14,15 +14,9 @@
 #include "fp8emu/config.hpp"
 #include "fp8emu/core/fp32_math.hpp"
 #include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/fp32_ops.hpp"
 
 namespace fp8emu::core {
-
-/// std::fmax on fp32 without libm: the larger, a NaN argument ignored (NaN only when both are).
-FP8EMU_HD float fmax_f32(float a, float b) {
-  if (a != a) return b;
-  if (b != b) return a;
-  return a > b ? a : b;
-}
 
 /// Query row i (0 <= i < T) of causal attention: s_j = (q . k_j) * scale for j <= i (dot products
 /// over c = 0..d-1), p_j = exp_rn(s_j - max_j s_j) / sum_j exp_rn(...) (the sum over j in order,

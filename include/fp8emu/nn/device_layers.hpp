@@ -34,8 +34,8 @@ class DeviceLinear {
  public:
   /// Why `l` cannot run on a device (a phrase), or empty.
   static std::string unsupported(const Linear& l);
-  /// Copies weight, bias, their gradients, precision, recipe state (scales, amax_history), the last
-  /// scales and the accumulation models. \throws fp8emu::Error with unsupported()'s phrase.
+  /// Copies weight, bias, their gradients, precision, recipe state (scales, amax_history), the cast
+  /// counts so far (Linear::stats), the last scales and the accumulation models. \throws fp8emu::Error with unsupported()'s phrase.
   DeviceLinear(const backend::Device& device, const Linear& src);
 
   /// Linear::forward with training = true and is_first_microbatch unset: y [rows, out] = x W^T + b

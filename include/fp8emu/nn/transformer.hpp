@@ -76,6 +76,7 @@ class LayerNormMLP {
   ActivationDtype act_dtype = ActivationDtype::kFp32;
 
  private:
+  friend class DeviceLayerNormMLP;
   MlpActivation act_;
   Matrix ln_out_, h_, a_;  // saved: norm output, fc1 output, activation output
 };
@@ -91,6 +92,7 @@ class DotProductAttention {
   void backward(const Matrix& dout, Matrix& dqkv);
 
  private:
+  friend class DeviceAttention;
   int heads_, head_dim_, seq_len_ = 0;
   Matrix qkv_, probs_;  // saved: inputs, and probabilities [B*H*T, T]
 };
