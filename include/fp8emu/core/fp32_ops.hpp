@@ -19,6 +19,10 @@
 #include "fp8emu/config.hpp"
 #include "fp8emu/core/convert.hpp"
 
+#if !defined(__CUDA_ARCH__)
+#include <cmath>  // std::sqrt only: IEEE 754 requires sqrt correctly rounded (sqrtss on x86-64)
+#endif
+
 namespace fp8emu::core {
 
 /// RN(a + b).
@@ -48,10 +52,47 @@ FP8EMU_HD float div_rn(float a, float b) {
 #endif
 }
 
+/// RN(sqrt(x)): IEEE 754 requires square root correctly rounded, so the host's std::sqrt (one
+/// sqrtss on x86-64) and the device's __fsqrt_rn give the same bits for every input except the NaN
+/// payload of sqrt(x < 0) (see above).
+FP8EMU_HD float sqrt_rn(float x) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
 /// Whether x is a NaN (quiet or signaling), from its bits.
 FP8EMU_HD bool f32_is_nan(float x) { return (f32_to_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
 /// Whether x is finite, from its bits.
 FP8EMU_HD bool f32_is_finite(float x) { return (f32_to_bits(x) & 0x7F800000u) != 0x7F800000u; }
+/// Whether x is +Inf or -Inf, from its bits.
+FP8EMU_HD bool f32_is_inf(float x) { return (f32_to_bits(x) & 0x7FFFFFFFu) == 0x7F800000u; }
+/// Whether x is a signaling NaN (a NaN with the quiet bit 0x00400000 clear), from its bits.
+FP8EMU_HD bool f32_is_snan(float x) {
+  const std::uint32_t u = f32_to_bits(x) & 0x7FFFFFFFu;
+  return u > 0x7F800000u && (u & 0x00400000u) == 0u;
+}
+/// The largest finite fp32 value, FLT_MAX (0x7F7FFFFF), without <cfloat>.
+FP8EMU_HD float f32_max_finite() { return bits_to_f32(0x7F7FFFFFu); }
+
+/// fmaxf(a, b) exactly as glibc's x86-64 fmaxf returns it (std::fmax on the hosts fp8emu was written
+/// on), with comparisons and bit tests only, so host and device agree:
+///  - neither is a NaN: a > b ? a : b; so for equal operands, +0 and -0 included, the second (b);
+///  - one NaN, both quiet: the other operand (a NaN is ignored), two quiet NaNs: a;
+///  - a signaling NaN among them: the first NaN operand (a if a is a NaN, else b), made quiet.
+/// IEEE 754's maxNum leaves the sign of max(+0, -0) open and CUDA's fmaxf and other libms may choose
+/// differently; this function fixes glibc's choice on both sides.
+FP8EMU_HD float fmax_f32(float a, float b) {
+  const bool na = f32_is_nan(a), nb = f32_is_nan(b);
+  if (na || nb) {
+    if (f32_is_snan(a) || f32_is_snan(b)) return bits_to_f32(f32_to_bits(na ? a : b) | 0x00400000u);
+    return nb ? a : b;
+  }
+  return a > b ? a : b;
+}
+
 /// |x|, by clearing the sign bit (exact; a NaN keeps its payload).
 FP8EMU_HD float f32_abs(float x) { return bits_to_f32(f32_to_bits(x) & 0x7FFFFFFFu); }
 
