@@ -462,3 +462,175 @@ TEST_CASE("delayed_update_slot_fused: hand-worked histories", "[core][nn_element
     CHECK(h == std::vector<float>{4.0f, 0.0f});
   }
 }
+
+namespace {
+
+// LayerNorm / RMSNorm of one row in binary64 (the mathematics, no fp32 rounding).
+std::vector<double> norm_exact(const std::vector<double>& x, bool layernorm, double eps, const std::vector<double>& g,
+                               const std::vector<double>& b) {
+  const double n = double(x.size());
+  double mu = 0.0, var = 0.0;
+  if (layernorm) {
+    for (double v : x) mu += v;
+    mu /= n;
+  }
+  for (double v : x) var += (v - mu) * (v - mu);
+  var /= n;
+  std::vector<double> y;
+  for (std::size_t j = 0; j < x.size(); ++j)
+    y.push_back((x[j] - mu) / std::sqrt(var + eps) * g[j] + (layernorm ? b[j] : 0.0));
+  return y;
+}
+
+// The spec of norm_forward_row, step by step (binary64 statistics rounded once to fp32, then fp32
+// steps).
+float norm_forward_spec(const std::vector<float>& x, bool layernorm, float eps, const std::vector<float>& g,
+                        const std::vector<float>& b, std::vector<float>& y, std::vector<float>& xhat) {
+  const int n = int(x.size());
+  float mu = 0.0f;
+  double acc = 0.0;
+  if (layernorm) {
+    for (float v : x) acc = acc + double(v);
+    mu = float(acc / double(n));
+    acc = 0.0;
+    for (float v : x) acc = acc + (double(v) - double(mu)) * (double(v) - double(mu));
+  } else {
+    for (float v : x) acc = acc + double(v) * double(v);
+  }
+  const float var = float(acc / double(n));
+  const float rs = dvd(1.0f, float(std::sqrt(double(add(var, eps)))));
+  y.clear();
+  xhat.clear();
+  for (int j = 0; j < n; ++j) {
+    const float xh = mul(sub(x[std::size_t(j)], mu), rs);
+    xhat.push_back(xh);
+    y.push_back(layernorm ? add(mul(xh, g[std::size_t(j)]), b[std::size_t(j)]) : mul(xh, g[std::size_t(j)]));
+  }
+  return rs;
+}
+
+}  // namespace
+
+TEST_CASE("norm_forward_row: values by hand, binary64 reference, rounding spec", "[core][nn_element]") {
+  // LayerNorm of [1, 2, 3, 4], eps 0: mu 2.5, var (2.25 + 0.25 + 0.25 + 2.25) / 4 = 1.25,
+  // rs = RN(1 / RN(sqrt(1.25))), xhat = [-1.5, -0.5, 0.5, 1.5] * rs, y = xhat * 2 + 1.
+  std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f}, g(4, 2.0f), b(4, 1.0f), y(4), xh(4);
+  float rs = core::norm_forward_row(x.data(), 4, true, 0.0f, g.data(), b.data(), false, y.data(), xh.data());
+  CHECK(rs == 1.0f / float(std::sqrt(1.25)));
+  CHECK(xh[0] == -1.5f * rs);
+  CHECK(xh[3] == 1.5f * rs);
+  CHECK(y[1] == -0.5f * rs * 2.0f + 1.0f);
+  // Zero-centered gamma: stored 1 means an effective 2, the same result; y without xhat.
+  std::vector<float> g1(4, 1.0f), y2(4);
+  CHECK(core::norm_forward_row(x.data(), 4, true, 0.0f, g1.data(), b.data(), true, y2.data(), nullptr) == rs);
+  CHECK(y2 == y);
+  // A constant row: var 0, so rs = 1 / sqrt(eps) and y = beta.
+  std::vector<float> c(4, 3.0f);
+  rs = core::norm_forward_row(c.data(), 4, true, 1e-4f, g.data(), b.data(), false, y.data(), xh.data());
+  CHECK(rs == 1.0f / float(std::sqrt(double(1e-4f))));
+  CHECK(y == std::vector<float>(4, 1.0f));
+  // RMSNorm of [3, 4]: mean square 12.5, y = x / sqrt(12.5) * g (beta not read: null is fine).
+  std::vector<float> r = {3.0f, 4.0f};
+  rs = core::norm_forward_row(r.data(), 2, false, 0.0f, g.data(), nullptr, false, y.data(), xh.data());
+  CHECK(rs == 1.0f / float(std::sqrt(12.5)));
+  CHECK(y[0] == 3.0f * rs * 2.0f);
+  CHECK(y[1] == 4.0f * rs * 2.0f);
+  // In place (y == x) gives the same row.
+  std::vector<float> inplace = {1.0f, 2.0f, 3.0f, 4.0f}, ref(4);
+  core::norm_forward_row(inplace.data(), 4, true, 1e-5f, g.data(), b.data(), false, ref.data(), nullptr);
+  core::norm_forward_row(inplace.data(), 4, true, 1e-5f, g.data(), b.data(), false, inplace.data(), nullptr);
+  CHECK(inplace == ref);
+
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + int(rng() % 300);
+    const bool ln = trial % 2 == 0;
+    const float eps = trial % 4 < 2 ? 1e-5f : 1e-6f;
+    const float shift = float(trial % 5) * 10.0f;
+    std::vector<float> xs, gs, bs;
+    for (int j = 0; j < n; ++j) {
+      xs.push_back(shift + 3.0f * nd(rng));
+      gs.push_back(1.0f + 0.2f * nd(rng));
+      bs.push_back(0.1f * nd(rng));
+    }
+    INFO("trial " << trial << ", n " << n << (ln ? " LayerNorm" : " RMSNorm"));
+    std::vector<float> yo(xs.size()), xo(xs.size()), ys, xhs;
+    const float rso = core::norm_forward_row(xs.data(), n, ln, eps, gs.data(), bs.data(), false, yo.data(), xo.data());
+    REQUIRE(same_bits(rso, norm_forward_spec(xs, ln, eps, gs, bs, ys, xhs)));
+    for (int j = 0; j < n; ++j) {
+      REQUIRE(same_bits(yo[std::size_t(j)], ys[std::size_t(j)]));
+      REQUIRE(same_bits(xo[std::size_t(j)], xhs[std::size_t(j)]));
+    }
+    const std::vector<double> ye = norm_exact(std::vector<double>(xs.begin(), xs.end()), ln, eps,
+                                              std::vector<double>(gs.begin(), gs.end()),
+                                              std::vector<double>(bs.begin(), bs.end()));
+    for (int j = 0; j < n; ++j) REQUIRE(std::fabs(double(yo[std::size_t(j)]) - ye[std::size_t(j)]) <= 2e-6 * (8.0 + shift));
+  }
+}
+
+TEST_CASE("norm_backward_row and norm_param_grad_column: finite differences, rounding spec, by hand",
+          "[core][nn_element]") {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 2 + int(rng() % 64);
+    const bool ln = trial % 2 == 0;
+    const bool zc = trial % 3 == 0;
+    const float eps = 1e-5f;
+    std::vector<float> xs, gs, bs(std::size_t(n), 0.0f), dy;
+    for (int j = 0; j < n; ++j) {
+      xs.push_back(1.0f + 2.0f * nd(rng));
+      gs.push_back((zc ? 0.0f : 1.0f) + 0.3f * nd(rng));
+      dy.push_back(nd(rng));
+    }
+    INFO("trial " << trial << ", n " << n << (ln ? " LayerNorm" : " RMSNorm") << (zc ? ", zero-centered" : ""));
+    std::vector<float> y(xs.size()), xh(xs.size()), dx(xs.size());
+    const float rs = core::norm_forward_row(xs.data(), n, ln, eps, gs.data(), bs.data(), zc, y.data(), xh.data());
+    core::norm_backward_row(dy.data(), xh.data(), rs, n, ln, gs.data(), zc, dx.data());
+    // Spec: binary64 sums of the fp32 g*dy, means rounded once, fp32 steps.
+    double s1 = 0.0, s2 = 0.0;
+    std::vector<float> geff;
+    for (int j = 0; j < n; ++j) {
+      geff.push_back(zc ? add(1.0f, gs[std::size_t(j)]) : gs[std::size_t(j)]);
+      const float gdy = mul(geff.back(), dy[std::size_t(j)]);
+      s1 = s1 + double(gdy);
+      s2 = s2 + double(gdy) * double(xh[std::size_t(j)]);
+    }
+    const float m1 = ln ? float(s1 / double(n)) : 0.0f, m2 = float(s2 / double(n));
+    for (int j = 0; j < n; ++j) {
+      const std::size_t k = std::size_t(j);
+      REQUIRE(same_bits(dx[k], mul(rs, sub(sub(mul(geff[k], dy[k]), m1), mul(xh[k], m2)))));
+    }
+    // Mathematics: dx = d/dx sum_j dy_j y_j(x), by central differences of the binary64 forward.
+    const std::vector<double> gd(geff.begin(), geff.end()), bd(bs.begin(), bs.end());
+    for (int j = 0; j < n; ++j) {
+      std::vector<double> xp(xs.begin(), xs.end()), xm(xs.begin(), xs.end());
+      const double h = 1e-5;
+      xp[std::size_t(j)] += h;
+      xm[std::size_t(j)] -= h;
+      const std::vector<double> yp = norm_exact(xp, ln, eps, gd, bd), ym = norm_exact(xm, ln, eps, gd, bd);
+      double fd = 0.0;
+      for (int k = 0; k < n; ++k) fd += double(dy[std::size_t(k)]) * (yp[std::size_t(k)] - ym[std::size_t(k)]);
+      fd /= 2 * h;
+      REQUIRE(std::fabs(double(dx[std::size_t(j)]) - fd) <= 2e-4 * (1.0 + std::fabs(fd)));
+    }
+  }
+
+  // Parameter gradients, by hand: dy = [[1, 2], [3, 4], [1e8, 0], [-1e8, 0]] (rows), xhat all 1
+  // except xhat[1][1] = 0.5: column 0 sums 1 + 3 + 1e8 - 1e8 = 0 in fp32 order (exact 4), column 1
+  // gives d_gamma 2 + 2 = 4, d_beta 6.
+  const std::vector<float> dyp = {1.0f, 2.0f, 3.0f, 4.0f, 1e8f, 0.0f, -1e8f, 0.0f};
+  const std::vector<float> xhp = {1.0f, 1.0f, 1.0f, 0.5f, 1.0f, 1.0f, 1.0f, 1.0f};
+  float dg = -1.0f, db = -1.0f;
+  core::norm_param_grad_column(dyp.data(), xhp.data(), 4, 2, 0, dg, db);
+  CHECK(dg == 0.0f);
+  CHECK(db == 0.0f);
+  core::norm_param_grad_column(dyp.data(), xhp.data(), 4, 2, 1, dg, db);
+  CHECK(dg == 4.0f);
+  CHECK(db == 6.0f);
+  core::norm_param_grad_column(dyp.data(), xhp.data(), 2, 2, 0, dg, db);
+  CHECK(dg == 4.0f);
+  CHECK(db == 4.0f);
+  CHECK(db == core::column_sum(dyp.data(), 2, 2, 0));
+}

@@ -189,4 +189,87 @@ FP8EMU_HD void delayed_update_slot_fused(float* history, int num_slots, int hist
   scale[slot] = s;
 }
 
+// ------------------------------------------------------------------------- LayerNorm / RMSNorm
+
+/// The effective gamma of feature j: `1 + gamma[j]` (one fp32 rounding) with zero-centered gamma,
+/// else gamma[j].
+FP8EMU_HD float norm_gamma(const float* gamma, int j, bool zero_centered_gamma) {
+  return zero_centered_gamma ? 1.0f + gamma[j] : gamma[j];
+}
+
+/// LayerNorm (layernorm true) or RMSNorm forward of one row x of n features (nn::Norm::forward, one
+/// call per row) into y; returns rsigma. Statistics in binary64, in column order:
+///  - LayerNorm: acc = ((0 + x_0) + x_1) + ... (binary64, exact widening), mu = RN32(acc / n);
+///    var = RN32(acc2 / n) with acc2 = sum over j of d_j * d_j, d_j = x_j - mu (binary64 ops);
+///  - RMSNorm: mu = 0, var = RN32(acc2 / n) with acc2 = sum over j of x_j * x_j (binary64 ops);
+///  - rsigma = 1 / sqrt_rn(var + eps) (fp32: add, sqrt, divide);
+///  - xhat_j = (x_j - mu) * rsigma and y_j = xhat_j * g_j + beta_j (LayerNorm) or xhat_j * g_j
+///    (RMSNorm), g_j = norm_gamma(gamma, j, zero_centered_gamma), each step one fp32 rounding.
+/// xhat (nullable) receives xhat_j for the backward pass; beta is not read for RMSNorm. y may be x
+/// itself (x_j is read before y_j is written) but must not overlap it otherwise. Called by nn::Norm::forward (LayerNormLinear, LayerNormMLP and the final norm of
+/// `train-lm`) and any GPU kernel of it.
+FP8EMU_HD float norm_forward_row(const float* x, int n, bool layernorm, float eps, const float* gamma,
+                                 const float* beta, bool zero_centered_gamma, float* y, float* xhat) {
+  float mu = 0.0f;
+  double acc = 0.0;
+  if (layernorm) {
+    for (int j = 0; j < n; ++j) acc += x[j];
+    mu = math_detail::f64_to_f32_rn(acc / n);
+    acc = 0.0;
+    for (int j = 0; j < n; ++j) {
+      const double d = double(x[j]) - double(mu);
+      acc += d * d;
+    }
+  } else {
+    for (int j = 0; j < n; ++j) acc += double(x[j]) * double(x[j]);
+  }
+  const float var = math_detail::f64_to_f32_rn(acc / n);
+  const float rs = 1.0f / sqrt_rn(var + eps);
+  for (int j = 0; j < n; ++j) {
+    const float xh = (x[j] - mu) * rs;
+    const float g = norm_gamma(gamma, j, zero_centered_gamma);
+    y[j] = layernorm ? xh * g + beta[j] : xh * g;
+    if (xhat) xhat[j] = xh;
+  }
+  return rs;
+}
+
+/// LayerNorm / RMSNorm backward of one row (nn::Norm::backward, one call per row): given the row's
+/// output gradient dy, its saved xhat and rsigma rs, writes dx:
+///   gdy_j = g_j * dy_j (fp32), s1 = sum gdy_j, s2 = sum gdy_j * xhat_j (binary64, column order,
+///   from 0); m1 = RN32(s1 / n) for LayerNorm, 0 for RMSNorm; m2 = RN32(s2 / n);
+///   dx_j = rs * (((g_j * dy_j) - m1) - xhat_j * m2), each step one fp32 rounding.
+/// dx may not overlap dy or xhat. Called by nn::Norm::backward and any GPU kernel of it.
+FP8EMU_HD void norm_backward_row(const float* dy, const float* xhat, float rs, int n, bool layernorm,
+                                 const float* gamma, bool zero_centered_gamma, float* dx) {
+  double s1 = 0.0, s2 = 0.0;
+  for (int j = 0; j < n; ++j) {
+    const float gdy = norm_gamma(gamma, j, zero_centered_gamma) * dy[j];
+    s1 += gdy;
+    s2 += double(gdy) * double(xhat[j]);
+  }
+  const float m1 = layernorm ? math_detail::f64_to_f32_rn(s1 / n) : 0.0f;
+  const float m2 = math_detail::f64_to_f32_rn(s2 / n);
+  for (int j = 0; j < n; ++j) {
+    const float g = norm_gamma(gamma, j, zero_centered_gamma);
+    dx[j] = rs * (g * dy[j] - m1 - xhat[j] * m2);
+  }
+}
+
+/// The norm's parameter gradients of feature j over the row-major [rows, cols] dy and xhat, fp32 in
+/// row order from +0: d_gamma = ((0 + dy_0j * xhat_0j) + dy_1j * xhat_1j) + ... (each product one
+/// rounding) and d_beta = column_sum(dy, rows, cols, j). Called by nn::Norm::backward (d_beta used
+/// for LayerNorm only) and any GPU kernel of it.
+FP8EMU_HD void norm_param_grad_column(const float* dy, const float* xhat, int rows, int cols, int j, float& d_gamma,
+                                      float& d_beta) {
+  float sg = 0.0f, sb = 0.0f;
+  for (int i = 0; i < rows; ++i) {
+    const long long k = static_cast<long long>(i) * cols + j;
+    sg += dy[k] * xhat[k];
+    sb += dy[k];
+  }
+  d_gamma = sg;
+  d_beta = sb;
+}
+
 }  // namespace fp8emu::core
