@@ -59,3 +59,38 @@ __global__ void core_fp32_math_kernel(const float* x, float* out, int n) {
 }
 
 }  // namespace fp8emu::cuda
+
+// The nn layers' element functions (core/nn_element.hpp) as device code: activations, SwiGLU, the
+// cross-entropy row, the optimizer steps, the bias column sum, the fused delayed-scaling update and
+// the norms' rows, the functions the CPU layers call, so a GPU kernel of a layer gives the CPU's bits.
+#include "fp8emu/core/nn_element.hpp"
+
+namespace fp8emu::cuda {
+
+__global__ void core_nn_element_kernel(const float* x, float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float w = x[i], m = 0.0f, v = 0.0f, da = 0.0f, db = 0.0f;
+  out[8 * i + 0] = core::relu_forward(x[i]) + core::relu_grad(x[i]);
+  out[8 * i + 1] = core::gelu_tanh_forward(x[i]) + core::gelu_tanh_grad(x[i]);
+  core::swiglu_backward(x[i], 0.5f, 1.0f, da, db);
+  out[8 * i + 2] = core::swiglu_forward(x[i], 0.5f) + da + db;
+  core::adam_element(w, 0.1f, m, v, 0.9f, 0.999f, 0.01f, 0.0316f, 1e-8f);
+  core::sgd_momentum_element(w, 0.1f, m, 0.9f, 0.01f);
+  out[8 * i + 3] = w;
+  if (i == 0) {
+    out[8 * i + 4] = core::softmax_xent_row(x, n, 0, float(n), out + 8 * n);
+    out[8 * i + 5] = core::column_sum(x, n, 1, 0);
+    float scale = 1.0f;
+    core::delayed_update_slot_fused(out + 8 * n, 1, n, 0, &scale, 448.0f, false);
+    out[8 * i + 6] = scale;
+    float* row = out + 9 * n;
+    const float rs = core::norm_forward_row(x, n, true, 1e-5f, x, x, true, row, row + n);
+    core::norm_backward_row(x, row + n, rs, n, false, x, false, row + 2 * n);
+    float dg = 0.0f, db = 0.0f;
+    core::norm_param_grad_column(x, row + n, n, 1, 0, dg, db);
+    out[8 * i + 7] = dg + db + core::bias_add(rs, 1.0f);
+  }
+}
+
+}  // namespace fp8emu::cuda

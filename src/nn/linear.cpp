@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -13,7 +14,7 @@ namespace {
 void add_bias(Matrix& y, const Matrix& bias) {
   for (int i = 0; i < y.rows; ++i) {
     float* r = y.row(i);
-    for (int j = 0; j < y.cols; ++j) r[j] += bias.data[std::size_t(j)];
+    for (int j = 0; j < y.cols; ++j) r[j] = core::bias_add(r[j], bias.data[std::size_t(j)]);
   }
 }
 
@@ -171,9 +172,7 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
                out_features(), "]");
   const int batch = dy.rows, in = in_features(), out = out_features();
   // db: sum over the batch in row order, fp32, from the unquantized gradient.
-  for (int j = 0; j < out; ++j) grad_bias.data[std::size_t(j)] = 0.0f;
-  for (int i = 0; i < batch; ++i)
-    for (int j = 0; j < out; ++j) grad_bias.data[std::size_t(j)] += dy(i, j);
+  for (int j = 0; j < out; ++j) grad_bias.data[std::size_t(j)] = core::column_sum(dy.data.data(), batch, out, j);
 
   if (precision_ == Precision::kFp32) {
     Matrix dyt(out, batch);

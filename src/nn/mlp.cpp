@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "fp8emu/core/fp32_math.hpp"
+#include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
@@ -17,23 +17,16 @@ Activation parse_activation(const std::string& s) {
 namespace {
 // Elementwise optimizer loops fork threads only from this size (as the emulation kernels).
 constexpr std::ptrdiff_t kParallelMinElements = std::ptrdiff_t(1) << 15;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCoeff = 0.044715f;
 
 }  // namespace
 
+// The element arithmetic lives in core/nn_element.hpp (shared with any GPU kernel).
 float activation_forward(Activation a, float x) {
-  if (a == Activation::kReLU) return x > 0.0f ? x : 0.0f;
-  const float t = core::tanh_rn(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
-  return 0.5f * x * (1.0f + t);
+  return a == Activation::kReLU ? core::relu_forward(x) : core::gelu_tanh_forward(x);
 }
 
 float activation_grad(Activation a, float x) {
-  if (a == Activation::kReLU) return x > 0.0f ? 1.0f : 0.0f;
-  const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-  const float t = core::tanh_rn(u);
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  return a == Activation::kReLU ? core::relu_grad(x) : core::gelu_tanh_grad(x);
 }
 
 Mlp::Mlp(const std::vector<int>& sizes, Activation act, Precision precision,
@@ -110,24 +103,10 @@ double softmax_cross_entropy_sum(const Matrix& logits, const std::vector<std::ui
   const int b = logits.rows, c = logits.cols;
   if (dlogits) dlogits->resize(b, c);
   double total = 0.0;
-  std::vector<float> p(static_cast<std::size_t>(c));
   for (int i = 0; i < b; ++i) {
-    const float* z = logits.row(i);
     const int y = labels[std::size_t(i)];
     FP8EMU_CHECK(y < c, "cross-entropy: label ", y, " out of range for ", c, " classes");
-    float mx = z[0];
-    for (int j = 1; j < c; ++j) mx = std::fmax(mx, z[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < c; ++j) {
-      p[std::size_t(j)] = core::exp_rn(z[j] - mx);
-      sum += p[std::size_t(j)];
-    }
-    total += double(core::log_rn(sum) - (z[y] - mx));
-    if (dlogits) {
-      float* d = dlogits->row(i);
-      for (int j = 0; j < c; ++j)
-        d[j] = (p[std::size_t(j)] / sum - (j == y ? 1.0f : 0.0f)) / float(divisor);
-    }
+    total += double(core::softmax_xent_row(logits.row(i), c, y, float(divisor), dlogits ? dlogits->row(i) : nullptr));
   }
   return total;
 }
@@ -191,17 +170,10 @@ void Optimizer::step(const std::vector<std::pair<Matrix*, Matrix*>>& params) {
     if (kind_ == Kind::kAdam) {
       const float step = a.step, sqrt_bc2 = a.sqrt_bc2;
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-      for (std::ptrdiff_t i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        w[i] -= step * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
-      }
+      for (std::ptrdiff_t i = 0; i < n; ++i) core::adam_element(w[i], g[i], m[i], v[i], b1, b2, step, sqrt_bc2, eps);
     } else {
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-      for (std::ptrdiff_t i = 0; i < n; ++i) {
-        m[i] = momentum_ * m[i] + g[i];
-        w[i] -= lr_ * m[i];
-      }
+      for (std::ptrdiff_t i = 0; i < n; ++i) core::sgd_momentum_element(w[i], g[i], m[i], momentum_, lr_);
     }
   }
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
@@ -28,29 +29,9 @@ void Norm::forward(const Matrix& x, Matrix& y, bool training) {
   }
 #pragma omp parallel for schedule(static) if (x.rows >= 64)
   for (int i = 0; i < x.rows; ++i) {
-    const float* xr = x.row(i);
-    float mu = 0.0f;
-    double acc = 0.0;
-    if (kind_ == NormKind::kLayerNorm) {
-      for (int j = 0; j < n; ++j) acc += xr[j];
-      mu = float(acc / n);
-      acc = 0.0;
-      for (int j = 0; j < n; ++j) {
-        const double d = double(xr[j]) - double(mu);
-        acc += d * d;
-      }
-    } else {
-      for (int j = 0; j < n; ++j) acc += double(xr[j]) * double(xr[j]);
-    }
-    const float var = float(acc / n);
-    const float rs = 1.0f / std::sqrt(var + eps_);
-    float* yr = y.row(i);
-    for (int j = 0; j < n; ++j) {
-      const float xh = (xr[j] - mu) * rs;
-      const float g = zero_centered_ ? 1.0f + gamma.data[std::size_t(j)] : gamma.data[std::size_t(j)];
-      yr[j] = kind_ == NormKind::kLayerNorm ? xh * g + beta.data[std::size_t(j)] : xh * g;
-      if (training) xhat_(i, j) = xh;
-    }
+    const float rs = core::norm_forward_row(x.row(i), n, kind_ == NormKind::kLayerNorm, eps_, gamma.data.data(),
+                                            beta.data.data(), zero_centered_, y.row(i),
+                                            training ? xhat_.row(i) : nullptr);
     if (training) rsigma_[std::size_t(i)] = rs;
   }
   have_saved_ = training;
@@ -64,31 +45,16 @@ void Norm::backward(const Matrix& dy, Matrix& dx) {
   dx.resize(dy.rows, n);
   // Parameter gradients: sums over rows in row order (deterministic).
   for (int j = 0; j < n; ++j) {
-    float sg = 0.0f, sb = 0.0f;
-    for (int i = 0; i < dy.rows; ++i) {
-      sg += dy(i, j) * xhat_(i, j);
-      sb += dy(i, j);
-    }
+    float sg, sb;
+    core::norm_param_grad_column(dy.data.data(), xhat_.data.data(), dy.rows, n, j, sg, sb);
     grad_gamma.data[std::size_t(j)] = sg;
     grad_beta.data[std::size_t(j)] = kind_ == NormKind::kLayerNorm ? sb : 0.0f;
   }
 #pragma omp parallel for schedule(static) if (dy.rows >= 64)
   for (int i = 0; i < dy.rows; ++i) {
     // dx = rsigma * (g*dy - mean(g*dy) - xhat * mean(g*dy * xhat)); RMSNorm has no mean(g*dy) term.
-    double s1 = 0.0, s2 = 0.0;
-    for (int j = 0; j < n; ++j) {
-      const float g = zero_centered_ ? 1.0f + gamma.data[std::size_t(j)] : gamma.data[std::size_t(j)];
-      const float gdy = g * dy(i, j);
-      s1 += gdy;
-      s2 += double(gdy) * double(xhat_(i, j));
-    }
-    const float m1 = kind_ == NormKind::kLayerNorm ? float(s1 / n) : 0.0f;
-    const float m2 = float(s2 / n);
-    const float rs = rsigma_[std::size_t(i)];
-    for (int j = 0; j < n; ++j) {
-      const float g = zero_centered_ ? 1.0f + gamma.data[std::size_t(j)] : gamma.data[std::size_t(j)];
-      dx(i, j) = rs * (g * dy(i, j) - m1 - xhat_(i, j) * m2);
-    }
+    core::norm_backward_row(dy.row(i), xhat_.row(i), rsigma_[std::size_t(i)], n, kind_ == NormKind::kLayerNorm,
+                            gamma.data.data(), zero_centered_, dx.row(i));
   }
   have_saved_ = false;
 }

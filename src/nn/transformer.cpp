@@ -9,6 +9,7 @@
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/fp32_math.hpp"
 #include "fp8emu/core/half.hpp"
+#include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -29,9 +30,6 @@ namespace {
 void add_into(Matrix& a, const Matrix& b) {
   for (std::size_t i = 0; i < a.size(); ++i) a.data[i] += b.data[i];
 }
-
-// Correctly rounded exp (core/fp32_math.hpp): libm-independent, the same bits on host and device.
-float sigmoid(float x) { return 1.0f / (1.0f + core::exp_rn(-x)); }
 
 }  // namespace
 
@@ -84,10 +82,9 @@ void LayerNormMLP::forward(const Matrix& x, Matrix& y, bool training) {
   for (int i = 0; i < h_.rows; ++i) {
     for (int j = 0; j < ffn; ++j) {
       if (act_ == MlpActivation::kGelu) {
-        a_(i, j) = activation_forward(Activation::kGELU, h_(i, j));
+        a_(i, j) = core::gelu_tanh_forward(h_(i, j));
       } else {
-        const float a = h_(i, j), b = h_(i, ffn + j);
-        a_(i, j) = a * sigmoid(a) * b;
+        a_(i, j) = core::swiglu_forward(h_(i, j), h_(i, ffn + j));
       }
     }
   }
@@ -104,11 +101,9 @@ void LayerNormMLP::backward(const Matrix& dy, Matrix& dx) {
   for (int i = 0; i < h_.rows; ++i) {
     for (int j = 0; j < ffn; ++j) {
       if (act_ == MlpActivation::kGelu) {
-        dh(i, j) = da(i, j) * activation_grad(Activation::kGELU, h_(i, j));
+        dh(i, j) = da(i, j) * core::gelu_tanh_grad(h_(i, j));
       } else {
-        const float a = h_(i, j), b = h_(i, ffn + j), s = sigmoid(a);
-        dh(i, j) = da(i, j) * b * s * (1.0f + a * (1.0f - s));
-        dh(i, ffn + j) = da(i, j) * a * s;
+        core::swiglu_backward(h_(i, j), h_(i, ffn + j), da(i, j), dh(i, j), dh(i, ffn + j));
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::scaling {
@@ -44,26 +45,9 @@ void DelayedScalingState::update(const DelayedScaling& recipe, Format fmt) {
   if (recipe.uses_fused_update()) {
     // Host-side constant as TE's driver: fp32 fp8_max times powf(2, -margin).
     const float scaled_max = fused_scaled_max(recipe, fmt);
-    for (std::size_t j = 0; j < n; ++j) {
-      const float r = h(0, j);
-      float m = 0.0f;
-      if (r != 0.0f) {
-        if (L == 1) {
-          m = r;
-        } else {
-          for (int i = 1; i < L; ++i) m = std::fmax(m, h(i, j));
-          m = std::fmax(m, r);
-          for (int i = 1; i + 1 < L; ++i) h(i, j) = h(i + 1, j);
-          h(L - 1, j) = r;
-        }
-        h(0, j) = 0.0f;
-      }
-      const float amax = recipe.amax_compute_algo == AmaxComputeAlgo::kMax ? m : r;
-      float s = scale_[j];
-      if (std::isfinite(amax) && amax > 0.0f) s = scaled_max / amax;
-      if (std::isinf(s)) s = FLT_MAX;
-      scale_[j] = s;
-    }
+    const bool most_recent = recipe.amax_compute_algo == AmaxComputeAlgo::kMostRecent;
+    for (std::size_t j = 0; j < n; ++j)
+      core::delayed_update_slot_fused(history_.data(), num_slots_, L, int(j), scale_.data(), scaled_max, most_recent);
     return;
   }
 

@@ -214,7 +214,7 @@ FP8EMU_HD float norm_forward_row(const float* x, int n, bool layernorm, float ep
   double acc = 0.0;
   if (layernorm) {
     for (int j = 0; j < n; ++j) acc += x[j];
-    mu = float(acc) / float(n);
+    mu = math_detail::f64_to_f32_rn(acc / n);
     acc = 0.0;
     for (int j = 0; j < n; ++j) {
       const double d = double(x[j]) - double(mu);
