@@ -8,6 +8,7 @@
 
 #include "device_buffer.hpp"
 #include "fp8emu/core/dot.hpp"
+#include "fp8emu/core/fp32_ops.hpp"
 #include "launch.hpp"
 
 namespace fp8emu::cuda::detail {
@@ -17,7 +18,10 @@ constexpr int kBlockX = 32, kBlockY = 8;
 
 __global__ void gemm_tn_kernel(int M, int N, int K, const std::uint8_t* __restrict__ A, FormatSpec fa,
                                const std::uint8_t* __restrict__ B, FormatSpec fb, AccumulationModel model,
-                               int promotion, int split_k, float s, float* __restrict__ D) {
+                               int promotion, int split_k, GemmScaleArg sa, float* __restrict__ D) {
+  // Device-resident scales: emu::scale_inv_of of each (IEEE division) and their product, one
+  // rounding each, as the host computes s for emu::gemm_fp8_tn.
+  const float s = sa.scale_a ? core::mul_rn(core::div_rn(1.0f, *sa.scale_a), core::div_rn(1.0f, *sa.scale_b)) : sa.s;
   for (int i = int(blockIdx.y * blockDim.y + threadIdx.y); i < M; i += int(gridDim.y * blockDim.y))
     for (int j = int(blockIdx.x * blockDim.x + threadIdx.x); j < N; j += int(gridDim.x * blockDim.x))
       D[std::size_t(i) * std::size_t(N) + std::size_t(j)] =
@@ -43,7 +47,7 @@ dim3 grid_for(int M, int N) {
 }  // namespace
 
 void launch_gemm_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
-                    Accumulation model, int promotion, int split_k, float s, float* D, cudaStream_t stream) {
+                    Accumulation model, int promotion, int split_k, GemmScaleArg s, float* D, cudaStream_t stream) {
   if (M <= 0 || N <= 0) return;
   gemm_tn_kernel<<<grid_for(M, N), dim3(kBlockX, kBlockY), 0, stream>>>(M, N, K, A, spec_of(fa), B, spec_of(fb),
                                                                        model_of(model), promotion, split_k, s, D);

@@ -25,13 +25,9 @@
 namespace fp8emu::cuda::detail {
 namespace {
 
-constexpr int kThreads = 256;        // threads per block of the 1-D kernels
-constexpr std::size_t kMaxBlocks = 8192;  // grid-stride beyond this
+constexpr int kThreads = kThreads1d;  // threads per block of the 1-D kernels (launch.hpp)
 
-unsigned int blocks_for(std::size_t work) {
-  const std::size_t b = (work + kThreads - 1) / kThreads;
-  return unsigned(std::max<std::size_t>(1, std::min(b, kMaxBlocks)));
-}
+unsigned int blocks_for(std::size_t work) { return blocks_1d(work); }
 
 // The format record by value, for a format known at compile time.
 template <Format F>
@@ -114,11 +110,12 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ q, std::size_
 // same results.
 constexpr int kCtRows = 32, kCtCols = 128, kCtThreadRows = 8;
 template <Format F>
-__global__ void cast_transpose_kernel(const float* __restrict__ x, int rows, int cols, float scale,
+__global__ void cast_transpose_kernel(const float* __restrict__ x, int rows, int cols, ScaleArg scale_arg,
                                       std::uint8_t* __restrict__ qr, std::uint8_t* __restrict__ qc, bool vec,
                                       CastTotals* totals) {
   __shared__ std::uint8_t tile[kCtRows][kCtCols + 4];
   const FormatSpec f = spec_value<F>();
+  const float scale = scale_arg.device ? *scale_arg.device : scale_arg.value;  // a device scale: one load
   core::CastCounts counts;
   unsigned int m = 0;
   const int tx = int(threadIdx.x), ty = int(threadIdx.y), tid = ty * 32 + tx;
@@ -173,11 +170,12 @@ __global__ void cast_transpose_kernel(const float* __restrict__ x, int rows, int
   warp_max_to(m, &totals->amax_bits);
 }
 
-// 32 x 32 tiles through shared memory: reads and writes are coalesced along rows.
+// 32 x 32 tiles through shared memory: reads and writes are coalesced along rows. T: codes or fp32
+// values (moved, never converted).
 constexpr int kTile = 32, kTileRows = 8;
-__global__ void transpose_kernel(int rows, int cols, const std::uint8_t* __restrict__ in,
-                                 std::uint8_t* __restrict__ out) {
-  __shared__ std::uint8_t tile[kTile][kTile + 1];
+template <class T>
+__global__ void transpose_kernel(int rows, int cols, const T* __restrict__ in, T* __restrict__ out) {
+  __shared__ T tile[kTile][kTile + 1];
   for (int by = blockIdx.y; by * kTile < rows; by += gridDim.y) {
     for (int bx = blockIdx.x; bx * kTile < cols; bx += gridDim.x) {
       const int c = bx * kTile + int(threadIdx.x);
@@ -458,15 +456,26 @@ void launch_dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Fo
   FP8EMU_CUDA_CHECK_LAUNCH("dequantize_kernel");
 }
 
-void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out, cudaStream_t stream) {
+namespace {
+template <class T>
+void launch_transpose_t(int rows, int cols, const T* in, T* out, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   const dim3 grid(unsigned(std::min((cols + kTile - 1) / kTile, 65535)),
                   unsigned(std::min((rows + kTile - 1) / kTile, 65535)));
-  transpose_kernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(rows, cols, in, out);
+  transpose_kernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(rows, cols, in, out);
   FP8EMU_CUDA_CHECK_LAUNCH("transpose_kernel");
 }
+}  // namespace
 
-void launch_cast_transpose(const float* x, int rows, int cols, float scale, Format fmt, std::uint8_t* q_rowwise,
+void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out, cudaStream_t stream) {
+  launch_transpose_t(rows, cols, in, out, stream);
+}
+
+void launch_transpose(int rows, int cols, const float* in, float* out, cudaStream_t stream) {
+  launch_transpose_t(rows, cols, in, out, stream);
+}
+
+void launch_cast_transpose(const float* x, int rows, int cols, ScaleArg scale, Format fmt, std::uint8_t* q_rowwise,
                            std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   emu::require_fp8(fmt, "cast_transpose");

@@ -15,6 +15,45 @@
 
 namespace fp8emu::cuda::detail {
 
+/// Threads per block of the 1-D (grid-stride) kernels, and the number of blocks for `work` items:
+/// one item per thread up to kMaxBlocks1d blocks, grid-stride beyond.
+constexpr int kThreads1d = 256;
+constexpr std::size_t kMaxBlocks1d = 8192;
+inline unsigned int blocks_1d(std::size_t work) {
+  const std::size_t b = (work + kThreads1d - 1) / kThreads1d;
+  return unsigned(b < 1 ? 1 : (b > kMaxBlocks1d ? kMaxBlocks1d : b));
+}
+
+/// The scale of a per-tensor cast: a value from the host, or (device non-null) read by the kernel
+/// from device memory, where a recipe's state keeps it (backend::Device). Converts from a float.
+struct ScaleArg {
+  float value = 1.0f;
+  const float* device = nullptr;
+  ScaleArg(float v) : value(v) {}  // NOLINT(google-explicit-constructor): a host scale
+  static ScaleArg at(const float* p) {
+    ScaleArg a(1.0f);
+    a.device = p;
+    return a;
+  }
+};
+
+/// The dequantization factor s of an FP8 GEMM, D = RN(acc * s): a value RN(scale_inv_a * scale_inv_b)
+/// from the host, or (scale_a non-null) computed by the kernel from the two casts' scales in device
+/// memory as emu::gemm_fp8_tn with emu::scale_inv_of: s = RN(RN(1 / *scale_a) * RN(1 / *scale_b)).
+/// Converts from a float.
+struct GemmScaleArg {
+  float s = 1.0f;
+  const float* scale_a = nullptr;
+  const float* scale_b = nullptr;
+  GemmScaleArg(float v) : s(v) {}  // NOLINT(google-explicit-constructor): a host factor
+  static GemmScaleArg from_scales(const float* a, const float* b) {
+    GemmScaleArg g(1.0f);
+    g.scale_a = a;
+    g.scale_b = b;
+    return g;
+  }
+};
+
 /// Device-side totals of a cast: the counts of emu::QuantizeStats (without count) and the amax as
 /// the max of core::amax_bits. Zero it before a launch; launches add to it.
 struct CastTotals {
@@ -36,10 +75,13 @@ void launch_dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Fo
                        cudaStream_t stream);
 /// emu::transpose of codes: out [cols, rows] = in [rows, cols]^T.
 void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out, cudaStream_t stream);
+/// emu::transpose of fp32 values (the same kernel).
+void launch_transpose(int rows, int cols, const float* in, float* out, cudaStream_t stream);
 
 /// Kernels::cast_transpose on device pointers: the row-wise and/or column-wise codes (either may be
-/// null) of one read of x [rows, cols]; counts and amax bits added to *totals.
-void launch_cast_transpose(const float* x, int rows, int cols, float scale, Format fmt, std::uint8_t* q_rowwise,
+/// null) of one read of x [rows, cols]; counts and amax bits added to *totals. The scale is a host
+/// value or read from device memory (ScaleArg::at).
+void launch_cast_transpose(const float* x, int rows, int cols, ScaleArg scale, Format fmt, std::uint8_t* q_rowwise,
                            std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream);
 /// emu cast_blocks for quantize_mxfp8 / quantize_block_1d: x is row-major [rows, cols]; codes
 /// [n, K], scale_inv [n, nb], e8m0 [n, nb] (MXFP8 rules only, else may be null).
@@ -67,9 +109,10 @@ void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, 
                       float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* codes,
                       CastTotals* totals, cudaStream_t stream);
 /// emu::gemm_fp8_tn (checks done by the caller): D [M, N] = RN(acc(A [M, K], B [N, K]) * s), acc
-/// with the promotion interval and split_k of emu::GemmAccumulation (core::gemm_tn_element).
+/// with the promotion interval and split_k of emu::GemmAccumulation (core::gemm_tn_element); s a host
+/// value or computed from device-resident scales (GemmScaleArg::from_scales).
 void launch_gemm_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
-                    Accumulation model, int promotion, int split_k, float s, float* D, cudaStream_t stream);
+                    Accumulation model, int promotion, int split_k, GemmScaleArg s, float* D, cudaStream_t stream);
 /// emu::gemm_fp8_block_tn: A [M, K] with sa [M, nb], B [N, K] with sb [N, nb], D [M, N].
 void launch_gemm_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
                           const std::uint8_t* B, Format fb, const float* sb, float* D, cudaStream_t stream);

@@ -1,16 +1,25 @@
-// backend::cuda_device() (see include/fp8emu/backend/device.hpp). Interim: the GPU implementation
-// (cuda/device_ops.cu) is being written; until it lands, the cuda device is refused with the reason
-// the cuda backend gives, or, with a usable GPU, with "not implemented yet".
+// backend::cuda_device() (see include/fp8emu/backend/device.hpp): the GPU device of the CUDA library
+// where the cuda backend can run, otherwise fp8emu::Error with the reason. cpu_device() is defined in
+// device_cpu.cpp.
 #include "fp8emu/backend/device.hpp"
+
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/util/error.hpp"
+
+#if defined(FP8EMU_HAVE_CUDA)
+#include "fp8emu/cuda/backend.hpp"
+#endif
 
 namespace fp8emu::backend {
 
 const Device& cuda_device() {
   const CudaStatus& s = cuda_status();
-  FP8EMU_CHECK(s.usable(), "the cuda device is not available: ", s.why_not());
-  FP8EMU_FAIL("the device-resident cuda backend is not implemented in this build yet (use --resident off)");
+  FP8EMU_CHECK(s.usable(), "the cuda backend cannot run: ", s.why_not());
+#if defined(FP8EMU_HAVE_CUDA)
+  return cuda::device();
+#else
+  FP8EMU_FAIL("this fp8emu was built without CUDA");  // unreachable: usable() is false
+#endif
 }
 
 }  // namespace fp8emu::backend

@@ -78,8 +78,8 @@ class CpuDevice final : public Device {
   }
   void delayed_update(float* history, float* scale, int num_slots, int history_len, float scaled_max,
                       bool most_recent) const override {
-    FP8EMU_CHECK(num_slots >= 1 && history_len >= 1, "delayed scaling update: need at least one slot and one "
-                 "history row, got ", num_slots, " and ", history_len);
+    FP8EMU_CHECK(num_slots >= 0 && history_len >= 1, "delayed scaling update: need a non-negative slot count and "
+                 "at least one history row, got ", num_slots, " and ", history_len);
     for (int j = 0; j < num_slots; ++j)
       core::delayed_update_slot_fused(history, num_slots, history_len, j, scale, scaled_max, most_recent);
   }

@@ -1,10 +1,12 @@
 /// \file backend.hpp
-/// \brief The two entry points of the CUDA library (fp8emu::cuda, built when nvcc is found) that the
-/// backend selection of fp8emu/backend/kernels.hpp calls: the probe and the GPU kernel set. Use
-/// backend::cuda_status() and backend::cuda_kernels() instead: they cache the probe and fall back
-/// with a reason where no GPU can run.
+/// \brief The entry points of the CUDA library (fp8emu::cuda, built when nvcc is found) that the
+/// backend selection of fp8emu/backend/kernels.hpp and device.hpp calls: the probe, the GPU kernel
+/// set and the GPU device. Use backend::cuda_status(), backend::cuda_kernels() and
+/// backend::cuda_device() instead: they cache the probe and fall back with a reason where no GPU can
+/// run.
 #pragma once
 
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/backend/kernels.hpp"
 
 namespace fp8emu::cuda {
@@ -17,6 +19,10 @@ backend::CudaStatus probe();
 /// first GPU with compute capability >= 8.9, runs the element layer there and copies back.
 /// Only call it when probe().usable().
 const backend::Kernels& kernels();
+
+/// The GPU device (cuda/device_ops.cu): memory on the GPU of kernels() and every operation of
+/// backend::Device on one stream it owns. Only call it when probe().usable().
+const backend::Device& device();
 
 /// Before the first kernel: use the (slot mod count)-th GPU of compute capability >= 8.9 (see
 /// backend::set_cuda_device_slot).

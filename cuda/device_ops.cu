@@ -1,0 +1,659 @@
+// backend::cuda_device() (include/fp8emu/backend/device.hpp): the GPU's memory and the operations of
+// a device-resident training step, on one stream the device owns. Each operation checks its
+// arguments on the host (the emulator's checks and messages where it names an emu:: function), then
+// enqueues kernels that map threads onto the element functions of include/fp8emu/core, the ones the
+// host calls:
+//   - gemm_f32_nn: one thread per element of D, products and sums rounded once each (core::mul_rn,
+//     core::add_rn, no FMA) in increasing k from +0: emu::gemm_f32_nn's fp32-sequential order. The
+//     operands pass through shared-memory tiles; each element's order is unchanged by them.
+//   - transpose_f32, cast_transpose, the amax and the FP8 GEMM are the kernels of the `cuda` kernel
+//     set (cuda/kernels.cu, cuda/gemm.cu), their launchers taking the scales from device memory.
+//   - everything else is one thread per element, row, column or slot calling core/nn_element.hpp,
+//     core/scale.hpp: the order of every fp32 sum is the element function's.
+// Reductions across threads (amax, cast counts) are maxima of core::amax_bits and integer sums:
+// exact in any order. So no result depends on the launch configuration.
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+#include <mutex>
+
+#include "device_buffer.hpp"
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/core/attention.hpp"
+#include "fp8emu/core/fp32_ops.hpp"
+#include "fp8emu/core/half.hpp"
+#include "fp8emu/core/nn_element.hpp"
+#include "fp8emu/core/scale.hpp"
+#include "fp8emu/cuda/backend.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/util/error.hpp"
+#include "launch.hpp"
+
+namespace fp8emu::cuda::detail {
+namespace {
+
+using backend::ActivationOp;
+using backend::AdamStep;
+using backend::CastCounters;
+
+// ---- kernels -------------------------------------------------------------------------------------
+
+// emu::gemm_f32_nn: D [M, N] = A [M, K] * B [K, N]. A block of kG x kG threads owns a kG x kG tile of
+// D, one element per thread; A and B pass through shared memory kG values of k at a time. Each thread
+// adds its products in increasing k, starting from +0: c = RN(c + RN(a[i, k] * b[k, j])). Only the
+// kn valid k of the last tile are added (no padding terms).
+constexpr int kG = 16;
+__global__ void gemm_f32_nn_kernel(int M, int N, int K, const float* __restrict__ A, const float* __restrict__ B,
+                                   float* __restrict__ D) {
+  __shared__ float as[kG][kG + 1];  // as[row][k]
+  __shared__ float bs[kG][kG + 1];  // bs[k][col]
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
+  for (int by = int(blockIdx.y); by * kG < M; by += int(gridDim.y)) {    // uniform in the block
+    for (int bx = int(blockIdx.x); bx * kG < N; bx += int(gridDim.x)) {  // uniform in the block
+      const int i = by * kG + ty, j = bx * kG + tx;
+      float c = 0.0f;
+      for (int k0 = 0; k0 < K; k0 += kG) {
+        const int kn = core::min_int(kG, K - k0);
+        as[ty][tx] = i < M && tx < kn ? A[std::size_t(i) * std::size_t(K) + std::size_t(k0 + tx)] : 0.0f;
+        bs[ty][tx] = ty < kn && j < N ? B[std::size_t(k0 + ty) * std::size_t(N) + std::size_t(j)] : 0.0f;
+        __syncthreads();
+        for (int kk = 0; kk < kn; ++kk) c = core::add_rn(c, core::mul_rn(as[ty][kk], bs[kk][tx]));
+        __syncthreads();
+      }
+      if (i < M && j < N) D[std::size_t(i) * std::size_t(N) + std::size_t(j)] = c;
+    }
+  }
+}
+
+// After a cast into the zeroed scratch totals t: *amax = fmaxf(*amax, max |x|) (as emu::quantize's
+// amax; fmaxf ignores a NaN side) and the counters add this cast's counts, count = n.
+__global__ void finish_cast_kernel(const CastTotals* __restrict__ t, unsigned long long n, float* amax,
+                                   CastCounters* counters) {
+  if (amax) *amax = fmaxf(*amax, core::bits_to_f32(t->amax_bits));
+  if (counters) {
+    counters->count += n;
+    counters->saturated += t->saturated;
+    counters->underflow += t->underflow;
+    counters->nan += t->nan;
+  }
+}
+
+// Current scaling's scale from the amax bits of the amax kernel (TE compute_scale_from_amax).
+__global__ void current_scale_kernel(const unsigned int* __restrict__ amax_bits, float fp8_max, bool pow2,
+                                     float epsilon, float* __restrict__ scale) {
+  *scale = core::compute_scale_from_amax(core::bits_to_f32(*amax_bits), fp8_max, pow2, epsilon, FLT_MAX);
+}
+
+// The fused delayed-scaling update: one thread per slot (each slot owns its history column and scale).
+__global__ void delayed_update_kernel(float* history, float* scale, int num_slots, int history_len,
+                                      float scaled_max, bool most_recent) {
+  const int stride = int(gridDim.x * blockDim.x);
+  for (int j = int(blockIdx.x * blockDim.x + threadIdx.x); j < num_slots; j += stride)
+    core::delayed_update_slot_fused(history, num_slots, history_len, j, scale, scaled_max, most_recent);
+}
+
+// y[i, j] = RN(y[i, j] + b[j]).
+__global__ void bias_add_kernel(float* __restrict__ y, const float* __restrict__ b, std::size_t n, int cols) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = core::add_rn(y[i], b[i % std::size_t(cols)]);
+}
+
+// One thread per column (consecutive threads read consecutive columns of a row: coalesced).
+__global__ void column_sum_kernel(const float* __restrict__ x, int rows, int cols, float* __restrict__ out) {
+  const int stride = int(gridDim.x * blockDim.x);
+  for (int j = int(blockIdx.x * blockDim.x + threadIdx.x); j < cols; j += stride)
+    out[j] = core::column_sum(x, rows, cols, j);
+}
+
+// y may equal x (each thread reads its element before writing it): no __restrict__.
+__global__ void activation_forward_kernel(ActivationOp act, const float* x, float* y, std::size_t n) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = act == ActivationOp::kReLU ? core::relu_forward(x[i]) : core::gelu_tanh_forward(x[i]);
+}
+
+// dx[i] = RN(dx[i] * act'(pre[i])).
+__global__ void activation_backward_kernel(ActivationOp act, const float* __restrict__ pre, float* __restrict__ dx,
+                                           std::size_t n) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = act == ActivationOp::kReLU ? core::relu_grad(pre[i]) : core::gelu_tanh_grad(pre[i]);
+    dx[i] = core::mul_rn(dx[i], g);
+  }
+}
+
+// One thread per row: the row's loss term and (d non-null) its gradient row.
+__global__ void softmax_xent_kernel(const float* __restrict__ logits, const std::uint8_t* __restrict__ labels,
+                                    int rows, int classes, float divisor, float* __restrict__ loss,
+                                    float* __restrict__ dlogits) {
+  const int stride = int(gridDim.x * blockDim.x);
+  for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < rows; i += stride) {
+    const std::size_t at = std::size_t(i) * std::size_t(classes);
+    loss[i] = core::softmax_xent_row(logits + at, classes, int(labels[i]), divisor, dlogits ? dlogits + at : nullptr);
+  }
+}
+
+__global__ void adam_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
+                            float* __restrict__ v, std::size_t n, AdamStep s) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    core::adam_element(w[i], g[i], m[i], v[i], s.b1, s.b2, s.step, s.sqrt_bc2, s.eps);
+}
+
+__global__ void sgd_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m, std::size_t n,
+                           float momentum, float lr) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    core::sgd_momentum_element(w[i], g[i], m[i], momentum, lr);
+}
+
+// ---- kernels of a transformer step ---------------------------------------------------------------
+
+// Grid-stride loop over [0, n).
+#define FP8EMU_FOR_EACH(i, n)                                                                    \
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride_ = std::size_t(gridDim.x) * blockDim.x; \
+       i < (n); i += stride_)
+
+// out may be a or b (each thread reads its elements before writing): no __restrict__.
+__global__ void add_kernel(const float* a, const float* b, float* out, std::size_t n) {
+  FP8EMU_FOR_EACH(i, n) out[i] = core::add_rn(a[i], b[i]);
+}
+
+__global__ void round_bf16_kernel(float* x, std::size_t n) {
+  FP8EMU_FOR_EACH(i, n)
+  x[i] = core::bits_to_f32(core::bf16_to_f32_bits(core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]))));
+}
+
+// One thread per row (the row's statistics are sums in column order).
+__global__ void norm_forward_kernel(bool layernorm, const float* x, int rows, int cols, const float* __restrict__ gamma,
+                                    const float* __restrict__ beta, float eps, bool zero_centered, float* y,
+                                    float* __restrict__ xhat, float* __restrict__ rsigma) {
+  FP8EMU_FOR_EACH(i, std::size_t(rows)) {
+    const std::size_t o = i * std::size_t(cols);
+    rsigma[i] = core::norm_forward_row(x + o, cols, layernorm, eps, gamma, beta, zero_centered, y + o, xhat + o);
+  }
+}
+
+// One thread per column: the parameter gradients, sums over rows in row order.
+__global__ void norm_param_grad_kernel(bool layernorm, const float* __restrict__ dy, const float* __restrict__ xhat,
+                                       int rows, int cols, float* __restrict__ grad_gamma,
+                                       float* __restrict__ grad_beta) {
+  FP8EMU_FOR_EACH(j, std::size_t(cols)) {
+    float g = 0.0f, b = 0.0f;
+    core::norm_param_grad_column(dy, xhat, rows, cols, int(j), g, b);
+    grad_gamma[j] = g;
+    grad_beta[j] = layernorm ? b : 0.0f;
+  }
+}
+
+// One thread per row.
+__global__ void norm_backward_kernel(bool layernorm, const float* __restrict__ dy, const float* __restrict__ xhat,
+                                     const float* __restrict__ rsigma, int rows, int cols,
+                                     const float* __restrict__ gamma, bool zero_centered, float* __restrict__ dx) {
+  FP8EMU_FOR_EACH(i, std::size_t(rows)) {
+    const std::size_t o = i * std::size_t(cols);
+    core::norm_backward_row(dy + o, xhat + o, rsigma[i], cols, layernorm, gamma, zero_centered, dx + o);
+  }
+}
+
+// One thread per element of act [rows, ffn]; h is [rows, ffn] (GELU) or [rows, 2 ffn] (SwiGLU).
+__global__ void mlp_act_forward_kernel(bool swiglu, const float* __restrict__ h, int rows, int ffn,
+                                       float* __restrict__ act) {
+  const std::size_t w = swiglu ? 2 * std::size_t(ffn) : std::size_t(ffn);
+  FP8EMU_FOR_EACH(e, std::size_t(rows) * std::size_t(ffn)) {
+    const std::size_t i = e / std::size_t(ffn), j = e % std::size_t(ffn);
+    const float* hr = h + i * w;
+    act[e] = swiglu ? core::swiglu_forward(hr[j], hr[std::size_t(ffn) + j]) : core::gelu_tanh_forward(hr[j]);
+  }
+}
+
+__global__ void mlp_act_backward_kernel(bool swiglu, const float* __restrict__ h, const float* __restrict__ da,
+                                        int rows, int ffn, float* __restrict__ dh) {
+  const std::size_t w = swiglu ? 2 * std::size_t(ffn) : std::size_t(ffn);
+  FP8EMU_FOR_EACH(e, std::size_t(rows) * std::size_t(ffn)) {
+    const std::size_t i = e / std::size_t(ffn), j = e % std::size_t(ffn);
+    const float* hr = h + i * w;
+    float* dhr = dh + i * w;
+    if (swiglu) core::swiglu_backward(hr[j], hr[std::size_t(ffn) + j], da[e], dhr[j], dhr[std::size_t(ffn) + j]);
+    else dhr[j] = core::mul_rn(da[e], core::gelu_tanh_grad(hr[j]));
+  }
+}
+
+// One thread per (sequence b, head h, query row i): the row's probabilities and output.
+__global__ void attention_forward_kernel(const float* __restrict__ qkv, int B, int T, int H, int d, float scale,
+                                         float* __restrict__ out, float* __restrict__ probs) {
+  const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D;
+  FP8EMU_FOR_EACH(e, std::size_t(B) * std::size_t(H) * std::size_t(T)) {
+    const std::size_t i = e % std::size_t(T), bh = e / std::size_t(T), h = bh % std::size_t(H),
+                      b = bh / std::size_t(H);
+    const float* base = qkv + b * std::size_t(T) * ld + h * std::size_t(d);
+    core::attention_row_forward(base + i * ld, base + D, base + 2 * D, int(ld), int(i), T, d, scale,
+                                probs + e * std::size_t(T), out + (b * std::size_t(T) + i) * D + h * std::size_t(d));
+  }
+}
+
+// One thread per (b, h, query row i): ds row and dq row.
+__global__ void attention_backward_q_kernel(const float* __restrict__ qkv, const float* __restrict__ probs,
+                                            const float* __restrict__ dout, int B, int T, int H, int d, float scale,
+                                            float* __restrict__ ds, float* dqkv) {
+  const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D;
+  FP8EMU_FOR_EACH(e, std::size_t(B) * std::size_t(H) * std::size_t(T)) {
+    const std::size_t i = e % std::size_t(T), bh = e / std::size_t(T), h = bh % std::size_t(H),
+                      b = bh / std::size_t(H);
+    const std::size_t row0 = b * std::size_t(T), hd = h * std::size_t(d);
+    const float* q0 = qkv + row0 * ld + hd;
+    core::attention_row_backward_q(probs + e * std::size_t(T), dout + (row0 + i) * D + hd, q0 + D, q0 + 2 * D,
+                                   int(ld), int(i), d, scale, ds + e * std::size_t(T), dqkv + (row0 + i) * ld + hd);
+  }
+}
+
+// One thread per (b, h, key row j): dK and dV rows, after every ds row of the sequence and head.
+__global__ void attention_backward_kv_kernel(const float* __restrict__ qkv, const float* __restrict__ probs,
+                                             const float* __restrict__ dout, int B, int T, int H, int d,
+                                             const float* __restrict__ ds, float* dqkv) {
+  const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D, TT = std::size_t(T) * std::size_t(T);
+  FP8EMU_FOR_EACH(e, std::size_t(B) * std::size_t(H) * std::size_t(T)) {
+    const std::size_t j = e % std::size_t(T), bh = e / std::size_t(T), h = bh % std::size_t(H),
+                      b = bh / std::size_t(H);
+    const std::size_t row0 = b * std::size_t(T), hd = h * std::size_t(d);
+    float* dk = dqkv + (row0 + j) * ld + D + hd;
+    core::attention_col_backward_kv(ds + bh * TT, probs + bh * TT, T, qkv + row0 * ld + hd, int(ld), dout + row0 * D + hd,
+                                    int(D), int(j), T, d, dk, dk + D);
+  }
+}
+
+// One thread per element of x [rows, D].
+__global__ void embed_forward_kernel(const std::uint8_t* __restrict__ tokens, int rows, int T,
+                                     const float* __restrict__ tok, const float* __restrict__ pos, int D,
+                                     float* __restrict__ x) {
+  FP8EMU_FOR_EACH(e, std::size_t(rows) * std::size_t(D)) {
+    const std::size_t r = e / std::size_t(D), c = e % std::size_t(D);
+    x[e] = core::add_rn(tok[std::size_t(tokens[r]) * std::size_t(D) + c], pos[(r % std::size_t(T)) * std::size_t(D) + c]);
+  }
+}
+
+// One thread per column c: the rows added in row order into the (zeroed) gradients (a column is only
+// touched by its own thread).
+__global__ void embed_backward_kernel(const std::uint8_t* __restrict__ tokens, int rows, int T,
+                                      const float* __restrict__ dx, int D, float* __restrict__ grad_tok,
+                                      float* __restrict__ grad_pos) {
+  FP8EMU_FOR_EACH(c, std::size_t(D)) {
+    for (int r = 0; r < rows; ++r) {
+      const float g = dx[std::size_t(r) * std::size_t(D) + c];
+      float* gt = grad_tok + std::size_t(tokens[r]) * std::size_t(D) + c;
+      float* gp = grad_pos + std::size_t(r % T) * std::size_t(D) + c;
+      *gt = core::add_rn(*gt, g);
+      *gp = core::add_rn(*gp, g);
+    }
+  }
+}
+
+#undef FP8EMU_FOR_EACH
+
+// ---- the device ----------------------------------------------------------------------------------
+
+// What the device owns, made on first use: the GPU (use_fp8_device: the set_cuda_device_slot choice),
+// its stream (blocking with respect to the legacy default stream, like the `cuda` kernel set's
+// synchronous copies), whether it has stream-ordered allocation, and the scratch of the casts and
+// the current scale (zeroed before each use; `mu` keeps each operation's enqueue of
+// zero-use-finish whole when several host threads share the device).
+struct State {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  bool pools = false;
+  CastTotals* scratch = nullptr;
+  std::mutex mu;
+};
+
+State& state() {
+  static State* s = [] {
+    auto* st = new State;  // never freed: the stream and scratch live as long as the process
+    st->device = use_fp8_device();
+    int pools = 0;
+    FP8EMU_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, st->device));
+    st->pools = pools != 0;
+    FP8EMU_CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamDefault));
+    FP8EMU_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st->scratch), sizeof(CastTotals)));
+    return st;
+  }();
+  return *s;
+}
+
+// The device made current for the calling thread (CUDA's current device is per thread).
+State& enter() {
+  State& s = state();
+  FP8EMU_CUDA_CHECK(cudaSetDevice(s.device));
+  return s;
+}
+
+class CudaDevice final : public backend::Device {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  // ---- memory ----
+  void* allocate(std::size_t bytes) const override {
+    if (bytes == 0) return nullptr;
+    State& s = enter();
+    void* p = nullptr;
+    if (s.pools)
+      FP8EMU_CUDA_CHECK(cudaMallocAsync(&p, bytes, s.stream));
+    else
+      FP8EMU_CUDA_CHECK(cudaMalloc(&p, bytes));
+    const cudaError_t e = cudaMemsetAsync(p, 0, bytes, s.stream);
+    if (e != cudaSuccess) {
+      release(p);
+      check_cuda(e, "cudaMemsetAsync(p, 0, bytes, stream) of Device::allocate");
+    }
+    return p;
+  }
+
+  void release(void* p) const noexcept override {
+    if (!p) return;
+    try {
+      State& s = state();
+      // Errors are dropped: a destructor calls this, and a failed free leaks at worst (at exit the
+      // CUDA runtime may already be unloaded).
+      if (cudaSetDevice(s.device) != cudaSuccess) return;
+      if (s.pools)
+        (void)cudaFreeAsync(p, s.stream);
+      else
+        (void)cudaFree(p);
+    } catch (...) {
+    }
+  }
+
+  // Synchronous for the host buffer: it may be reused (or freed) when upload returns, whatever kind
+  // of host memory it is (a pinned buffer would otherwise be read later by the DMA).
+  void upload(void* dst, const void* host_src, std::size_t bytes) const override {
+    if (bytes == 0) return;
+    State& s = enter();
+    FP8EMU_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s.stream));
+    FP8EMU_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  }
+
+  void download(void* host_dst, const void* src, std::size_t bytes) const override {
+    if (bytes == 0) return;
+    State& s = enter();
+    FP8EMU_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s.stream));
+    FP8EMU_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  }
+
+  void copy(void* dst, const void* src, std::size_t bytes) const override {
+    if (bytes == 0) return;
+    State& s = enter();
+    FP8EMU_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s.stream));
+  }
+
+  void fill_zero(void* p, std::size_t bytes) const override {
+    if (bytes == 0) return;
+    State& s = enter();
+    FP8EMU_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s.stream));
+  }
+
+  // ---- fp32 linear algebra ----
+  void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
+    FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_f32_nn: negative size M = ", M, ", N = ", N, ", K = ", K);
+    if (M == 0 || N == 0) return;  // as emu::gemm_f32_nn; K = 0 writes zeros
+    State& s = enter();
+    const dim3 grid(unsigned(core::min_int((N + kG - 1) / kG, 65535)),
+                    unsigned(core::min_int((M + kG - 1) / kG, 65535)));
+    gemm_f32_nn_kernel<<<grid, dim3(kG, kG), 0, s.stream>>>(M, N, K, A, B, D);
+    FP8EMU_CUDA_CHECK_LAUNCH("gemm_f32_nn_kernel");
+  }
+
+  void transpose_f32(int rows, int cols, const float* in, float* out) const override {
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "transpose: negative shape [", rows, ", ", cols, "]");
+    if (rows == 0 || cols == 0) return;
+    State& s = enter();
+    launch_transpose(rows, cols, in, out, s.stream);
+  }
+
+  // ---- FP8 casts and GEMMs, scales in device memory ----
+  void cast_transpose(const float* x, int rows, int cols, const float* scale, Format fmt, std::uint8_t* q_rowwise,
+                      std::uint8_t* q_columnwise, float* amax, CastCounters* counters) const override {
+    backend::check_cast_transpose(rows, cols, fmt, q_rowwise, q_columnwise);
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    FP8EMU_CHECK(n == 0 || scale != nullptr, "cast_transpose: null scale pointer");
+    if (n == 0 && !amax && !counters) return;
+    State& s = enter();
+    // The kernel adds its totals to the zeroed scratch; the finish kernel moves them to *amax and
+    // *counters. With n = 0 only the amax can change: fmaxf(*amax, +0), the emulator's cast of no
+    // element.
+    std::lock_guard<std::mutex> lock(s.mu);
+    FP8EMU_CUDA_CHECK(cudaMemsetAsync(s.scratch, 0, sizeof(CastTotals), s.stream));
+    if (n > 0)
+      launch_cast_transpose(x, rows, cols, ScaleArg::at(scale), fmt, q_rowwise, q_columnwise, s.scratch, s.stream);
+    if (amax || counters) {
+      finish_cast_kernel<<<1, 1, 0, s.stream>>>(s.scratch, static_cast<unsigned long long>(n), amax, counters);
+      FP8EMU_CUDA_CHECK_LAUNCH("finish_cast_kernel");
+    }
+  }
+
+  // n = 0: amax +0 (emu::compute_amax of nothing), so *scale = compute_scale_from_amax(0, ...).
+  void current_scale(const float* x, std::size_t n, Format fmt, bool pow2, float epsilon,
+                     float* scale) const override {
+    emu::require_fp8(fmt, "current_scale");
+    FP8EMU_CHECK(scale != nullptr, "current_scale: null scale pointer");
+    State& s = enter();
+    std::lock_guard<std::mutex> lock(s.mu);
+    unsigned int* bits = &s.scratch->amax_bits;
+    FP8EMU_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned int), s.stream));
+    launch_amax(x, n, bits, s.stream);
+    current_scale_kernel<<<1, 1, 0, s.stream>>>(bits, max_finite_f32(fmt), pow2, epsilon, scale);
+    FP8EMU_CUDA_CHECK_LAUNCH("current_scale_kernel");
+  }
+
+  void delayed_update(float* history, float* scale, int num_slots, int history_len, float scaled_max,
+                      bool most_recent) const override {
+    FP8EMU_CHECK(num_slots >= 0, "delayed scaling: number of tensor slots must be >= 0, got ", num_slots);
+    if (num_slots == 0) return;
+    FP8EMU_CHECK(history_len >= 1, "delayed scaling: amax_history_len must be >= 1, got ", history_len);
+    State& s = enter();
+    delayed_update_kernel<<<blocks_1d(std::size_t(num_slots)), kThreads1d, 0, s.stream>>>(
+        history, scale, num_slots, history_len, scaled_max, most_recent);
+    FP8EMU_CUDA_CHECK_LAUNCH("delayed_update_kernel");
+  }
+
+  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const float* scale_a,
+                   const std::uint8_t* B, Format fb, const float* scale_b, const emu::GemmAccumulation& acc,
+                   float* D) const override {
+    emu::check_gemm_tn(M, N, K, fa, fb, acc);
+    if (M == 0 || N == 0) return;
+    FP8EMU_CHECK(scale_a != nullptr && scale_b != nullptr, "gemm_fp8_tn: null scale pointer");
+    State& s = enter();
+    launch_gemm_tn(M, N, K, A, fa, B, fb, acc.model, acc.promotion_interval, acc.split_k,
+                   GemmScaleArg::from_scales(scale_a, scale_b), D, s.stream);
+  }
+
+  // ---- per-element work of an MLP step ----
+  void bias_add(float* y, const float* b, int rows, int cols) const override {
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "bias_add: negative shape [", rows, ", ", cols, "]");
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    if (n == 0) return;
+    State& s = enter();
+    bias_add_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(y, b, n, cols);
+    FP8EMU_CUDA_CHECK_LAUNCH("bias_add_kernel");
+  }
+
+  // rows = 0 with cols > 0 writes cols zeros (core::column_sum of no rows).
+  void column_sum(const float* x, int rows, int cols, float* out) const override {
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "column_sum: negative shape [", rows, ", ", cols, "]");
+    if (cols == 0) return;
+    State& s = enter();
+    column_sum_kernel<<<blocks_1d(std::size_t(cols)), kThreads1d, 0, s.stream>>>(x, rows, cols, out);
+    FP8EMU_CUDA_CHECK_LAUNCH("column_sum_kernel");
+  }
+
+  void activation_forward(ActivationOp act, const float* x, float* y, std::size_t n) const override {
+    check_activation(act);
+    if (n == 0) return;
+    State& s = enter();
+    activation_forward_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(act, x, y, n);
+    FP8EMU_CUDA_CHECK_LAUNCH("activation_forward_kernel");
+  }
+
+  void activation_backward(ActivationOp act, const float* pre, float* dx, std::size_t n) const override {
+    check_activation(act);
+    if (n == 0) return;
+    State& s = enter();
+    activation_backward_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(act, pre, dx, n);
+    FP8EMU_CUDA_CHECK_LAUNCH("activation_backward_kernel");
+  }
+
+  void softmax_xent(const float* logits, const std::uint8_t* labels, int rows, int classes, float divisor,
+                    float* loss, float* dlogits) const override {
+    FP8EMU_CHECK(rows >= 0 && classes >= 0, "softmax_xent: negative shape [", rows, ", ", classes, "]");
+    if (rows == 0) return;
+    FP8EMU_CHECK(classes >= 1, "softmax_xent: ", rows, " rows of 0 classes");
+    FP8EMU_CHECK(loss != nullptr, "softmax_xent: null loss pointer");
+    State& s = enter();
+    softmax_xent_kernel<<<blocks_1d(std::size_t(rows)), kThreads1d, 0, s.stream>>>(logits, labels, rows, classes,
+                                                                                  divisor, loss, dlogits);
+    FP8EMU_CUDA_CHECK_LAUNCH("softmax_xent_kernel");
+  }
+
+  void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& st) const override {
+    if (n == 0) return;
+    State& s = enter();
+    adam_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(w, g, m, v, n, st);
+    FP8EMU_CUDA_CHECK_LAUNCH("adam_kernel");
+  }
+
+  void sgd(float* w, const float* g, float* m, std::size_t n, float momentum, float lr) const override {
+    if (n == 0) return;
+    State& s = enter();
+    sgd_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(w, g, m, n, momentum, lr);
+    FP8EMU_CUDA_CHECK_LAUNCH("sgd_kernel");
+  }
+
+  // ---- per-element work of a transformer step ----
+  void add(const float* a, const float* b, float* out, std::size_t n) const override {
+    if (n == 0) return;
+    State& s = enter();
+    add_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(a, b, out, n);
+    FP8EMU_CUDA_CHECK_LAUNCH("add_kernel");
+  }
+
+  void round_bf16(float* x, std::size_t n) const override {
+    if (n == 0) return;
+    State& s = enter();
+    round_bf16_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(x, n);
+    FP8EMU_CUDA_CHECK_LAUNCH("round_bf16_kernel");
+  }
+
+  void norm_forward(backend::NormOp op, const float* x, int rows, int cols, const float* gamma, const float* beta,
+                    float eps, bool zero_centered_gamma, float* y, float* xhat, float* rsigma) const override {
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "norm: negative shape [", rows, ", ", cols, "]");
+    if (rows == 0) return;
+    State& s = enter();
+    norm_forward_kernel<<<blocks_1d(std::size_t(rows)), kThreads1d, 0, s.stream>>>(
+        op == backend::NormOp::kLayerNorm, x, rows, cols, gamma, beta, eps, zero_centered_gamma, y, xhat, rsigma);
+    FP8EMU_CUDA_CHECK_LAUNCH("norm_forward_kernel");
+  }
+
+  void norm_backward(backend::NormOp op, const float* dy, const float* xhat, const float* rsigma, int rows, int cols,
+                     const float* gamma, bool zero_centered_gamma, float* dx, float* grad_gamma,
+                     float* grad_beta) const override {
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "norm backward: negative shape [", rows, ", ", cols, "]");
+    if (cols == 0) return;
+    State& s = enter();
+    const bool ln = op == backend::NormOp::kLayerNorm;
+    norm_param_grad_kernel<<<blocks_1d(std::size_t(cols)), kThreads1d, 0, s.stream>>>(ln, dy, xhat, rows, cols,
+                                                                                     grad_gamma, grad_beta);
+    FP8EMU_CUDA_CHECK_LAUNCH("norm_param_grad_kernel");
+    if (rows == 0) return;
+    norm_backward_kernel<<<blocks_1d(std::size_t(rows)), kThreads1d, 0, s.stream>>>(ln, dy, xhat, rsigma, rows, cols,
+                                                                                   gamma, zero_centered_gamma, dx);
+    FP8EMU_CUDA_CHECK_LAUNCH("norm_backward_kernel");
+  }
+
+  void mlp_act_forward(backend::MlpActOp op, const float* h, int rows, int ffn, float* act) const override {
+    FP8EMU_CHECK(rows >= 0 && ffn >= 0, "MLP activation: negative shape [", rows, ", ", ffn, "]");
+    const std::size_t n = std::size_t(rows) * std::size_t(ffn);
+    if (n == 0) return;
+    State& s = enter();
+    mlp_act_forward_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(op == backend::MlpActOp::kSwiGlu, h, rows, ffn,
+                                                                       act);
+    FP8EMU_CUDA_CHECK_LAUNCH("mlp_act_forward_kernel");
+  }
+
+  void mlp_act_backward(backend::MlpActOp op, const float* h, const float* da, int rows, int ffn,
+                        float* dh) const override {
+    FP8EMU_CHECK(rows >= 0 && ffn >= 0, "MLP activation backward: negative shape [", rows, ", ", ffn, "]");
+    const std::size_t n = std::size_t(rows) * std::size_t(ffn);
+    if (n == 0) return;
+    State& s = enter();
+    mlp_act_backward_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(op == backend::MlpActOp::kSwiGlu, h, da, rows,
+                                                                        ffn, dh);
+    FP8EMU_CUDA_CHECK_LAUNCH("mlp_act_backward_kernel");
+  }
+
+  void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, float* out,
+                         float* probs) const override {
+    FP8EMU_CHECK(B >= 0 && T >= 0 && H >= 0 && d >= 0, "attention: negative size");
+    const std::size_t n = std::size_t(B) * std::size_t(H) * std::size_t(T);
+    if (n == 0) return;
+    State& s = enter();
+    attention_forward_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(qkv, B, T, H, d, scale, out, probs);
+    FP8EMU_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+  }
+
+  void attention_backward(const float* qkv, const float* probs, const float* dout, int B, int T, int H, int d,
+                          float scale, float* ds, float* dqkv) const override {
+    FP8EMU_CHECK(B >= 0 && T >= 0 && H >= 0 && d >= 0, "attention: negative size");
+    const std::size_t n = std::size_t(B) * std::size_t(H) * std::size_t(T);
+    if (n == 0) return;
+    State& s = enter();
+    attention_backward_q_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(qkv, probs, dout, B, T, H, d, scale, ds,
+                                                                            dqkv);
+    FP8EMU_CUDA_CHECK_LAUNCH("attention_backward_q_kernel");
+    attention_backward_kv_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(qkv, probs, dout, B, T, H, d, ds, dqkv);
+    FP8EMU_CUDA_CHECK_LAUNCH("attention_backward_kv_kernel");
+  }
+
+  void embed_forward(const std::uint8_t* tokens, int rows, int T, const float* tok, const float* pos, int D,
+                     float* x) const override {
+    FP8EMU_CHECK(rows >= 0 && D >= 0 && T >= 1, "embedding: bad shape");
+    const std::size_t n = std::size_t(rows) * std::size_t(D);
+    if (n == 0) return;
+    State& s = enter();
+    embed_forward_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(tokens, rows, T, tok, pos, D, x);
+    FP8EMU_CUDA_CHECK_LAUNCH("embed_forward_kernel");
+  }
+
+  void embed_backward(const std::uint8_t* tokens, int rows, int T, const float* dx, int D, int V, int P,
+                      float* grad_tok, float* grad_pos) const override {
+    FP8EMU_CHECK(rows >= 0 && D >= 0 && V >= 0 && P >= 0 && T >= 1, "embedding backward: bad shape");
+    State& s = enter();
+    if (std::size_t(V) * std::size_t(D) > 0)
+      FP8EMU_CUDA_CHECK(cudaMemsetAsync(grad_tok, 0, std::size_t(V) * std::size_t(D) * sizeof(float), s.stream));
+    if (std::size_t(P) * std::size_t(D) > 0)
+      FP8EMU_CUDA_CHECK(cudaMemsetAsync(grad_pos, 0, std::size_t(P) * std::size_t(D) * sizeof(float), s.stream));
+    if (rows == 0 || D == 0) return;
+    embed_backward_kernel<<<blocks_1d(std::size_t(D)), kThreads1d, 0, s.stream>>>(tokens, rows, T, dx, D, grad_tok,
+                                                                                 grad_pos);
+    FP8EMU_CUDA_CHECK_LAUNCH("embed_backward_kernel");
+  }
+
+ private:
+  static void check_activation(ActivationOp act) {
+    FP8EMU_CHECK(act == ActivationOp::kReLU || act == ActivationOp::kGELU, "activation: unknown ActivationOp ",
+                 int(act));
+  }
+};
+
+}  // namespace
+}  // namespace fp8emu::cuda::detail
+
+namespace fp8emu::cuda {
+
+const backend::Device& device() {
+  static const detail::CudaDevice d;
+  return d;
+}
+
+}  // namespace fp8emu::cuda
