@@ -225,3 +225,30 @@ TEST_CASE("train-lm --resume: a checkpoint magic with a newline gives one escape
                       "FP8EMU-LM-CHECKPOINT-2)") != std::string::npos);
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }
+
+TEST_CASE("train-lm --resident on runs the device-resident step program on the CPU with exactly the host results",
+          "[cli][lm][device]") {
+  // Delayed and current scaling (with the FP8 head, SwiGLU, RMSNorm, bf16 activations) run as
+  // DeviceCharLm on backend::cpu_device(); checkpoints and evaluations bring the host copy up to
+  // date mid-run. MXFP8 stays on the host with a note.
+  const std::string base = tiny(12, 4) + " --checkpoint-every 6";
+  for (const std::string& extra :
+       {std::string(" --recipe all --fp8-head"),
+        std::string(" --recipe current --norm rmsnorm --mlp-activation swiglu --activation-dtype bf16 --fp8-head")}) {
+    INFO(extra);
+    const fs::path h = scratch("resident-off"), d = scratch("resident-on");
+    const Result rh = run(base + extra + " --resident off --out " + h.string());
+    const Result rd = run(base + extra + " --resident on --out " + d.string());
+    REQUIRE(rh.code == 0);
+    REQUIRE(rd.code == 0);
+    CHECK(without_seconds(h / "metrics.csv") == without_seconds(d / "metrics.csv"));
+    CHECK(slurp(h / "layers.csv") == slurp(d / "layers.csv"));
+    CHECK(slurp(h / "samples.txt") == slurp(d / "samples.txt"));
+    CHECK(rd.output.find("note: run fp8_delayed is not device-resident") == std::string::npos);
+    if (extra.find("all") != std::string::npos)
+      CHECK(rd.output.find("note: run fp8_mxfp8 is not device-resident") != std::string::npos);
+  }
+  const Result bad = run(tiny() + " --resident on --dp-shards 2 --out " + scratch("resident-bad").string());
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--resident on needs one data-parallel shard") != std::string::npos);
+}
