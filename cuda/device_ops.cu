@@ -16,7 +16,10 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <string>
 
 #include "device_buffer.hpp"
 #include "fp8emu/backend/device.hpp"
@@ -27,6 +30,7 @@
 #include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/cuda/backend.hpp"
+#include "fp8emu/cuda/cublaslt.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
@@ -149,6 +153,12 @@ __global__ void sgd_kernel(float* __restrict__ w, const float* __restrict__ g, f
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     core::sgd_momentum_element(w[i], g[i], m[i], momentum, lr);
+}
+
+// The two scale_inv of a cuBLASLt FP8 GEMM from the casts' scales: RN(1 / s), as emu::scale_inv_of.
+__global__ void scale_inv_pair_kernel(const float* scale_a, const float* scale_b, float* out) {
+  out[0] = core::div_rn(1.0f, *scale_a);
+  out[1] = core::div_rn(1.0f, *scale_b);
 }
 
 // ---- kernels of a transformer step ---------------------------------------------------------------
@@ -307,6 +317,11 @@ struct State {
   bool pools = false;
   CastTotals* scratch = nullptr;
   std::mutex mu;
+  // cuBLASLt for the FP8 GEMMs it computes bit-exactly (see gemm_fp8_tn): on Hopper (sm_90) unless
+  // FP8EMU_DEVICE_GEMM=element; made on first use, with a device pair for the two scale_inv.
+  bool lt_allowed = false;
+  std::unique_ptr<LtContext> lt;
+  float* lt_scale_inv = nullptr;
 };
 
 State& state() {
@@ -318,6 +333,11 @@ State& state() {
     st->pools = pools != 0;
     FP8EMU_CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamDefault));
     FP8EMU_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st->scratch), sizeof(CastTotals)));
+    int major = 0, minor = 0;
+    FP8EMU_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, st->device));
+    FP8EMU_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, st->device));
+    const char* env = std::getenv("FP8EMU_DEVICE_GEMM");
+    st->lt_allowed = major == 9 && minor == 0 && !(env && std::string(env) == "element");
     return st;
   }();
   return *s;
@@ -465,6 +485,37 @@ class CudaDevice final : public backend::Device {
     if (M == 0 || N == 0) return;
     FP8EMU_CHECK(scale_a != nullptr && scale_b != nullptr, "gemm_fp8_tn: null scale pointer");
     State& s = enter();
+    // cuBLASLt where it is one of the emulator's models, measured bit for bit on an H200 (docs/gpu.md
+    // §Results, docs/tensor-core-model.md): on sm_90, FAST_ACCUM = 1 is the `hopper` model without
+    // promotion and FAST_ACCUM = 0 the `hopper` model promoted every 128, with split-K forced to 1
+    // and D = RN(acc * RN(scale_inv_a * scale_inv_b)) in fp32. cuBLASLt runs on the legacy default
+    // stream, which orders itself with this device's (blocking) stream both ways.
+    if (s.lt_allowed && acc.model == emu::Accumulation::kHopper && acc.split_k == 1 &&
+        (acc.promotion_interval == 0 || acc.promotion_interval == 128) && K > 0 && K % 16 == 0 && N % 16 == 0) {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (!s.lt) {
+        s.lt = std::make_unique<LtContext>();
+        FP8EMU_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.lt_scale_inv), 2 * sizeof(float)));
+      }
+      scale_inv_pair_kernel<<<1, 1, 0, s.stream>>>(scale_a, scale_b, s.lt_scale_inv);
+      FP8EMU_CUDA_CHECK_LAUNCH("scale_inv_pair_kernel");
+      LtFp8Gemm g;
+      g.M = M;
+      g.N = N;
+      g.K = K;
+      g.A = A;
+      g.format_a = fa;
+      g.scale_inv_a = s.lt_scale_inv;
+      g.B = B;
+      g.format_b = fb;
+      g.scale_inv_b = s.lt_scale_inv + 1;
+      g.fast_accum = acc.promotion_interval == 0;
+      g.output = LtOutput::kFp32;
+      g.D = D;
+      g.split_k = 1;
+      s.lt->gemm_fp8_tn(g);
+      return;
+    }
     launch_gemm_tn(M, N, K, A, fa, B, fb, acc.model, acc.promotion_interval, acc.split_k,
                    GemmScaleArg::from_scales(scale_a, scale_b), D, s.stream);
   }

@@ -395,10 +395,12 @@ void check_gemm_fp8(const Device& ref, const Device& cand, Report& rep) {
   }
   // Scales as a recipe's state holds them: ordinary, large and small (1 / s subnormal for FLT_MAX),
   // and 0 and Inf (s = Inf or 0: D Inf/NaN/0).
-  const std::pair<float, float> scales[] = {{1.0f, 1.0f},     {0.37f, 1.9f},   {3.3f, 0.011f}, {448.0f / 3.1f, 2.0e-5f},
+  const std::pair<float, float> scales[] = {{1.0f, 1.0f},     {0.37f, 1.9f},   {3.3f, 0.011f}, {max_finite_f32(Format::kE4M3) / 3.1f, 2.0e-5f},
                                             {FLT_MAX, 7.0f},  {1e-30f, 1e-9f}, {0.0f, 2.0f},   {INFINITY, 0.5f}};
   const int shapes[][3] = {{1, 1, 1}, {7, 1, 33}, {1, 7, 300}, {33, 33, 7}, {300, 7, 33}, {7, 300, 300},
-                           {33, 300, 1}, {33, 7, 0}, {64, 64, 256}};
+                           {33, 300, 1}, {33, 7, 0}, {64, 64, 256},
+                           // cuBLASLt's shapes on sm_90 (K and N multiples of 16): the training step's
+                           {64, 256, 784}, {300, 16, 64}};
   std::uint64_t seed = 71;
   int variant = 0;
   for (const auto& sh : shapes)
