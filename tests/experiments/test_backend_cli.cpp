@@ -99,7 +99,7 @@ TEST_CASE("per-layer backends: a reference (FP32) layer changes the FP8 run, nam
   CHECK(bad_kind.output.find("unknown backend 'gpu'") != std::string::npos);
 }
 
-TEST_CASE("--resident on runs the device-resident step program on the CPU with exactly the host results",
+TEST_CASE("train --resident on runs the device-resident step program on the CPU with exactly the host results",
           "[cli][backend][device]") {
   // Every recipe: delayed and current run device-resident (nn::DeviceMlp on backend::cpu_device()),
   // MXFP8 and block stay on the host with a note; checkpoints mid-run, then the files compared.
@@ -125,7 +125,7 @@ TEST_CASE("--resident on runs the device-resident step program on the CPU with e
   CHECK(slurp(h2 / "layers.csv") == slurp(d2 / "layers.csv"));
 }
 
-TEST_CASE("--resident refuses what it cannot do by name, writing nothing", "[cli][backend][errors]") {
+TEST_CASE("train --resident refuses what it cannot do by name, writing nothing", "[cli][backend][errors]") {
   const fs::path d = scratch("resident-bad");
   Result r = run("train" + kSmall + " --resident sometimes --out " + d.string());
   CHECK(r.code == 2);
