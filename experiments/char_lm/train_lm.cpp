@@ -279,11 +279,7 @@ class DeviceCharLm {
     // TE's update points, then Adam.
     for (nn::DeviceLinear* l : linears_) l->update_scales();
     opt_.step();
-    std::vector<float> terms(static_cast<std::size_t>(rows));
-    d.download(terms.data(), loss_.get(), terms.size() * sizeof(float));
-    double total = 0.0;
-    for (float t : terms) total += double(t);
-    return total;
+    return nn::sum_loss_terms(d, loss_.get(), rows);
   }
 
   /// Everything back into the host model and optimizer.

@@ -13,6 +13,14 @@ namespace {
 constexpr int kX = 0, kW = 1, kDy = 2;
 }  // namespace
 
+double sum_loss_terms(const backend::Device& device, const float* terms, int rows) {
+  std::vector<float> t(static_cast<std::size_t>(rows));
+  device.download(t.data(), terms, t.size() * sizeof(float));
+  double total = 0.0;
+  for (float v : t) total += double(v);
+  return total;
+}
+
 // ---------------------------------------------------------------- DeviceLinear
 
 std::string DeviceLinear::unsupported(const Linear& l) {

@@ -98,11 +98,7 @@ double DeviceMlp::train_step(const Matrix& x, const std::vector<std::uint8_t>& l
   // TE's update points (every layer's forward then backward scales), then Optimizer::step.
   for (DeviceLinear& L : layers_) L.update_scales();
   opt_.step();
-  std::vector<float> terms(static_cast<std::size_t>(rows));
-  d.download(terms.data(), loss_.get(), terms.size() * sizeof(float));
-  double total = 0.0;
-  for (float t : terms) total += double(t);
-  return total;
+  return sum_loss_terms(d, loss_.get(), rows);
 }
 
 void DeviceMlp::reset_stats() {

@@ -33,6 +33,7 @@
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/util/error.hpp"
+#include "support/gpu_skip.hpp"
 #include "fp8emu_internal/kernel_check.hpp"
 
 using namespace fp8emu;
@@ -44,17 +45,6 @@ using backend::DeviceTensor;
 
 namespace {
 
-// True when a GPU can run the tests; otherwise skips (message, pass) or fails (FP8EMU_REQUIRE_GPU).
-bool have_gpu_for_device() {
-  const backend::CudaStatus& s = backend::cuda_status();
-  if (s.usable()) return true;
-  const char* req = std::getenv("FP8EMU_REQUIRE_GPU");
-  const bool required = req && *req && std::strcmp(req, "0") != 0;
-  if (required) FAIL("FP8EMU_REQUIRE_GPU is set but the cuda backend cannot run: " << s.why_not());
-  std::cout << "SKIPPED: no usable GPU (" << s.why_not() << "); set FP8EMU_REQUIRE_GPU=1 to make this a failure\n";
-  WARN("SKIPPED: no usable GPU: " << s.why_not());
-  return false;
-}
 
 const int kSizes[] = {1, 7, 33, 300};
 
@@ -742,7 +732,7 @@ void expect_equal(const char* what, CheckFn fn, const Device& ref, const Device&
 }
 
 void gpu_check(const char* what, CheckFn fn) {
-  if (!have_gpu_for_device()) return;
+  if (!testing::have_gpu()) return;
   expect_equal(what, fn, backend::cpu_device(), backend::cuda_device());
 }
 
@@ -967,7 +957,7 @@ TEST_CASE("gpu: device degenerate sizes as cpu_device", "[gpu][device]") {
 }
 TEST_CASE("gpu: device argument errors", "[gpu][device]") {
   check_errors(backend::cpu_device());
-  if (!have_gpu_for_device()) return;
+  if (!testing::have_gpu()) return;
   check_errors(backend::cuda_device());
   CHECK(std::string(backend::cuda_device().name()) == "cuda");
 }

@@ -21,27 +21,17 @@
 #include "fp8emu/cuda/cublaslt.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
+#include "support/gpu_skip.hpp"
 
 using namespace fp8emu;
 
 namespace {
 
-// True when a GPU can run the tests; otherwise skips (message, pass) or fails (FP8EMU_REQUIRE_GPU).
-bool have_gpu() {
-  const backend::CudaStatus& s = backend::cuda_status();
-  if (s.usable()) return true;
-  const char* req = std::getenv("FP8EMU_REQUIRE_GPU");
-  const bool required = req && *req && std::strcmp(req, "0") != 0;
-  if (required) FAIL("FP8EMU_REQUIRE_GPU is set but the cuda backend cannot run: " << s.why_not());
-  std::cout << "SKIPPED: no usable GPU (" << s.why_not() << "); set FP8EMU_REQUIRE_GPU=1 to make this a failure\n";
-  WARN("SKIPPED: no usable GPU: " << s.why_not());
-  return false;
-}
 
 std::uint32_t bits(float f) { return core::f32_to_bits(f); }
 
 void check_method(const char* method, std::vector<int> sizes = {1, 17, 64, 131}) {
-  if (!have_gpu()) return;
+  if (!testing::have_gpu()) return;
   backend::KernelCheckOptions opt;
   opt.sizes = std::move(sizes);
   opt.seed = 3;
@@ -79,7 +69,7 @@ TEST_CASE("gpu: quantize_block_1d_both bit-identical to the two single-axis cast
 TEST_CASE("gpu: gemm_fp8_block_tn bit-identical to the emulator", "[gpu]") { check_method("gemm_fp8_block_tn"); }
 
 TEST_CASE("gpu: degenerate shapes as the emulator", "[gpu]") {
-  if (!have_gpu()) return;
+  if (!testing::have_gpu()) return;
   const backend::Kernels& emu = backend::emulated_kernels();
   const backend::Kernels& gpu = backend::cuda_kernels();
   // Empty cast: count 0, and the amax still max-accumulates with 0 (a NaN initial amax becomes 0).
@@ -119,7 +109,7 @@ TEST_CASE("gpu: degenerate shapes as the emulator", "[gpu]") {
 }
 
 TEST_CASE("gpu: bad arguments throw the emulator's errors", "[gpu]") {
-  if (!have_gpu()) return;
+  if (!testing::have_gpu()) return;
   const backend::Kernels& emu = backend::emulated_kernels();
   const backend::Kernels& gpu = backend::cuda_kernels();
   const std::vector<std::uint8_t> a(64, 0x38);
@@ -151,7 +141,7 @@ int fp8_device_cc() {
 
 TEST_CASE("gpu: cuBLASLt FP8 GEMM equals the hopper model with its split-K, E4M3 output and AMAX_D included",
           "[gpu]") {
-  if (!have_gpu()) return;
+  if (!testing::have_gpu()) return;
   // On sm_90 the expectation is bit-exact (measured on an H200, docs/gpu.md): FAST_ACCUM = 1 is the
   // hopper model without promotion, 0 with promotion every 128, both with the algorithm's split-K.
   // On other GPUs cuBLASLt runs other kernels: only closeness to the exact product is checked.

@@ -28,6 +28,10 @@ struct DeviceParam {
   std::size_t n = 0;
 };
 
+/// The sum of `rows` per-row loss terms in device memory (Device::softmax_xent's), downloaded and
+/// added in double in row order, as softmax_cross_entropy_sum adds them.
+double sum_loss_terms(const backend::Device& device, const float* terms, int rows);
+
 /// nn::Linear on a device. Takes FP32 and per-tensor FP8 layers (delayed scaling with the fused
 /// update and no amax-reduction hook; current scaling); unsupported() names what else.
 class DeviceLinear {
