@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <tuple>
 #include <string>
 
 #include "device_buffer.hpp"
@@ -322,6 +324,9 @@ struct State {
   bool lt_allowed = false;
   std::unique_ptr<LtContext> lt;
   float* lt_scale_inv = nullptr;
+  // GEMMs cuBLASLt refused (no algorithm, or none that runs with split-K 1): the per-element kernel
+  // computes them instead. Key: M, N, K, the two formats, fast accumulation.
+  std::set<std::tuple<int, int, int, int, int, bool>> lt_refused;
 };
 
 State& state() {
@@ -490,31 +495,38 @@ class CudaDevice final : public backend::Device {
     // promotion and FAST_ACCUM = 0 the `hopper` model promoted every 128, with split-K forced to 1
     // and D = RN(acc * RN(scale_inv_a * scale_inv_b)) in fp32. cuBLASLt runs on the legacy default
     // stream, which orders itself with this device's (blocking) stream both ways.
+    const auto lt_key = std::make_tuple(M, N, K, int(fa), int(fb), acc.promotion_interval == 0);
     if (s.lt_allowed && acc.model == emu::Accumulation::kHopper && acc.split_k == 1 &&
         (acc.promotion_interval == 0 || acc.promotion_interval == 128) && K > 0 && K % 16 == 0 && N % 16 == 0) {
       std::lock_guard<std::mutex> lock(s.mu);
-      if (!s.lt) {
-        s.lt = std::make_unique<LtContext>();
-        FP8EMU_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.lt_scale_inv), 2 * sizeof(float)));
+      if (!s.lt_refused.count(lt_key)) {
+        if (!s.lt) {
+          s.lt = std::make_unique<LtContext>();
+          FP8EMU_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.lt_scale_inv), 2 * sizeof(float)));
+        }
+        scale_inv_pair_kernel<<<1, 1, 0, s.stream>>>(scale_a, scale_b, s.lt_scale_inv);
+        FP8EMU_CUDA_CHECK_LAUNCH("scale_inv_pair_kernel");
+        LtFp8Gemm g;
+        g.M = M;
+        g.N = N;
+        g.K = K;
+        g.A = A;
+        g.format_a = fa;
+        g.scale_inv_a = s.lt_scale_inv;
+        g.B = B;
+        g.format_b = fb;
+        g.scale_inv_b = s.lt_scale_inv + 1;
+        g.fast_accum = acc.promotion_interval == 0;
+        g.output = LtOutput::kFp32;
+        g.D = D;
+        g.split_k = 1;
+        try {
+          s.lt->gemm_fp8_tn(g);
+          return;
+        } catch (const Error&) {
+          s.lt_refused.insert(lt_key);  // planning failed before anything ran: the kernel below computes D
+        }
       }
-      scale_inv_pair_kernel<<<1, 1, 0, s.stream>>>(scale_a, scale_b, s.lt_scale_inv);
-      FP8EMU_CUDA_CHECK_LAUNCH("scale_inv_pair_kernel");
-      LtFp8Gemm g;
-      g.M = M;
-      g.N = N;
-      g.K = K;
-      g.A = A;
-      g.format_a = fa;
-      g.scale_inv_a = s.lt_scale_inv;
-      g.B = B;
-      g.format_b = fb;
-      g.scale_inv_b = s.lt_scale_inv + 1;
-      g.fast_accum = acc.promotion_interval == 0;
-      g.output = LtOutput::kFp32;
-      g.D = D;
-      g.split_k = 1;
-      s.lt->gemm_fp8_tn(g);
-      return;
     }
     launch_gemm_tn(M, N, K, A, fa, B, fb, acc.model, acc.promotion_interval, acc.split_k,
                    GemmScaleArg::from_scales(scale_a, scale_b), D, s.stream);

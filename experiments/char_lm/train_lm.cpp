@@ -359,6 +359,11 @@ struct LmLog {
   std::vector<std::vector<float>> shard_scales;
   bool ranks_identical = true;
   std::uint64_t checksum = 0;
+  // Time in the training steps alone (forward, loss, backward, updates; no evaluation, checkpoint or
+  // copy to the host) and their count, of this process: not checkpointed, so a resumed run counts
+  // the steps it ran itself.
+  double step_seconds = 0.0;
+  long timed_steps = 0;
 };
 
 struct LmState {  // a run at a step boundary
@@ -745,10 +750,12 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     std::vector<std::size_t> starts;
     for (int b = 0; b < cfg.batch_size; ++b) starts.push_back(std::size_t(sampler.below(max_start + 1)));
     double loss;
+    const auto step_t0 = std::chrono::steady_clock::now();
     if (resident) {  // one shard (checked with the flags): the whole step on the device
       if (!on_device) on_device = std::make_unique<DeviceCharLm>(*resident, model, opt);
       const Batch batch = window_batch(ctx.corpus.train, starts, cfg.seq_len);
       loss = on_device->train_step(batch.input, batch.target, cfg.seq_len, rows) / double(rows);
+      log.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count();
       const bool checkpoints = cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps;
       if (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss) || checkpoints) to_host();
     } else {
@@ -776,7 +783,9 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       const double total = dp.sum_shards(totals, &has_rows)[0];
       loss = total / double(rows);
       opt.step(params);
+      log.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count();
     }
+    ++log.timed_steps;
     loss_sum += loss;
     ++loss_count;
     double val = NAN;
@@ -1082,6 +1091,8 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
     x["train_loss"] = l.train_loss.empty() ? 0.0 : l.train_loss.back();
     x["steps"] = l.steps.empty() ? 0 : l.steps.back();
     x["seconds"] = l.seconds.empty() ? 0.0 : l.seconds.back();
+    x["step_seconds"] = l.step_seconds;  // the training steps of this process alone (see LmLog)
+    x["timed_steps"] = l.timed_steps;
     x["diverged"] = l.diverged;
     x["sample"] = l.sample;
     x["data_parallel"] = common::data_parallel_run_json(l.shard_scales, dp.shards(), l.ranks_identical, l.checksum);

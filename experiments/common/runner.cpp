@@ -31,6 +31,7 @@ void set_te_accumulation(nn::Linear& layer, emu::Accumulation acc) {
 }
 
 std::string fmt_g(double v) {
+  if (std::isnan(v)) return "nan";  // one spelling whatever the sign bit (x86 and CUDA NaNs differ in it)
   std::ostringstream os;
   os << std::setprecision(9) << v;
   return os.str();
@@ -143,8 +144,12 @@ const backend::Device* resident_device(const std::string& mode, const std::vecto
       std::all_of(kinds.begin(), kinds.end(), [](backend::Kind k) { return k == backend::Kind::kEmulated; });
   if (mode == "auto") return all_cuda && shards == 1 ? &backend::cuda_device() : nullptr;
   FP8EMU_CHECK(shards == 1, "--resident on needs one data-parallel shard, got --dp-shards ", shards);
+  const bool any_reference =
+      std::any_of(kinds.begin(), kinds.end(), [](backend::Kind k) { return k == backend::Kind::kReference; });
+  FP8EMU_CHECK(!any_reference, "--resident on: reference (FP32) layers run on the host; use --resident auto or off "
+               "with --backend reference");
   FP8EMU_CHECK(all_cuda || all_emulated, "--resident on needs every layer on one backend, cuda or emulated (after "
-               "any fallback), got --backend with several");
+               "any fallback), got a mix of the two in --backend");
   return all_cuda ? &backend::cuda_device() : &backend::cpu_device();
 }
 

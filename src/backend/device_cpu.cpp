@@ -62,8 +62,9 @@ class CpuDevice final : public Device {
 
   void cast_transpose(const float* x, int rows, int cols, const float* scale, Format fmt, std::uint8_t* q_rowwise,
                       std::uint8_t* q_columnwise, float* amax, CastCounters* counters) const override {
-    const emu::QuantizeStats st =
-        emulated_kernels().cast_transpose(x, rows, cols, *scale, fmt, q_rowwise, q_columnwise, amax);
+    const bool empty = std::size_t(rows > 0 ? rows : 0) * std::size_t(cols > 0 ? cols : 0) == 0;
+    const emu::QuantizeStats st =  // the scale is not read for an empty cast (it may be null then)
+        emulated_kernels().cast_transpose(x, rows, cols, empty ? 1.0f : *scale, fmt, q_rowwise, q_columnwise, amax);
     if (counters) {
       counters->count += st.count;
       counters->saturated += st.saturated;
@@ -86,6 +87,8 @@ class CpuDevice final : public Device {
   }
   void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const float* scale_a, const std::uint8_t* B,
                    Format fb, const float* scale_b, const emu::GemmAccumulation& acc, float* D) const override {
+    emu::check_gemm_tn(M, N, K, fa, fb, acc);
+    if (M == 0 || N == 0) return;  // nothing to write: the scales are not read (they may be null then)
     emu::gemm_fp8_tn(M, N, K, A, fa, emu::scale_inv_of(*scale_a), B, fb, emu::scale_inv_of(*scale_b), acc, D);
   }
 

@@ -2,6 +2,7 @@
 #include "fp8emu/nn/transformer.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <variant>
 #include <vector>
 
@@ -79,6 +80,8 @@ void LayerNormMLP::forward(const Matrix& x, Matrix& y, bool training) {
   if (act_dtype == ActivationDtype::kBf16) round_to_bf16(h_);
   const int ffn = fc2.in_features();
   a_.resize(h_.rows, ffn);
+  // Elements are independent: any split over threads gives the same bits.
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(h_.rows) * ffn >= 2048)
   for (int i = 0; i < h_.rows; ++i) {
     for (int j = 0; j < ffn; ++j) {
       if (act_ == MlpActivation::kGelu) {
@@ -98,6 +101,7 @@ void LayerNormMLP::backward(const Matrix& dy, Matrix& dx) {
   fc2.backward(dy, &da);
   const int ffn = fc2.in_features();
   dh.resize(h_.rows, h_.cols);
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(h_.rows) * ffn >= 2048)
   for (int i = 0; i < h_.rows; ++i) {
     for (int j = 0; j < ffn; ++j) {
       if (act_ == MlpActivation::kGelu) {
