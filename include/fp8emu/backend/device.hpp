@@ -21,8 +21,12 @@
 ///     major and densely packed; outputs do not overlap inputs unless stated.
 ///   - Operations are ordered: each sees the results of the ones called before it on the same
 ///     device (the GPU enqueues them on one stream). `download` waits for them.
-///   - Sizes: non-negative; a zero size does nothing. Errors (bad sizes, a format that is not FP8, a
-///     failed CUDA call) throw fp8emu::Error before anything is written.
+///   - Sizes: non-negative. A zero size writes nothing, except where the emulator gives an empty
+///     reduction a value: a K = 0 GEMM writes D, a cast of no element max-accumulates +0 into
+///     *amax, a column sum over no rows writes +0, the current scale of no element is that of
+///     amax 0; pointers an operation does not read may then be null.
+///   - Errors (bad sizes, a format that is not FP8, a failed CUDA call) throw fp8emu::Error before
+///     anything is written.
 ///   - Determinism: results do not depend on the thread count or the GPU's launch configuration.
 #pragma once
 
