@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "support/bits.hpp"
 #include "fp8emu/core/fp32_math.hpp"
 
 using namespace fp8emu;
@@ -33,16 +34,8 @@ enum class Fn { kExp, kLog, kTanh };
 
 const char* name_of(Fn f) { return f == Fn::kExp ? "exp" : f == Fn::kLog ? "log" : "tanh"; }
 
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using testing::bits;
+using testing::from_bits;
 
 float ours(Fn f, float x) {
   switch (f) {

@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "support/bits.hpp"
 #include "fp8emu/core/nn_element.hpp"
 
 using namespace fp8emu;
@@ -27,16 +28,8 @@ namespace {
 
 using Big = boost::multiprecision::cpp_bin_float_50;
 
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using testing::bits;
+using testing::from_bits;
 bool same_bits(float a, float b) { return bits(a) == bits(b); }
 
 // One correctly rounded fp32 operation, computed in binary64 and rounded once (innocuous double

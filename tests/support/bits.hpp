@@ -12,4 +12,11 @@ inline std::uint32_t bits(float f) {
   return u;
 }
 
+/// The fp32 of a bit pattern.
+inline float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 }  // namespace fp8emu::testing
