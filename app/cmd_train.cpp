@@ -66,7 +66,7 @@ Command add_train(CLI::App& app) {
   train->add_option("--resident", cfg.resident,
                     "Keep each run's model and optimizer on the device between steps: auto (on the GPU when every "
                     "layer runs on cuda), on (also on the CPU with --backend emulated: the same step program), off. "
-                    "Same results; delayed/current/fp32 runs only")
+                    "Same results")
       ->capture_default_str();
   train->add_option("--checkpoint-every", cfg.checkpoint_every,
                     "Write <out>/checkpoint.bin every N epochs and at the end of each run (0: never)")

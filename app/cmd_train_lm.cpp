@@ -44,7 +44,7 @@ Command add_train_lm(CLI::App& app) {
   train_lm->add_option("--resident", lm.resident,
                        "Keep each run's model and Adam state on the device between steps: auto (on the GPU when every "
                        "layer runs on cuda), on (also on the CPU with --backend emulated: the same step program), "
-                       "off. Same results; delayed/current/fp32 runs only")
+                       "off. Same results")
       ->capture_default_str();
   train_lm->add_flag("--fp8-head", lm.fp8_head, "Run the LM head in FP8 too (default: FP32, as TE practice)");
   train_lm->add_option("--lr", lm.lr, "Adam learning rate")->capture_default_str();

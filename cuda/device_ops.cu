@@ -21,6 +21,7 @@
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <vector>
 #include <string>
 
 #include "device_buffer.hpp"
@@ -33,6 +34,7 @@
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/cuda/backend.hpp"
 #include "fp8emu/cuda/cublaslt.hpp"
+#include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
@@ -304,6 +306,26 @@ __global__ void embed_backward_kernel(const std::uint8_t* __restrict__ tokens, i
   }
 }
 
+// emu::spread_tile_scales on the device: the per-tile scale_inv [ceil(rows/tile), ceil(cols/tile)]
+// spread over the row-wise view's blocks [rows, tc] and the column-wise view's [cols, tr].
+__global__ void spread_tile_rows_kernel(int rows, int cols, int tile, const float* __restrict__ tile_si,
+                                        float* __restrict__ row_si) {
+  const std::size_t tc = (std::size_t(cols) + std::size_t(tile) - 1) / std::size_t(tile);
+  FP8EMU_FOR_EACH(e, std::size_t(rows) * tc) {
+    const std::size_t r = e / tc, b = e % tc;
+    row_si[e] = tile_si[(r / std::size_t(tile)) * tc + b];
+  }
+}
+__global__ void spread_tile_cols_kernel(int rows, int cols, int tile, const float* __restrict__ tile_si,
+                                        float* __restrict__ col_si) {
+  const std::size_t tc = (std::size_t(cols) + std::size_t(tile) - 1) / std::size_t(tile),
+                    tr = (std::size_t(rows) + std::size_t(tile) - 1) / std::size_t(tile);
+  FP8EMU_FOR_EACH(e, std::size_t(cols) * tr) {
+    const std::size_t c = e / tr, b = e % tr;
+    col_si[e] = tile_si[b * tc + c / std::size_t(tile)];
+  }
+}
+
 #undef FP8EMU_FOR_EACH
 
 // ---- the device ----------------------------------------------------------------------------------
@@ -530,6 +552,79 @@ class CudaDevice final : public backend::Device {
     }
     launch_gemm_tn(M, N, K, A, fa, B, fb, acc.model, acc.promotion_interval, acc.split_k,
                    GemmScaleArg::from_scales(scale_a, scale_b), D, s.stream);
+  }
+
+  // ---- block-scaled casts and GEMM (MXFP8, Float8BlockScaling) ----
+  // The `cuda` kernel set's launchers on the views' device pointers: the fused two-axis cast
+  // (launch_block_cast_both) for MXFP8 and 1 x block, the tile cast, transpose and scale spreading
+  // of quantize_block_2d for tiles; counts as the quantizers take them.
+  void block_cast(const backend::BlockCast& c, const float* x, int rows, int cols, backend::BlockView rowwise,
+                  backend::BlockView columnwise, CastCounters* counters) const override {
+    const bool row = rowwise.codes != nullptr, col = columnwise.codes != nullptr;
+    FP8EMU_CHECK(row || col, "block cast: no view asked for (row-wise and column-wise codes both null)");
+    const bool mx = c.kind == backend::BlockCast::kMxfp8;
+    const int block = mx ? 32 : c.block;
+    FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
+    emu::require_fp8(c.fmt, mx ? "MXFP8 quantize" : "block quantize");
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    if (n == 0) return;
+    State& s = enter();
+    auto* totals = static_cast<CastTotals*>(allocate(2 * sizeof(CastTotals)));  // zeroed
+    std::vector<void*> temps{totals};
+    if (c.kind == backend::BlockCast::kTile2d) {
+      const std::size_t tiles = ((std::size_t(rows) + block - 1) / block) * ((std::size_t(cols) + block - 1) / block);
+      auto* tile_scale = static_cast<float*>(allocate(tiles * sizeof(float)));
+      auto* tile_scale_inv = static_cast<float*>(allocate(tiles * sizeof(float)));
+      std::uint8_t* codes = row ? rowwise.codes : static_cast<std::uint8_t*>(allocate(n));
+      temps.insert(temps.end(), {tile_scale, tile_scale_inv});
+      if (!row) temps.push_back(codes);
+      launch_tile_cast(x, rows, cols, block, c.fmt, max_finite_f32(c.fmt), c.pow2, c.epsilon, tile_scale,
+                       tile_scale_inv, codes, totals, s.stream);
+      if (col) launch_transpose(rows, cols, codes, columnwise.codes, s.stream);
+      if (row) {
+        spread_tile_rows_kernel<<<blocks_1d(std::size_t(rows)), kThreads1d, 0, s.stream>>>(rows, cols, block,
+                                                                                          tile_scale_inv,
+                                                                                          rowwise.scale_inv);
+        FP8EMU_CUDA_CHECK_LAUNCH("spread_tile_rows_kernel");
+      }
+      if (col) {
+        spread_tile_cols_kernel<<<blocks_1d(std::size_t(cols)), kThreads1d, 0, s.stream>>>(rows, cols, block,
+                                                                                          tile_scale_inv,
+                                                                                          columnwise.scale_inv);
+        FP8EMU_CUDA_CHECK_LAUNCH("spread_tile_cols_kernel");
+      }
+    } else {
+      const core::BlockRule rule =
+          mx ? emu::mxfp8_rule(c.fmt, c.rule) : core::BlockRule::fp32_scale(spec_of(c.fmt), c.pow2, c.epsilon);
+      // E8M0 codes: the kernel writes them for the MXFP8 rules; the views keep only scale_inv.
+      const std::size_t rb = std::size_t(rows) * ((std::size_t(cols) + block - 1) / block),
+                        cb = std::size_t(cols) * ((std::size_t(rows) + block - 1) / block);
+      std::uint8_t* re = mx && row ? static_cast<std::uint8_t*>(allocate(rb)) : nullptr;
+      std::uint8_t* ce = mx && col ? static_cast<std::uint8_t*>(allocate(cb)) : nullptr;
+      if (re) temps.push_back(re);
+      if (ce) temps.push_back(ce);
+      BlockCastOut ro, co;
+      if (row) ro = BlockCastOut{rowwise.codes, rowwise.scale_inv, re, totals};
+      if (col) co = BlockCastOut{columnwise.codes, columnwise.scale_inv, ce, totals + 1};
+      launch_block_cast_both(x, rows, cols, block, c.fmt, rule, ro, co, s.stream);
+    }
+    // The counts of the row-wise cast when made, else the column-wise one's (the tile cast: one).
+    const CastTotals* counted = c.kind == backend::BlockCast::kTile2d || row ? totals : totals + 1;
+    finish_cast_kernel<<<1, 1, 0, s.stream>>>(counted, n, nullptr, counters);
+    FP8EMU_CUDA_CHECK_LAUNCH("finish_cast_kernel");
+    for (void* p : temps) release(p);  // stream-ordered: after the kernels above
+  }
+
+  void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
+                         const std::uint8_t* B, Format fb, const float* sb, float* D) const override {
+    emu::require_fp8(fa, "block-scaled GEMM operand A");
+    emu::require_fp8(fb, "block-scaled GEMM operand B");
+    FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0 && block >= 1, "block-scaled GEMM: bad shape M=", M, " N=", N, " K=", K,
+                 " block=", block);
+    if (M == 0 || N == 0) return;
+    State& s = enter();
+    launch_gemm_block_tn(M, N, K, block, A, fa, sa, B, fb, sb, D, s.stream);
   }
 
   // ---- per-element work of an MLP step ----

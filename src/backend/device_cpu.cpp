@@ -92,6 +92,61 @@ class CpuDevice final : public Device {
     emu::gemm_fp8_tn(M, N, K, A, fa, emu::scale_inv_of(*scale_a), B, fb, emu::scale_inv_of(*scale_b), acc, D);
   }
 
+  // The emulator's block casts into records, then copied into the views (host memory here).
+  void block_cast(const BlockCast& c, const float* x, int rows, int cols, BlockView rowwise, BlockView columnwise,
+                  CastCounters* counters) const override {
+    const bool row = rowwise.codes != nullptr, col = columnwise.codes != nullptr;
+    FP8EMU_CHECK(row || col, "block cast: no view asked for (row-wise and column-wise codes both null)");
+    const Kernels& k = emulated_kernels();
+    emu::BlockQuantized r, cq;
+    emu::QuantizeStats st;
+    switch (c.kind) {
+      case BlockCast::kMxfp8:
+        k.quantize_mxfp8_both(x, rows, cols, c.fmt, c.rule, row ? &r : nullptr, col ? &cq : nullptr, &st,
+                              row ? nullptr : &st);
+        break;
+      case BlockCast::kBlock1d:
+        k.quantize_block_1d_both(x, rows, cols, c.fmt, c.block, c.pow2, c.epsilon, row ? &r : nullptr,
+                                 col ? &cq : nullptr, &st, row ? nullptr : &st);
+        break;
+      case BlockCast::kTile2d: {
+        emu::BlockQuantized2D w = k.quantize_block_2d(x, rows, cols, c.fmt, c.block, c.pow2, c.epsilon, &st);
+        r = std::move(w.rowwise);
+        cq = std::move(w.columnwise);
+        break;
+      }
+    }
+    auto put = [](const emu::BlockQuantized& q, BlockView v) {
+      if (!v.codes) return;
+      std::memcpy(v.codes, q.codes.data(), q.codes.size());
+      std::memcpy(v.scale_inv, q.scale_inv.data(), q.scale_inv.size() * sizeof(float));
+    };
+    put(r, rowwise);
+    put(cq, columnwise);
+    if (counters) {
+      counters->count += st.count;
+      counters->saturated += st.saturated;
+      counters->underflow += st.underflow;
+      counters->nan += st.nan;
+    }
+  }
+  void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
+                         const std::uint8_t* B, Format fb, const float* sb, float* D) const override {
+    FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0 && block >= 1, "block-scaled GEMM: bad shape M=", M, " N=", N, " K=", K,
+                 " block=", block);
+    auto record = [&](int n, const std::uint8_t* codes, Format f, const float* s) {
+      emu::BlockQuantized q;
+      q.n = n;
+      q.k = K;
+      q.block = block;
+      q.format = f;
+      q.codes.assign(codes, codes + std::size_t(n) * std::size_t(K));
+      q.scale_inv.assign(s, s + std::size_t(n) * std::size_t(q.blocks()));
+      return q;
+    };
+    emulated_kernels().gemm_fp8_block_tn(record(M, A, fa, sa), record(N, B, fb, sb), D);
+  }
+
   void bias_add(float* y, const float* b, int rows, int cols) const override {
     check_size(rows, cols, "bias add");
     for (int i = 0; i < rows; ++i) {

@@ -4,6 +4,7 @@
 
 #include <variant>
 
+#include "fp8emu/scaling/block_quantizer.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
@@ -33,10 +34,13 @@ std::string DeviceLinear::unsupported(const Linear& l) {
     if (d->reduce_amax) return "uses delayed scaling with an amax-reduction hook, which runs on the host";
     return {};
   }
-  if (std::holds_alternative<scaling::CurrentScaling>(r)) return {};
-  return std::string("uses the ") + scaling::recipe_name(r) +
-         " recipe; device-resident layers take fp32, delayed and current scaling so far";
+  return {};  // current scaling, MXFP8, 128-block scaling
 }
+
+namespace {
+// Scale blocks of a K-major view with K = k.
+int blocks_of(int k, int block) { return (k + block - 1) / block; }
+}  // namespace
 
 DeviceLinear::DeviceLinear(const backend::Device& device, const Linear& src)
     : dev_(&device), in_(src.in_features()), out_(src.out_features()), fp8_(src.precision() == Precision::kFp8) {
@@ -70,6 +74,31 @@ DeviceLinear::DeviceLinear(const backend::Device& device, const Linear& src)
   for (int r = 0; r < 3; ++r) c[r] = {st[r]->count, st[r]->saturated, st[r]->underflow, st[r]->nan};
   counters_.upload(c);
   const scaling::Recipe& r = src.recipe();
+  // The block recipes' casts (scaling/mxfp8_quantizer.cpp, block_quantizer.cpp): MXFP8 both views of
+  // every tensor; 128-block 1 x 128 for the input and the gradient, 128 x 128 tiles for the weight.
+  if (const auto* mx = std::get_if<scaling::MXFP8BlockScaling>(&r)) {
+    blocks_ = true;
+    cast_x_.kind = backend::BlockCast::kMxfp8;
+    cast_x_.rule = mx->rule;
+    cast_x_.block = 32;
+    cast_w_ = cast_dy_ = cast_x_;
+  } else if (const auto* bs = std::get_if<scaling::Float8BlockScaling>(&r)) {
+    blocks_ = true;
+    cast_x_.kind = backend::BlockCast::kBlock1d;
+    cast_x_.block = scaling::kFloat8Block;
+    cast_x_.pow2 = !bs->use_f32_scales;
+    cast_x_.epsilon = bs->amax_epsilon;
+    cast_w_ = cast_dy_ = cast_x_;
+    cast_w_.kind = backend::BlockCast::kTile2d;
+  }
+  if (blocks_) {
+    cast_x_.fmt = cast_w_.fmt = fmt_fwd_;
+    cast_dy_.fmt = fmt_bwd_;
+    const int blk = cast_x_.block;
+    w_si_row_ = Tensor<float>(d, out_, blocks_of(in_, blk));
+    w_si_col_ = Tensor<float>(d, in_, blocks_of(out_, blk));
+    return;
+  }
   if (const auto* ds = std::get_if<scaling::DelayedScaling>(&r)) {
     delayed_ = true;
     most_recent_ = ds->amax_compute_algo == scaling::AmaxComputeAlgo::kMostRecent;
@@ -101,6 +130,13 @@ void DeviceLinear::reserve(int rows) {
     xq_col_ = Tensor<std::uint8_t>(d, in_, rows);
     dyq_row_ = Tensor<std::uint8_t>(d, rows, out_);
     dyq_col_ = Tensor<std::uint8_t>(d, out_, rows);
+    if (blocks_) {
+      const int blk = cast_x_.block;
+      x_si_row_ = Tensor<float>(d, rows, blocks_of(in_, blk));
+      x_si_col_ = Tensor<float>(d, in_, blocks_of(rows, blk));
+      dy_si_row_ = Tensor<float>(d, rows, blocks_of(out_, blk));
+      dy_si_col_ = Tensor<float>(d, out_, blocks_of(rows, blk));
+    }
   } else {
     dyt_ = Tensor<float>(d, out_, rows);
   }
@@ -130,6 +166,13 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
   if (!fp8_) {
     d.transpose_f32(out_, in_, w_.get(), wt_.get());
     d.gemm_f32_nn(rows, out_, in_, x, wt_.get(), y);
+  } else if (blocks_) {  // the quantizers' casts (both views), the block-scaled fprop
+    d.block_cast(cast_w_, w_.get(), out_, in_, {wq_row_.get(), w_si_row_.get()}, {wq_col_.get(), w_si_col_.get()},
+                 counters_.get() + kW);
+    d.block_cast(cast_x_, x, rows, in_, {xq_row_.get(), x_si_row_.get()}, {xq_col_.get(), x_si_col_.get()},
+                 counters_.get() + kX);
+    d.gemm_fp8_block_tn(rows, out_, in_, cast_x_.block, xq_row_.get(), fmt_fwd_, x_si_row_.get(), wq_row_.get(),
+                        fmt_fwd_, w_si_row_.get(), y);
   } else {
     float* last = last_scale_.get();
     if (!delayed_) d.current_scale(w_.get(), w_.size(), fmt_fwd_, pow2_, epsilon_, last + kW);
@@ -154,6 +197,17 @@ void DeviceLinear::backward(const float* dy, int rows, float* dx) {
     d.transpose_f32(rows, out_, dy, dyt_.get());
     d.gemm_f32_nn(out_, in_, rows, dyt_.get(), saved_x_, gw_.get());
     if (dx) d.gemm_f32_nn(rows, in_, out_, dy, w_.get(), dx);
+    return;
+  }
+  if (blocks_) {  // the gradient's cast (both views); wgrad dy^T . x^T and dgrad dy . W, block-scaled
+    const int blk = cast_x_.block;
+    d.block_cast(cast_dy_, dy, rows, out_, {dyq_row_.get(), dy_si_row_.get()}, {dyq_col_.get(), dy_si_col_.get()},
+                 counters_.get() + kDy);
+    d.gemm_fp8_block_tn(out_, in_, rows, blk, dyq_col_.get(), fmt_bwd_, dy_si_col_.get(), xq_col_.get(), fmt_fwd_,
+                        x_si_col_.get(), gw_.get());
+    if (dx)
+      d.gemm_fp8_block_tn(rows, in_, out_, blk, dyq_row_.get(), fmt_bwd_, dy_si_row_.get(), wq_col_.get(), fmt_fwd_,
+                          w_si_col_.get(), dx);
     return;
   }
   if (!delayed_)

@@ -228,9 +228,9 @@ TEST_CASE("train-lm --resume: a checkpoint magic with a newline gives one escape
 
 TEST_CASE("train-lm --resident on runs the device-resident step program on the CPU with exactly the host results",
           "[cli][lm][device]") {
-  // Delayed and current scaling (with the FP8 head, SwiGLU, RMSNorm, bf16 activations) run as
+  // Every recipe (with the FP8 head; current scaling with SwiGLU, RMSNorm, bf16 activations) runs as
   // DeviceCharLm on backend::cpu_device(); checkpoints and evaluations bring the host copy up to
-  // date mid-run. MXFP8 stays on the host with a note.
+  // date mid-run.
   const std::string base = tiny(12, 4) + " --checkpoint-every 6";
   for (const std::string& extra :
        {std::string(" --recipe all --fp8-head"),
@@ -244,9 +244,7 @@ TEST_CASE("train-lm --resident on runs the device-resident step program on the C
     CHECK(without_seconds(h / "metrics.csv") == without_seconds(d / "metrics.csv"));
     CHECK(slurp(h / "layers.csv") == slurp(d / "layers.csv"));
     CHECK(slurp(h / "samples.txt") == slurp(d / "samples.txt"));
-    CHECK(rd.output.find("note: run fp8_delayed is not device-resident") == std::string::npos);
-    if (extra.find("all") != std::string::npos)
-      CHECK(rd.output.find("note: run fp8_mxfp8 is not device-resident") != std::string::npos);
+    CHECK(rd.output.find("is not device-resident") == std::string::npos);  // every recipe is
   }
   const Result bad = run(tiny() + " --resident on --dp-shards 2 --out " + scratch("resident-bad").string());
   CHECK(bad.code == 2);

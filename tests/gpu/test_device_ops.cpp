@@ -393,17 +393,21 @@ void check_gemm_fp8(const Device& ref, const Device& cand, Report& rep) {
                            {64, 256, 784}, {300, 16, 64}};
   std::uint64_t seed = 71;
   int variant = 0;
-  // Shapes cuBLASLt takes on sm_90 (K and N multiples of 16) run every pair and model with each of
-  // the first three (ordinary) scale pairs, as a training step has them: scale products outside
-  // fp32's normal range were never measured on cuBLASLt, so the extreme ones stay on the other
-  // shapes (the per-element kernel).
+  // What cuBLASLt takes on sm_90 (K and N multiples of 16, the hopper model without split-K, fast or
+  // promoted every 128) runs every pair with each of the first three (ordinary) scale pairs, as a
+  // training step has them: scale products outside fp32's normal range were never measured on
+  // cuBLASLt, so the extreme ones stay with the per-element kernel. The large shapes run only
+  // cuBLASLt's models (the per-element core model is slow on the CPU side of the comparison).
   for (const auto& sh : shapes)
     for (const auto& [fa, fb] : pairs)
       for (const emu::GemmAccumulation& acc : accs)
         for (int ordinary = 0; ordinary < 3; ++ordinary) {
           const int M = sh[0], N = sh[1], K = sh[2];
-          const bool lt_shape = K > 0 && K % 16 == 0 && N % 16 == 0;
+          const bool lt_acc = acc.model == emu::Accumulation::kHopper && acc.split_k == 1 &&
+                              (acc.promotion_interval == 0 || acc.promotion_interval == 128);
+          const bool lt_shape = K > 0 && K % 16 == 0 && N % 16 == 0 && lt_acc;
           if (!lt_shape && ordinary > 0) break;
+          if (!lt_acc && std::size_t(M) * N * K > (std::size_t(1) << 20)) break;  // the large shapes are cuBLASLt's
           ++variant;
           const auto fam = static_cast<backend::CodeFamily>(variant % 3);
           float si = 1.0f;
@@ -728,6 +732,82 @@ void check_transformer_ops(const Device& ref, const Device& cand, Report& rep) {
   }
 }
 
+// The block-scaled casts (MXFP8 with both E8M0 rules, 1 x 128 with pow2 and fp32 scales, 128 x 128
+// tiles) into both views and into one, with their counts, and the block-scaled GEMM of the views.
+void check_block_ops(const Device& ref, const Device& cand, Report& rep) {
+  std::uint64_t seed = 901;
+  std::vector<backend::BlockCast> casts;
+  for (const E8M0Rule r : {E8M0Rule::kTransformerEngine, E8M0Rule::kOcp}) {
+    backend::BlockCast c;
+    c.kind = backend::BlockCast::kMxfp8;
+    c.rule = r;
+    c.block = 32;
+    casts.push_back(c);
+  }
+  for (const bool pow2 : {true, false}) {
+    backend::BlockCast c;
+    c.kind = backend::BlockCast::kBlock1d;
+    c.block = 128;
+    c.pow2 = pow2;
+    c.epsilon = pow2 ? 0.0f : 1e-3f;
+    casts.push_back(c);
+    c.kind = backend::BlockCast::kTile2d;
+    casts.push_back(c);
+  }
+  const int shapes[][2] = {{1, 1}, {7, 33}, {33, 7}, {130, 300}};
+  for (const backend::BlockCast& base : casts)
+    for (const Format fmt : {Format::kE4M3, Format::kE5M2})
+      for (const auto& sh : shapes)
+        for (const backend::InputFamily fam : backend::all_input_families())
+          for (const int views : {3, 1, 2}) {  // both, row-wise only, column-wise only
+            if (views != 3 && fam != backend::InputFamily::kNormal) continue;
+            backend::BlockCast c = base;
+            c.fmt = fmt;
+            const int rows = sh[0], cols = sh[1], blk = c.block;
+            const int rb = (cols + blk - 1) / blk, cb = (rows + blk - 1) / blk;
+            const std::string where = std::string(c.kind == backend::BlockCast::kMxfp8     ? "mxfp8 "
+                                                  : c.kind == backend::BlockCast::kBlock1d ? "block 1x128 "
+                                                                                           : "block 128x128 ") +
+                                      format_name(fmt) + " " + shape(rows, cols) + " " + backend::to_string(fam) +
+                                      " views " + std::to_string(views);
+            Twin<float> x(ref, cand, inputs(fam, std::size_t(rows) * cols, mix(++seed, 21)));
+            Twin<std::uint8_t> rc(ref, cand, rows, cols), cc(ref, cand, cols, rows);
+            Twin<float> rs(ref, cand, rows, rb), cs(ref, cand, cols, cb);
+            Twin<CastCounters> k(ref, cand, 1, 1);
+            auto view = [&](bool on, const DeviceTensor<std::uint8_t>& codes, const DeviceTensor<float>& s) {
+              return on ? backend::BlockView{codes.get(), s.get()} : backend::BlockView{};
+            };
+            ref.block_cast(c, x.r.get(), rows, cols, view(views & 1, rc.r, rs.r), view(views & 2, cc.r, cs.r), k.r.get());
+            cand.block_cast(c, x.c.get(), rows, cols, view(views & 1, rc.c, rs.c), view(views & 2, cc.c, cs.c),
+                            k.c.get());
+            if (views & 1) {
+              compare(rep, where + " row-wise codes", rc);
+              compare(rep, where + " row-wise scale_inv", rs);
+            }
+            if (views & 2) {
+              compare(rep, where + " column-wise codes", cc);
+              compare(rep, where + " column-wise scale_inv", cs);
+            }
+            const std::vector<CastCounters> kr = k.ref(), kc = k.cand();
+            ++rep.values;
+            if (std::memcmp(kr.data(), kc.data(), sizeof(CastCounters)) != 0) rep.miss(where + " counts", 0, "differ");
+            if (views != 3 || fam != backend::InputFamily::kNormal) continue;
+            // The GEMM of the two views as wgrad reads them: D [rows, rows] = x . x^T over K = cols,
+            // and as fprop: D [cols, cols] over K = rows (each view with itself).
+            Twin<float> d1(ref, cand, rows, rows), d2(ref, cand, cols, cols);
+            ref.gemm_fp8_block_tn(rows, rows, cols, blk, rc.r.get(), fmt, rs.r.get(), rc.r.get(), fmt, rs.r.get(),
+                                  d1.r.get());
+            cand.gemm_fp8_block_tn(rows, rows, cols, blk, rc.c.get(), fmt, rs.c.get(), rc.c.get(), fmt, rs.c.get(),
+                                   d1.c.get());
+            ref.gemm_fp8_block_tn(cols, cols, rows, blk, cc.r.get(), fmt, cs.r.get(), cc.r.get(), fmt, cs.r.get(),
+                                  d2.r.get());
+            cand.gemm_fp8_block_tn(cols, cols, rows, blk, cc.c.get(), fmt, cs.c.get(), cc.c.get(), fmt, cs.c.get(),
+                                   d2.c.get());
+            compare(rep, where + " gemm row-wise", d1);
+            compare(rep, where + " gemm column-wise", d2);
+          }
+}
+
 using CheckFn = void (*)(const Device&, const Device&, Report&);
 
 void expect_equal(const char* what, CheckFn fn, const Device& ref, const Device& cand) {
@@ -823,6 +903,25 @@ class Forward : public Device {
   void embed_backward(const std::uint8_t* t, int r, int T, const float* dx, int D, int V, int P, float* gt,
                       float* gp) const override {
     b.embed_backward(t, r, T, dx, D, V, P, gt, gp);
+  }
+  void block_cast(const backend::BlockCast& c, const float* x, int r, int cl, backend::BlockView rv,
+                  backend::BlockView cv, CastCounters* k) const override {
+    b.block_cast(c, x, r, cl, rv, cv, k);
+  }
+  void gemm_fp8_block_tn(int M, int N, int K, int blk, const std::uint8_t* A, Format fa, const float* sa,
+                         const std::uint8_t* B, Format fb, const float* sb, float* D) const override {
+    b.gemm_fp8_block_tn(M, N, K, blk, A, fa, sa, B, fb, sb, D);
+  }
+};
+
+// MXFP8 casts that ignore the E8M0 rule (always TE's).
+class TeRuleOnly final : public Forward {
+ public:
+  void block_cast(const backend::BlockCast& c, const float* x, int r, int cl, backend::BlockView rv,
+                  backend::BlockView cv, CastCounters* k) const override {
+    backend::BlockCast t = c;
+    t.rule = E8M0Rule::kTransformerEngine;
+    b.block_cast(t, x, r, cl, rv, cv, k);
   }
 };
 
@@ -960,6 +1059,9 @@ TEST_CASE("gpu: device adam and sgd bit-identical to cpu_device", "[gpu][device]
 TEST_CASE("gpu: device transformer operations bit-identical to cpu_device", "[gpu][device]") {
   gpu_check("norms, MLP activations, attention, embedding, add, bf16", check_transformer_ops);
 }
+TEST_CASE("gpu: device block casts and block-scaled GEMM bit-identical to cpu_device", "[gpu][device]") {
+  gpu_check("block casts, block GEMM", check_block_ops);
+}
 TEST_CASE("gpu: device degenerate sizes as cpu_device", "[gpu][device]") {
   gpu_check("degenerate sizes", check_degenerate);
 }
@@ -988,7 +1090,8 @@ TEST_CASE("device comparison: cpu_device against itself and against changed oper
       {"softmax_xent", check_softmax_xent},
       {"adam, sgd", check_optimizers},
       {"degenerate sizes", check_degenerate},
-      {"transformer operations", check_transformer_ops}};
+      {"transformer operations", check_transformer_ops},
+      {"block casts and GEMM", check_block_ops}};
   for (const auto& [what, fn] : all) expect_equal(what, fn, cpu, cpu);
 
   auto caught = [&](const char* what, CheckFn fn, const Device& mutant) {
@@ -1004,4 +1107,5 @@ TEST_CASE("device comparison: cpu_device against itself and against changed oper
   caught("cast_transpose overwriting the amax", check_cast_transpose, OverwrittenAmax{});
   caught("softmax_xent summing in reverse", check_softmax_xent, ReversedSoftmax{});
   caught("attention's dK summed over decreasing query rows", check_transformer_ops, ReversedAttention{});
+  caught("MXFP8 casts ignoring the E8M0 rule", check_block_ops, TeRuleOnly{});
 }

@@ -83,7 +83,8 @@ void make_batch(Rng& rng, int rows, int in, int classes, Matrix& x, std::vector<
 
 void run_case(const Case& c) {
   INFO(c.name);
-  const std::vector<int> sizes = {40, 48, 33, 10};
+  // Widths that are not multiples of the blocks (32, 128), and one above 128: partial blocks and tiles.
+  const std::vector<int> sizes = {40, 150, 33, 10};
   Mlp host(sizes, c.act, c.precision, c.recipe, 7);
   if (c.fp32_accumulation && c.precision == Precision::kFp8)
     for (Linear& l : host.layers) l.set_accumulation({}, {}, {});
@@ -130,6 +131,11 @@ TEST_CASE("DeviceMlp on the CPU device equals the host layers bit for bit", "[nn
   delayed_margin.amax_history_len = 1;
   scaling::DelayedScaling most_recent = delayed;
   most_recent.amax_compute_algo = scaling::AmaxComputeAlgo::kMostRecent;
+  scaling::MXFP8BlockScaling mxfp8_ocp;
+  mxfp8_ocp.rule = E8M0Rule::kOcp;
+  scaling::Float8BlockScaling block_f32;
+  block_f32.use_f32_scales = true;
+  block_f32.amax_epsilon = 1e-3f;
   scaling::CurrentScaling current;
   scaling::CurrentScaling current_pow2;
   current_pow2.use_power_2_scales = true;
@@ -144,6 +150,10 @@ TEST_CASE("DeviceMlp on the CPU device equals the host layers bit for bit", "[nn
        Optimizer::Kind::kAdam, true},
       {"current relu adam", Precision::kFp8, current, Activation::kReLU, Optimizer::Kind::kAdam},
       {"current pow2 epsilon gelu", Precision::kFp8, current_pow2, Activation::kGELU, Optimizer::Kind::kAdam},
+      {"mxfp8 relu adam", Precision::kFp8, scaling::MXFP8BlockScaling{}, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"mxfp8 ocp rule gelu sgd", Precision::kFp8, mxfp8_ocp, Activation::kGELU, Optimizer::Kind::kSgd},
+      {"block relu adam", Precision::kFp8, scaling::Float8BlockScaling{}, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"block fp32 scales epsilon gelu", Precision::kFp8, block_f32, Activation::kGELU, Optimizer::Kind::kAdam},
   };
   for (const Case& c : cases) run_case(c);
 }
@@ -174,10 +184,12 @@ TEST_CASE("DeviceMlp with mixed FP32 and FP8 layers", "[nn][device]") {
 
 TEST_CASE("DeviceMlp names what it does not take", "[nn][device]") {
   Optimizer opt(Optimizer::Kind::kAdam, 1e-3f);
-  Mlp mx({8, 8, 4}, Activation::kReLU, Precision::kFp8, scaling::MXFP8BlockScaling{}, 1);
-  CHECK_THAT(DeviceMlp::unsupported(mx), Catch::Contains("fc1") && Catch::Contains("mxfp8"));
-  CHECK_THROWS_WITH(DeviceMlp(backend::cpu_device(), mx, opt), Catch::Contains("device-resident MLP") &&
-                                                                   Catch::Contains("mxfp8"));
+  scaling::DelayedScaling hooked;
+  hooked.reduce_amax = [](float*, int) {};
+  Mlp hk({8, 8, 4}, Activation::kReLU, Precision::kFp8, hooked, 1);
+  CHECK_THAT(DeviceMlp::unsupported(hk), Catch::Contains("fc1") && Catch::Contains("amax-reduction hook"));
+  CHECK_THROWS_WITH(DeviceMlp(backend::cpu_device(), hk, opt), Catch::Contains("device-resident MLP") &&
+                                                                   Catch::Contains("amax-reduction hook"));
   scaling::DelayedScaling unfused;
   unfused.fused_update = false;
   Mlp un({8, 8, 4}, Activation::kReLU, Precision::kFp8, unfused, 1);

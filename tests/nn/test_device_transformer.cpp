@@ -113,6 +113,10 @@ TEST_CASE("Device transformer layers on the CPU device equal the host layers bit
        Precision::kFp8, delayed},
       {"current layernorm gelu bf16 (the norm output read as bf16)", NormKind::kLayerNorm, MlpActivation::kGelu,
        ActivationDtype::kBf16, Precision::kFp8, scaling::CurrentScaling{}},
+      {"mxfp8 layernorm gelu", NormKind::kLayerNorm, MlpActivation::kGelu, ActivationDtype::kFp32, Precision::kFp8,
+       scaling::MXFP8BlockScaling{}},
+      {"block rmsnorm swiglu bf16", NormKind::kRMSNorm, MlpActivation::kSwiGlu, ActivationDtype::kBf16,
+       Precision::kFp8, scaling::Float8BlockScaling{}},
   };
   for (const Config& c : configs) run_config(c);
 }

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/util/error.hpp"
@@ -49,6 +50,26 @@ enum class NormOp : std::uint8_t { kLayerNorm, kRMSNorm };
 /// The activation of a LayerNormMLP (nn::MlpActivation): GELU on [rows, ffn], or SwiGLU on
 /// [rows, 2 ffn] = [a | b] giving silu(a) * b.
 enum class MlpActOp : std::uint8_t { kGelu, kSwiGlu };
+
+/// A block-scaled cast (TE's MXFP8 and Float8BlockScaling quantizers): kMxfp8 (1 x 32 E8M0 blocks,
+/// `rule`), kBlock1d (1 x `block` fp32 scales, compute_scale_from_amax with `pow2` and `epsilon`),
+/// kTile2d (`block` x `block` tiles, the weights' cast of Float8BlockScaling; one cast gives both
+/// views). Element format `fmt`; satfinite, round to nearest even.
+struct BlockCast {
+  enum Kind : std::uint8_t { kMxfp8, kBlock1d, kTile2d } kind = kMxfp8;
+  Format fmt = Format::kE4M3;
+  E8M0Rule rule = E8M0Rule::kTransformerEngine;  ///< kMxfp8
+  int block = 32;                                ///< K elements per scale (kMxfp8: 32)
+  bool pow2 = true;                              ///< kBlock1d, kTile2d
+  float epsilon = 0.0f;                          ///< kBlock1d, kTile2d
+};
+
+/// One view of a block-scaled operand in device memory, as emu::BlockQuantized holds it: codes
+/// [n, k] row-major and scale_inv [n, ceil(k / block)]; null codes: no such view.
+struct BlockView {
+  std::uint8_t* codes = nullptr;
+  float* scale_inv = nullptr;
+};
 
 /// The counts of one or more FP8 casts, in device memory: elements cast, saturated (finite values
 /// clipped to the format's max and infinities), underflows to zero, NaNs (emu::QuantizeStats).
@@ -111,6 +132,20 @@ class Device {
   virtual void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const float* scale_a,
                            const std::uint8_t* B, Format fb, const float* scale_b, const emu::GemmAccumulation& acc,
                            float* D) const = 0;
+
+  /// The block-scaled cast of x [rows, cols] into the row-wise view (n = rows, k = cols) and/or the
+  /// column-wise view (n = cols, k = rows, codes transposed), exactly as the quantizers make them:
+  /// Kernels::quantize_mxfp8_both / quantize_block_1d_both (each view cast independently from x) or
+  /// emu::quantize_block_2d (the column-wise view the transposed tiles). *counters (nullable) adds
+  /// the counts of the row-wise cast when it is made, else the column-wise one's (kTile2d: the one
+  /// cast), as the MXFP8 and block quantizers count. \throws fp8emu::Error with no view asked for.
+  virtual void block_cast(const BlockCast& c, const float* x, int rows, int cols, BlockView rowwise,
+                          BlockView columnwise, CastCounters* counters) const = 0;
+  /// emu::gemm_fp8_block_tn: D [M, N] from A [M, K] with sa [M, ceil(K / block)] and B [N, K] with
+  /// sb [N, ceil(K / block)], each block's fp32 partial added to the element's total times
+  /// RN(sa * sb) (fp32 accumulation).
+  virtual void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
+                                 const std::uint8_t* B, Format fb, const float* sb, float* D) const = 0;
 
   // ---- per-element work of an MLP step (core/nn_element.hpp) ----------------------------------
   /// y[i, j] += b[j] (fp32 add), y [rows, cols], b [cols].

@@ -32,8 +32,10 @@ struct DeviceParam {
 /// added in double in row order, as softmax_cross_entropy_sum adds them.
 double sum_loss_terms(const backend::Device& device, const float* terms, int rows);
 
-/// nn::Linear on a device. Takes FP32 and per-tensor FP8 layers (delayed scaling with the fused
-/// update and no amax-reduction hook; current scaling); unsupported() names what else.
+/// nn::Linear on a device. Takes FP32 layers and every FP8 recipe: per-tensor (delayed scaling with
+/// the fused update and no amax-reduction hook; current scaling) and block-scaled (MXFP8, 128-block:
+/// 1 x 128 blocks for inputs and gradients, 128 x 128 tiles for weights); unsupported() names what
+/// else.
 class DeviceLinear {
  public:
   /// Why `l` cannot run on a device (a phrase), or empty.
@@ -72,7 +74,9 @@ class DeviceLinear {
   const backend::Device* dev_;
   int in_ = 0, out_ = 0, capacity_ = 0;
   bool fp8_ = false;
-  bool delayed_ = false;      // else current scaling (fp8 only)
+  bool blocks_ = false;       // a block-scaled recipe (MXFP8, 128-block), else per-tensor (fp8 only)
+  backend::BlockCast cast_x_, cast_w_, cast_dy_;  // blocks: the casts of the input, weight, gradient
+  bool delayed_ = false;      // else current scaling (per-tensor fp8 only)
   bool pow2_ = false;         // current scaling
   float epsilon_ = 0.0f;      // current scaling
   bool most_recent_ = false;  // delayed scaling
@@ -87,6 +91,7 @@ class DeviceLinear {
   Tensor<std::uint8_t> wq_row_, wq_col_;   // fp8: W codes [out, in] and [in, out]
   Tensor<std::uint8_t> xq_row_, xq_col_;   // fp8: x codes [capacity, in] and [in, capacity]
   Tensor<std::uint8_t> dyq_row_, dyq_col_; // fp8: dy codes [capacity, out] and [out, capacity]
+  Tensor<float> w_si_row_, w_si_col_, x_si_row_, x_si_col_, dy_si_row_, dy_si_col_;  // blocks: scale_inv views
   Tensor<float> fwd_history_, fwd_scale_;  // delayed: [L, 3], [3]
   Tensor<float> bwd_history_, bwd_scale_;  // delayed: [L, 2], [2]
   Tensor<float> last_scale_;               // [3]: the scales of the last casts of x, W, dy

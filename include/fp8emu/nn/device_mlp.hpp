@@ -10,10 +10,9 @@
 /// `backend::cpu_device()` runs it on the CPU (tests/nn/test_device_mlp.cpp checks it against
 /// nn::Mlp bit for bit, every recipe it takes) and `backend::cuda_device()` on the GPU.
 ///
-/// What it takes (unsupported() says why not): FP32 and per-tensor FP8 layers (delayed scaling
-/// with the fused update and no amax-reduction hook, current scaling) with any accumulation models;
-/// Adam or SGD. Block recipes (MXFP8, 128-block) are not device-resident yet: nn::Mlp runs them.
-/// A layer with twin_error set is not taken either.
+/// What it takes (unsupported() says why not): FP32 layers and FP8 layers of every recipe (delayed
+/// scaling with the fused update and no amax-reduction hook, current scaling, MXFP8, 128-block),
+/// with any accumulation models; Adam or SGD. A layer with twin_error set is not taken.
 ///
 /// Determinism: the same bits as nn::Mlp for any thread count and device.
 #pragma once
