@@ -383,7 +383,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
   const int S = dp.shards();
   // --resident: the run's model and optimizer live on one device between steps (nn::DeviceMlp, the
   // same bits); the host copy is brought up to date after each epoch's steps, for the statistics,
-  // the evaluation and the checkpoints. Runs it does not take (block recipes) stay on the host.
+  // the evaluation and the checkpoints. Runs it does not take (--unfused-update) stay on the host.
   const backend::Device* resident = set.resident;
   if (resident) {
     const std::string why = nn::DeviceMlp::unsupported(model);

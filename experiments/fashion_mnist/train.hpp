@@ -55,7 +55,7 @@ struct TrainConfig {
   /// "auto" (default) on the GPU when every layer runs on cuda with one shard; "on" on the device of
   /// the layers' one backend (the CPU for emulated: the same step program, a check), an error with
   /// several shards or mixed backends; "off" never (the host layers, each cuda call copying its
-  /// operands). Runs it does not take (block recipes) run on the host with a note. Same bits.
+  /// operands). Runs it does not take (--unfused-update) run on the host with a note. Same bits.
   std::string resident = "auto";
   std::string optimizer = "adam";
   float lr = 1e-3f;

@@ -10,7 +10,7 @@
 /// stay unchanged until backward()); outputs must not overlap inputs; params() appends the
 /// (parameter, gradient) pairs in the host layer's params() order; download() copies parameters,
 /// gradients and the Linear layers' recipe state back. The Linear layers are DeviceLinear
-/// (device_layers.hpp): FP32, delayed or current scaling.
+/// (device_layers.hpp): FP32 or any recipe (delayed scaling with its fused update).
 #pragma once
 
 #include <vector>
