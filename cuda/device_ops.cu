@@ -570,28 +570,39 @@ class CudaDevice final : public backend::Device {
     const std::size_t n = std::size_t(rows) * std::size_t(cols);
     if (n == 0) return;
     State& s = enter();
-    auto* totals = static_cast<CastTotals*>(allocate(2 * sizeof(CastTotals)));  // zeroed
-    std::vector<void*> temps{totals};
+    // Temporaries, released (stream-ordered, after the kernels) on every way out, a throw included.
+    struct Temps {
+      const CudaDevice* dev;
+      std::vector<void*> p;
+      ~Temps() {
+        for (void* q : p) dev->release(q);
+      }
+    } temps{this, {}};
+    auto temp = [&](std::size_t bytes) {  // zero-filled, released by `temps`
+      temps.p.reserve(temps.p.size() + 1);
+      void* q = allocate(bytes);
+      temps.p.push_back(q);
+      return q;
+    };
+    auto* totals = static_cast<CastTotals*>(temp(2 * sizeof(CastTotals)));
     if (c.kind == backend::BlockCast::kTile2d) {
-      const std::size_t tiles = ((std::size_t(rows) + block - 1) / block) * ((std::size_t(cols) + block - 1) / block);
-      auto* tile_scale = static_cast<float*>(allocate(tiles * sizeof(float)));
-      auto* tile_scale_inv = static_cast<float*>(allocate(tiles * sizeof(float)));
-      std::uint8_t* codes = row ? rowwise.codes : static_cast<std::uint8_t*>(allocate(n));
-      temps.insert(temps.end(), {tile_scale, tile_scale_inv});
-      if (!row) temps.push_back(codes);
+      const std::size_t rowwise_blocks = (std::size_t(cols) + block - 1) / block,
+                        columnwise_blocks = (std::size_t(rows) + block - 1) / block;
+      const std::size_t tiles = rowwise_blocks * columnwise_blocks;
+      auto* tile_scale = static_cast<float*>(temp(tiles * sizeof(float)));
+      auto* tile_scale_inv = static_cast<float*>(temp(tiles * sizeof(float)));
+      std::uint8_t* codes = row ? rowwise.codes : static_cast<std::uint8_t*>(temp(n));
       launch_tile_cast(x, rows, cols, block, c.fmt, max_finite_f32(c.fmt), c.pow2, c.epsilon, tile_scale,
                        tile_scale_inv, codes, totals, s.stream);
       if (col) launch_transpose(rows, cols, codes, columnwise.codes, s.stream);
       if (row) {
-        spread_tile_rows_kernel<<<blocks_1d(std::size_t(rows)), kThreads1d, 0, s.stream>>>(rows, cols, block,
-                                                                                          tile_scale_inv,
-                                                                                          rowwise.scale_inv);
+        spread_tile_rows_kernel<<<blocks_1d(std::size_t(rows) * rowwise_blocks), kThreads1d, 0, s.stream>>>(
+            rows, cols, block, tile_scale_inv, rowwise.scale_inv);
         FP8EMU_CUDA_CHECK_LAUNCH("spread_tile_rows_kernel");
       }
       if (col) {
-        spread_tile_cols_kernel<<<blocks_1d(std::size_t(cols)), kThreads1d, 0, s.stream>>>(rows, cols, block,
-                                                                                          tile_scale_inv,
-                                                                                          columnwise.scale_inv);
+        spread_tile_cols_kernel<<<blocks_1d(std::size_t(cols) * columnwise_blocks), kThreads1d, 0, s.stream>>>(
+            rows, cols, block, tile_scale_inv, columnwise.scale_inv);
         FP8EMU_CUDA_CHECK_LAUNCH("spread_tile_cols_kernel");
       }
     } else {
@@ -600,10 +611,8 @@ class CudaDevice final : public backend::Device {
       // E8M0 codes: the kernel writes them for the MXFP8 rules; the views keep only scale_inv.
       const std::size_t rb = std::size_t(rows) * ((std::size_t(cols) + block - 1) / block),
                         cb = std::size_t(cols) * ((std::size_t(rows) + block - 1) / block);
-      std::uint8_t* re = mx && row ? static_cast<std::uint8_t*>(allocate(rb)) : nullptr;
-      std::uint8_t* ce = mx && col ? static_cast<std::uint8_t*>(allocate(cb)) : nullptr;
-      if (re) temps.push_back(re);
-      if (ce) temps.push_back(ce);
+      std::uint8_t* re = mx && row ? static_cast<std::uint8_t*>(temp(rb)) : nullptr;
+      std::uint8_t* ce = mx && col ? static_cast<std::uint8_t*>(temp(cb)) : nullptr;
       BlockCastOut ro, co;
       if (row) ro = BlockCastOut{rowwise.codes, rowwise.scale_inv, re, totals};
       if (col) co = BlockCastOut{columnwise.codes, columnwise.scale_inv, ce, totals + 1};
@@ -613,7 +622,6 @@ class CudaDevice final : public backend::Device {
     const CastTotals* counted = c.kind == backend::BlockCast::kTile2d || row ? totals : totals + 1;
     finish_cast_kernel<<<1, 1, 0, s.stream>>>(counted, n, nullptr, counters);
     FP8EMU_CUDA_CHECK_LAUNCH("finish_cast_kernel");
-    for (void* p : temps) release(p);  // stream-ordered: after the kernels above
   }
 
   void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,

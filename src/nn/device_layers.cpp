@@ -163,6 +163,7 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
   reserve(rows);
   const backend::Device& d = *dev_;
   saved_x_ = x;
+  forward_rows_ = rows;
   if (!fp8_) {
     d.transpose_f32(out_, in_, w_.get(), wt_.get());
     d.gemm_f32_nn(rows, out_, in_, x, wt_.get(), y);
@@ -189,8 +190,8 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
 // Linear::backward: db = column sum of dy; fp32: dW = dy^T x, dx = dy W; FP8: the grad_output cast
 // (both copies), wgrad dy^T . x^T, dgrad dy . W.
 void DeviceLinear::backward(const float* dy, int rows, float* dx) {
-  FP8EMU_CHECK(saved_x_ != nullptr && rows <= capacity_, "Linear: backward called without a preceding training "
-               "forward of at least ", rows, " rows");
+  FP8EMU_CHECK(saved_x_ != nullptr, "Linear: backward called without a preceding training forward");
+  FP8EMU_CHECK(rows == forward_rows_, "Linear: grad_output has ", rows, " rows, the forward output ", forward_rows_);
   const backend::Device& d = *dev_;
   d.column_sum(dy, rows, out_, gb_.get());
   if (!fp8_) {

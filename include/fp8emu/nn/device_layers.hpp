@@ -72,7 +72,7 @@ class DeviceLinear {
   float* amax(int role) const;
 
   const backend::Device* dev_;
-  int in_ = 0, out_ = 0, capacity_ = 0;
+  int in_ = 0, out_ = 0, capacity_ = 0, forward_rows_ = -1;  // forward_rows_: of the last forward
   bool fp8_ = false;
   bool blocks_ = false;       // a block-scaled recipe (MXFP8, 128-block), else per-tensor (fp8 only)
   backend::BlockCast cast_x_, cast_w_, cast_dy_;  // blocks: the casts of the input, weight, gradient
