@@ -67,7 +67,8 @@ __global__ void core_fp32_math_kernel(const float* x, float* out, int n) {
 
 namespace fp8emu::cuda {
 
-__global__ void core_nn_element_kernel(const float* x, float* out, int n) {
+// scaled_max: the fused update's RN(fp8_max * 2^-margin), from the host (scaling::fused_scaled_max).
+__global__ void core_nn_element_kernel(const float* x, float* out, int n, float scaled_max) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float w = x[i], m = 0.0f, v = 0.0f, da = 0.0f, db = 0.0f;
@@ -82,7 +83,7 @@ __global__ void core_nn_element_kernel(const float* x, float* out, int n) {
     out[8 * i + 4] = core::softmax_xent_row(x, n, 0, float(n), out + 8 * n);
     out[8 * i + 5] = core::column_sum(x, n, 1, 0);
     float scale = 1.0f;
-    core::delayed_update_slot_fused(out + 8 * n, 1, n, 0, &scale, 448.0f, false);
+    core::delayed_update_slot_fused(out + 8 * n, 1, n, 0, &scale, scaled_max, false);
     out[8 * i + 6] = scale;
     float* row = out + 9 * n;
     const float rs = core::norm_forward_row(x, n, true, 1e-5f, x, x, true, row, row + n);

@@ -73,6 +73,16 @@ void require_gpu(const char* fn, const char* what) {
   throw nb::value_error(fn_text(fn, what).c_str());
 }
 
+// The format of a GPU cast or decode: e4m3fn or e5m2 (the formats the CUDA twins take); another is a
+// ValueError saying what the GPU path `does` and to copy `what` to the host.
+Format gpu_fp8_format(const char* fn, const std::string& format, const char* does, const char* what) {
+  const Format f = format_of(format, "format");
+  if (!is_fp8(f))
+    value_error(fn, "format " + std::string(format_name(f)) + " on a CUDA array: the GPU path " + does +
+                        " e4m3fn and e5m2 only; copy " + what + " to the host for the other formats");
+  return f;
+}
+
 // A CUDA array argument: on a CUDA device, scalar elements, C-contiguous. Returns its device id.
 template <class A>
 int check_cuda_array(const A& a, const char* fn, const char* what) {
@@ -265,11 +275,7 @@ nb::tuple cuda_cast(const Array& x, const std::string& format, float scale, cons
     type_error(fn, "x is a CUDA array of dtype " + dtype_text(x.dtype()) +
                        "; the GPU path casts float32 only (the CUDA twin of emu::quantize): convert it to float32 on "
                        "the GPU first, or copy it to the host for the other source types");
-  const Format f = format_of(format, "format");
-  if (!is_fp8(f))
-    value_error(fn, "format " + std::string(format_name(f)) +
-                        " on a CUDA array: the GPU path casts to e4m3fn and e5m2 only; copy x to the host for the "
-                        "other formats");
+  const Format f = gpu_fp8_format(fn, format, "casts to", "x");
   emu::CastPolicy p;
   try {
     p = emu::resolve_cast_policy(f, policy, rounding, "policy", "rounding");
@@ -381,11 +387,7 @@ nb::object cuda_decode(const Array& codes, const std::string& format, float scal
   if (!is_code_dtype(codes.dtype()))
     type_error(fn, "codes is a CUDA array of dtype " + dtype_text(codes.dtype()) +
                        "; decode takes 8-bit codes (uint8 or a float8 dtype)");
-  const Format f = format_of(format, "format");
-  if (!is_fp8(f))
-    value_error(fn, "format " + std::string(format_name(f)) +
-                        " on a CUDA array: the GPU path decodes e4m3fn and e5m2 only; copy the codes to the host for "
-                        "the other formats");
+  const Format f = gpu_fp8_format(fn, format, "decodes", "the codes");
   const std::vector<std::int64_t> shape = shape_of(codes);
   DeviceScope scope(fn, device);
   Output o = output_for(fn, out, device, shape, nb::dtype<float>(), false, framework);

@@ -3,8 +3,6 @@
 #include "fp8emu/nn/device_mlp.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <variant>
 
 #include "fp8emu/util/error.hpp"
 

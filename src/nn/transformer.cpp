@@ -3,21 +3,15 @@
 
 #include <cmath>
 #include <cstddef>
-#include <variant>
 #include <vector>
 
-#include "fp8emu/core/attention.hpp"
-#include "fp8emu/core/convert.hpp"
-#include "fp8emu/core/fp32_math.hpp"
-#include "fp8emu/core/half.hpp"
-#include "fp8emu/core/nn_element.hpp"
-#include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
 
 void round_to_bf16(Matrix& m) {
-  for (float& v : m.data) v = core::bits_to_f32(core::bf16_to_f32_bits(core::f32_bits_to_bf16_rne(core::f32_to_bits(v))));
+  backend::cpu_device().round_bf16(m.data.data(), m.size());
 }
 
 MlpActivation parse_mlp_activation(const std::string& s) {
@@ -27,6 +21,10 @@ MlpActivation parse_mlp_activation(const std::string& s) {
 }
 
 namespace {
+
+backend::MlpActOp act_op(MlpActivation a) {
+  return a == MlpActivation::kGelu ? backend::MlpActOp::kGelu : backend::MlpActOp::kSwiGlu;
+}
 
 void add_into(Matrix& a, const Matrix& b) {
   for (std::size_t i = 0; i < a.size(); ++i) a.data[i] += b.data[i];
@@ -80,17 +78,7 @@ void LayerNormMLP::forward(const Matrix& x, Matrix& y, bool training) {
   if (act_dtype == ActivationDtype::kBf16) round_to_bf16(h_);
   const int ffn = fc2.in_features();
   a_.resize(h_.rows, ffn);
-  // Elements are independent: any split over threads gives the same bits.
-#pragma omp parallel for schedule(static) if (std::ptrdiff_t(h_.rows) * ffn >= 2048)
-  for (int i = 0; i < h_.rows; ++i) {
-    for (int j = 0; j < ffn; ++j) {
-      if (act_ == MlpActivation::kGelu) {
-        a_(i, j) = core::gelu_tanh_forward(h_(i, j));
-      } else {
-        a_(i, j) = core::swiglu_forward(h_(i, j), h_(i, ffn + j));
-      }
-    }
-  }
+  backend::cpu_device().mlp_act_forward(act_op(act_), h_.data.data(), h_.rows, ffn, a_.data.data());
   if (act_dtype == ActivationDtype::kBf16) round_to_bf16(a_);
   fc2.forward(a_, y, training);
   if (act_dtype == ActivationDtype::kBf16) round_to_bf16(y);
@@ -101,16 +89,7 @@ void LayerNormMLP::backward(const Matrix& dy, Matrix& dx) {
   fc2.backward(dy, &da);
   const int ffn = fc2.in_features();
   dh.resize(h_.rows, h_.cols);
-#pragma omp parallel for schedule(static) if (std::ptrdiff_t(h_.rows) * ffn >= 2048)
-  for (int i = 0; i < h_.rows; ++i) {
-    for (int j = 0; j < ffn; ++j) {
-      if (act_ == MlpActivation::kGelu) {
-        dh(i, j) = da(i, j) * core::gelu_tanh_grad(h_(i, j));
-      } else {
-        core::swiglu_backward(h_(i, j), h_(i, ffn + j), da(i, j), dh(i, j), dh(i, ffn + j));
-      }
-    }
-  }
+  backend::cpu_device().mlp_act_backward(act_op(act_), h_.data.data(), da.data.data(), h_.rows, ffn, dh.data.data());
   fc1.backward(dh, &dln);
   norm.backward(dln, dx);
 }
@@ -136,16 +115,8 @@ void DotProductAttention::forward(const Matrix& qkv, int seq_len, Matrix& out, b
   const float scale = 1.0f / std::sqrt(float(d));
   out.resize(qkv.rows, D);
   Matrix probs(B * H * T, T);
-#pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < H; ++h) {
-      const float* k0 = qkv.row(b * T) + D + h * d;
-      const float* v0 = qkv.row(b * T) + 2 * D + h * d;
-      for (int i = 0; i < T; ++i)
-        core::attention_row_forward(qkv.row(b * T + i) + h * d, k0, v0, 3 * D, i, T, d, scale,
-                                    probs.row((b * H + h) * T + i), out.row(b * T + i) + h * d);
-    }
-  }
+  // Per sequence, head and query row (core/attention.hpp), the decomposition the GPU device uses.
+  backend::cpu_device().attention_forward(qkv.data.data(), B, T, H, d, scale, out.data.data(), probs.data.data());
   if (training) {
     qkv_ = qkv;
     probs_ = std::move(probs);
@@ -159,26 +130,11 @@ void DotProductAttention::backward(const Matrix& dout, Matrix& dqkv) {
   const int B = qkv_.rows / T;
   const float scale = 1.0f / std::sqrt(float(d));
   dqkv.resize(qkv_.rows, 3 * D);
-#pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < H; ++h) {
-      // Per query row: ds and dq; then per key row j: dK and dV summed over the rows i >= j in
-      // increasing order (core/attention.hpp).
-      std::vector<float> ds(std::size_t(T) * std::size_t(T), 0.0f);
-      const float* q0 = qkv_.row(b * T) + h * d;
-      const float* k0 = qkv_.row(b * T) + D + h * d;
-      const float* v0 = qkv_.row(b * T) + 2 * D + h * d;
-      const float* p0 = probs_.row((b * H + h) * T);
-      const float* go0 = dout.row(b * T) + h * d;
-      for (int i = 0; i < T; ++i)
-        core::attention_row_backward_q(p0 + std::size_t(i) * std::size_t(T), go0 + std::size_t(i) * std::size_t(D),
-                                       k0, v0, 3 * D, i, d, scale, ds.data() + std::size_t(i) * std::size_t(T),
-                                       dqkv.row(b * T + i) + h * d);
-      for (int j = 0; j < T; ++j)
-        core::attention_col_backward_kv(ds.data(), p0, T, q0, 3 * D, go0, D, j, T, d, dqkv.row(b * T + j) + D + h * d,
-                                        dqkv.row(b * T + j) + 2 * D + h * d);
-    }
-  }
+  // Per query row: ds and dq; then per key row: dK and dV summed over the later query rows in order
+  // (core/attention.hpp).
+  std::vector<float> ds(std::size_t(B) * std::size_t(H) * std::size_t(T) * std::size_t(T));
+  backend::cpu_device().attention_backward(qkv_.data.data(), probs_.data.data(), dout.data.data(), B, T, H, d, scale,
+                                           ds.data(), dqkv.data.data());
 }
 
 // ---------------------------------------------------------------- TransformerLayer
