@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
+#include "bench_lm.hpp"
 #include "fp8emu/backend/kernels.hpp"
 
 #if defined(FP8EMU_HAVE_CUDA)
@@ -21,6 +23,11 @@ int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& e
     }
   if (opt.repeat < 1 || opt.sizes.empty()) {
     err << "fp8emu bench gpu: error: --repeat must be >= 1 and --sizes not empty\n";
+    return 2;
+  }
+  if (opt.lm_steps == 1 || opt.lm_steps < 0) {
+    err << "fp8emu bench gpu: error: --lm-steps must be 0 (no train-lm table) or at least 2, got " << opt.lm_steps
+        << "\n";
     return 2;
   }
   const backend::CudaStatus& st = backend::cuda_status();
@@ -123,15 +130,28 @@ int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& e
     out << "block_1x128_cast_both_vs_memcpy_bandwidth: " << fmt(b1.rate / c.rate, "%.2f") << "\n";
 
   out << "\n## One MLP training step, GEMMs and casts (4 layers 4096 x 4096, batch 8192)\n\n"
-      << "FP8: per layer, x, W and dy cast once into row-wise and transposed codes by the fused cast_transpose "
-         "kernel (amax recorded; E4M3, dy E5M2), then fprop (fast accumulation), dgrad and wgrad FP8 GEMMs with bf16 outputs. BF16: the "
-         "same three GEMMs on bf16 operands. No activation, loss or optimizer work in either.\n\n"
-      << "| step | ms | effective TFLOP/s |\n|---|---:|---:|\n";
+      << "Per layer fprop (FP8: fast accumulation), dgrad and wgrad GEMMs; no activation, loss or optimizer work in "
+         "any row.\n"
+         "- fp8, casts from fp32: x, W and dy each cast from fp32 into row-wise and transposed codes by the fused "
+         "cast_transpose kernel (amax recorded; E4M3, dy E5M2); bf16 outputs.\n"
+         "- fp8, bf16 activations, casts fused into producers (as TE): the first input cast once from bf16; every "
+         "fprop but the last writes the next layer's E4M3 input itself (cuBLASLt FP8 output with the amax of D), "
+         "transposed for wgrad by an FP8 transpose; W cast from fp32 once per layer; each bf16 gradient from the "
+         "dgrad above cast once (cast_transpose from bf16, E5M2).\n"
+         "- bf16: the same GEMMs on bf16 operands, bf16 outputs.\n\n";
+  const std::string bf16_check = cuda::check_bf16_cast_transpose(67, 260);
+  out << "cast_transpose from bf16 against the emulator (67 x 260, E4M3 and E5M2): "
+      << (bf16_check.empty() ? std::string("identical") : "DIFFERENT: " + bf16_check) << "\n\n";
+  if (bf16_check.empty()) ++ok;
+  else ++failed;
+  out << "| step | ms | effective TFLOP/s |\n|---|---:|---:|\n";
   err << "bench gpu: MLP step\n";
   if (elapsed() < opt.budget_seconds) {
     const cuda::StepTiming s = cuda::bench_mlp_step(8192, 4096, 4, opt.repeat);
-    for (const auto& [name, t] :
-         {std::pair<const char*, cuda::Timing>{"fp8 (TE delayed scaling)", s.fp8}, std::pair<const char*, cuda::Timing>{"bf16", s.bf16}}) {
+    for (const auto& [name, t] : {std::pair<const char*, cuda::Timing>{"fp8, casts from fp32 (TE delayed scaling)", s.fp8},
+                                  std::pair<const char*, cuda::Timing>{"fp8, bf16 activations, casts fused into producers",
+                                                                       s.fp8_fused},
+                                  std::pair<const char*, cuda::Timing>{"bf16", s.bf16}}) {
       if (t.error.empty()) {
         ++ok;
         out << "| " << name << " | " << fmt(t.seconds * 1e3, "%.2f") << " | " << fmt(t.rate, "%.0f") << " |\n";
@@ -142,8 +162,39 @@ int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& e
     }
     if (s.fp8.error.empty() && s.bf16.error.empty() && s.fp8.seconds > 0.0)
       out << "\nmlp_step_fp8_speedup_vs_bf16: " << fmt(s.bf16.seconds / s.fp8.seconds, "%.2f") << "\n";
+    if (s.fp8_fused.error.empty() && s.bf16.error.empty() && s.fp8_fused.seconds > 0.0)
+      out << "mlp_step_fp8_fused_speedup_vs_bf16: " << fmt(s.bf16.seconds / s.fp8_fused.seconds, "%.2f") << "\n";
   } else {
     out << "| (skipped: time budget spent) | | |\n";
+  }
+
+  // train-lm's step, device-resident, in FP32, BF16 and every FP8 recipe (bench lm).
+  if (opt.lm_steps > 0) {
+    out << "\n## train-lm training step on the GPU (device-resident; FP32 and BF16 GEMMs on cuBLASLt)\n\n";
+    err << "bench gpu: train-lm steps\n";
+    {  // not bound by the budget: --lm-steps sizes it
+      BenchLmOptions lm;
+      lm.text = opt.lm_text;
+      lm.steps = opt.lm_steps;
+      lm.batch_size = 32;
+      lm.seq_len = 512;
+      lm.d_model = 1024;
+      lm.heads = 8;
+      lm.layers = 8;
+      lm.ffn = 4096;
+      lm.activation_dtype = "bf16";
+      lm.backend = "cuda";
+      lm.library_gemms = true;
+      try {
+        std::ostringstream table;
+        run_bench_lm(lm, table);
+        out << table.str();
+        ++ok;
+      } catch (const std::exception& e) {
+        ++failed;
+        out << "failed: " << e.what() << "\n";
+      }
+    }
   }
   if (bf16 > 0.0) out << "fp8_fast_accum_vs_bf16_gemm_at_" << ratio_size << ": " << fmt(fp8_fast / bf16, "%.2f") << "\n";
   out << "bench gpu: " << ok << " measurements, " << failed << " failed, " << fmt(elapsed(), "%.0f") << " s\n";

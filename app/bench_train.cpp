@@ -13,33 +13,9 @@
 #endif
 
 #include "fp8emu/util/error.hpp"
+#include "temp_dir.hpp"
 
 namespace fp8emu::cli {
-namespace {
-
-// A fresh private folder under the system's temporary directory, removed when this goes out of scope.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "fp8emu-bench-train-XXXXXX").string();
-    std::vector<char> buf(pattern.begin(), pattern.end());
-    buf.push_back('\0');
-    FP8EMU_CHECK(::mkdtemp(buf.data()) != nullptr, "bench train: cannot create a temporary folder from ", pattern);
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-}  // namespace
 
 int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
   FP8EMU_CHECK(o.recipe != "all", "bench train: --recipe takes one recipe (", "delayed, current, mxfp8 or block)");
@@ -54,7 +30,7 @@ int run_bench_train(const BenchTrainOptions& o, std::ostream& out) {
   cfg.accumulation = o.accumulation;
   cfg.progress = false;
   cfg.report = false;
-  TempDir tmp;
+  TempDir tmp("fp8emu-bench-train");
   cfg.out_dir = tmp.path() + "/results";
   FP8EMU_CHECK(o.repeat >= 1, "bench train: --repeat must be at least 1, got ", o.repeat);
   std::vector<experiments::RunResult> runs;

@@ -18,6 +18,7 @@
 #endif
 
 #include "bench_gpu.hpp"
+#include "bench_lm.hpp"
 #include "bench_train.hpp"
 #include "commands.hpp"
 #include "cuda_host_baseline.hpp"
@@ -265,6 +266,7 @@ Command add_bench(CLI::App& app) {
     int convert_repeat = 5;
     BenchGpuOptions gpu;
     BenchTrainOptions train;
+    BenchLmOptions lm;
   };
   auto o = std::make_shared<Options>();
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks against a baseline measured in the same run");
@@ -280,6 +282,9 @@ Command add_bench(CLI::App& app) {
   bench_gpu->add_option("--repeat", o->gpu.repeat, "Timed runs per measurement")->capture_default_str();
   bench_gpu->add_option("--budget", o->gpu.budget_seconds, "Seconds for the whole benchmark (larger sizes are skipped)")
       ->capture_default_str();
+  bench_gpu->add_option("--lm-steps", o->gpu.lm_steps, "Steps per run of the train-lm table (0: no table; not bound by --budget)")
+      ->capture_default_str();
+  bench_gpu->add_option("--lm-text", o->gpu.lm_text, "Corpus of the train-lm table (default: train-lm's)");
   CLI::App* bench_train = bench->add_subcommand(
       "train", "One epoch of `fp8emu train` in FP32 and in FP8 on the same data: time per training step and the ratio");
   bench_train->add_option("--data-dir", o->train.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
@@ -294,8 +299,25 @@ Command add_bench(CLI::App& app) {
   bench_train->add_option("--repeat", o->train.repeat,
                           "FP32 + FP8 pairs, alternating; the best time per step of each run is kept")
       ->capture_default_str();
+  CLI::App* bench_lm = bench->add_subcommand(
+      "lm", "train-lm's training step in FP32, BF16 and every FP8 recipe: ms per step and the speed-ups");
+  BenchLmOptions& lm = o->lm;
+  bench_lm->add_option("--text", lm.text, "Text file or folder (default: train-lm's, Debian's fortunes)");
+  bench_lm->add_option("--steps", lm.steps, "Training steps per run (the first is not timed)")->capture_default_str();
+  bench_lm->add_option("--batch-size", lm.batch_size, "Sequences per step")->capture_default_str();
+  bench_lm->add_option("--seq-len", lm.seq_len, "Tokens per sequence")->capture_default_str();
+  bench_lm->add_option("--d-model", lm.d_model, "Hidden size")->capture_default_str();
+  bench_lm->add_option("--heads", lm.heads, "Attention heads")->capture_default_str();
+  bench_lm->add_option("--layers", lm.layers, "Transformer layers")->capture_default_str();
+  bench_lm->add_option("--ffn", lm.ffn, "MLP hidden size")->capture_default_str();
+  bench_lm->add_option("--activation-dtype", lm.activation_dtype, "fp32 or bf16")->capture_default_str();
+  bench_lm->add_option("--backend", lm.backend, "emulated or cuda (device-resident)")->capture_default_str();
+  bench_lm->add_flag("--library-gemms", lm.library_gemms,
+                     "cuda: FP32 and BF16 GEMMs on cuBLASLt, as FP32/BF16 training would run them (not bit-identical)");
+  bench_lm->add_option("--threads", lm.threads, "OpenMP threads (0: OpenMP default)")->capture_default_str();
   bench->require_subcommand(1);
-  return {bench, [o, bench_gemm, bench_convert, bench_gpu, bench_train] {
+  return {bench, [o, bench_gemm, bench_convert, bench_gpu, bench_train, bench_lm] {
+            if (*bench_lm) return run_bench_lm(o->lm, std::cout);
             if (*bench_train) return run_bench_train(o->train, std::cout);
             if (*bench_gemm) return run_bench_gemm(o->gemm_sizes, o->gemm_repeat, std::cout);
             if (*bench_convert) return run_bench_convert(o->convert_elements, o->convert_repeat, std::cout);

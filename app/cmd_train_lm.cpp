@@ -47,6 +47,9 @@ Command add_train_lm(CLI::App& app) {
                        "off. Same results")
       ->capture_default_str();
   train_lm->add_flag("--fp8-head", lm.fp8_head, "Run the LM head in FP8 too (default: FP32, as TE practice)");
+  train_lm->add_flag("--bf16", lm.bf16_baseline,
+                     "Also train a BF16 run (every Linear with bf16 operands and outputs, fp32 accumulation), "
+                     "the baseline FP8 is measured against");
   train_lm->add_option("--lr", lm.lr, "Adam learning rate")->capture_default_str();
   train_lm->add_option("--seed", lm.seed, "Seed of the initial weights and the batches")->capture_default_str();
   train_lm->add_option("--eval-every", lm.eval_every, "Validation loss every N steps")->capture_default_str();

@@ -73,7 +73,7 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T&
 
 // What selects a plan: everything but the pointers (which are set on every call).
 struct PlanKey {
-  int kind;  // 0 FP8, 1 BF16, 2 FP32, 3 TF32
+  int kind;  // 0 FP8, 1 BF16, 2 FP32, 3 TF32, 4 BF16 with fp32 output
   int M, N, K;
   int fa, fb, output;
   bool fast, bias, amax;
@@ -245,6 +245,20 @@ void LtContext::gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const 
     auto p = std::make_unique<Plan>();
     FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     impl_->finish_plan(*p, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, M, N, K, "BF16");
+    slot = std::move(p);
+  }
+  impl_->run(*slot, A, B, D);
+}
+
+void LtContext::gemm_bf16_f32_tn(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, float* D) {
+  FP8EMU_CHECK(M > 0 && N > 0 && K > 0, "cuBLASLt BF16 GEMM: M, N, K must be positive");
+  detail::use_fp8_device();
+  const PlanKey key{4, M, N, K, 0, 0, 0, false, false, false, 0};
+  std::unique_ptr<Plan>& slot = impl_->plans[key];
+  if (!slot) {
+    auto p = std::make_unique<Plan>();
+    FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    impl_->finish_plan(*p, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUDA_R_32F, M, N, K, "BF16 (fp32 output)");
     slot = std::move(p);
   }
   impl_->run(*slot, A, B, D);

@@ -14,6 +14,7 @@
 // exact in any order. So no result depends on the launch configuration.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cstdint>
 #include <cstdlib>
@@ -182,6 +183,11 @@ __global__ void round_bf16_kernel(float* x, std::size_t n) {
   x[i] = core::bits_to_f32(core::bf16_to_f32_bits(core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]))));
 }
 
+// bf16 bits of fp32 values (RNE; exact for values round_bf16 left): the library bf16 GEMM's operands.
+__global__ void to_bf16_bits_kernel(const float* __restrict__ x, std::uint16_t* __restrict__ out, std::size_t n) {
+  FP8EMU_FOR_EACH(i, n) out[i] = core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]));
+}
+
 // One thread per row (the row's statistics are sums in column order).
 __global__ void norm_forward_kernel(bool layernorm, const float* x, int rows, int cols, const float* __restrict__ gamma,
                                     const float* __restrict__ beta, float eps, bool zero_centered, float* y,
@@ -344,12 +350,15 @@ struct State {
   // cuBLASLt for the FP8 GEMMs it computes bit-exactly (see gemm_fp8_tn): on Hopper (sm_90) unless
   // FP8EMU_DEVICE_GEMM=element; made on first use, with a device pair for the two scale_inv.
   bool lt_allowed = false;
-  std::unique_ptr<LtContext> lt;
+  std::unique_ptr<LtContext> lt;  // see lt_context()
   float* lt_scale_inv = nullptr;
   // GEMMs cuBLASLt refused (no algorithm, or none that runs with split-K 1): the per-element kernel
   // computes them instead. Key: M, N, K, the two formats, fast accumulation.
   std::set<std::tuple<int, int, int, int, int, bool>> lt_refused;
 };
+
+// backend::set_library_gemms: -1 until FP8EMU_DEVICE_GEMM is read.
+std::atomic<int> library_flag{-1};
 
 State& state() {
   static State* s = [] {
@@ -368,6 +377,12 @@ State& state() {
     return st;
   }();
   return *s;
+}
+
+// The cuBLASLt context, made on first use (the caller holds s.mu).
+LtContext& lt_context(State& s) {
+  if (!s.lt) s.lt = std::make_unique<LtContext>();
+  return *s.lt;
 }
 
 // The device made current for the calling thread (CUDA's current device is per thread).
@@ -445,11 +460,15 @@ class CudaDevice final : public backend::Device {
   void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
     FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_f32_nn: negative size M = ", M, ", N = ", N, ", K = ", K);
     if (M == 0 || N == 0) return;  // as emu::gemm_f32_nn; K = 0 writes zeros
-    State& s = enter();
-    const dim3 grid(unsigned(core::min_int((N + kG - 1) / kG, 65535)),
-                    unsigned(core::min_int((M + kG - 1) / kG, 65535)));
-    gemm_f32_nn_kernel<<<grid, dim3(kG, kG), 0, s.stream>>>(M, N, K, A, B, D);
-    FP8EMU_CUDA_CHECK_LAUNCH("gemm_f32_nn_kernel");
+    if (library_gemm_nn(M, N, K, A, B, D, false)) return;
+    gemm_f32_exact(M, N, K, A, B, D);
+  }
+
+  void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
+    FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16_nn: negative size M = ", M, ", N = ", N, ", K = ", K);
+    if (M == 0 || N == 0) return;
+    if (library_gemm_nn(M, N, K, A, B, D, true)) return;
+    gemm_f32_exact(M, N, K, A, B, D);
   }
 
   void transpose_f32(int rows, int cols, const float* in, float* out) const override {
@@ -522,10 +541,9 @@ class CudaDevice final : public backend::Device {
         (acc.promotion_interval == 0 || acc.promotion_interval == 128) && K > 0 && K % 16 == 0 && N % 16 == 0) {
       std::lock_guard<std::mutex> lock(s.mu);
       if (!s.lt_refused.count(lt_key)) {
-        if (!s.lt) {
-          s.lt = std::make_unique<LtContext>();
+        lt_context(s);
+        if (!s.lt_scale_inv)
           FP8EMU_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.lt_scale_inv), 2 * sizeof(float)));
-        }
         scale_inv_pair_kernel<<<1, 1, 0, s.stream>>>(scale_a, scale_b, s.lt_scale_inv);
         FP8EMU_CUDA_CHECK_LAUNCH("scale_inv_pair_kernel");
         LtFp8Gemm g;
@@ -806,6 +824,54 @@ class CudaDevice final : public backend::Device {
   }
 
  private:
+  // emu::gemm_f32_nn's order: the per-element kernel.
+  void gemm_f32_exact(int M, int N, int K, const float* A, const float* B, float* D) const {
+    State& s = enter();
+    const dim3 grid(unsigned(core::min_int((N + kG - 1) / kG, 65535)),
+                    unsigned(core::min_int((M + kG - 1) / kG, 65535)));
+    gemm_f32_nn_kernel<<<grid, dim3(kG, kG), 0, s.stream>>>(M, N, K, A, B, D);
+    FP8EMU_CUDA_CHECK_LAUNCH("gemm_f32_nn_kernel");
+  }
+
+  // The library GEMMs of backend::set_library_gemms: D [M, N] = A [M, K] B [K, N] through cuBLASLt's
+  // TN GEMM on B transposed (and, for bf16, both operands as bf16 bits), in fp32 (CUBLAS_COMPUTE_32F).
+  // False (nothing done) when the switch is off, K = 0, or cuBLASLt refused this shape before: the
+  // exact kernel then computes D.
+  bool library_gemm_nn(int M, int N, int K, const float* A, const float* B, float* D, bool bf16) const {
+    if (K == 0 || !cuda::library_gemms()) return false;
+    State& s = enter();
+    const auto key = std::make_tuple(M, N, K, bf16 ? -1 : -2, 0, false);
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.lt_refused.count(key)) return false;
+    struct Temps {
+      const CudaDevice* dev;
+      void* p[3] = {nullptr, nullptr, nullptr};
+      ~Temps() {
+        for (void* q : p) dev->release(q);
+      }
+    } t{this};
+    const std::size_t mk = std::size_t(M) * std::size_t(K), kn = std::size_t(K) * std::size_t(N);
+    auto* bt = static_cast<float*>(t.p[0] = allocate(kn * sizeof(float)));
+    launch_transpose(K, N, B, bt, s.stream);  // [N, K]
+    try {
+      if (!bf16) {
+        lt_context(s).gemm_f32_tn(M, N, K, A, bt, D);
+      } else {
+        auto* a16 = static_cast<std::uint16_t*>(t.p[1] = allocate(mk * sizeof(std::uint16_t)));
+        auto* b16 = static_cast<std::uint16_t*>(t.p[2] = allocate(kn * sizeof(std::uint16_t)));
+        to_bf16_bits_kernel<<<blocks_1d(mk), kThreads1d, 0, s.stream>>>(A, a16, mk);
+        FP8EMU_CUDA_CHECK_LAUNCH("to_bf16_bits_kernel");
+        to_bf16_bits_kernel<<<blocks_1d(kn), kThreads1d, 0, s.stream>>>(bt, b16, kn);
+        FP8EMU_CUDA_CHECK_LAUNCH("to_bf16_bits_kernel");
+        lt_context(s).gemm_bf16_f32_tn(M, N, K, a16, b16, D);
+      }
+    } catch (const Error&) {
+      s.lt_refused.insert(key);  // no algorithm: the exact kernel computes D
+      return false;
+    }
+    return true;
+  }
+
   static void check_activation(ActivationOp act) {
     FP8EMU_CHECK(act == ActivationOp::kReLU || act == ActivationOp::kGELU, "activation: unknown ActivationOp ",
                  int(act));
@@ -816,6 +882,17 @@ class CudaDevice final : public backend::Device {
 }  // namespace fp8emu::cuda::detail
 
 namespace fp8emu::cuda {
+
+void set_library_gemms(bool on) { detail::library_flag.store(on ? 1 : 0); }
+
+bool library_gemms() {
+  if (detail::library_flag.load() < 0) {
+    const char* env = std::getenv("FP8EMU_DEVICE_GEMM");
+    int unread = -1;
+    detail::library_flag.compare_exchange_strong(unread, env && std::string(env) == "library" ? 1 : 0);
+  }
+  return detail::library_flag.load() == 1;
+}
 
 const backend::Device& device() {
   static const detail::CudaDevice d;

@@ -3,11 +3,15 @@
 
 #include <exception>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "device_buffer.hpp"
 #include "fp8emu/cuda/cublaslt.hpp"
 #include "fp8emu_internal/gpu_bench.hpp"
 #include "fp8emu/cuda/mma_gemm.hpp"
+#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/core/fp32_ops.hpp"
 #include "launch.hpp"
 
 namespace fp8emu::cuda {
@@ -277,6 +281,75 @@ StepTiming bench_mlp_step(int batch, int width, int layers, int reps) {
     };
     return time_runs(step, reps, flops);
   });
+  st.fp8_fused = guarded([&] {
+    detail::use_fp8_device();
+    LtContext ctx;
+    DeviceBuffer<std::uint16_t> x0 = random_bf16(bw, 4), dy_top = random_bf16(bw, 6);
+    DeviceBuffer<float> w = random_f32(ww, 5);  // every layer's fp32 master weight (the same values)
+    std::vector<DeviceBuffer<std::uint8_t>> xq, xqt, wq, wqt;
+    for (int l = 0; l < layers; ++l) {
+      xq.emplace_back(bw);
+      xqt.emplace_back(bw);
+      wq.emplace_back(ww);
+      wqt.emplace_back(ww);
+    }
+    DeviceBuffer<std::uint8_t> dyq(bw), dyqt(bw);
+    DeviceBuffer<std::uint16_t> y(bw), g0(bw), g1(bw), dw(ww);
+    DeviceBuffer<detail::CastTotals> totals(3);
+    totals.zero();
+    const float one = 1.0f;
+    DeviceBuffer<float> s1(&one, 1), d_scale(&one, 1), amax_d(1);
+    amax_d.zero();
+    auto gemm = [&](int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb, bool fast,
+                    LtOutput out, void* D) {
+      LtFp8Gemm g;
+      g.M = M;
+      g.N = N;
+      g.K = K;
+      g.A = A;
+      g.format_a = fa;
+      g.scale_inv_a = s1.get();
+      g.B = B;
+      g.format_b = fb;
+      g.scale_inv_b = s1.get();
+      g.fast_accum = fast;
+      g.output = out;
+      g.D = D;
+      if (out == LtOutput::kE4M3) {
+        g.d_scale = d_scale.get();
+        g.amax_d = amax_d.get();
+      }
+      ctx.gemm_fp8_tn(g);
+    };
+    auto step = [&] {
+      detail::launch_cast_transpose(x0.get(), batch, width, 1.0f, Format::kE4M3, xq[0].get(), xqt[0].get(),
+                                    totals.get() + 0, nullptr);
+      for (int l = 0; l < layers; ++l) {
+        detail::launch_cast_transpose(w.get(), width, width, 1.0f, Format::kE4M3, wq[std::size_t(l)].get(),
+                                      wqt[std::size_t(l)].get(), totals.get() + 1, nullptr);
+        if (l + 1 < layers) {  // fprop writes the next layer's E4M3 input and its amax; then its transpose
+          gemm(batch, width, width, xq[std::size_t(l)].get(), Format::kE4M3, wq[std::size_t(l)].get(), Format::kE4M3,
+               true, LtOutput::kE4M3, xq[std::size_t(l) + 1].get());
+          detail::launch_transpose(batch, width, xq[std::size_t(l) + 1].get(), xqt[std::size_t(l) + 1].get(), nullptr);
+        } else {
+          gemm(batch, width, width, xq[std::size_t(l)].get(), Format::kE4M3, wq[std::size_t(l)].get(), Format::kE4M3,
+               true, LtOutput::kBf16, y.get());
+        }
+      }
+      const std::uint16_t* dy = dy_top.get();
+      for (int l = layers - 1; l >= 0; --l) {
+        detail::launch_cast_transpose(dy, batch, width, 1.0f, Format::kE5M2, dyq.get(), dyqt.get(), totals.get() + 2,
+                                      nullptr);
+        gemm(width, width, batch, dyqt.get(), Format::kE5M2, xqt[std::size_t(l)].get(), Format::kE4M3, false,
+             LtOutput::kBf16, dw.get());  // wgrad
+        std::uint16_t* dx = (l % 2) ? g0.get() : g1.get();
+        gemm(batch, width, width, dyq.get(), Format::kE5M2, wqt[std::size_t(l)].get(), Format::kE4M3, false,
+             LtOutput::kBf16, dx);  // dgrad: the gradient of the layer below
+        dy = dx;
+      }
+    };
+    return time_runs(step, reps, flops);
+  });
   st.bf16 = guarded([&] {
     detail::use_fp8_device();
     LtContext ctx;
@@ -293,6 +366,55 @@ StepTiming bench_mlp_step(int batch, int width, int layers, int reps) {
     return time_runs(step, reps, flops);
   });
   return st;
+}
+
+std::string check_bf16_cast_transpose(int rows, int cols) {
+  try {
+    detail::use_fp8_device();
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    // bf16 bit patterns: a hash spread over every exponent, plus zeros, infinities and NaNs.
+    std::vector<std::uint16_t> h(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull;
+      z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+      h[i] = std::uint16_t(z >> 48);
+      if (i % 97 == 0) h[i] = 0x0000;
+      if (i % 89 == 0) h[i] = 0x7F80;
+      if (i % 83 == 0) h[i] = 0xFFC1;
+      if (i % 5 == 0) h[i] = std::uint16_t((h[i] & 0x807Fu) | (((h[i] >> 7) % 24u + 115u) << 7));  // near 1
+    }
+    std::vector<float> wide(n);
+    for (std::size_t i = 0; i < n; ++i) wide[i] = core::bits_to_f32(std::uint32_t(h[i]) << 16);
+    for (const Format fmt : {Format::kE4M3, Format::kE5M2}) {
+      const float scale = fmt == Format::kE4M3 ? 3.0f : 0.75f;
+      std::vector<std::uint8_t> er(n), ec(n), gr(n), gc(n);
+      float eamax = 0.0f;
+      const emu::QuantizeStats es = backend::emulated_kernels().cast_transpose(wide.data(), rows, cols, scale, fmt,
+                                                                               er.data(), ec.data(), &eamax);
+      DeviceBuffer<std::uint16_t> x(h.data(), n);
+      DeviceBuffer<std::uint8_t> qr(n), qc(n);
+      DeviceBuffer<detail::CastTotals> totals(1);
+      totals.zero();
+      detail::launch_cast_transpose(x.get(), rows, cols, scale, fmt, qr.get(), qc.get(), totals.get(), nullptr);
+      FP8EMU_CUDA_CHECK(cudaDeviceSynchronize());
+      qr.download(gr.data(), n);
+      qc.download(gc.data(), n);
+      detail::CastTotals t{};
+      totals.download(&t, 1);
+      const char* name = fmt == Format::kE4M3 ? "E4M3" : "E5M2";
+      for (std::size_t i = 0; i < n; ++i) {
+        if (gr[i] != er[i]) return std::string(name) + ": row-wise code " + std::to_string(i) + " differs";
+        if (gc[i] != ec[i]) return std::string(name) + ": column-wise code " + std::to_string(i) + " differs";
+      }
+      if (core::bits_to_f32(t.amax_bits) != eamax) return std::string(name) + ": amax differs";
+      if (t.saturated != es.saturated || t.underflow != es.underflow || t.nan != es.nan)
+        return std::string(name) + ": counts differ";
+    }
+    return {};
+  } catch (const std::exception& e) {
+    cudaGetLastError();
+    return e.what();
+  }
 }
 
 }  // namespace fp8emu::cuda

@@ -108,9 +108,27 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ q, std::size_
 // and rows and cols are multiples of 4; edges and other shapes go element by element. The codes
 // are core::cast_element's, the amax a max of bits and the counts sums, so any order gives the
 // same results.
+// The input may also be bf16 (bits), widened exactly to fp32 before the cast, as TE casts a bf16
+// tensor; the vectorised path then loads 4 of them as 8 bytes.
 constexpr int kCtRows = 32, kCtCols = 128, kCtThreadRows = 8;
-template <Format F>
-__global__ void cast_transpose_kernel(const float* __restrict__ x, int rows, int cols, ScaleArg scale_arg,
+struct Ct4 {
+  float x, y, z, w;
+};
+__device__ __forceinline__ float ct_load(const float* p, std::size_t i) { return p[i]; }
+__device__ __forceinline__ float ct_load(const std::uint16_t* p, std::size_t i) {
+  return core::bits_to_f32(core::bf16_to_f32_bits(p[i]));
+}
+__device__ __forceinline__ Ct4 ct_load4(const float* p) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  return {v.x, v.y, v.z, v.w};
+}
+__device__ __forceinline__ Ct4 ct_load4(const std::uint16_t* p) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);  // little-endian: element 0 in the low half
+  auto widen = [](std::uint32_t h) { return core::bits_to_f32(h << 16); };
+  return {widen(v.x & 0xFFFFu), widen(v.x >> 16), widen(v.y & 0xFFFFu), widen(v.y >> 16)};
+}
+template <Format F, class T>
+__global__ void cast_transpose_kernel(const T* __restrict__ x, int rows, int cols, ScaleArg scale_arg,
                                       std::uint8_t* __restrict__ qr, std::uint8_t* __restrict__ qc, bool vec,
                                       CastTotals* totals) {
   __shared__ std::uint8_t tile[kCtRows][kCtCols + 4];
@@ -127,7 +145,7 @@ __global__ void cast_transpose_kernel(const float* __restrict__ x, int rows, int
         const int r = r0 + dy, c = c0 + 4 * tx;
         const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
         if (full) {
-          const float4 v = *reinterpret_cast<const float4*>(x + at);
+          const Ct4 v = ct_load4(x + at);
           const std::uint32_t w = std::uint32_t(core::cast_element(v.x, scale, f, counts)) |
                                   std::uint32_t(core::cast_element(v.y, scale, f, counts)) << 8 |
                                   std::uint32_t(core::cast_element(v.z, scale, f, counts)) << 16 |
@@ -138,7 +156,7 @@ __global__ void cast_transpose_kernel(const float* __restrict__ x, int rows, int
           *reinterpret_cast<std::uint32_t*>(&tile[dy][4 * tx]) = w;
         } else if (r < rows) {
           for (int j = 0; j < 4 && c + j < cols; ++j) {
-            const float v = x[at + std::size_t(j)];
+            const float v = ct_load(x, at + std::size_t(j));
             const std::uint8_t code = core::cast_element(v, scale, f, counts);
             m = core::max_u32(m, core::amax_bits(v));
             if (qr) qr[at + std::size_t(j)] = code;
@@ -475,28 +493,43 @@ void launch_transpose(int rows, int cols, const float* in, float* out, cudaStrea
   launch_transpose_t(rows, cols, in, out, stream);
 }
 
-void launch_cast_transpose(const float* x, int rows, int cols, ScaleArg scale, Format fmt, std::uint8_t* q_rowwise,
-                           std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream) {
+namespace {
+template <class T>
+void launch_cast_transpose_t(const T* x, int rows, int cols, ScaleArg scale, Format fmt, std::uint8_t* q_rowwise,
+                             std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   emu::require_fp8(fmt, "cast_transpose");
-  const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(q_rowwise) % 4 == 0 &&
+  const bool vec = reinterpret_cast<std::uintptr_t>(x) % (4 * sizeof(T)) == 0 &&
+                   reinterpret_cast<std::uintptr_t>(q_rowwise) % 4 == 0 &&
                    reinterpret_cast<std::uintptr_t>(q_columnwise) % 4 == 0 && rows % 4 == 0 && cols % 4 == 0;
   const dim3 grid(unsigned(std::min((cols + kCtCols - 1) / kCtCols, 65535)),
                   unsigned(std::min((rows + kCtRows - 1) / kCtRows, 65535)));
   const dim3 block(32, kCtThreadRows);
   switch (fmt) {  // no default: a new FP8 format needs its instance here
     case Format::kE4M3:
-      cast_transpose_kernel<Format::kE4M3><<<grid, block, 0, stream>>>(x, rows, cols, scale, q_rowwise, q_columnwise,
-                                                                       vec, totals);
+      cast_transpose_kernel<Format::kE4M3, T><<<grid, block, 0, stream>>>(x, rows, cols, scale, q_rowwise,
+                                                                          q_columnwise, vec, totals);
       break;
     case Format::kE5M2:
-      cast_transpose_kernel<Format::kE5M2><<<grid, block, 0, stream>>>(x, rows, cols, scale, q_rowwise, q_columnwise,
-                                                                       vec, totals);
+      cast_transpose_kernel<Format::kE5M2, T><<<grid, block, 0, stream>>>(x, rows, cols, scale, q_rowwise,
+                                                                          q_columnwise, vec, totals);
       break;
     case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
     case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
   }
   FP8EMU_CUDA_CHECK_LAUNCH("cast_transpose_kernel");
+}
+}  // namespace
+
+void launch_cast_transpose(const float* x, int rows, int cols, ScaleArg scale, Format fmt, std::uint8_t* q_rowwise,
+                           std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream) {
+  launch_cast_transpose_t(x, rows, cols, scale, fmt, q_rowwise, q_columnwise, totals, stream);
+}
+
+void launch_cast_transpose(const std::uint16_t* x_bf16, int rows, int cols, ScaleArg scale, Format fmt,
+                           std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, CastTotals* totals,
+                           cudaStream_t stream) {
+  launch_cast_transpose_t(x_bf16, rows, cols, scale, fmt, q_rowwise, q_columnwise, totals, stream);
 }
 
 void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int block, Format fmt,

@@ -83,6 +83,11 @@ void launch_transpose(int rows, int cols, const float* in, float* out, cudaStrea
 /// value or read from device memory (ScaleArg::at).
 void launch_cast_transpose(const float* x, int rows, int cols, ScaleArg scale, Format fmt, std::uint8_t* q_rowwise,
                            std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream);
+/// The same from bf16 (bits): each element widened exactly to fp32, then cast as above (TE's cast
+/// of a bf16 activation or gradient); amax of the widened values.
+void launch_cast_transpose(const std::uint16_t* x_bf16, int rows, int cols, ScaleArg scale, Format fmt,
+                           std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, CastTotals* totals,
+                           cudaStream_t stream);
 /// emu cast_blocks for quantize_mxfp8 / quantize_block_1d: x is row-major [rows, cols]; codes
 /// [n, K], scale_inv [n, nb], e8m0 [n, nb] (MXFP8 rules only, else may be null).
 void launch_block_cast(const float* x, int rows, int cols, bool rowwise, int block, Format fmt,

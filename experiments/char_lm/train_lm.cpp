@@ -113,7 +113,9 @@ class CharLm {
         grad_tok_(s.vocab, s.d_model),
         grad_pos_(s.seq_len, s.d_model),
         final_norm_(s.norm, s.d_model),
-        head_(s.d_model, s.vocab, fp8_head ? linear_spec.precision : nn::Precision::kFp32, linear_spec.recipe) {
+        head_(s.d_model, s.vocab,
+              linear_spec.precision == nn::Precision::kFp8 && !fp8_head ? nn::Precision::kFp32 : linear_spec.precision,
+              linear_spec.recipe) {
     nn::Rng rng(seed);
     for (float& v : tok_emb_.data) v = rng.uniform(0.1f);
     for (float& v : pos_emb_.data) v = rng.uniform(0.02f);
@@ -364,6 +366,9 @@ struct LmLog {
   // the steps it ran itself.
   double step_seconds = 0.0;
   long timed_steps = 0;
+  // The first of them alone: with --resident it includes the device's set-up (uploads, allocations,
+  // cuBLASLt's plans), so benchmarks leave it out.
+  double first_step_seconds = 0.0;
 };
 
 struct LmState {  // a run at a step boundary
@@ -610,6 +615,11 @@ std::string generate(CharLm& model, const Corpus& c, int T, int n, std::uint64_t
   return out;
 }
 
+void add_step_seconds(LmLog& log, double seconds) {
+  if (log.timed_steps == 0) log.first_step_seconds = seconds;
+  log.step_seconds += seconds;
+}
+
 LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp, const LmState* resume,
                 const std::function<void(const LmState&)>& checkpoint) {
   const TrainLmConfig& cfg = ctx.cfg;
@@ -755,7 +765,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       if (!on_device) on_device = std::make_unique<DeviceCharLm>(*resident, model, opt);
       const Batch batch = window_batch(ctx.corpus.train, starts, cfg.seq_len);
       loss = on_device->train_step(batch.input, batch.target, cfg.seq_len, rows) / double(rows);
-      log.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count();
+      add_step_seconds(log, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
       const bool checkpoints = cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps;
       if (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss) || checkpoints) to_host();
     } else {
@@ -783,16 +793,22 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       const double total = dp.sum_shards(totals, &has_rows)[0];
       loss = total / double(rows);
       opt.step(params);
-      log.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count();
+      add_step_seconds(log, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
     }
     ++log.timed_steps;
     loss_sum += loss;
     ++loss_count;
     double val = NAN;
-    if (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss)) {
+    if (!cfg.evaluate && !std::isfinite(loss)) {
+      log.diverged = true;
+      progress.update(step, loss, val);
+      break;
+    }
+    if (cfg.evaluate && (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss))) {
       std::vector<nn::TwinError> twins(lins.size());
       std::vector<std::array<float, 2>> shard0_scales(lins.size());  // x and W of shard 0's last casts
-      val = mean_val_loss(model, ctx, dp, lins, fp8 ? &twins : nullptr, [&] {
+      const bool twin = run.precision != nn::Precision::kFp32;  // FP8 and BF16 layers against FP32
+      val = mean_val_loss(model, ctx, dp, lins, twin ? &twins : nullptr, [&] {
         for (std::size_t i = 0; i < lins.size(); ++i)
           shard0_scales[i] = {lins[i]->last_scale_input(), lins[i]->last_scale_weight()};
       });
@@ -839,7 +855,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
   }
   to_host();  // a run that ended early (diverged) may still be on the device
   // The sample: rank 0, with shard 0's quantizer state.
-  if (!log.diverged && dp.root())
+  if (!log.diverged && dp.root() && cfg.evaluate)
     dp.with_shard(0, [&] { log.sample = generate(model, ctx.corpus, cfg.seq_len, cfg.sample_chars, cfg.seed); });
   return log;
 }
@@ -911,6 +927,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   group.agree([&] {
     if (!cfg.format.empty()) rs.set_format(scaling::parse_recipe_format(cfg.format));
     runs = {{"fp32", nn::Precision::kFp32, rs.get<scaling::DelayedScaling>()}};
+    if (cfg.bf16_baseline) runs.push_back({"bf16", nn::Precision::kBf16, rs.get<scaling::DelayedScaling>()});
     for (const scaling::Recipe& r : rs.select(cfg.recipe))
       runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
     for (const RunSpec& r : runs) scaling::validate(r.recipe);
@@ -993,7 +1010,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
      << " lr=" << fmt_g(cfg.lr) << " seed=" << cfg.seed << " eval=" << cfg.eval_every << "x" << cfg.eval_batches
      << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars << " layer_recipe=" << cfg.layer_recipe
      << " layer_acc=" << cfg.layer_accumulation << " dp_shards=" << dp.shards()
-     << " amax_reduction=" << dp.reduction().name();
+     << " amax_reduction=" << dp.reduction().name() << (cfg.bf16_baseline ? " bf16=1" : "");
   common::ResultsFolder out = common::shared_results_folder(
       group, cfg.out_dir, cfg.resume, "lm-",
       {"metrics.csv", "layers.csv", "shards.csv", "samples.txt", "summary.json", "curves.png"});
@@ -1058,7 +1075,8 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   if (!group.root()) {
     for (const LmLog& l : logs)
       results.push_back({l.name, l.val_loss.empty() ? 0.0 : l.val_loss.back(),
-                         l.train_loss.empty() ? 0.0 : l.train_loss.back()});
+                         l.train_loss.empty() ? 0.0 : l.train_loss.back(), l.step_seconds, l.timed_steps,
+                         l.first_step_seconds});
     return results;
   }
 
@@ -1066,7 +1084,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   std::ostringstream samples;
   for (const LmLog& l : logs) samples << "=== " << l.name << " (temperature 0.8, from a newline)\n" << l.sample << "\n\n";
   out.write("samples.txt", samples.str());
-  const bool plot = write_plot(out, logs);
+  const bool plot = cfg.evaluate && write_plot(out, logs);  // no curves without evaluations
   nlohmann::json j;
   j["fp8emu_version"] = FP8EMU_VERSION_STRING;
   j["config"] = {{"text", cfg.text},          {"bytes", corpus.train.size() + corpus.val.size()},
@@ -1077,7 +1095,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
                  {"norm", cfg.norm},          {"mlp_activation", cfg.mlp_activation},
                  {"activation_dtype", cfg.activation_dtype}, {"recipe", cfg.recipe},
                  {"format", cfg.format},      {"accumulation", cfg.accumulation},
-                 {"backend", cfg.backend},    {"fp8_head", cfg.fp8_head},
+                 {"backend", cfg.backend},    {"fp8_head", cfg.fp8_head}, {"bf16", cfg.bf16_baseline},
                  {"layer_recipe", cfg.layer_recipe}, {"layer_accumulation", cfg.layer_accumulation},
                  {"lr", cfg.lr},              {"seed", cfg.seed},
                  {"eval_every", cfg.eval_every}, {"eval_batches", cfg.eval_batches}};
@@ -1093,19 +1111,25 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
     x["seconds"] = l.seconds.empty() ? 0.0 : l.seconds.back();
     x["step_seconds"] = l.step_seconds;  // the training steps of this process alone (see LmLog)
     x["timed_steps"] = l.timed_steps;
+    x["first_step_seconds"] = l.first_step_seconds;
     x["diverged"] = l.diverged;
     x["sample"] = l.sample;
     x["data_parallel"] = common::data_parallel_run_json(l.shard_scales, dp.shards(), l.ranks_identical, l.checksum);
     rj[l.name] = x;
     results.push_back({l.name, l.val_loss.empty() ? 0.0 : l.val_loss.back(),
-                       l.train_loss.empty() ? 0.0 : l.train_loss.back()});
+                       l.train_loss.empty() ? 0.0 : l.train_loss.back(), l.step_seconds, l.timed_steps,
+                       l.first_step_seconds});
   }
   j["runs"] = rj;
   // What actually ran; the head runs FP32 unless --fp8-head.
   common::record_backends(j["config"], cfg.backend, layer_names_of(cfg.layers), !cfg.fp8_head);
   j["config"]["resident"] = cfg.resident;
-  if (logs.size() > 1 && !logs[0].val_loss.empty() && !logs[1].val_loss.empty())
-    j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[1].val_loss.back() / logs[0].val_loss.back() - 1.0);
+  // The first FP8 run against FP32 (and against BF16 with --bf16).
+  const std::size_t first_fp8 = cfg.bf16_baseline ? 2 : 1;
+  if (logs.size() > first_fp8 && !logs[0].val_loss.empty() && !logs[first_fp8].val_loss.empty())
+    j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[first_fp8].val_loss.back() / logs[0].val_loss.back() - 1.0);
+  if (cfg.bf16_baseline && logs.size() > 2 && !logs[1].val_loss.empty() && !logs[2].val_loss.empty())
+    j["fp8_vs_bf16_val_loss_percent"] = 100.0 * (logs[2].val_loss.back() / logs[1].val_loss.back() - 1.0);
   // null when gnuplot is missing, failed or ran out of time (a plot is an extra; the note said why).
   j["plot"] = plot ? nlohmann::json("curves.png") : nlohmann::json(nullptr);
   // Samples are raw bytes of the corpus and need not be valid UTF-8: invalid sequences become U+FFFD

@@ -43,6 +43,10 @@ struct TrainLmConfig {
   /// The LM head runs FP32 unless this is set (TE practice: first and last layers stay in higher
   /// precision); per-layer --backend can still choose for it when set.
   bool fp8_head = false;
+  /// Also train a BF16 run ("bf16", after "fp32"): every Linear, the head included, in
+  /// nn::Precision::kBf16 (operands and outputs in bf16, fp32 accumulation), as a bf16 autocast
+  /// runs them; the speed baseline FP8 is measured against (`fp8emu bench gpu`).
+  bool bf16_baseline = false;
   float lr = 3e-3f;
   std::uint64_t seed = 1;
   int eval_every = 100;        ///< Validation loss every N steps (and at the end).
@@ -53,6 +57,10 @@ struct TrainLmConfig {
   int checkpoint_every = 0;    ///< Steps between checkpoints (0: none).
   std::string resume;          ///< Continue from <dir>/checkpoint.bin.
   bool progress = true;
+  /// false: the training steps alone, for benchmarks (`fp8emu bench gpu`): no validation loss,
+  /// layers.csv rows, FP32 twins or sample (metrics.csv has its header only; summary.json's losses are
+  /// 0). A non-finite training loss still ends the run as diverged. Not a command-line flag.
+  bool evaluate = true;
   /// Data parallelism (docs/data-parallel.md): each batch of sequences is cut into this many fixed
   /// shards, each with its own casts and quantizer state, combined in shard order; `mpirun -np N`
   /// (N dividing it) spreads them over N ranks with bit-identical results for every N.
@@ -65,6 +73,11 @@ struct LmRunResult {
   std::string name;
   double final_val_loss = 0.0;
   double final_train_loss = 0.0;
+  /// Seconds in this process's training steps (no evaluation, checkpoint or copy to the host),
+  /// their count, and the first step's seconds alone (it includes a device's set-up).
+  double step_seconds = 0.0;
+  long timed_steps = 0;
+  double first_step_seconds = 0.0;
 };
 
 /// Trains FP32 and the FP8 recipe(s), writing metrics.csv, layers.csv, samples.txt, summary.json

@@ -3,6 +3,8 @@
 // device_cpu.cpp.
 #include "fp8emu/backend/device.hpp"
 
+#include <atomic>
+
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -11,6 +13,17 @@
 #endif
 
 namespace fp8emu::backend {
+
+#if defined(FP8EMU_HAVE_CUDA)
+void set_library_gemms(bool on) { cuda::set_library_gemms(on); }
+bool library_gemms() { return cuda::library_gemms(); }
+#else
+namespace {
+std::atomic<bool> library_flag{false};  // without CUDA: remembered, nothing reads it
+}  // namespace
+void set_library_gemms(bool on) { library_flag.store(on); }
+bool library_gemms() { return library_flag.load(); }
+#endif
 
 const Device& cuda_device() {
   const CudaStatus& s = cuda_status();

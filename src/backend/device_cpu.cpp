@@ -55,6 +55,9 @@ class CpuDevice final : public Device {
     FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_f32_nn: sizes must be non-negative, got M=", M, " N=", N, " K=", K);
     emu::gemm_f32_nn(M, N, K, A, B, D);
   }
+  void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
+    gemm_f32_nn(M, N, K, A, B, D);
+  }
   void transpose_f32(int rows, int cols, const float* in, float* out) const override {
     check_size(rows, cols, "transpose");
     emu::transpose(rows, cols, in, out);

@@ -26,7 +26,7 @@ double sum_loss_terms(const backend::Device& device, const float* terms, int row
 
 std::string DeviceLinear::unsupported(const Linear& l) {
   if (l.twin_error) return "measures its FP32 twin error (twin_error), which runs on the host";
-  if (l.precision() == Precision::kFp32) return {};
+  if (l.precision() != Precision::kFp8) return {};  // FP32 and BF16 layers keep no recipe state
   const scaling::Recipe& r = l.recipe();
   if (const auto* d = std::get_if<scaling::DelayedScaling>(&r)) {
     if (!d->uses_fused_update())
@@ -43,7 +43,11 @@ int blocks_of(int k, int block) { return (k + block - 1) / block; }
 }  // namespace
 
 DeviceLinear::DeviceLinear(const backend::Device& device, const Linear& src)
-    : dev_(&device), in_(src.in_features()), out_(src.out_features()), fp8_(src.precision() == Precision::kFp8) {
+    : dev_(&device),
+      in_(src.in_features()),
+      out_(src.out_features()),
+      fp8_(src.precision() == Precision::kFp8),
+      bf16_(src.precision() == Precision::kBf16) {
   const std::string why = unsupported(src);
   FP8EMU_CHECK(why.empty(), "device-resident Linear: the layer ", why);
   const backend::Device& d = device;
@@ -57,6 +61,7 @@ DeviceLinear::DeviceLinear(const backend::Device& device, const Linear& src)
   gb_.upload(src.grad_bias.data.data());
   if (!fp8_) {
     wt_ = Tensor<float>(d, in_, out_);
+    if (bf16_) wb_ = Tensor<float>(d, out_, in_);
     return;
   }
   acc_fprop_ = src.acc_fprop_;
@@ -139,6 +144,10 @@ void DeviceLinear::reserve(int rows) {
     }
   } else {
     dyt_ = Tensor<float>(d, out_, rows);
+    if (bf16_) {
+      xb_ = Tensor<float>(d, rows, in_);
+      dyb_ = Tensor<float>(d, rows, out_);
+    }
   }
   capacity_ = rows;
 }
@@ -164,6 +173,18 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
   const backend::Device& d = *dev_;
   saved_x_ = x;
   forward_rows_ = rows;
+  if (bf16_) {  // Linear::forward, bf16: y = bf16(bf16(x) . bf16(W)^T + b)
+    const std::size_t nx = std::size_t(rows) * std::size_t(in_);
+    d.copy(xb_.get(), x, nx * sizeof(float));
+    d.round_bf16(xb_.get(), nx);
+    d.transpose_f32(out_, in_, w_.get(), wt_.get());
+    d.round_bf16(wt_.get(), wt_.size());
+    d.gemm_bf16_nn(rows, out_, in_, xb_.get(), wt_.get(), y);
+    d.bias_add(y, b_.get(), rows, out_);
+    d.round_bf16(y, std::size_t(rows) * std::size_t(out_));
+    saved_x_ = xb_.get();
+    return;
+  }
   if (!fp8_) {
     d.transpose_f32(out_, in_, w_.get(), wt_.get());
     d.gemm_f32_nn(rows, out_, in_, x, wt_.get(), y);
@@ -194,6 +215,21 @@ void DeviceLinear::backward(const float* dy, int rows, float* dx) {
   FP8EMU_CHECK(rows == forward_rows_, "Linear: grad_output has ", rows, " rows, the forward output ", forward_rows_);
   const backend::Device& d = *dev_;
   d.column_sum(dy, rows, out_, gb_.get());
+  if (bf16_) {  // Linear::backward, bf16: dW = bf16(dy)^T . bf16(x); dx = bf16(bf16(dy) . bf16(W))
+    d.transpose_f32(rows, out_, dy, dyt_.get());
+    d.round_bf16(dyt_.get(), std::size_t(out_) * std::size_t(rows));
+    d.gemm_bf16_nn(out_, in_, rows, dyt_.get(), saved_x_, gw_.get());
+    if (dx) {
+      const std::size_t ndy = std::size_t(rows) * std::size_t(out_);
+      d.copy(dyb_.get(), dy, ndy * sizeof(float));
+      d.round_bf16(dyb_.get(), ndy);
+      d.copy(wb_.get(), w_.get(), w_.bytes());
+      d.round_bf16(wb_.get(), wb_.size());
+      d.gemm_bf16_nn(rows, in_, out_, dyb_.get(), wb_.get(), dx);
+      d.round_bf16(dx, std::size_t(rows) * std::size_t(in_));
+    }
+    return;
+  }
   if (!fp8_) {
     d.transpose_f32(rows, out_, dy, dyt_.get());
     d.gemm_f32_nn(out_, in_, rows, dyt_.get(), saved_x_, gw_.get());

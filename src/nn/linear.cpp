@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
@@ -18,11 +19,28 @@ void add_bias(Matrix& y, const Matrix& bias) {
   }
 }
 
+// A copy of `n` floats rounded to bf16 (Device::round_bf16 of the CPU device: the same loop the
+// transformer layers' bf16 activations use).
+std::vector<float> bf16_copy(const float* x, std::size_t n) {
+  std::vector<float> r(x, x + n);
+  backend::cpu_device().round_bf16(r.data(), n);
+  return r;
+}
+
 std::unique_ptr<scaling::Quantizer> clone_of(const std::unique_ptr<scaling::Quantizer>& q) {
   return q ? q->clone() : nullptr;
 }
 
 }  // namespace
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kFp8: return "fp8";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
 
 Linear::Linear(int in_features, int out_features, Precision precision, const scaling::Recipe& recipe)
     : precision_(precision), recipe_(recipe) {
@@ -140,6 +158,17 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
   if (precision_ == Precision::kFp32) {
     forward_fp32(x, y);
     if (training) saved_x_ = x;
+  } else if (precision_ == Precision::kBf16) {
+    // y = bf16(bf16(x) . bf16(W)^T + b): the transpose of the rounded W is the rounded transpose.
+    Matrix xb(batch, in), wt(in, out);
+    xb.data = bf16_copy(x.data.data(), x.size());
+    emu::transpose(weight.rows, weight.cols, weight.data.data(), wt.data.data());
+    backend::cpu_device().round_bf16(wt.data.data(), wt.size());
+    y.resize(batch, out);
+    emu::gemm_f32_nn(batch, out, in, xb.data.data(), wt.data.data(), y.data.data());
+    add_bias(y, bias);
+    backend::cpu_device().round_bf16(y.data.data(), y.size());
+    if (training) saved_x_ = std::move(xb);
   } else {
     cast_weight(is_first_microbatch);
     // Row-wise for fprop; a training forward also keeps the column-wise copy for wgrad.
@@ -152,7 +181,7 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
                      y.data.data());
     add_bias(y, bias);
   }
-  if (twin_error && precision_ == Precision::kFp8) {
+  if (twin_error && precision_ != Precision::kFp32) {
     Matrix twin;
     forward_fp32(x, twin);
     for (std::size_t i = 0; i < y.size(); ++i) {
@@ -181,6 +210,19 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
     if (dx) {
       dx->resize(batch, in);
       emu::gemm_f32_nn(batch, in, out, dy.data.data(), weight.data.data(), dx->data.data());
+    }
+  } else if (precision_ == Precision::kBf16) {
+    // dW = bf16(dy)^T . bf16(x) in fp32; dx = bf16(bf16(dy) . bf16(W)).
+    Matrix dyt(out, batch);
+    emu::transpose(batch, out, dy.data.data(), dyt.data.data());
+    backend::cpu_device().round_bf16(dyt.data.data(), dyt.size());
+    emu::gemm_f32_nn(out, in, batch, dyt.data.data(), saved_x_.data.data(), grad_weight.data.data());
+    if (dx) {
+      const std::vector<float> dyb = bf16_copy(dy.data.data(), dy.size());
+      const std::vector<float> wb = bf16_copy(weight.data.data(), weight.size());
+      dx->resize(batch, in);
+      emu::gemm_f32_nn(batch, in, out, dyb.data(), wb.data(), dx->data.data());
+      backend::cpu_device().round_bf16(dx->data.data(), dx->size());
     }
   } else {
     const scaling::QuantizedTensor dy_q = bwd_q_->quantize(*kernels_, dy.data.data(), batch, out,

@@ -234,7 +234,8 @@ TEST_CASE("train-lm --resident on runs the device-resident step program on the C
   const std::string base = tiny(12, 4) + " --checkpoint-every 6";
   for (const std::string& extra :
        {std::string(" --recipe all --fp8-head"),
-        std::string(" --recipe current --norm rmsnorm --mlp-activation swiglu --activation-dtype bf16 --fp8-head")}) {
+        std::string(" --recipe current --norm rmsnorm --mlp-activation swiglu --activation-dtype bf16 --fp8-head"),
+        std::string(" --recipe delayed --bf16")}) {
     INFO(extra);
     const fs::path h = scratch("resident-off"), d = scratch("resident-on");
     const Result rh = run(base + extra + " --resident off --out " + h.string());
@@ -249,4 +250,45 @@ TEST_CASE("train-lm --resident on runs the device-resident step program on the C
   const Result bad = run(tiny() + " --resident on --dp-shards 2 --out " + scratch("resident-bad").string());
   CHECK(bad.code == 2);
   CHECK(bad.output.find("--resident on needs one data-parallel shard") != std::string::npos);
+}
+
+TEST_CASE("train-lm --bf16 adds a BF16 run between FP32 and FP8, with its error against the FP32 twin",
+          "[cli][lm][bf16]") {
+  const fs::path out = scratch("bf16"), plain = scratch("bf16-off");
+  const Result r = run(tiny() + " --bf16 --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const Result p = run(tiny() + " --out " + plain.string());
+  REQUIRE(p.code == 0);
+  const std::string m = slurp(out / "metrics.csv");
+  const std::size_t f32 = m.find("fp32,12,"), b16 = m.find("bf16,12,"), f8 = m.find("fp8_delayed,12,");
+  REQUIRE(b16 != std::string::npos);
+  CHECK(f32 < b16);
+  CHECK(b16 < f8);
+  // The other runs are unchanged by the extra one (same seeds and batches).
+  std::string m_without;
+  std::stringstream rows(without_seconds(out / "metrics.csv"));
+  for (std::string row; std::getline(rows, row);)
+    if (row.rfind("bf16,", 0) != 0) m_without += row + "\n";
+  CHECK(m_without == without_seconds(plain / "metrics.csv"));
+  const nlohmann::json j = nlohmann::json::parse(slurp(out / "summary.json"));
+  const double v32 = j["runs"]["fp32"]["val_loss"].get<double>(), v16 = j["runs"]["bf16"]["val_loss"].get<double>();
+  CHECK(v16 > 0.0);
+  CHECK(v16 != v32);  // bf16 rounding changes the losses, a little
+  CHECK(std::abs(v16 / v32 - 1.0) < 0.05);
+  CHECK(j.contains("fp8_vs_bf16_val_loss_percent"));
+  CHECK(j["config"]["bf16"].get<bool>());
+  // Every BF16 layer, the head included, differs from its FP32 twin by about bf16's precision.
+  std::stringstream lrows(slurp(out / "layers.csv"));
+  int layers = 0;
+  for (std::string row; std::getline(lrows, row);) {
+    if (row.rfind("bf16,12,", 0) != 0) continue;
+    const std::string rest = row.substr(std::string("bf16,12,").size());
+    const double e = std::stod(rest.substr(rest.find(',') + 1));
+    INFO(row);
+    CHECK(e > 1e-4);
+    CHECK(e < 2e-2);
+    ++layers;
+  }
+  CHECK(layers == 5);  // l0.qkv, l0.proj, l0.fc1, l0.fc2, head
 }

@@ -202,6 +202,32 @@ void check_gemm_f32(const Device& ref, const Device& cand, Report& rep) {
       }
 }
 
+// The BF16 layer's GEMM: operands rounded to bf16 on the host (the contract: bf16 values), then
+// gemm_bf16_nn on each device.
+void check_gemm_bf16(const Device& ref, const Device& cand, Report& rep) {
+  std::uint64_t seed = 17;
+  auto bf16_inputs = [&](backend::InputFamily fam, std::size_t n, std::uint64_t s) {
+    std::vector<float> v = inputs(fam, n, s);
+    backend::cpu_device().round_bf16(v.data(), v.size());
+    return v;
+  };
+  for (const int M : kSizes)
+    for (const int N : kSizes)
+      for (const int K : {1, 7, 33, 300}) {
+        if (M * N * K > 300 * 33 * 300) continue;
+        for (const backend::InputFamily fam : {backend::InputFamily::kNormal, backend::InputFamily::kWide}) {
+          const std::string where = "gemm_bf16_nn " + std::to_string(M) + " x " + std::to_string(N) + " x " +
+                                    std::to_string(K) + " " + backend::to_string(fam);
+          Twin<float> a(ref, cand, bf16_inputs(fam, std::size_t(M) * std::size_t(K), mix(++seed, 1)));
+          Twin<float> b(ref, cand, bf16_inputs(fam, std::size_t(K) * std::size_t(N), mix(++seed, 2)));
+          Twin<float> d(ref, cand, std::vector<float>(std::size_t(M) * std::size_t(N), 12345.0f));
+          ref.gemm_bf16_nn(M, N, K, a.r.get(), b.r.get(), d.r.get());
+          cand.gemm_bf16_nn(M, N, K, a.c.get(), b.c.get(), d.c.get());
+          compare(rep, where, d);
+        }
+      }
+}
+
 void check_transpose_f32(const Device& ref, const Device& cand, Report& rep) {
   std::uint64_t seed = 21;
   for (const int rows : kSizes)
@@ -839,6 +865,9 @@ class Forward : public Device {
   void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
     b.gemm_f32_nn(M, N, K, A, B, D);
   }
+  void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
+    b.gemm_bf16_nn(M, N, K, A, B, D);
+  }
   void transpose_f32(int r, int c, const float* in, float* out) const override { b.transpose_f32(r, c, in, out); }
   void cast_transpose(const float* x, int r, int c, const float* s, Format f, std::uint8_t* qr, std::uint8_t* qc,
                       float* amax, CastCounters* k) const override {
@@ -960,6 +989,13 @@ class ReversedGemm final : public Forward {
       }
   }
 };
+// The bf16 GEMM summed in decreasing k.
+class ReversedBf16Gemm final : public Forward {
+ public:
+  void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
+    ReversedGemm{}.gemm_f32_nn(M, N, K, A, B, D);
+  }
+};
 // The GEMM's scale product from the reciprocal of the product of the scales (one rounding fewer).
 class FusedScaleGemm final : public Forward {
  public:
@@ -1026,6 +1062,52 @@ TEST_CASE("gpu: device memory (allocate zero-filled, upload, download, copy, fil
 TEST_CASE("gpu: device gemm_f32_nn bit-identical to cpu_device", "[gpu][device]") {
   gpu_check("gemm_f32_nn", check_gemm_f32);
 }
+TEST_CASE("gpu: device gemm_bf16_nn bit-identical to cpu_device", "[gpu][device]") {
+  gpu_check("gemm_bf16_nn", check_gemm_bf16);
+}
+TEST_CASE("gpu: library GEMMs (set_library_gemms) agree with the exact ones to fp32 accuracy", "[gpu][device]") {
+  if (!testing::have_gpu()) return;
+  const Device& gpu = backend::cuda_device();
+  struct Restore {
+    bool was = backend::library_gemms();
+    ~Restore() { backend::set_library_gemms(was); }
+  } restore;
+  for (const bool bf16 : {false, true})
+    for (const auto& [M, N, K] : {std::array<int, 3>{64, 48, 300}, std::array<int, 3>{300, 33, 7},
+                                  std::array<int, 3>{1, 7, 33}, std::array<int, 3>{256, 1024, 512}}) {
+      INFO((bf16 ? "bf16 " : "fp32 ") << M << " x " << N << " x " << K);
+      std::vector<float> a = inputs(backend::InputFamily::kNormal, std::size_t(M) * std::size_t(K), mix(M, K));
+      std::vector<float> b = inputs(backend::InputFamily::kNormal, std::size_t(K) * std::size_t(N), mix(K, N));
+      if (bf16) {
+        backend::cpu_device().round_bf16(a.data(), a.size());
+        backend::cpu_device().round_bf16(b.data(), b.size());
+      }
+      DeviceTensor<float> da(gpu, 1, int(a.size())), db(gpu, 1, int(b.size())), exact(gpu, M, N), lib(gpu, M, N);
+      da.upload(a.data());
+      db.upload(b.data());
+      backend::set_library_gemms(false);
+      (bf16 ? gpu.gemm_bf16_nn(M, N, K, da.get(), db.get(), exact.get())
+            : gpu.gemm_f32_nn(M, N, K, da.get(), db.get(), exact.get()));
+      backend::set_library_gemms(true);
+      (bf16 ? gpu.gemm_bf16_nn(M, N, K, da.get(), db.get(), lib.get())
+            : gpu.gemm_f32_nn(M, N, K, da.get(), db.get(), lib.get()));
+      backend::set_library_gemms(false);
+      std::vector<float> e(exact.size()), l(lib.size());
+      exact.download(e.data());
+      lib.download(l.data());
+      // Any summation order is within K ulps of the magnitude sum of the exact products.
+      std::size_t far = 0;
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          double mag = 0.0;
+          for (int k = 0; k < K; ++k)
+            mag += std::fabs(double(a[std::size_t(i) * K + k]) * double(b[std::size_t(k) * N + j]));
+          const double d = std::fabs(double(e[std::size_t(i) * N + j]) - double(l[std::size_t(i) * N + j]));
+          far += d > double(K + 1) * 0x1p-23 * mag + 1e-30;
+        }
+      CHECK(far == 0);
+    }
+}
 TEST_CASE("gpu: device transpose_f32 bit-identical to cpu_device", "[gpu][device]") {
   gpu_check("transpose_f32", check_transpose_f32);
 }
@@ -1079,6 +1161,7 @@ TEST_CASE("device comparison: cpu_device against itself and against changed oper
   const std::pair<const char*, CheckFn> all[] = {
       {"memory", check_memory},
       {"gemm_f32_nn", check_gemm_f32},
+      {"gemm_bf16_nn", check_gemm_bf16},
       {"transpose_f32", check_transpose_f32},
       {"cast_transpose", check_cast_transpose},
       {"current_scale", check_current_scale},
@@ -1101,6 +1184,7 @@ TEST_CASE("device comparison: cpu_device against itself and against changed oper
     CHECK(rep.mismatches > 0);
   };
   caught("gemm_f32_nn summed in decreasing k", check_gemm_f32, ReversedGemm{});
+  caught("gemm_bf16_nn summed in decreasing k", check_gemm_bf16, ReversedBf16Gemm{});
   caught("gemm_fp8_tn with RN(1 / (sa * sb))", check_gemm_fp8, FusedScaleGemm{});
   caught("adam with an FMA", check_optimizers, FmaAdam{});
   caught("column_sum in two partial sums", check_bias_and_columns, PairwiseColumnSum{});

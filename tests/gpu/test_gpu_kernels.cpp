@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8emu_internal/gpu_bench.hpp"
 #include "fp8emu_internal/kernel_check.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/core/convert.hpp"
@@ -67,6 +68,15 @@ TEST_CASE("gpu: quantize_block_1d_both bit-identical to the two single-axis cast
   check_method("quantize_block_1d_both", {1, 17, 64, 131, 256});
 }
 TEST_CASE("gpu: gemm_fp8_block_tn bit-identical to the emulator", "[gpu]") { check_method("gemm_fp8_block_tn"); }
+
+TEST_CASE("gpu: cast_transpose from bf16 (bench gpu's fused MLP step) bit-identical to the emulator", "[gpu]") {
+  if (!testing::have_gpu()) return;
+  // Full 32 x 128 tiles (the vectorised path) and ragged edges (element by element).
+  for (const auto& [rows, cols] : {std::pair{64, 256}, std::pair{67, 260}, std::pair{1, 7}, std::pair{33, 129}}) {
+    INFO(rows << " x " << cols);
+    CHECK(cuda::check_bf16_cast_transpose(rows, cols) == "");
+  }
+}
 
 TEST_CASE("gpu: degenerate shapes as the emulator", "[gpu]") {
   if (!testing::have_gpu()) return;

@@ -143,6 +143,8 @@ TEST_CASE("DeviceMlp on the CPU device equals the host layers bit for bit", "[nn
   const std::vector<Case> cases = {
       {"fp32 relu adam", Precision::kFp32, delayed, Activation::kReLU, Optimizer::Kind::kAdam},
       {"fp32 gelu sgd", Precision::kFp32, delayed, Activation::kGELU, Optimizer::Kind::kSgd},
+      {"bf16 relu adam", Precision::kBf16, delayed, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"bf16 gelu sgd", Precision::kBf16, delayed, Activation::kGELU, Optimizer::Kind::kSgd},
       {"delayed relu adam", Precision::kFp8, delayed, Activation::kReLU, Optimizer::Kind::kAdam},
       {"delayed gelu sgd", Precision::kFp8, delayed, Activation::kGELU, Optimizer::Kind::kSgd},
       {"delayed margin 1, history 1", Precision::kFp8, delayed_margin, Activation::kReLU, Optimizer::Kind::kAdam},

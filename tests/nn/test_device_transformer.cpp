@@ -117,6 +117,10 @@ TEST_CASE("Device transformer layers on the CPU device equal the host layers bit
        scaling::MXFP8BlockScaling{}},
       {"block rmsnorm swiglu bf16", NormKind::kRMSNorm, MlpActivation::kSwiGlu, ActivationDtype::kBf16,
        Precision::kFp8, scaling::Float8BlockScaling{}},
+      {"bf16 layers layernorm gelu", NormKind::kLayerNorm, MlpActivation::kGelu, ActivationDtype::kFp32,
+       Precision::kBf16, delayed},
+      {"bf16 layers rmsnorm swiglu bf16", NormKind::kRMSNorm, MlpActivation::kSwiGlu, ActivationDtype::kBf16,
+       Precision::kBf16, delayed},
   };
   for (const Config& c : configs) run_config(c);
 }

@@ -2,6 +2,9 @@
 // the dequantized operands in double precision; TE's update points.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "fp8emu/emulation/quantize.hpp"
@@ -155,4 +158,75 @@ TEST_CASE("Linear rejects shape mismatches and backward without forward", "[nn][
   Matrix x2(3, 4), bad(2, 2);
   lin.forward(x2, y, true);
   CHECK_THROWS_WITH(lin.backward(bad, nullptr), Catch::Contains("does not match"));
+}
+
+namespace {
+// bfloat16 round-to-nearest-even of a finite fp32, written from the format (the top 16 bits of the
+// binary32 encoding; ties to the even bf16 significand), independently of the library.
+float bf16_rne(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, 4);
+  const std::uint32_t lsb = (b >> 16) & 1u;
+  b = (b + 0x7FFFu + lsb) & 0xFFFF0000u;
+  float r;
+  std::memcpy(&r, &b, 4);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("Linear BF16: bf16 operands and outputs, fp32-sequential sums, worked from the definition", "[nn][linear][bf16]") {
+  Rng rng(21);
+  const int batch = 5, in = 7, out = 3;
+  Linear lin(in, out, Precision::kBf16);
+  lin.init(rng);
+  Matrix x = random_matrix(batch, in, rng, 2.0f), dy = random_matrix(batch, out, rng, 1.0f), y, dx;
+  // Exact ties of bf16: 1 + 2^-8 rounds down to 1 (even), 1 + 3 * 2^-8 up to 1 + 2^-6; truncation
+  // or round-half-up would differ.
+  x.data[0] = 1.0f + 0x1p-8f;
+  x.data[1] = -(1.0f + 0x3p-8f);
+  lin.weight.data[0] = 1.0f + 0x1p-8f;
+  lin.forward(x, y, true);
+  lin.backward(dy, &dx);
+  REQUIRE(y.rows == batch);
+  REQUIRE(y.cols == out);
+  std::size_t differs_from_fp32 = 0;
+  Matrix y32;
+  lin.forward_fp32(x, y32);
+  for (int r = 0; r < batch; ++r)
+    for (int o = 0; o < out; ++o) {
+      float c = 0.0f;
+      for (int k = 0; k < in; ++k) {
+        const float p = float(double(bf16_rne(x.data[std::size_t(r * in + k)])) *
+                              double(bf16_rne(lin.weight.data[std::size_t(o * in + k)])));  // exact
+        c = c + p;
+      }
+      const float expect = bf16_rne(c + lin.bias.data[std::size_t(o)]);
+      INFO("y[" << r << ", " << o << "]");
+      CHECK(y.data[std::size_t(r * out + o)] == expect);
+      differs_from_fp32 += y.data[std::size_t(r * out + o)] != y32.data[std::size_t(r * out + o)];
+    }
+  CHECK(differs_from_fp32 > 0);
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i) {
+      float c = 0.0f;
+      for (int r = 0; r < batch; ++r)
+        c = c + float(double(bf16_rne(dy.data[std::size_t(r * out + o)])) * double(bf16_rne(x.data[std::size_t(r * in + i)])));
+      INFO("dW[" << o << ", " << i << "] stays fp32");
+      CHECK(lin.grad_weight.data[std::size_t(o * in + i)] == c);
+    }
+  for (int r = 0; r < batch; ++r)
+    for (int i = 0; i < in; ++i) {
+      float c = 0.0f;
+      for (int o = 0; o < out; ++o)
+        c = c + float(double(bf16_rne(dy.data[std::size_t(r * out + o)])) *
+                      double(bf16_rne(lin.weight.data[std::size_t(o * in + i)])));
+      INFO("dx[" << r << ", " << i << "]");
+      CHECK(dx.data[std::size_t(r * in + i)] == bf16_rne(c));
+    }
+  for (int o = 0; o < out; ++o) {
+    float c = 0.0f;
+    for (int r = 0; r < batch; ++r) c = c + dy.data[std::size_t(r * out + o)];  // the unrounded dy
+    CHECK(lin.grad_bias.data[std::size_t(o)] == c);
+  }
+  CHECK(std::string(precision_name(Precision::kBf16)) == "bf16");
 }

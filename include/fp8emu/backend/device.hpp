@@ -104,6 +104,11 @@ class Device {
   /// emu::gemm_f32_nn: D [M, N] = A [M, K] * B [K, N], every element the fp32-sequential sum (products
   /// rounded to fp32, added in increasing k from 0, no FMA).
   virtual void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* D) const = 0;
+  /// The GEMM of a BF16 layer (nn::Precision::kBf16): A and B hold bf16 values in fp32 storage (as
+  /// round_bf16 leaves them); D [M, N] = gemm_f32_nn(A, B), bit for bit, on every device. Only when
+  /// the cuda device's library GEMMs are on (set_library_gemms) does it run cuBLASLt's bf16 GEMM
+  /// instead (fp32 accumulation and output, in cuBLASLt's order: not bit-identical).
+  virtual void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const = 0;
   /// emu::transpose of fp32: out [cols, rows] = in [rows, cols]^T.
   virtual void transpose_f32(int rows, int cols, const float* in, float* out) const = 0;
 
@@ -215,6 +220,17 @@ const Device& cpu_device();
 /// The GPU of the `cuda` backend (the device chosen by set_cuda_device_slot), its operations on one
 /// stream. \throws fp8emu::Error (with CudaStatus::why_not()) when the cuda backend cannot run.
 const Device& cuda_device();
+
+/// The speed-baseline switch of cuda_device(): on, its gemm_f32_nn runs cuBLASLt's fp32 GEMM
+/// (CUBLAS_COMPUTE_32F) and gemm_bf16_nn cuBLASLt's bf16 GEMM (fp32 output) instead of the exact
+/// per-element kernel, as a user's FP32 or BF16 training would; their sums are in cuBLASLt's
+/// undocumented order, so results are NOT bit-identical to the emulator. Used by `fp8emu bench gpu`
+/// to time FP32 and BF16 steps against FP8 on the same library. FP8 GEMMs are unaffected (cuBLASLt
+/// where it is exact, as always). Off by default; the environment variable
+/// FP8EMU_DEVICE_GEMM=library turns it on at start. No effect on cpu_device(), nor without CUDA.
+/// Thread-safe; takes effect for GEMMs enqueued after the call.
+void set_library_gemms(bool on);
+bool library_gemms();
 
 /// `count` elements of T in a Device's memory, freed on destruction; move-only. Shape [rows, cols]
 /// (a vector is [1, n]). Zero-filled when made.

@@ -24,6 +24,11 @@ const backend::Kernels& kernels();
 /// backend::Device on one stream it owns. Only call it when probe().usable().
 const backend::Device& device();
 
+/// backend::set_library_gemms / library_gemms for device(): the first read takes
+/// FP8EMU_DEVICE_GEMM=library from the environment.
+void set_library_gemms(bool on);
+bool library_gemms();
+
 /// Before the first kernel: use the (slot mod count)-th GPU of compute capability >= 8.9 (see
 /// backend::set_cuda_device_slot).
 void set_device_slot(int slot);

@@ -32,7 +32,7 @@ struct DeviceParam {
 /// added in double in row order, as softmax_cross_entropy_sum adds them.
 double sum_loss_terms(const backend::Device& device, const float* terms, int rows);
 
-/// nn::Linear on a device. Takes FP32 layers and every FP8 recipe: per-tensor (delayed scaling with
+/// nn::Linear on a device. Takes FP32 and BF16 layers and every FP8 recipe: per-tensor (delayed scaling with
 /// the fused update and no amax-reduction hook; current scaling) and block-scaled (MXFP8, 128-block:
 /// 1 x 128 blocks for inputs and gradients, 128 x 128 tiles for weights); unsupported() names what
 /// else.
@@ -74,6 +74,7 @@ class DeviceLinear {
   const backend::Device* dev_;
   int in_ = 0, out_ = 0, capacity_ = 0, forward_rows_ = -1;  // forward_rows_: of the last forward
   bool fp8_ = false;
+  bool bf16_ = false;         // Precision::kBf16 (else fp32 when !fp8_)
   bool blocks_ = false;       // a block-scaled recipe (MXFP8, 128-block), else per-tensor (fp8 only)
   backend::BlockCast cast_x_, cast_w_, cast_dy_;  // blocks: the casts of the input, weight, gradient
   bool delayed_ = false;      // else current scaling (per-tensor fp8 only)
@@ -84,10 +85,11 @@ class DeviceLinear {
   float scaled_max_fwd_ = 0.0f, scaled_max_bwd_ = 0.0f;  // delayed: RN(fp8_max * 2^-margin)
   Format fmt_fwd_ = Format::kE4M3, fmt_bwd_ = Format::kE5M2;
   emu::GemmAccumulation acc_fprop_, acc_dgrad_, acc_wgrad_;
-  const float* saved_x_ = nullptr;        // fp32: the input of the last forward
+  const float* saved_x_ = nullptr;        // fp32: the input of the last forward; bf16: xb_
   Tensor<float> w_, b_, gw_, gb_;          // parameters and gradients
   Tensor<float> wt_;                       // fp32: W^T scratch [in, out]
   Tensor<float> dyt_;                      // fp32: dy^T scratch [out, capacity]
+  Tensor<float> xb_, dyb_, wb_;            // bf16: x, dy [capacity, in / out] and W [out, in] rounded
   Tensor<std::uint8_t> wq_row_, wq_col_;   // fp8: W codes [out, in] and [in, out]
   Tensor<std::uint8_t> xq_row_, xq_col_;   // fp8: x codes [capacity, in] and [in, capacity]
   Tensor<std::uint8_t> dyq_row_, dyq_col_; // fp8: dy codes [capacity, out] and [out, capacity]

@@ -48,7 +48,17 @@ namespace fp8emu::nn {
 enum class Precision : std::uint8_t {
   kFp32,  ///< Reference: fp32 GEMMs.
   kFp8,   ///< Emulated FP8 GEMMs under the layer's recipe.
+  /// The BF16 baseline, as a bf16 autocast runs a Linear: the GEMM operands (x, W, dy) rounded to
+  /// bf16 (round-to-nearest-even, core::f32_bits_to_bf16_rne), the products and sums of the fp32
+  /// GEMM (emu::gemm_f32_nn's fp32-sequential order; bf16 products are exact in fp32 except at
+  /// fp32's range limits), the bias added in fp32, then y and dx rounded to bf16; dW stays fp32 (TE's
+  /// fp32 main_grad) and db is the fp32 column sum of the unrounded dy. fp8emu's own model of a bf16
+  /// layer, bit-identical on every backend; a GPU library's bf16 GEMM sums in an order it does not
+  /// document, so it is not claimed equal to cuBLAS.
+  kBf16,
 };
+/// "fp32", "fp8" or "bf16".
+const char* precision_name(Precision p);
 
 /// Counts of what the FP8 casts of one layer did, per tensor role (for block recipes, the row-wise
 /// cast of each tensor, the one fprop or dgrad uses).
@@ -112,7 +122,7 @@ class Linear {
   /// Replaces the recipe (before training: fresh scaling state, TE's default accumulation for it).
   /// \throws fp8emu::Error for invalid recipe parameters.
   void set_recipe(const scaling::Recipe& recipe);
-  /// Runs this layer in FP32 (the `reference` backend) or FP8 from now on.
+  /// Runs this layer in FP32 (the `reference` backend), FP8 or BF16 from now on.
   void set_precision(Precision p) { precision_ = p; }
   const backend::Kernels& kernels() const { return *kernels_; }
 
@@ -150,7 +160,7 @@ class Linear {
   Matrix grad_weight;  ///< Shape: [out, in].
   Matrix grad_bias;    ///< Shape: [1, out].
   LinearFp8Stats stats;  ///< Accumulated by FP8 casts; reset by the caller.
-  /// When non-null, every FP8 forward also runs the FP32 twin on the same input and accumulates
+  /// When non-null, every FP8 or BF16 forward also runs the FP32 twin on the same input and accumulates
   /// the squared error and the squared reference here (costs one FP32 GEMM per forward).
   TwinError* twin_error = nullptr;
 
@@ -168,7 +178,7 @@ class Linear {
   // Saved by a training forward.
   bool have_saved_ = false;
   int saved_batch_ = 0;
-  Matrix saved_x_;            // fp32 mode
+  Matrix saved_x_;            // fp32 mode; bf16 mode: x rounded to bf16
   scaling::QuantizedTensor x_q_;  // FP8: input, row-wise (+ column-wise after a training forward)
   scaling::QuantizedTensor w_q_;  // FP8: weight, row- and column-wise (cached across calls)
   bool have_weight_cache_ = false;

@@ -57,9 +57,23 @@ Timing bench_memcpy(std::size_t n, int reps);
 /// cast-transpose kernel (amax recorded; E4M3, E5M2 for dy), then three FP8 GEMMs (fprop fast accumulation, dgrad and wgrad
 /// without), bf16 outputs. BF16: the same three GEMMs on bf16 operands of the same shapes. Neither
 /// includes activations, the loss or the optimizer.
+/// fp8_fused: the FP8 step as Transformer Engine runs it with bf16 activations and the casts fused
+/// into their producers: the first input is a bf16 tensor cast once (cast_transpose from bf16);
+/// every fprop GEMM but the last writes the next layer's E4M3 input itself (cuBLASLt's FP8 output
+/// with a D scale and the amax of D), whose transposed copy for wgrad is an FP8 transpose (1 byte
+/// read, 1 written); each weight is cast from its fp32 master once per step (cast_transpose); each
+/// gradient arrives in bf16 from the dgrad of the layer above and is cast once (cast_transpose from
+/// bf16, E5M2). The layers form one chain forward and back, as in the BF16 step.
 struct StepTiming {
-  Timing fp8, bf16;
+  Timing fp8, fp8_fused, bf16;
 };
 StepTiming bench_mlp_step(int batch, int width, int layers, int reps);
+
+/// Checks the bf16-input cast_transpose kernel that fp8_fused uses against the emulator
+/// (backend::emulated_kernels().cast_transpose of the exactly widened values): both copies' codes,
+/// the amax and the counts, E4M3 and E5M2, on a [rows, cols] matrix of bf16 values spanning
+/// normals, subnormals, overflow, zeros, infinities and NaN. Empty when equal, else the first
+/// difference.
+std::string check_bf16_cast_transpose(int rows, int cols);
 
 }  // namespace fp8emu::cuda

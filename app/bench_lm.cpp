@@ -1,0 +1,75 @@
+// `fp8emu bench lm` (see bench_lm.hpp).
+#include "bench_lm.hpp"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "char_lm/train_lm.hpp"
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/util/error.hpp"
+#include "temp_dir.hpp"
+
+namespace fp8emu::cli {
+
+int run_bench_lm(const BenchLmOptions& o, std::ostream& out) {
+  FP8EMU_CHECK(o.steps >= 2, "bench lm: --steps must be at least 2 (the first step is not timed), got ", o.steps);
+  experiments::TrainLmConfig cfg;
+  if (!o.text.empty()) cfg.text = o.text;
+  cfg.steps = o.steps;
+  cfg.eval_every = o.steps;
+  cfg.batch_size = o.batch_size;
+  cfg.seq_len = o.seq_len;
+  cfg.d_model = o.d_model;
+  cfg.heads = o.heads;
+  cfg.layers = o.layers;
+  cfg.ffn = o.ffn;
+  cfg.activation_dtype = o.activation_dtype;
+  cfg.backend = o.backend;
+  cfg.strict = true;
+  cfg.threads = o.threads;
+  cfg.recipe = "all";
+  cfg.bf16_baseline = true;
+  cfg.evaluate = false;
+  cfg.progress = false;
+  TempDir tmp("fp8emu-bench-lm");
+  cfg.out_dir = tmp.path() + "/results";
+
+  // The switch is process-wide: set for these runs, then put back as found, a throw included.
+  struct LibrarySwitch {
+    bool was = backend::library_gemms();
+    explicit LibrarySwitch(bool on) { backend::set_library_gemms(on); }
+    ~LibrarySwitch() { backend::set_library_gemms(was); }
+  } library(o.library_gemms);
+  const std::vector<experiments::LmRunResult> runs = experiments::run_train_lm(cfg);
+  FP8EMU_CHECK(runs.size() >= 2 && runs[0].name == "fp32" && runs[1].name == "bf16",
+               "bench lm: expected the fp32 and bf16 runs first");
+
+  auto ms = [](const experiments::LmRunResult& r) {
+    FP8EMU_CHECK(r.timed_steps >= 2, "bench lm: run ", r.name, " timed ", r.timed_steps,
+                 " steps (it diverged?); need at least 2");
+    return 1e3 * (r.step_seconds - r.first_step_seconds) / double(r.timed_steps - 1);
+  };
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "bench lm: train-lm d-model %d, %d layers, %d heads, ffn %d, sequence %d, batch %d, %s activations, "
+                "backend %s, %s GEMMs; mean of steps 2..%d of each run\n\n",
+                o.d_model, o.layers, o.heads, o.ffn, o.seq_len, o.batch_size, o.activation_dtype.c_str(),
+                o.backend.c_str(), o.library_gemms ? "library (cuBLASLt) fp32/bf16" : "exact", o.steps);
+  out << line << "| run | ms/step | speed-up vs fp32 | speed-up vs bf16 |\n|---|---:|---:|---:|\n";
+  const double t32 = ms(runs[0]), t16 = ms(runs[1]);
+  for (const experiments::LmRunResult& r : runs) {
+    const double t = ms(r);
+    std::snprintf(line, sizeof line, "| %s | %.3f | %.2f | %.2f |\n", r.name.c_str(), t, t32 / t, t16 / t);
+    out << line;
+  }
+  out << "\n";
+  for (std::size_t i = 2; i < runs.size(); ++i) {
+    std::snprintf(line, sizeof line, "lm_step_speedup_%s_vs_bf16: %.2f\n", runs[i].name.c_str(), t16 / ms(runs[i]));
+    out << line;
+  }
+  out << std::flush;
+  return 0;
+}
+
+}  // namespace fp8emu::cli
