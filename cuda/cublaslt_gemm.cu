@@ -73,14 +73,15 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T&
 
 // What selects a plan: everything but the pointers (which are set on every call).
 struct PlanKey {
-  int kind;  // 0 FP8, 1 BF16, 2 FP32, 3 TF32, 4 BF16 with fp32 output
+  int kind;  // 0 FP8, 1 BF16, 2 FP32, 3 TF32, 4 BF16 with fp32 output, 5 NN fp32, 6 NN bf16 -> fp32
   int M, N, K;
   int fa, fb, output;
   bool fast, bias, amax;
   int split_k;  // 0: the heuristic's choice
+  int align = 0;  // NN GEMMs: the pointers' common alignment in bytes (the heuristic's minimum)
   bool operator<(const PlanKey& o) const {
-    return std::tie(kind, M, N, K, fa, fb, output, fast, bias, amax, split_k) <
-           std::tie(o.kind, o.M, o.N, o.K, o.fa, o.fb, o.output, o.fast, o.bias, o.amax, o.split_k);
+    return std::tie(kind, M, N, K, fa, fb, output, fast, bias, amax, split_k, align) <
+           std::tie(o.kind, o.M, o.N, o.K, o.fa, o.fb, o.output, o.fast, o.bias, o.amax, o.split_k, o.align);
   }
 };
 
@@ -110,12 +111,15 @@ struct LtContext::Impl {
 
   // Layouts for D^T = op(Alt) op(Blt) (see the file comment), then the heuristic's choice.
   void finish_plan(Plan& p, cudaDataType_t type_a, cudaDataType_t type_b, cudaDataType_t c_type,
-                   cudaDataType_t d_type, int M, int N, int K, const char* what, int split_k = 0) {
-    const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+                   cudaDataType_t d_type, int M, int N, int K, const char* what, int split_k = 0, bool nn = false,
+                   int align = 0) {
+    const cublasOperation_t transa = nn ? CUBLAS_OP_N : CUBLAS_OP_T, transb = CUBLAS_OP_N;
     set_attr(p.desc.d, CUBLASLT_MATMUL_DESC_TRANSA, transa, "TRANSA");
     set_attr(p.desc.d, CUBLASLT_MATMUL_DESC_TRANSB, transb, "TRANSB");
-    // cuBLASLt's A = our B (stored K x N, ld K, transposed); its B = our A (K x M, ld K).
-    FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.la.l, type_b, std::uint64_t(K), std::uint64_t(N), K));
+    if (nn)  // cuBLASLt's A = our B [K, N] row-major (N x K column-major, ld N); its B = our A (K x M, ld K).
+      FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.la.l, type_b, std::uint64_t(N), std::uint64_t(K), N));
+    else  // cuBLASLt's A = our B (stored K x N, ld K, transposed); its B = our A (K x M, ld K).
+      FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.la.l, type_b, std::uint64_t(K), std::uint64_t(N), K));
     FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lb.l, type_a, std::uint64_t(K), std::uint64_t(M), K));
     FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.lc.l, c_type, std::uint64_t(N), std::uint64_t(M), N));
     FP8EMU_LT_CHECK(cublasLtMatrixLayoutCreate(&p.ld.l, d_type, std::uint64_t(N), std::uint64_t(M), N));
@@ -124,6 +128,13 @@ struct LtContext::Impl {
     const std::size_t ws = workspace.size();
     FP8EMU_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                          sizeof ws));
+    if (align > 0) {  // the pointers this plan will see (the default assumes 256 bytes)
+      const std::uint32_t a = std::uint32_t(align);
+      for (const cublasLtMatmulPreferenceAttributes_t at :
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        FP8EMU_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, at, &a, sizeof a));
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     FP8EMU_LT_CHECK(
@@ -250,15 +261,22 @@ void LtContext::gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const 
   impl_->run(*slot, A, B, D);
 }
 
-void LtContext::gemm_bf16_f32_tn(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, float* D) {
-  FP8EMU_CHECK(M > 0 && N > 0 && K > 0, "cuBLASLt BF16 GEMM: M, N, K must be positive");
+void LtContext::gemm_nn(int M, int N, int K, const void* A, const void* B, float* D, bool bf16_inputs) {
+  FP8EMU_CHECK(M > 0 && N > 0 && K > 0, "cuBLASLt NN GEMM: M, N, K must be positive");
   detail::use_fp8_device();
-  const PlanKey key{4, M, N, K, 0, 0, 0, false, false, false, 0};
+  // The largest power of two (at most 256) dividing every address.
+  const std::uintptr_t any = reinterpret_cast<std::uintptr_t>(A) | reinterpret_cast<std::uintptr_t>(B) |
+                             reinterpret_cast<std::uintptr_t>(D) | std::uintptr_t(256);
+  const int align = int(any & (~any + 1));
+  PlanKey key{bf16_inputs ? 6 : 5, M, N, K, 0, 0, 0, false, false, false, 0};
+  key.align = align;
   std::unique_ptr<Plan>& slot = impl_->plans[key];
   if (!slot) {
     auto p = std::make_unique<Plan>();
     FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    impl_->finish_plan(*p, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUDA_R_32F, M, N, K, "BF16 (fp32 output)");
+    const cudaDataType_t in = bf16_inputs ? CUDA_R_16BF : CUDA_R_32F;
+    impl_->finish_plan(*p, in, in, CUDA_R_32F, CUDA_R_32F, M, N, K, bf16_inputs ? "BF16 NN" : "FP32 NN", 0, true,
+                       align);
     slot = std::move(p);
   }
   impl_->run(*slot, A, B, D);

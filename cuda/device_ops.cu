@@ -355,10 +355,15 @@ struct State {
   // GEMMs cuBLASLt refused (no algorithm, or none that runs with split-K 1): the per-element kernel
   // computes them instead. Key: M, N, K, the two formats, fast accumulation.
   std::set<std::tuple<int, int, int, int, int, bool>> lt_refused;
+  // The library bf16 GEMM's operands as bf16 bits (grow-only; see library_gemm_nn).
+  std::uint16_t* bf16_scratch = nullptr;
+  std::size_t bf16_scratch_elems = 0;
 };
 
-// backend::set_library_gemms: -1 until FP8EMU_DEVICE_GEMM is read.
+// backend::set_library_gemms: -1 until FP8EMU_DEVICE_GEMM is read; the GEMMs it sent back to the
+// exact kernel.
 std::atomic<int> library_flag{-1};
+std::atomic<unsigned long long> library_fallbacks{0};
 
 State& state() {
   static State* s = [] {
@@ -609,10 +614,10 @@ class CudaDevice final : public backend::Device {
       const std::size_t tiles = rowwise_blocks * columnwise_blocks;
       auto* tile_scale = static_cast<float*>(temp(tiles * sizeof(float)));
       auto* tile_scale_inv = static_cast<float*>(temp(tiles * sizeof(float)));
-      std::uint8_t* codes = row ? rowwise.codes : static_cast<std::uint8_t*>(temp(n));
-      launch_tile_cast(x, rows, cols, block, c.fmt, max_finite_f32(c.fmt), c.pow2, c.epsilon, tile_scale,
-                       tile_scale_inv, codes, totals, s.stream);
-      if (col) launch_transpose(rows, cols, codes, columnwise.codes, s.stream);
+      // 128 x 128 tiles: one pass writing the views asked for; other tiles need the row-wise codes.
+      std::uint8_t* codes = row || block == 128 ? rowwise.codes : static_cast<std::uint8_t*>(temp(n));
+      launch_tile_cast_both(x, rows, cols, block, c.fmt, max_finite_f32(c.fmt), c.pow2, c.epsilon, tile_scale,
+                            tile_scale_inv, codes, col ? columnwise.codes : nullptr, totals, s.stream);
       if (row) {
         spread_tile_rows_kernel<<<blocks_1d(std::size_t(rows) * rowwise_blocks), kThreads1d, 0, s.stream>>>(
             rows, cols, block, tile_scale_inv, rowwise.scale_inv);
@@ -834,39 +839,43 @@ class CudaDevice final : public backend::Device {
   }
 
   // The library GEMMs of backend::set_library_gemms: D [M, N] = A [M, K] B [K, N] through cuBLASLt's
-  // TN GEMM on B transposed (and, for bf16, both operands as bf16 bits), in fp32 (CUBLAS_COMPUTE_32F).
-  // False (nothing done) when the switch is off, K = 0, or cuBLASLt refused this shape before: the
-  // exact kernel then computes D.
+  // NN GEMM in fp32 (CUBLAS_COMPUTE_32F), for bf16 on both operands converted to bf16 bits in the
+  // device's grow-only scratch. False (nothing done) when the switch is off, K = 0, or cuBLASLt
+  // refused this shape (counted in library_gemm_fallbacks): the exact kernel then computes D.
   bool library_gemm_nn(int M, int N, int K, const float* A, const float* B, float* D, bool bf16) const {
     if (K == 0 || !cuda::library_gemms()) return false;
     State& s = enter();
     const auto key = std::make_tuple(M, N, K, bf16 ? -1 : -2, 0, false);
     std::lock_guard<std::mutex> lock(s.mu);
-    if (s.lt_refused.count(key)) return false;
-    struct Temps {
-      const CudaDevice* dev;
-      void* p[3] = {nullptr, nullptr, nullptr};
-      ~Temps() {
-        for (void* q : p) dev->release(q);
+    if (s.lt_refused.count(key)) {
+      ++library_fallbacks;
+      return false;
+    }
+    const void* a = A;
+    const void* b = B;
+    if (bf16) {
+      const std::size_t mk = std::size_t(M) * std::size_t(K), kn = std::size_t(K) * std::size_t(N);
+      const std::size_t b_at = (mk + 127) / 128 * 128;  // B's copy 256-byte aligned
+      if (s.bf16_scratch_elems < b_at + kn) {
+        if (s.bf16_scratch) FP8EMU_CUDA_CHECK(cudaFree(s.bf16_scratch));  // waits for the device
+        s.bf16_scratch = nullptr;
+        s.bf16_scratch_elems = 0;
+        FP8EMU_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.bf16_scratch), (b_at + kn) * sizeof(std::uint16_t)));
+        s.bf16_scratch_elems = b_at + kn;
       }
-    } t{this};
-    const std::size_t mk = std::size_t(M) * std::size_t(K), kn = std::size_t(K) * std::size_t(N);
-    auto* bt = static_cast<float*>(t.p[0] = allocate(kn * sizeof(float)));
-    launch_transpose(K, N, B, bt, s.stream);  // [N, K]
+      to_bf16_bits_kernel<<<blocks_1d(mk), kThreads1d, 0, s.stream>>>(A, s.bf16_scratch, mk);
+      FP8EMU_CUDA_CHECK_LAUNCH("to_bf16_bits_kernel");
+      to_bf16_bits_kernel<<<blocks_1d(kn), kThreads1d, 0, s.stream>>>(B, s.bf16_scratch + b_at, kn);
+      FP8EMU_CUDA_CHECK_LAUNCH("to_bf16_bits_kernel");
+      a = s.bf16_scratch;
+      b = s.bf16_scratch + b_at;
+    }
+    LtContext& lt = lt_context(s);
     try {
-      if (!bf16) {
-        lt_context(s).gemm_f32_tn(M, N, K, A, bt, D);
-      } else {
-        auto* a16 = static_cast<std::uint16_t*>(t.p[1] = allocate(mk * sizeof(std::uint16_t)));
-        auto* b16 = static_cast<std::uint16_t*>(t.p[2] = allocate(kn * sizeof(std::uint16_t)));
-        to_bf16_bits_kernel<<<blocks_1d(mk), kThreads1d, 0, s.stream>>>(A, a16, mk);
-        FP8EMU_CUDA_CHECK_LAUNCH("to_bf16_bits_kernel");
-        to_bf16_bits_kernel<<<blocks_1d(kn), kThreads1d, 0, s.stream>>>(bt, b16, kn);
-        FP8EMU_CUDA_CHECK_LAUNCH("to_bf16_bits_kernel");
-        lt_context(s).gemm_bf16_f32_tn(M, N, K, a16, b16, D);
-      }
+      lt.gemm_nn(M, N, K, a, b, D, bf16);
     } catch (const Error&) {
-      s.lt_refused.insert(key);  // no algorithm: the exact kernel computes D
+      s.lt_refused.insert(key);  // no algorithm for this shape and alignment: the exact kernel computes D
+      ++library_fallbacks;
       return false;
     }
     return true;
@@ -893,6 +902,8 @@ bool library_gemms() {
   }
   return detail::library_flag.load() == 1;
 }
+
+unsigned long long library_gemm_fallbacks() { return detail::library_fallbacks.load(); }
 
 const backend::Device& device() {
   static const detail::CudaDevice d;

@@ -220,6 +220,24 @@ Timing bench_block_cast_both(int rows, int cols, bool mxfp8, int reps) {
   });
 }
 
+Timing bench_tile_cast_both(int rows, int cols, int reps) {
+  return guarded([&] {
+    detail::use_fp8_device();
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    const std::size_t tiles = std::size_t((rows + 127) / 128) * std::size_t((cols + 127) / 128);
+    DeviceBuffer<float> x = random_f32(n, 3), ts(tiles), tsi(tiles);
+    DeviceBuffer<std::uint8_t> qr(n), qc(n);
+    DeviceBuffer<detail::CastTotals> totals(1);
+    totals.zero();
+    const float fp8_max = max_finite_f32(Format::kE4M3);
+    const double bytes = 6.0 * double(n) + 8.0 * double(tiles);
+    return time_runs([&] {
+      detail::launch_tile_cast_both(x.get(), rows, cols, 128, Format::kE4M3, fp8_max, true, 0.0f, ts.get(), tsi.get(),
+                                    qr.get(), qc.get(), totals.get(), nullptr);
+    }, reps, bytes / 1e9);
+  });
+}
+
 Timing bench_memcpy(std::size_t n, int reps) {
   return guarded([&] {
     detail::use_fp8_device();

@@ -417,6 +417,102 @@ __global__ void tile_cast_kernel(const float* __restrict__ x, int rows, int cols
   commit_counts(c, totals);
 }
 
+// emu::quantize_block_2d with 128 x 128 tiles in one pass (TE's 2-D block cast, common/transpose/
+// quantize_transpose_square_blockwise.cu): one block of 32 x 8 threads per tile, each thread holding
+// 4 consecutive columns (one float4 on the vectorised path) of 16 rows (ty, ty + 8, ...) in
+// registers. The tile's amax is a max of core::amax_bits (warp shuffles, then shared memory), its
+// scale core::block_scale (tile_scale_kernel's); every element is cast once (core::cast_element)
+// into the row-wise codes (32-bit stores) and a shared code tile that leaves transposed as the
+// column-wise codes (cast_transpose's store). Elements outside the matrix (edge tiles) read as +0,
+// the identity of the amax, and are neither cast nor stored. One read of x, one write of each copy.
+constexpr int kSq = 128, kSqRows = kSq / kCtThreadRows;
+__global__ void tile_cast_both_kernel(const float* __restrict__ x, int rows, int cols, int tc, FormatSpec f,
+                                      float fp8_max, bool pow2, float epsilon, bool vec, float* __restrict__ tile_scale,
+                                      float* __restrict__ tile_scale_inv, std::uint8_t* __restrict__ qr,
+                                      std::uint8_t* __restrict__ qc, CastTotals* totals) {
+  __shared__ std::uint8_t tile[kSq][kSq + 4];
+  __shared__ unsigned int warp_amax[kCtThreadRows];
+  __shared__ float tile_mult;
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y), tid = ty * 32 + tx;
+  core::CastCounts counts;
+  for (int bi = int(blockIdx.y); bi * kSq < rows; bi += int(gridDim.y)) {
+    for (int bj = int(blockIdx.x); bj * kSq < cols; bj += int(gridDim.x)) {
+      const int r0 = bi * kSq, c0 = bj * kSq, c = c0 + 4 * tx;
+      const bool full = vec && r0 + kSq <= rows && c0 + kSq <= cols;
+      float v[kSqRows][4];
+      unsigned int m = 0;
+#pragma unroll
+      for (int i = 0; i < kSqRows; ++i) {
+        const int r = r0 + ty + kCtThreadRows * i;
+        const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
+        if (full) {
+          const float4 q = *reinterpret_cast<const float4*>(x + at);
+          v[i][0] = q.x;
+          v[i][1] = q.y;
+          v[i][2] = q.z;
+          v[i][3] = q.w;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[i][j] = r < rows && c + j < cols ? x[at + std::size_t(j)] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) m = core::max_u32(m, core::amax_bits(v[i][j]));
+      }
+      for (int o = 16; o > 0; o >>= 1) m = core::max_u32(m, __shfl_down_sync(0xFFFFFFFFu, m, o));
+      if (tx == 0) warp_amax[ty] = m;
+      __syncthreads();
+      if (tid == 0) {
+        unsigned int a = 0;
+        for (int w = 0; w < kCtThreadRows; ++w) a = core::max_u32(a, warp_amax[w]);
+        const core::BlockScale sc = core::block_scale(core::bits_to_f32(a), fp8_max, pow2, epsilon);
+        tile_scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = sc.scale;
+        tile_scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = sc.scale_inv;
+        tile_mult = sc.scale;
+      }
+      __syncthreads();
+      const float scale = tile_mult;
+#pragma unroll
+      for (int i = 0; i < kSqRows; ++i) {
+        const int dr = ty + kCtThreadRows * i, r = r0 + dr;
+        const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
+        if (full) {
+          const std::uint32_t w = std::uint32_t(core::cast_element(v[i][0], scale, f, counts)) |
+                                  std::uint32_t(core::cast_element(v[i][1], scale, f, counts)) << 8 |
+                                  std::uint32_t(core::cast_element(v[i][2], scale, f, counts)) << 16 |
+                                  std::uint32_t(core::cast_element(v[i][3], scale, f, counts)) << 24;
+          if (qr) *reinterpret_cast<std::uint32_t*>(qr + at) = w;
+          *reinterpret_cast<std::uint32_t*>(&tile[dr][4 * tx]) = w;
+        } else if (r < rows) {
+          for (int j = 0; j < 4 && c + j < cols; ++j) {
+            const std::uint8_t code = core::cast_element(v[i][j], scale, f, counts);
+            if (qr) qr[at + std::size_t(j)] = code;
+            tile[dr][4 * tx + j] = code;
+          }
+        }
+      }
+      __syncthreads();
+      if (qc) {
+        if (full) {
+          for (int k = tid; k < kSq * (kSq / 4); k += 32 * kCtThreadRows) {
+            const int cc = k / (kSq / 4), w4 = 4 * (k % (kSq / 4));
+            const std::uint32_t w = std::uint32_t(tile[w4][cc]) | std::uint32_t(tile[w4 + 1][cc]) << 8 |
+                                    std::uint32_t(tile[w4 + 2][cc]) << 16 | std::uint32_t(tile[w4 + 3][cc]) << 24;
+            *reinterpret_cast<std::uint32_t*>(qc + std::size_t(c0 + cc) * std::size_t(rows) + std::size_t(r0 + w4)) = w;
+          }
+        } else {
+          for (int k = tid; k < kSq * kSq; k += 32 * kCtThreadRows) {
+            const int cc = k / kSq, dr = k % kSq;
+            if (c0 + cc < cols && r0 + dr < rows)
+              qc[std::size_t(c0 + cc) * std::size_t(rows) + std::size_t(r0 + dr)] = tile[dr][cc];
+          }
+        }
+      }
+      __syncthreads();  // the code tile, the warp maxima and the scale are the next tile's
+    }
+  }
+  commit_counts(counts, totals);
+}
+
 }  // namespace
 
 namespace {
@@ -605,6 +701,28 @@ void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, 
   FP8EMU_CUDA_CHECK_LAUNCH("tile_cast_kernel");
 }
 
+void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
+                           float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* q_rowwise,
+                           std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream) {
+  FP8EMU_CHECK(tile == kSq || q_rowwise != nullptr, "launch_tile_cast_both: tiles of ", tile,
+               " need the row-wise codes (only 128 x 128 tiles run in one pass)");
+  if (rows <= 0 || cols <= 0) return;
+  if (tile != kSq) {  // the two-step path, then the code transpose
+    launch_tile_cast(x, rows, cols, tile, fmt, fp8_max, pow2, epsilon, tile_scale, tile_scale_inv, q_rowwise, totals,
+                     stream);
+    if (q_columnwise) launch_transpose(rows, cols, q_rowwise, q_columnwise, stream);
+    return;
+  }
+  const int tr = (rows + kSq - 1) / kSq, tc = (cols + kSq - 1) / kSq;
+  const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(q_rowwise) % 4 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(q_columnwise) % 4 == 0 && rows % 4 == 0 && cols % 4 == 0;
+  const dim3 grid(unsigned(std::min(tc, 65535)), unsigned(std::min(tr, 65535)));
+  tile_cast_both_kernel<<<grid, dim3(32, kCtThreadRows), 0, stream>>>(x, rows, cols, tc, spec_of(fmt), fp8_max, pow2,
+                                                                      epsilon, vec, tile_scale, tile_scale_inv,
+                                                                      q_rowwise, q_columnwise, totals);
+  FP8EMU_CUDA_CHECK_LAUNCH("tile_cast_both_kernel");
+}
+
 namespace {
 
 emu::QuantizeStats stats_of(const CastTotals& t, std::uint64_t count) {
@@ -756,9 +874,8 @@ class CudaKernels final : public backend::Kernels {
       DeviceBuffer<float> dx(x, n), dscale(scale_inv.size()), dscale_inv(scale_inv.size());
       DeviceBuffer<std::uint8_t> drow(n), dcol(n);
       DeviceBuffer<CastTotals> t = zero_totals();
-      launch_tile_cast(dx.get(), rows, cols, tile, fmt, max_finite_f32(fmt), pow2, epsilon, dscale.get(),
-                       dscale_inv.get(), drow.get(), t.get(), nullptr);
-      launch_transpose(rows, cols, drow.get(), dcol.get(), nullptr);
+      launch_tile_cast_both(dx.get(), rows, cols, tile, fmt, max_finite_f32(fmt), pow2, epsilon, dscale.get(),
+                            dscale_inv.get(), drow.get(), dcol.get(), t.get(), nullptr);
       drow.download(out.rowwise.codes.data(), n);
       dcol.download(out.columnwise.codes.data(), n);
       dscale_inv.download(scale_inv.data(), scale_inv.size());

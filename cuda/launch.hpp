@@ -113,6 +113,14 @@ void launch_block_cast_both(const float* x, int rows, int cols, int block, Forma
 void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
                       float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* codes,
                       CastTotals* totals, cudaStream_t stream);
+/// emu::quantize_block_2d's codes and tile scales, both copies: the row-wise codes [rows, cols]
+/// and/or the column-wise codes [cols, rows] (either may be null), tile scale and scale_inv
+/// ([ceil(rows/tile), ceil(cols/tile)]), the counts of the one cast. 128 x 128 tiles (TE's) run in
+/// one pass (one read of x); other tiles run launch_tile_cast into q_rowwise (required: throws
+/// fp8emu::Error when null) and the code transpose.
+void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
+                           float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* q_rowwise,
+                           std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream);
 /// emu::gemm_fp8_tn (checks done by the caller): D [M, N] = RN(acc(A [M, K], B [N, K]) * s), acc
 /// with the promotion interval and split_k of emu::GemmAccumulation (core::gemm_tn_element); s a host
 /// value or computed from device-resident scales (GemmScaleArg::from_scales).

@@ -17,12 +17,14 @@ namespace fp8emu::backend {
 #if defined(FP8EMU_HAVE_CUDA)
 void set_library_gemms(bool on) { cuda::set_library_gemms(on); }
 bool library_gemms() { return cuda::library_gemms(); }
+unsigned long long library_gemm_fallbacks() { return cuda::library_gemm_fallbacks(); }
 #else
 namespace {
 std::atomic<bool> library_flag{false};  // without CUDA: remembered, nothing reads it
 }  // namespace
 void set_library_gemms(bool on) { library_flag.store(on); }
 bool library_gemms() { return library_flag.load(); }
+unsigned long long library_gemm_fallbacks() { return 0; }
 #endif
 
 const Device& cuda_device() {

@@ -211,7 +211,7 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
 // Linear::backward: db = column sum of dy; fp32: dW = dy^T x, dx = dy W; FP8: the grad_output cast
 // (both copies), wgrad dy^T . x^T, dgrad dy . W.
 void DeviceLinear::backward(const float* dy, int rows, float* dx) {
-  FP8EMU_CHECK(saved_x_ != nullptr, "Linear: backward called without a preceding training forward");
+  FP8EMU_CHECK(forward_rows_ >= 0, "Linear: backward called without a preceding training forward");
   FP8EMU_CHECK(rows == forward_rows_, "Linear: grad_output has ", rows, " rows, the forward output ", forward_rows_);
   const backend::Device& d = *dev_;
   d.column_sum(dy, rows, out_, gb_.get());

@@ -1089,9 +1089,11 @@ TEST_CASE("gpu: library GEMMs (set_library_gemms) agree with the exact ones to f
       (bf16 ? gpu.gemm_bf16_nn(M, N, K, da.get(), db.get(), exact.get())
             : gpu.gemm_f32_nn(M, N, K, da.get(), db.get(), exact.get()));
       backend::set_library_gemms(true);
+      const unsigned long long fallbacks = backend::library_gemm_fallbacks();
       (bf16 ? gpu.gemm_bf16_nn(M, N, K, da.get(), db.get(), lib.get())
             : gpu.gemm_f32_nn(M, N, K, da.get(), db.get(), lib.get()));
       backend::set_library_gemms(false);
+      CHECK(backend::library_gemm_fallbacks() == fallbacks);  // cuBLASLt computed it, not the exact kernel
       std::vector<float> e(exact.size()), l(lib.size());
       exact.download(e.data());
       lib.download(l.data());

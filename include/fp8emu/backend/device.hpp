@@ -222,7 +222,8 @@ const Device& cpu_device();
 const Device& cuda_device();
 
 /// The speed-baseline switch of cuda_device(): on, its gemm_f32_nn runs cuBLASLt's fp32 GEMM
-/// (CUBLAS_COMPUTE_32F) and gemm_bf16_nn cuBLASLt's bf16 GEMM (fp32 output) instead of the exact
+/// (CUBLAS_COMPUTE_32F) and gemm_bf16_nn cuBLASLt's bf16 GEMM (fp32 output), both NN on the
+/// row-major operands as they are, instead of the exact
 /// per-element kernel, as a user's FP32 or BF16 training would; their sums are in cuBLASLt's
 /// undocumented order, so results are NOT bit-identical to the emulator. Used by `fp8emu bench gpu`
 /// to time FP32 and BF16 steps against FP8 on the same library. FP8 GEMMs are unaffected (cuBLASLt
@@ -231,6 +232,9 @@ const Device& cuda_device();
 /// Thread-safe; takes effect for GEMMs enqueued after the call.
 void set_library_gemms(bool on);
 bool library_gemms();
+/// How many GEMMs the switch could not send to cuBLASLt (it refused the shape or alignment) and the
+/// exact kernel computed instead, since the process started. Always 0 without CUDA.
+unsigned long long library_gemm_fallbacks();
 
 /// `count` elements of T in a Device's memory, freed on destruction; move-only. Shape [rows, cols]
 /// (a vector is [1, n]). Zero-filled when made.

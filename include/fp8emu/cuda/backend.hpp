@@ -28,6 +28,8 @@ const backend::Device& device();
 /// FP8EMU_DEVICE_GEMM=library from the environment.
 void set_library_gemms(bool on);
 bool library_gemms();
+/// backend::library_gemm_fallbacks for device().
+unsigned long long library_gemm_fallbacks();
 
 /// Before the first kernel: use the (slot mod count)-th GPU of compute capability >= 8.9 (see
 /// backend::set_cuda_device_slot).

@@ -48,6 +48,10 @@ Timing bench_cast_transpose(int rows, int cols, int reps);
 /// + written / s: (4 + 1 + 1) rows cols plus the scales of both copies (MXFP8: a 4-byte scale_inv
 /// and a 1-byte E8M0 code per 32 elements and copy; 1x128: a 4-byte scale_inv per 128 and copy).
 Timing bench_block_cast_both(int rows, int cols, bool mxfp8, int reps);
+/// The one-pass 128 x 128 tile cast (Kernels::quantize_block_2d's kernel: fp32 -> E4M3 row-wise and
+/// column-wise codes, pow2 tile scales, counts) on a [rows, cols] matrix: rate = (4 + 1 + 1) rows
+/// cols bytes plus 8 per tile (scale and scale_inv) / s.
+Timing bench_tile_cast_both(int rows, int cols, int reps);
 /// cudaMemcpy device to device of n floats: rate = 2 * 4 n bytes / s (read and write).
 Timing bench_memcpy(std::size_t n, int reps);
 
