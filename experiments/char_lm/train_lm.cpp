@@ -245,27 +245,7 @@ class DeviceCharLm {
                     int divisor) {
     const backend::Device& d = *dev_;
     const int rows = int(tokens.size()), D = spec_.d_model, V = spec_.vocab;
-    FP8EMU_CHECK(targets.size() == tokens.size() && rows % T == 0 && T <= spec_.seq_len,
-                 "device-resident LM: a batch of ", rows, " tokens, ", targets.size(), " targets, sequence ", T);
-    for (std::size_t i = 0; i < tokens.size(); ++i)
-      FP8EMU_CHECK(tokens[i] < V && targets[i] < V, "device-resident LM: token out of the vocabulary");
-    reserve(rows);
-    tokens_.upload(tokens.data(), tokens.size());
-    targets_.upload(targets.data(), targets.size());
-    const std::size_t n = std::size_t(rows) * std::size_t(D);
-    const bool bf16 = spec_.act_dtype == nn::ActivationDtype::kBf16;
-    // CharLm::forward
-    float* x = a_.get();
-    float* y = b_.get();
-    d.embed_forward(tokens_.get(), rows, T, tok_.get(), pos_.get(), D, x);
-    if (bf16) d.round_bf16(x, n);
-    for (auto& blk : blocks_) {
-      blk->forward(x, rows, T, y);
-      std::swap(x, y);
-    }
-    final_norm_.forward(x, rows, final_out_.get());
-    if (bf16) d.round_bf16(final_out_.get(), n);
-    head_.forward(final_out_.get(), rows, logits_.get());
+    forward(tokens, targets, T);
     // softmax_cross_entropy_sum
     d.softmax_xent(logits_.get(), targets_.get(), rows, V, float(divisor), loss_.get(), dlogits_.get());
     // CharLm::backward
@@ -282,6 +262,27 @@ class DeviceCharLm {
     for (nn::DeviceLinear* l : linears_) l->update_scales();
     opt_.step();
     return nn::sum_loss_terms(d, loss_.get(), rows);
+  }
+
+  /// One validation batch as mean_val_loss evaluates it on the host: CharLm::forward (the device
+  /// layers' forward, which casts, records amaxes and counts as Linear's evaluation forward does)
+  /// and softmax_cross_entropy (the rows' loss terms summed in double, over the rows). With `twins`
+  /// (one per Linear, CharLm::linears() order) each FP8 or BF16 Linear adds its FP32-twin error.
+  double eval_batch(const std::vector<std::uint8_t>& tokens, const std::vector<std::uint8_t>& targets, int T,
+                    std::vector<nn::TwinError>* twins) {
+    FP8EMU_CHECK(!twins || twins->size() == linears_.size(), "device-resident LM: ", twins ? twins->size() : 0,
+                 " twin sums for ", linears_.size(), " Linears");
+    for (std::size_t i = 0; i < linears_.size(); ++i) linears_[i]->twin_error = twins ? &(*twins)[i] : nullptr;
+    struct Clear {
+      std::vector<nn::DeviceLinear*>& l;
+      ~Clear() {
+        for (nn::DeviceLinear* x : l) x->twin_error = nullptr;
+      }
+    } clear{linears_};
+    const int rows = int(tokens.size());
+    forward(tokens, targets, T);
+    dev_->softmax_xent(logits_.get(), targets_.get(), rows, spec_.vocab, float(rows), loss_.get(), nullptr);
+    return nn::sum_loss_terms(*dev_, loss_.get(), rows) / double(rows);
   }
 
   /// Everything back into the host model and optimizer.
@@ -311,6 +312,32 @@ class DeviceCharLm {
     final_norm_.params(p);
     head_.params(p);
     return p;
+  }
+
+  // CharLm::forward into logits_, the batch's tokens and targets uploaded.
+  void forward(const std::vector<std::uint8_t>& tokens, const std::vector<std::uint8_t>& targets, int T) {
+    const backend::Device& d = *dev_;
+    const int rows = int(tokens.size()), D = spec_.d_model, V = spec_.vocab;
+    FP8EMU_CHECK(targets.size() == tokens.size() && rows % T == 0 && T <= spec_.seq_len,
+                 "device-resident LM: a batch of ", rows, " tokens, ", targets.size(), " targets, sequence ", T);
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      FP8EMU_CHECK(tokens[i] < V && targets[i] < V, "device-resident LM: token out of the vocabulary");
+    reserve(rows);
+    tokens_.upload(tokens.data(), tokens.size());
+    targets_.upload(targets.data(), targets.size());
+    const std::size_t n = std::size_t(rows) * std::size_t(D);
+    const bool bf16 = spec_.act_dtype == nn::ActivationDtype::kBf16;
+    float* x = a_.get();
+    float* y = b_.get();
+    d.embed_forward(tokens_.get(), rows, T, tok_.get(), pos_.get(), D, x);
+    if (bf16) d.round_bf16(x, n);
+    for (auto& blk : blocks_) {
+      blk->forward(x, rows, T, y);
+      std::swap(x, y);
+    }
+    final_norm_.forward(x, rows, final_out_.get());
+    if (bf16) d.round_bf16(final_out_.get(), n);
+    head_.forward(final_out_.get(), rows, logits_.get());
   }
 
   void reserve(int rows) {
@@ -766,8 +793,11 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       const Batch batch = window_batch(ctx.corpus.train, starts, cfg.seq_len);
       loss = on_device->train_step(batch.input, batch.target, cfg.seq_len, rows) / double(rows);
       add_step_seconds(log, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
+      // The evaluation below runs on the device and then brings the host copy up to date; a
+      // checkpoint, the end or a divergence without one needs it here.
       const bool checkpoints = cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps;
-      if (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss) || checkpoints) to_host();
+      const bool evaluates = cfg.evaluate && (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss));
+      if (!evaluates && (step == cfg.steps || !std::isfinite(loss) || checkpoints)) to_host();
     } else {
       // Each shard: its sequences' forward, the loss over the whole batch's tokens, backward.
       std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
@@ -808,10 +838,20 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       std::vector<nn::TwinError> twins(lins.size());
       std::vector<std::array<float, 2>> shard0_scales(lins.size());  // x and W of shard 0's last casts
       const bool twin = run.precision != nn::Precision::kFp32;  // FP8 and BF16 layers against FP32
-      val = mean_val_loss(model, ctx, dp, lins, twin ? &twins : nullptr, [&] {
+      auto keep_scales = [&] {
         for (std::size_t i = 0; i < lins.size(); ++i)
           shard0_scales[i] = {lins[i]->last_scale_input(), lins[i]->last_scale_weight()};
-      });
+      };
+      if (on_device) {  // mean_val_loss with one shard, on the device; then the host copy
+        double sum = 0.0;
+        for (const Batch& b : ctx.val_batches)
+          sum += on_device->eval_batch(b.input, b.target, cfg.seq_len, twin ? &twins : nullptr);
+        val = sum / double(ctx.val_batches.size());
+        to_host();
+        keep_scales();
+      } else {
+        val = mean_val_loss(model, ctx, dp, lins, twin ? &twins : nullptr, keep_scales);
+      }
       const std::vector<emu::QuantizeStats> stats = global_stats();
       if (fp8 && S > 1) log.shard_scales.push_back(dp.shard_scales());
       const std::vector<std::uint64_t> sums = dp.parameter_checksums();

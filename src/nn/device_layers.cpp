@@ -183,6 +183,7 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
     d.bias_add(y, b_.get(), rows, out_);
     d.round_bf16(y, std::size_t(rows) * std::size_t(out_));
     saved_x_ = xb_.get();
+    accumulate_twin(x, rows, y);
     return;
   }
   if (!fp8_) {
@@ -197,6 +198,9 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
                         fmt_fwd_, w_si_row_.get(), y);
   } else {
     float* last = last_scale_.get();
+    // The scales these casts use are the last scales of x and W (Linear::forward keeps them); delayed
+    // scaling's are its state's, current scaling's computed below.
+    if (delayed_) d.copy(last + kX, fwd_scale_.get(), 2 * sizeof(float));
     if (!delayed_) d.current_scale(w_.get(), w_.size(), fmt_fwd_, pow2_, epsilon_, last + kW);
     d.cast_transpose(w_.get(), out_, in_, scale(kW), fmt_fwd_, wq_row_.get(), wq_col_.get(), amax(kW),
                      counters_.get() + kW);
@@ -206,6 +210,28 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
                   y);
   }
   d.bias_add(y, b_.get(), rows, out_);
+  accumulate_twin(x, rows, y);
+}
+
+// Linear::forward's twin: forward_fp32 of the same x on the device (W^T, gemm_f32_nn, bias), then
+// both outputs on the host, err += (y - twin)^2 and ref += twin^2 in double in element order.
+void DeviceLinear::accumulate_twin(const float* x, int rows, const float* y) {
+  if (!twin_error || (!fp8_ && !bf16_)) return;
+  const backend::Device& d = *dev_;
+  const std::size_t n = std::size_t(rows) * std::size_t(out_);
+  if (twin_wt_.size() == 0) twin_wt_ = Tensor<float>(d, in_, out_);
+  if (twin_y_.size() < n) twin_y_ = Tensor<float>(d, rows, out_);
+  d.transpose_f32(out_, in_, w_.get(), twin_wt_.get());
+  d.gemm_f32_nn(rows, out_, in_, x, twin_wt_.get(), twin_y_.get());
+  d.bias_add(twin_y_.get(), b_.get(), rows, out_);
+  std::vector<float> hy(n), ht(n);
+  d.download(hy.data(), y, n * sizeof(float));
+  d.download(ht.data(), twin_y_.get(), n * sizeof(float));
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = double(hy[i]) - double(ht[i]);
+    twin_error->err += e * e;
+    twin_error->ref += double(ht[i]) * double(ht[i]);
+  }
 }
 
 // Linear::backward: db = column sum of dy; fp32: dW = dy^T x, dx = dy W; FP8: the grad_output cast

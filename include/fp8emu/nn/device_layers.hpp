@@ -64,7 +64,14 @@ class DeviceLinear {
   int in() const { return in_; }
   int out() const { return out_; }
 
+  /// Linear::twin_error on the device: when non-null, every FP8 or BF16 forward also runs the FP32
+  /// twin on the device and adds the squared error and reference here, on the host, in Linear's
+  /// order (each forward then waits for the device). Bit-identical to the host's sums unless the
+  /// device's library GEMMs are on (backend::set_library_gemms).
+  TwinError* twin_error = nullptr;
+
  private:
+  void accumulate_twin(const float* x, int rows, const float* y);
   template <class T>
   using Tensor = backend::DeviceTensor<T>;
   void reserve(int rows);
@@ -90,6 +97,7 @@ class DeviceLinear {
   Tensor<float> wt_;                       // fp32: W^T scratch [in, out]
   Tensor<float> dyt_;                      // fp32: dy^T scratch [out, capacity]
   Tensor<float> xb_, dyb_, wb_;            // bf16: x, dy [capacity, in / out] and W [out, in] rounded
+  Tensor<float> twin_wt_, twin_y_;         // twin_error: W^T [in, out] and the twin's output
   Tensor<std::uint8_t> wq_row_, wq_col_;   // fp8: W codes [out, in] and [in, out]
   Tensor<std::uint8_t> xq_row_, xq_col_;   // fp8: x codes [capacity, in] and [in, capacity]
   Tensor<std::uint8_t> dyq_row_, dyq_col_; // fp8: dy codes [capacity, out] and [out, capacity]
