@@ -224,22 +224,37 @@ class Quantizer:
         than straight from fp32 (delayed scaling's fused norm + cast)."""
         return self._impl.reads_bf16_norm_output
 
-    def quantize(self, x: Any, role: str = "input", usage: str = "rowwise") -> QuantizedTensor:
+    def quantize(self, x: Any, role: str = "input", usage: str = "rowwise", *, stream: Any = None) -> QuantizedTensor:
         """Cast an fp32 tensor.
 
         Args:
-            x: float32, (rows, cols), C-contiguous (NumPy or a CPU DLPack array; read in place).
+            x: float32, (rows, cols), C-contiguous (NumPy or a CPU DLPack array; read in place). A CUDA
+                array (PyTorch CUDA tensor, CuPy, JAX GPU array) is cast on its GPU, in place, by the
+                GPU twins of the same kernels (same bits, the quantizer's state updated the same way),
+                after ``stream`` (see :func:`fp8emu.cast`; default: the array's framework's current
+                stream) has reached the call; the QuantizedTensor's codes and scales come back as
+                host (NumPy) arrays, ready for :func:`gemm` on the CPU.
             role: "input", "weight" or "output" (forward), "grad_output" or "grad_input" (backward).
                 Delayed scaling casts with the role's stored scale and records x's amax in the
                 role's history slot; block scaling casts "weight" in 128 x 128 tiles, the others in
                 1 x 128 blocks.
             usage: "rowwise" (fprop operands, dgrad's grad_output), "columnwise" (wgrad operands,
                 dgrad's weight) or "both".
+            stream: CUDA arrays only: an int cudaStream_t, a torch.cuda.Stream or a CuPy stream.
         Raises:
-            TypeError: x not float32 or not on the CPU. ValueError: not 2-D, empty, non-contiguous, a
-                role of the other direction, unknown role/usage.
+            TypeError: x not float32; on a device other than the CPU or CUDA; a CUDA array where
+                this build has no CUDA or the machine no usable GPU (the message says why).
+            ValueError: not 2-D, empty, non-contiguous, a role of the other direction, unknown
+                role/usage, ``stream`` with a CPU array.
         """
-        impl, stats = self._impl.quantize(x, role, usage)
+        from . import _cuda
+
+        if _cuda.is_cuda(x):
+            impl, stats = self._impl.quantize_cuda(x, role, usage, _cuda.stream_handle(x, stream))
+        else:
+            if stream is not None:
+                raise ValueError("fp8emu.Quantizer.quantize: stream applies to CUDA arrays only")
+            impl, stats = self._impl.quantize(x, role, usage)
         return QuantizedTensor(impl, stats)
 
     def update_scales(self) -> None:

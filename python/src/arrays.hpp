@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/scaling/quantizer.hpp"
 
 namespace fp8emu::python {
 
@@ -132,5 +134,12 @@ inline Format format_of(const std::string& name, const char* what) {
 /// The GPU path's entry points (python/src/cuda_arrays.cpp): cuda_available, cuda_cast, cuda_decode,
 /// cuda_gemm, ...; in a build without CUDA they raise TypeError naming the function and the device.
 void bind_cuda(nb::module_& m);
+/// fp8emu.Quantizer.quantize on a CUDA array x (float32, 2-D, C-contiguous): the quantizer's own
+/// logic and state (its scale, amax history, counts) with every cast on x's GPU, in place
+/// (cuda::device_input_kernels), after `stream` (a cudaStream_t as an integer) has reached the call;
+/// the codes and scales come back on the host, the emulator's bits. Without CUDA or a usable GPU:
+/// TypeError naming the function and the device; other checks as the CPU path's.
+scaling::QuantizedTensor cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRole role,
+                                       scaling::Usage usage, emu::QuantizeStats& stats, std::uintptr_t stream);
 
 }  // namespace fp8emu::python

@@ -33,6 +33,7 @@
 #ifdef FP8EMU_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "fp8emu/cuda/backend.hpp"
 #include "fp8emu/cuda/device.hpp"
 #endif
 
@@ -485,6 +486,36 @@ nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a,
 }
 
 }  // namespace
+
+scaling::QuantizedTensor cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRole role,
+                                       scaling::Usage usage, emu::QuantizeStats& stats, std::uintptr_t stream) {
+  const char* fn = "fp8emu.Quantizer.quantize";
+  require_gpu(fn, "x");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = check_cuda_array(x, fn, "x");
+  if (!is(x.dtype(), dl::dtype_code::Float, 32))
+    type_error(fn, "x is a CUDA array of dtype " + dtype_text(x.dtype()) + "; quantizers take float32 (TE casts fp32 "
+                   "master values)");
+  if (x.ndim() != 2)
+    value_error(fn, "x has " + std::to_string(x.ndim()) + " dimensions; quantizers take 2-D (rows, cols) tensors");
+  if (x.shape(0) > 0x7FFFFFFF || x.shape(1) > 0x7FFFFFFF) value_error(fn, "x: a dimension exceeds 2^31 - 1");
+  DeviceScope scope(fn, device);
+  const float* px = static_cast<const float*>(x.data());
+  const int rows = int(x.shape(0)), cols = int(x.shape(1));
+  scaling::QuantizedTensor t;
+  run_released(fn, [&] {
+    // The casts run on the legacy default stream, synchronously: x must be complete first.
+    const cudaError_t e = cudaStreamSynchronize(stream_of(stream));
+    if (e != cudaSuccess)
+      FP8EMU_FAIL("CUDA call cudaStreamSynchronize(stream) failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+    t = q.quantize(cuda::device_input_kernels(), px, rows, cols, role, usage, &stats);
+  });
+  return t;
+#else
+  (void)q, (void)x, (void)role, (void)usage, (void)stats, (void)stream;
+  return {};
+#endif
+}
 
 void bind_cuda(nb::module_& m) {
 #ifdef FP8EMU_HAVE_CUDA

@@ -477,6 +477,28 @@ void bind_recipes(nb::module_& m) {
              return nb::make_tuple(nb::cast(std::move(t)), stats);
            },
            "x"_a, "role"_a, "usage"_a)
+      .def("quantize_cuda",
+           [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
+              std::uintptr_t stream) {
+             const TensorRole r = parse_role(role);
+             const Usage u = parse_usage(usage);
+             const bool fwd = self.q->direction() == Direction::kForward;
+             if (scaling::direction_of(r) != self.q->direction())  // the quantizer's own check, before any device work
+               throw nb::value_error((std::string(self.q->recipe_name()) + " quantizer: the " +
+                                      (fwd ? "forward" : "backward") + " quantizer casts only " +
+                                      (fwd ? "input and weight" : "grad_output") + " tensors (got role '" + role + "')")
+                                         .c_str());
+             emu::QuantizeStats st;
+             QuantizedTensor t = cuda_quantize(*self.q, x, r, u, st, stream);
+             nb::dict stats;
+             stats["count"] = st.count;
+             stats["saturated"] = st.saturated;
+             stats["underflow"] = st.underflow;
+             stats["nan"] = st.nan;
+             return nb::make_tuple(nb::cast(std::move(t)), stats);
+           },
+           "x"_a, "role"_a, "usage"_a, "stream"_a,
+           "Quantizer.quantize of a CUDA array: the casts on its GPU (python/src/cuda_arrays.cpp).")
       .def("update_scales", [](PyQuantizer& self) { self.q->update_scales(); })
       .def("set_state",
            [](PyQuantizer& self, const Array& scales, const Array& history) {

@@ -150,9 +150,25 @@ def test_host_only_functions_reject_cuda_arrays_naming_the_device():
         fp8emu.mma(x, FakeCudaArray((8, 8), "uint8"), format_a="e4m3fn", format_b="e4m3fn")
     with pytest.raises(TypeError, match=r"x is a CUDA array"):
         fp8emu.compare(FakeCudaArray((4,)), np.zeros(4, np.float32))
+
+
+def test_quantizers_send_cuda_arrays_to_the_gpu_path():
+    # Every recipe's Quantizer.quantize takes CUDA arrays to its GPU path, which says why it cannot
+    # run here; the quantizer's state is untouched.
+    for recipe in (fp8emu.DelayedScaling(amax_history_len=4), fp8emu.Float8CurrentScaling(),
+                   fp8emu.MXFP8BlockScaling(), fp8emu.Float8BlockScaling()):
+        q = fp8emu.Quantizer(recipe, "forward")
+        before = q.amax_history("input")
+        with pytest.raises(TypeError, match=_device_error(r"fp8emu.Quantizer.quantize")):
+            q.quantize(FakeCudaArray((4, 8)), "input", "both")
+        after = q.amax_history("input")
+        assert (before is None and after is None) or np.array_equal(before, after)
     q = fp8emu.Quantizer(fp8emu.DelayedScaling(), "forward")
-    with pytest.raises(TypeError, match=r"x is a CUDA array"):
-        q.quantize(FakeCudaArray((4, 8)), "input")
+    with pytest.raises(ValueError, match="stream applies to CUDA arrays only"):
+        q.quantize(np.ones((2, 4), np.float32), "input", stream=0)
+    # A role the quantizer's direction does not have is a ValueError before any device work.
+    with pytest.raises(ValueError, match="the forward quantizer casts only input and weight"):
+        q.quantize(FakeCudaArray((4, 8)), "grad_output")
 
 
 def test_other_devices_keep_the_cpu_error():

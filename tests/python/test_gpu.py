@@ -130,6 +130,66 @@ def test_cast_stats_and_amax_equal_the_emulator():
         assert st2["amax"] == st["amax"] and st2["saturated"] == st["saturated"] and st2["nan"] == st["nan"]
 
 
+def _same_quantized(a, b, what):
+    for name in ("mode", "format", "rows", "cols", "usage", "block"):
+        assert getattr(a, name) == getattr(b, name), (what, name)
+    for name in ("scale", "scale_inv"):
+        assert np.array_equal(np.float32(getattr(a, name)).view(np.uint32), np.float32(getattr(b, name)).view(np.uint32)), (what, name)
+    for name in ("rowwise_data", "columnwise_data", "rowwise_e8m0", "columnwise_e8m0"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), (what, name)
+        if x is not None:
+            assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), (what, name)
+    for name in ("rowwise_scale_inv", "columnwise_scale_inv"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), (what, name)
+        if x is not None:
+            assert_f32_bits_equal(x, y, f"{what} {name}")
+    assert a.stats == b.stats, what
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current", "mxfp8", "block"])
+def test_quantizer_on_cuda_tensors_equals_the_cpu_quantizer(recipe):
+    # Every recipe, both directions: the same sequence of casts and scale updates on a CPU and a CUDA
+    # copy of each tensor, with two quantizers from one recipe: the QuantizedTensors (codes, scales,
+    # E8M0 codes, counts) and the delayed-scaling state bit for bit.
+    make = {"delayed": lambda: fp8emu.DelayedScaling(amax_history_len=4, margin=1),
+            "current": lambda: fp8emu.Float8CurrentScaling(use_power_2_scales=True),
+            "mxfp8": fp8emu.MXFP8BlockScaling, "block": fp8emu.Float8BlockScaling}[recipe]
+    rng = np.random.default_rng(17)
+    for direction, roles in (("forward", ("input", "weight")), ("backward", ("grad_output",))):
+        cpu_q, gpu_q = fp8emu.Quantizer(make(), direction), fp8emu.Quantizer(make(), direction)
+        for step, (rows, cols) in enumerate([(67, 260), (128, 256), (1, 33), (256, 128)]):
+            x = (rng.standard_normal((rows, cols)) * 10.0 ** (step - 1)).astype(np.float32)
+            x.ravel()[5:: 13] = np.float32(np.nan)
+            for role in roles:
+                for usage in ("rowwise", "columnwise", "both"):
+                    what = f"{recipe} {direction} {role} {usage} {rows}x{cols}"
+                    _same_quantized(gpu_q.quantize(cuda(x), role, usage), cpu_q.quantize(x, role, usage), what)
+            cpu_q.update_scales()
+            gpu_q.update_scales()
+            for role in roles:
+                h, g = cpu_q.amax_history(role), gpu_q.amax_history(role)
+                assert (h is None) == (g is None)
+                if h is not None:
+                    assert_f32_bits_equal(g, h, f"{recipe} amax_history {role}")
+                    assert np.float32(gpu_q.scale(role)) == np.float32(cpu_q.scale(role))
+
+
+def test_quantizer_cuda_input_is_read_in_place_and_on_its_stream():
+    x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32) / 100.0
+    t = cuda(x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        t2 = t * 1.0  # produced on the side stream
+    q1, q2 = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward"), fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward")
+    _same_quantized(q1.quantize(t2, "input", "both", stream=s), q2.quantize(x, "input", "both"), "side stream")
+    with pytest.raises(TypeError, match="quantizers take float32"):
+        q1.quantize(t.half(), "input")
+    with pytest.raises(ValueError, match="2-D"):
+        q1.quantize(t.ravel(), "input")
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("scale_inv", [1.0, 0.25, 3.0, 2.0 ** -20, float("inf")])
 def test_decode_every_code_equals_the_emulator(fmt, scale_inv):
