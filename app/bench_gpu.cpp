@@ -3,10 +3,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 #include <sstream>
 #include <string>
 
 #include "bench_lm.hpp"
+#include "char_lm/train_lm.hpp"
 #include "fp8emu/backend/kernels.hpp"
 
 #if defined(FP8EMU_HAVE_CUDA)
@@ -29,6 +32,15 @@ int run_bench_gpu(const BenchGpuOptions& opt, std::ostream& out, std::ostream& e
     err << "fp8emu bench gpu: error: --lm-steps must be 0 (no train-lm table) or at least 2, got " << opt.lm_steps
         << "\n";
     return 2;
+  }
+  if (opt.lm_steps > 0) {  // the train-lm table's corpus, checked before minutes of GEMMs
+    const std::string text = opt.lm_text.empty() ? experiments::TrainLmConfig{}.text : opt.lm_text;
+    std::error_code ec;
+    if (!std::filesystem::exists(text, ec)) {
+      err << "fp8emu bench gpu: error: the train-lm table's corpus " << text
+          << " does not exist: give --lm-text, install Debian's fortunes, or leave the table out with --lm-steps 0\n";
+      return 2;
+    }
   }
   const backend::CudaStatus& st = backend::cuda_status();
   if (!st.usable()) {

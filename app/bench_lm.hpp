@@ -13,21 +13,25 @@ struct BenchLmOptions {
   int steps = 6;               ///< Training steps per run (>= 2; the first is left out of the mean).
   int batch_size = 16, seq_len = 64, d_model = 128, heads = 4, layers = 2, ffn = 512;
   std::string activation_dtype = "bf16";
-  std::string backend = "emulated";  ///< emulated | cuda (device-resident on the GPU).
+  std::string backend = "emulated";  ///< emulated | cuda (device-resident on the GPU), for every layer.
   /// cuda: FP32 and BF16 GEMMs on cuBLASLt (backend::set_library_gemms; not bit-identical), as a
   /// user's FP32 or BF16 training would run them; false: fp8emu's exact kernels.
   bool library_gemms = false;
   int threads = 0;
+  /// Trainings of all the runs, one after the other; each row keeps its best ms per step (the
+  /// runs are bit-identical, only their timings differ; the first training also warms the process).
+  int repeat = 2;
 };
 
-/// Runs experiments::run_train_lm once with --bf16 and --recipe all, without evaluation
+/// Runs experiments::run_train_lm `repeat` times with --bf16 and --recipe all, without evaluation
 /// (TrainLmConfig::evaluate = false; results in a temporary folder, removed afterwards), and prints
 /// a Markdown table: per run (fp32, bf16, fp8_delayed, fp8_current, fp8_mxfp8, fp8_block) the mean
-/// milliseconds of a training step over steps 2..N (the first includes a device's set-up) and the
-/// speed-ups against the fp32 and the bf16 runs; then one line per FP8 recipe,
-/// `lm_step_speedup_fp8_<recipe>_vs_bf16: X` (BF16 step time over the recipe's). Restores the
-/// library-GEMM switch it found. \return 0. \throws fp8emu::Error for steps < 2, or as run_train_lm
-/// (bad sizes, a missing corpus, no GPU for cuda).
+/// milliseconds of a training step over steps 2..N (the first includes a device's set-up), the best
+/// of the repeats, and the speed-ups against the fp32 and the bf16 runs; then one line per FP8
+/// recipe, `lm_step_speedup_fp8_<recipe>_vs_bf16: X` (BF16 step time over the recipe's). Restores the
+/// library-GEMM switch it found. \return 0. \throws fp8emu::Error for steps < 2, repeat < 1, a
+/// backend other than emulated or cuda, --library-gemms without cuda, or as run_train_lm (bad
+/// sizes, a missing corpus, no GPU for cuda).
 int run_bench_lm(const BenchLmOptions& o, std::ostream& out);
 
 }  // namespace fp8emu::cli

@@ -315,6 +315,8 @@ Command add_bench(CLI::App& app) {
   bench_lm->add_flag("--library-gemms", lm.library_gemms,
                      "cuda: FP32 and BF16 GEMMs on cuBLASLt, as FP32/BF16 training would run them (not bit-identical)");
   bench_lm->add_option("--threads", lm.threads, "OpenMP threads (0: OpenMP default)")->capture_default_str();
+  bench_lm->add_option("--repeat", lm.repeat, "Trainings of all the runs; each row keeps its best time per step")
+      ->capture_default_str();
   bench->require_subcommand(1);
   return {bench, [o, bench_gemm, bench_convert, bench_gpu, bench_train, bench_lm] {
             if (*bench_lm) return run_bench_lm(o->lm, std::cout);

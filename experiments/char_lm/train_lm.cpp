@@ -393,8 +393,8 @@ struct LmLog {
   // the steps it ran itself.
   double step_seconds = 0.0;
   long timed_steps = 0;
-  // The first of them alone: with --resident it includes the device's set-up (uploads, allocations,
-  // cuBLASLt's plans), so benchmarks leave it out.
+  // The first of them alone: with --resident it includes the device's first allocations and
+  // cuBLASLt's plans (the upload of the model is not step time), so benchmarks leave it out.
   double first_step_seconds = 0.0;
 };
 
@@ -787,9 +787,10 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     std::vector<std::size_t> starts;
     for (int b = 0; b < cfg.batch_size; ++b) starts.push_back(std::size_t(sampler.below(max_start + 1)));
     double loss;
+    // The model goes to the device (again after an evaluation or checkpoint) outside the step's time.
+    if (resident && !on_device) on_device = std::make_unique<DeviceCharLm>(*resident, model, opt);
     const auto step_t0 = std::chrono::steady_clock::now();
     if (resident) {  // one shard (checked with the flags): the whole step on the device
-      if (!on_device) on_device = std::make_unique<DeviceCharLm>(*resident, model, opt);
       const Batch batch = window_batch(ctx.corpus.train, starts, cfg.seq_len);
       loss = on_device->train_step(batch.input, batch.target, cfg.seq_len, rows) / double(rows);
       add_step_seconds(log, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
@@ -1034,6 +1035,9 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   });
   common::DataParallel& dp = *dp_holder;
   LmSpec& spec = *spec_holder;
+  if (resident && resident != &backend::cpu_device() && backend::library_gemms())
+    log_stream << "note: FP8EMU_DEVICE_GEMM=library: the GPU's fp32 and bf16 GEMMs run on cuBLASLt (a speed "
+                  "baseline), so the fp32 and bf16 runs are not bit-identical to --backend emulated\n";
 
   // 2. The corpus (every rank reads it).
   Corpus corpus;
@@ -1164,6 +1168,8 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   // What actually ran; the head runs FP32 unless --fp8-head.
   common::record_backends(j["config"], cfg.backend, layer_names_of(cfg.layers), !cfg.fp8_head);
   j["config"]["resident"] = cfg.resident;
+  // FP8EMU_DEVICE_GEMM=library (or bench lm --library-gemms): the GPU's fp32/bf16 GEMMs on cuBLASLt.
+  j["config"]["library_gemms"] = resident != nullptr && resident != &backend::cpu_device() && backend::library_gemms();
   // The first FP8 run against FP32 (and against BF16 with --bf16).
   const std::size_t first_fp8 = cfg.bf16_baseline ? 2 : 1;
   if (logs.size() > first_fp8 && !logs[0].val_loss.empty() && !logs[first_fp8].val_loss.empty())

@@ -2,6 +2,7 @@
 // (else they exit 1), and they end with their ratio lines (the values depend on the machine and are
 // not checked beyond being positive).
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -133,15 +134,17 @@ TEST_CASE("bench train rejects bad options by name", "[cli][bench][errors]") {
 }
 
 TEST_CASE("bench lm times train-lm's step in FP32, BF16 and every FP8 recipe", "[cli][bench][lm]") {
+  const std::string corpus = fp8emu::testing::word_salad_corpus("bench-lm");
   const fp8emu::testing::CliResult r = fp8emu::testing::run_cli(
-      "bench lm --steps 3 --d-model 16 --heads 2 --layers 1 --ffn 32 --seq-len 16 --batch-size 4 --threads 1 --text " +
-      fp8emu::testing::word_salad_corpus("bench-lm"));
+      "bench lm --steps 3 --repeat 2 --d-model 16 --heads 2 --layers 1 --ffn 32 --seq-len 16 --batch-size 4 "
+      "--threads 1 --text " + corpus);
+  std::remove(corpus.c_str());
   INFO(r.output);
   REQUIRE(r.code == 0);
   const std::vector<std::string> lines = lines_of(r.output);
   REQUIRE(lines.size() == 15);  // header, blank, table head (2 lines), 6 runs, blank, 4 ratios
-  CHECK(lines[0].find("d-model 16, 1 layers") != std::string::npos);
-  CHECK(lines[0].find("mean of steps 2..3") != std::string::npos);
+  CHECK(lines[0].find("d-model 16, layers 1") != std::string::npos);
+  CHECK(lines[0].find("mean of steps 2..3 of each run, best of 2") != std::string::npos);
   const char* runs[] = {"fp32", "bf16", "fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_block"};
   for (int i = 0; i < 6; ++i) {
     const std::string& row = lines[std::size_t(4 + i)];
@@ -156,10 +159,14 @@ TEST_CASE("bench lm times train-lm's step in FP32, BF16 and every FP8 recipe", "
     CHECK(value_of(lines[std::size_t(11 + i)], std::string("lm_step_speedup_") + runs[2 + i] + "_vs_bf16") > 0.0);
 }
 
-TEST_CASE("bench lm and bench gpu reject too few timed steps by name", "[cli][bench][errors]") {
+TEST_CASE("bench lm and bench gpu reject bad options by name", "[cli][bench][errors]") {
   for (const auto& [args, message] :
        {std::pair{"bench lm --steps 1", "--steps must be at least 2"},
-        std::pair{"bench gpu --lm-steps 1", "--lm-steps must be 0"}}) {
+        std::pair{"bench lm --repeat 0", "--repeat must be at least 1"},
+        std::pair{"bench lm --backend reference", "--backend must be emulated or cuda"},
+        std::pair{"bench lm --library-gemms", "it needs --backend cuda"},
+        std::pair{"bench gpu --lm-steps 1", "--lm-steps must be 0"},
+        std::pair{"bench gpu --lm-text /nonexistent/corpus", "does not exist"}}) {
     const fp8emu::testing::CliResult r = fp8emu::testing::run_cli(args);
     INFO(args << ": " << r.output);
     CHECK(r.code != 0);
