@@ -108,6 +108,29 @@ Timing guarded(const std::function<Timing()>& f) {
   }
 }
 
+// One FP8 GEMM of the MLP step: both operands with the scale_inv at `scale_inv`; an E4M3 output with
+// its D scale and the amax of D.
+void step_gemm(LtContext& ctx, const float* scale_inv, int M, int N, int K, const std::uint8_t* A, Format fa,
+               const std::uint8_t* B, Format fb, bool fast, LtOutput out, void* D, const float* d_scale,
+               float* amax_d) {
+  LtFp8Gemm g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A;
+  g.format_a = fa;
+  g.scale_inv_a = scale_inv;
+  g.B = B;
+  g.format_b = fb;
+  g.scale_inv_b = scale_inv;
+  g.fast_accum = fast;
+  g.output = out;
+  g.D = D;
+  g.d_scale = d_scale;
+  g.amax_d = amax_d;
+  ctx.gemm_fp8_tn(g);
+}
+
 }  // namespace
 
 const char* to_string(BenchGemm g) {
@@ -266,20 +289,7 @@ StepTiming bench_mlp_step(int batch, int width, int layers, int reps) {
     DeviceBuffer<float> s1(&one, 1);
     auto gemm = [&](int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb, bool fast,
                     std::uint16_t* D) {
-      LtFp8Gemm g;
-      g.M = M;
-      g.N = N;
-      g.K = K;
-      g.A = A;
-      g.format_a = fa;
-      g.scale_inv_a = s1.get();
-      g.B = B;
-      g.format_b = fb;
-      g.scale_inv_b = s1.get();
-      g.fast_accum = fast;
-      g.output = LtOutput::kBf16;
-      g.D = D;
-      ctx.gemm_fp8_tn(g);
+      step_gemm(ctx, s1.get(), M, N, K, A, fa, B, fb, fast, LtOutput::kBf16, D, nullptr, nullptr);
     };
     auto step = [&] {
       for (int l = 0; l < layers; ++l) {
@@ -320,24 +330,9 @@ StepTiming bench_mlp_step(int batch, int width, int layers, int reps) {
     amax_d.zero();
     auto gemm = [&](int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb, bool fast,
                     LtOutput out, void* D) {
-      LtFp8Gemm g;
-      g.M = M;
-      g.N = N;
-      g.K = K;
-      g.A = A;
-      g.format_a = fa;
-      g.scale_inv_a = s1.get();
-      g.B = B;
-      g.format_b = fb;
-      g.scale_inv_b = s1.get();
-      g.fast_accum = fast;
-      g.output = out;
-      g.D = D;
-      if (out == LtOutput::kE4M3) {
-        g.d_scale = d_scale.get();
-        g.amax_d = amax_d.get();
-      }
-      ctx.gemm_fp8_tn(g);
+      const bool fp8_out = out == LtOutput::kE4M3;
+      step_gemm(ctx, s1.get(), M, N, K, A, fa, B, fb, fast, out, D, fp8_out ? d_scale.get() : nullptr,
+                fp8_out ? amax_d.get() : nullptr);
     };
     auto step = [&] {
       detail::launch_cast_transpose(x0.get(), batch, width, 1.0f, Format::kE4M3, xq[0].get(), xqt[0].get(),

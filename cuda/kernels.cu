@@ -127,6 +127,30 @@ __device__ __forceinline__ Ct4 ct_load4(const std::uint16_t* p) {
   auto widen = [](std::uint32_t h) { return core::bits_to_f32(h << 16); };
   return {widen(v.x & 0xFFFFu), widen(v.x >> 16), widen(v.y & 0xFFFFu), widen(v.y >> 16)};
 }
+// The column-wise copy of a tile of codes held in shared memory, tile[dr][c] for the R rows from r0
+// and C columns from c0 of a [rows, cols] matrix, into qc [cols, rows] by the block's 32 x 8
+// threads: 32-bit words of 4 consecutive rows on a full tile (rows and qc then 4-aligned), element
+// by element inside the matrix otherwise.
+template <int R, int C, int P>
+__device__ __forceinline__ void store_transposed(const std::uint8_t (&tile)[R][P], bool full, int r0, int c0, int rows,
+                                                 int cols, std::uint8_t* __restrict__ qc, int tid) {
+  constexpr int kThreads = 32 * kCtThreadRows;
+  if (full) {
+    for (int i = tid; i < C * (R / 4); i += kThreads) {
+      const int c = i / (R / 4), w4 = 4 * (i % (R / 4));
+      const std::uint32_t w = std::uint32_t(tile[w4][c]) | std::uint32_t(tile[w4 + 1][c]) << 8 |
+                              std::uint32_t(tile[w4 + 2][c]) << 16 | std::uint32_t(tile[w4 + 3][c]) << 24;
+      *reinterpret_cast<std::uint32_t*>(qc + std::size_t(c0 + c) * std::size_t(rows) + std::size_t(r0 + w4)) = w;
+    }
+  } else {
+    for (int i = tid; i < C * R; i += kThreads) {
+      const int c = i / R, dr = i % R;
+      if (c0 + c < cols && r0 + dr < rows)
+        qc[std::size_t(c0 + c) * std::size_t(rows) + std::size_t(r0 + dr)] = tile[dr][c];
+    }
+  }
+}
+
 template <Format F, class T>
 __global__ void cast_transpose_kernel(const T* __restrict__ x, int rows, int cols, ScaleArg scale_arg,
                                       std::uint8_t* __restrict__ qr, std::uint8_t* __restrict__ qc, bool vec,
@@ -165,22 +189,7 @@ __global__ void cast_transpose_kernel(const T* __restrict__ x, int rows, int col
         }
       }
       __syncthreads();
-      if (qc) {
-        if (full) {
-          for (int i = tid; i < kCtCols * (kCtRows / 4); i += 32 * kCtThreadRows) {
-            const int c = i / (kCtRows / 4), w4 = 4 * (i % (kCtRows / 4));
-            const std::uint32_t w = std::uint32_t(tile[w4][c]) | std::uint32_t(tile[w4 + 1][c]) << 8 |
-                                    std::uint32_t(tile[w4 + 2][c]) << 16 | std::uint32_t(tile[w4 + 3][c]) << 24;
-            *reinterpret_cast<std::uint32_t*>(qc + std::size_t(c0 + c) * std::size_t(rows) + std::size_t(r0 + w4)) = w;
-          }
-        } else {
-          for (int i = tid; i < kCtCols * kCtRows; i += 32 * kCtThreadRows) {
-            const int c = i / kCtRows, dr = i % kCtRows;
-            if (c0 + c < cols && r0 + dr < rows)
-              qc[std::size_t(c0 + c) * std::size_t(rows) + std::size_t(r0 + dr)] = tile[dr][c];
-          }
-        }
-      }
+      if (qc) store_transposed<kCtRows, kCtCols>(tile, full, r0, c0, rows, cols, qc, tid);
       __syncthreads();
     }
   }
@@ -491,22 +500,7 @@ __global__ void tile_cast_both_kernel(const float* __restrict__ x, int rows, int
         }
       }
       __syncthreads();
-      if (qc) {
-        if (full) {
-          for (int k = tid; k < kSq * (kSq / 4); k += 32 * kCtThreadRows) {
-            const int cc = k / (kSq / 4), w4 = 4 * (k % (kSq / 4));
-            const std::uint32_t w = std::uint32_t(tile[w4][cc]) | std::uint32_t(tile[w4 + 1][cc]) << 8 |
-                                    std::uint32_t(tile[w4 + 2][cc]) << 16 | std::uint32_t(tile[w4 + 3][cc]) << 24;
-            *reinterpret_cast<std::uint32_t*>(qc + std::size_t(c0 + cc) * std::size_t(rows) + std::size_t(r0 + w4)) = w;
-          }
-        } else {
-          for (int k = tid; k < kSq * kSq; k += 32 * kCtThreadRows) {
-            const int cc = k / kSq, dr = k % kSq;
-            if (c0 + cc < cols && r0 + dr < rows)
-              qc[std::size_t(c0 + cc) * std::size_t(rows) + std::size_t(r0 + dr)] = tile[dr][cc];
-          }
-        }
-      }
+      if (qc) store_transposed<kSq, kSq>(tile, full, r0, c0, rows, cols, qc, tid);
       __syncthreads();  // the code tile, the warp maxima and the scale are the next tile's
     }
   }

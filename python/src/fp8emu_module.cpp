@@ -380,6 +380,16 @@ struct PyQuantizer {
   std::unique_ptr<scaling::Quantizer> q;
 };
 
+// A quantizer cast's counts as QuantizedTensor.stats.
+nb::dict counts_dict(const emu::QuantizeStats& st) {
+  nb::dict d;
+  d["count"] = st.count;
+  d["saturated"] = st.saturated;
+  d["underflow"] = st.underflow;
+  d["nan"] = st.nan;
+  return d;
+}
+
 QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
                               emu::QuantizeStats& stats) {
   check_array(x, "x");
@@ -469,12 +479,7 @@ void bind_recipes(nb::module_& m) {
            [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage) {
              emu::QuantizeStats st;
              QuantizedTensor t = quantize_with(self, x, role, usage, st);
-             nb::dict stats;
-             stats["count"] = st.count;
-             stats["saturated"] = st.saturated;
-             stats["underflow"] = st.underflow;
-             stats["nan"] = st.nan;
-             return nb::make_tuple(nb::cast(std::move(t)), stats);
+             return nb::make_tuple(nb::cast(std::move(t)), counts_dict(st));
            },
            "x"_a, "role"_a, "usage"_a)
       .def("quantize_cuda",
@@ -490,12 +495,7 @@ void bind_recipes(nb::module_& m) {
                                          .c_str());
              emu::QuantizeStats st;
              QuantizedTensor t = cuda_quantize(*self.q, x, r, u, st, stream);
-             nb::dict stats;
-             stats["count"] = st.count;
-             stats["saturated"] = st.saturated;
-             stats["underflow"] = st.underflow;
-             stats["nan"] = st.nan;
-             return nb::make_tuple(nb::cast(std::move(t)), stats);
+             return nb::make_tuple(nb::cast(std::move(t)), counts_dict(st));
            },
            "x"_a, "role"_a, "usage"_a, "stream"_a,
            "Quantizer.quantize of a CUDA array: the casts on its GPU (python/src/cuda_arrays.cpp).")
