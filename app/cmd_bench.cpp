@@ -280,7 +280,9 @@ Command add_bench(CLI::App& app) {
   CLI::App* bench_gpu = bench->add_subcommand("gpu", "GPU: cuBLASLt FP8/BF16/FP32 GEMM TFLOP/s, quantize GB/s, MLP step");
   bench_gpu->add_option("--sizes", o->gpu.sizes, "M = N = K values")->delimiter(',')->capture_default_str();
   bench_gpu->add_option("--repeat", o->gpu.repeat, "Timed runs per measurement")->capture_default_str();
-  bench_gpu->add_option("--budget", o->gpu.budget_seconds, "Seconds for the whole benchmark (larger sizes are skipped)")
+  bench_gpu->add_option("--budget", o->gpu.budget_seconds,
+                        "Seconds for the GEMM sweep, casts and MLP step (larger sizes are skipped; --lm-steps sizes the "
+                        "train-lm table)")
       ->capture_default_str();
   bench_gpu->add_option("--lm-steps", o->gpu.lm_steps, "Steps per run of the train-lm table (0: no table; not bound by --budget)")
       ->capture_default_str();

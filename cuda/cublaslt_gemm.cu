@@ -261,7 +261,7 @@ void LtContext::gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const 
   impl_->run(*slot, A, B, D);
 }
 
-void LtContext::gemm_nn(int M, int N, int K, const void* A, const void* B, float* D, bool bf16_inputs) {
+bool LtContext::gemm_nn(int M, int N, int K, const void* A, const void* B, float* D, bool bf16_inputs) {
   FP8EMU_CHECK(M > 0 && N > 0 && K > 0, "cuBLASLt NN GEMM: M, N, K must be positive");
   detail::use_fp8_device();
   // The largest power of two (at most 256) dividing every address.
@@ -273,13 +273,19 @@ void LtContext::gemm_nn(int M, int N, int K, const void* A, const void* B, float
   std::unique_ptr<Plan>& slot = impl_->plans[key];
   if (!slot) {
     auto p = std::make_unique<Plan>();
-    FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cudaDataType_t in = bf16_inputs ? CUDA_R_16BF : CUDA_R_32F;
-    impl_->finish_plan(*p, in, in, CUDA_R_32F, CUDA_R_32F, M, N, K, bf16_inputs ? "BF16 NN" : "FP32 NN", 0, true,
-                       align);
+    try {  // no descriptor, layout or algorithm for this shape and alignment: the caller computes D
+      FP8EMU_LT_CHECK(cublasLtMatmulDescCreate(&p->desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cudaDataType_t in = bf16_inputs ? CUDA_R_16BF : CUDA_R_32F;
+      impl_->finish_plan(*p, in, in, CUDA_R_32F, CUDA_R_32F, M, N, K, bf16_inputs ? "BF16 NN" : "FP32 NN", 0, true,
+                         align);
+    } catch (const Error&) {
+      impl_->plans.erase(key);
+      return false;
+    }
     slot = std::move(p);
   }
-  impl_->run(*slot, A, B, D);
+  impl_->run(*slot, A, B, D);  // a failure here is an error, not a refusal
+  return true;
 }
 
 void LtContext::gemm_f32_tn(int M, int N, int K, const float* A, const float* B, float* D, bool tf32) {

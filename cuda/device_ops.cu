@@ -845,7 +845,12 @@ class CudaDevice final : public backend::Device {
   bool library_gemm_nn(int M, int N, int K, const float* A, const float* B, float* D, bool bf16) const {
     if (K == 0 || !cuda::library_gemms()) return false;
     State& s = enter();
-    const auto key = std::make_tuple(M, N, K, bf16 ? -1 : -2, 0, false);
+    // The refusal is per shape and alignment (cuBLASLt plans for the pointers' alignment; a bf16
+    // operand is staged in the 256-byte-aligned scratch, so only D's alignment varies then).
+    const std::uintptr_t any = reinterpret_cast<std::uintptr_t>(D) | std::uintptr_t(256) |
+                               (bf16 ? 0 : reinterpret_cast<std::uintptr_t>(A) | reinterpret_cast<std::uintptr_t>(B));
+    const int align = int(any & (~any + 1));
+    const auto key = std::make_tuple(M, N, K, bf16 ? -1 : -2, align, false);
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.lt_refused.count(key)) {
       ++library_fallbacks;
@@ -870,11 +875,8 @@ class CudaDevice final : public backend::Device {
       a = s.bf16_scratch;
       b = s.bf16_scratch + b_at;
     }
-    LtContext& lt = lt_context(s);
-    try {
-      lt.gemm_nn(M, N, K, a, b, D, bf16);
-    } catch (const Error&) {
-      s.lt_refused.insert(key);  // no algorithm for this shape and alignment: the exact kernel computes D
+    if (!lt_context(s).gemm_nn(M, N, K, a, b, D, bf16)) {
+      s.lt_refused.insert(key);  // no plan for this shape and alignment: the exact kernel computes D
       ++library_fallbacks;
       return false;
     }

@@ -24,6 +24,7 @@
 #include "common/data_parallel.hpp"
 #include "common/dist.hpp"
 #include "common/runner.hpp"
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/io/idx.hpp"
@@ -736,7 +737,14 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
   const std::vector<int>& sizes = set.sizes;
   cfg.train_samples = train.x.rows;  // what was used (the request may exceed the file)
   cfg.test_samples = test.x.rows;
-  const nlohmann::json config = config_json(cfg, sizes, threads, dp);
+  nlohmann::json config = config_json(cfg, sizes, threads, dp);
+  // FP8EMU_DEVICE_GEMM=library on a GPU-resident run: its fp32 GEMMs on cuBLASLt (not bit-identical);
+  // recorded (and part of the fingerprint) only then.
+  if (set.resident && set.resident != &backend::cpu_device() && backend::library_gemms()) {
+    config["library_gemms"] = true;
+    log_stream << "note: FP8EMU_DEVICE_GEMM=library: the GPU's fp32 GEMMs run on cuBLASLt (a speed baseline), so "
+                  "the fp32 run is not bit-identical to --backend emulated\n";
+  }
   nlohmann::json fingerprint_json = config;
   fingerprint_json.erase("threads");  // results do not depend on it
   fingerprint_json.erase("resident");  // nor on where the model lives

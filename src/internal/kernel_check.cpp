@@ -479,6 +479,22 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
             cmp_block(r, w + " columnwise", a.columnwise, b.columnwise);
             cmp_stats(r, w, sa, sb);
           }
+          {  // 128 x 128 tiles with rows and cols multiples of 4 (the GPU's vectorised one-pass path),
+             // whole tiles next to ragged edge tiles
+            const int r4 = (rows + 3) / 4 * 4 + 4, c4 = (cols + 3) / 4 * 4 + 128;
+            const std::vector<float> x4 =
+                make_inputs(fam, std::size_t(r4) * std::size_t(c4), mix(opt.seed, std::uint64_t(s), 100 + std::uint64_t(fam)));
+            KernelCheckRow& r = rec.row("quantize_block_2d 128x128 pow2, rows and cols multiples of 4", in);
+            emu::QuantizeStats sa, sb;
+            const emu::BlockQuantized2D a4 = ref.quantize_block_2d(x4.data(), r4, c4, fmt, 128, true, 0.0f, &sa);
+            emu::BlockQuantized2D b4;
+            ++r.calls;
+            if (guarded(r, w, [&] { b4 = cand.quantize_block_2d(x4.data(), r4, c4, fmt, 128, true, 0.0f, &sb); })) {
+              cmp_block(r, w + " rowwise", a4.rowwise, b4.rowwise);
+              cmp_block(r, w + " columnwise", a4.columnwise, b4.columnwise);
+              cmp_stats(r, w, sa, sb);
+            }
+          }
         }
       }
     }

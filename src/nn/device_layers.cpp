@@ -25,7 +25,7 @@ double sum_loss_terms(const backend::Device& device, const float* terms, int row
 // ---------------------------------------------------------------- DeviceLinear
 
 std::string DeviceLinear::unsupported(const Linear& l) {
-  if (l.twin_error) return "measures its FP32 twin error (twin_error), which runs on the host";
+  if (l.twin_error) return "measures its FP32 twin error (Linear::twin_error; set DeviceLinear::twin_error instead)";
   if (l.precision() != Precision::kFp8) return {};  // FP32 and BF16 layers keep no recipe state
   const scaling::Recipe& r = l.recipe();
   if (const auto* d = std::get_if<scaling::DelayedScaling>(&r)) {

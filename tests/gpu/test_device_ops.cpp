@@ -780,7 +780,8 @@ void check_block_ops(const Device& ref, const Device& cand, Report& rep) {
     c.kind = backend::BlockCast::kTile2d;
     casts.push_back(c);
   }
-  const int shapes[][2] = {{1, 1}, {7, 33}, {33, 7}, {130, 300}};
+  // 132 x 260: rows and cols multiples of 4 (the one-pass tile kernel's vectorised path) with ragged tiles.
+  const int shapes[][2] = {{1, 1}, {7, 33}, {33, 7}, {130, 300}, {132, 260}};
   for (const backend::BlockCast& base : casts)
     for (const Format fmt : {Format::kE4M3, Format::kE5M2})
       for (const auto& sh : shapes)
@@ -1093,7 +1094,9 @@ TEST_CASE("gpu: library GEMMs (set_library_gemms) agree with the exact ones to f
       (bf16 ? gpu.gemm_bf16_nn(M, N, K, da.get(), db.get(), lib.get())
             : gpu.gemm_f32_nn(M, N, K, da.get(), db.get(), lib.get()));
       backend::set_library_gemms(false);
-      CHECK(backend::library_gemm_fallbacks() == fallbacks);  // cuBLASLt computed it, not the exact kernel
+      // cuBLASLt computed it, not the exact kernel, where the operands are 16-byte aligned throughout
+      // (it may refuse the odd shapes; then the exact kernel's values must still agree below).
+      if (M % 16 == 0 && N % 16 == 0 && K % 16 == 0) CHECK(backend::library_gemm_fallbacks() == fallbacks);
       std::vector<float> e(exact.size()), l(lib.size());
       exact.download(e.data());
       lib.download(l.data());

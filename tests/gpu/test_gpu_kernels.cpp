@@ -255,7 +255,8 @@ TEST_CASE("gpu: a recipe's Quantizer on a tensor already on the GPU (device_inpu
     INFO(scaling::recipe_name(r));
     for (const scaling::Direction dir : {scaling::Direction::kForward, scaling::Direction::kBackward}) {
       auto host = scaling::make_quantizer(r, dir), dev = scaling::make_quantizer(r, dir);
-      for (const auto& [rows, cols] : {std::pair{67, 260}, std::pair{128, 256}, std::pair{1, 33}}) {
+      for (const auto& [rows, cols] :
+           {std::pair{67, 260}, std::pair{128, 256}, std::pair{132, 260}, std::pair{1, 33}}) {
         INFO(rows << " x " << cols);
         for (int step = 0; step < 3; ++step) {
           const std::vector<float> x = backend::make_inputs(step == 1 ? backend::InputFamily::kNanInf

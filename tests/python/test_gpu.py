@@ -176,12 +176,15 @@ def test_quantizer_on_cuda_tensors_equals_the_cpu_quantizer(recipe):
                     assert np.float32(gpu_q.scale(role)) == np.float32(cpu_q.scale(role))
 
 
-def test_quantizer_cuda_input_is_read_in_place_and_on_its_stream():
+def test_quantizer_cuda_input_waits_for_its_stream():
     x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32) / 100.0
     t = cuda(x)
+    torch.cuda.synchronize()
     s = torch.cuda.Stream()
+    t2 = torch.zeros_like(t)
     with torch.cuda.stream(s):
-        t2 = t * 1.0  # produced on the side stream
+        torch.cuda._sleep(200_000_000)  # the side stream is busy for a while before it writes t2
+        t2.copy_(t)
     q1, q2 = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward"), fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward")
     _same_quantized(q1.quantize(t2, "input", "both", stream=s), q2.quantize(x, "input", "both"), "side stream")
     with pytest.raises(TypeError, match="quantizers take float32"):

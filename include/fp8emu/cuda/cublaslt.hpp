@@ -87,8 +87,10 @@ class LtContext {
   void gemm_bf16_tn(int M, int N, int K, const std::uint16_t* A, const std::uint16_t* B, std::uint16_t* D);
   /// D [M, N] = A [M, K] B [K, N], all row-major (emu::gemm_f32_nn's layout), fp32 accumulation
   /// (CUBLAS_COMPUTE_32F) and output; A and B fp32, or bf16 bits with bf16_inputs. The plan is made
-  /// for the pointers' common alignment (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*).
-  void gemm_nn(int M, int N, int K, const void* A, const void* B, float* D, bool bf16_inputs);
+  /// for the pointers' common alignment (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*). \return false, with
+  /// nothing enqueued, when cuBLASLt has no plan for this shape and alignment (the caller computes D
+  /// another way); \throws fp8emu::Error when the GEMM itself fails.
+  bool gemm_nn(int M, int N, int K, const void* A, const void* B, float* D, bool bf16_inputs);
   /// D [M, N] = A [M, K] B [N, K]^T in fp32 (CUBLAS_COMPUTE_32F; with tf32, CUBLAS_COMPUTE_32F_FAST_TF32).
   void gemm_f32_tn(int M, int N, int K, const float* A, const float* B, float* D, bool tf32 = false);
   /// Waits for the device (cudaDeviceSynchronize).
