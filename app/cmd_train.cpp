@@ -63,6 +63,8 @@ Command add_train(CLI::App& app) {
                     "reference (FP32); for all layers or per layer, e.g. fc1=cuda,fc3=reference")
       ->capture_default_str();
   train->add_flag("--strict", cfg.strict, "With --backend cuda: fail instead of falling back to the emulator");
+  train->add_flag("--bf16", cfg.bf16_baseline,
+                  "Also train a BF16 run (every Linear with bf16 operands and outputs, fp32 accumulation)");
   train->add_option("--resident", cfg.resident,
                     "Keep each run's model and optimizer on the device between steps: auto (on the GPU when every "
                     "layer runs on cuda), on (also on the CPU with --backend emulated: the same step program), off. "

@@ -569,6 +569,7 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   c["backend"] = cfg.backend;
   common::record_backends(c, cfg.backend, layer_names(sizes), false);
   c["resident"] = cfg.resident;
+  if (cfg.bf16_baseline) c["bf16"] = true;  // only when set: earlier runs' fingerprints stay valid
   c["gemm_accumulation"] =
       model_of(emu::parse_accumulation(cfg.accumulation)).datapath == Datapath::kTensorCore
           ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"
@@ -613,7 +614,7 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
     runs[l.result.name] = r;
   }
   j["runs"] = runs;
-  // Per FP8 run: test accuracy minus FP32's, in percentage points.
+  // Per FP8 (and BF16) run: test accuracy minus FP32's, in percentage points.
   nlohmann::json gap = nlohmann::json::object();
   for (std::size_t i = 1; i < logs.size(); ++i)
     gap[logs[i].result.name] = 100.0 * (logs[i].result.test_accuracy.back() - logs[0].result.test_accuracy.back());
@@ -751,6 +752,7 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
   fingerprint_json["data_parallel"].erase("ranks");  // nor on the rank count
   const std::string fingerprint = fingerprint_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::vector<common::RunSpec> runs{{"fp32", nn::Precision::kFp32, scaling::DelayedScaling{}}};
+  if (cfg.bf16_baseline) runs.push_back({"bf16", nn::Precision::kBf16, scaling::DelayedScaling{}});
   for (const auto& r : recipes)
     runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
   const std::string checkpoint_path = out.checkpoint_path();

@@ -51,6 +51,9 @@ struct TrainConfig {
   std::string backend = "emulated";
   /// Make a cuda fallback an error instead.
   bool strict = false;
+  /// Also train a BF16 run ("bf16", after "fp32"): every Linear in nn::Precision::kBf16 (bf16
+  /// operands and outputs, fp32 accumulation), the baseline FP8 is usually measured against.
+  bool bf16_baseline = false;
   /// Where a run keeps its model, activations and optimizer state between steps (nn::DeviceMlp):
   /// "auto" (default) on the GPU when every layer runs on cuda with one shard; "on" on the device of
   /// the layers' one backend (the CPU for emulated: the same step program, a check), an error with

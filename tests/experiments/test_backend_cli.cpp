@@ -114,14 +114,40 @@ TEST_CASE("train --resident on runs the device-resident step program on the CPU 
   CHECK(slurp(h / "layers.csv") == slurp(d / "layers.csv"));
   CHECK(rd.output.find("is not device-resident") == std::string::npos);  // every recipe is
   CHECK(slurp(d / "summary.json").find("\"resident\": \"on\"") != std::string::npos);
-  // GELU, SGD and fp32 accumulation through the same program.
+  // GELU, SGD, fp32 accumulation and the BF16 run through the same program.
   const std::string more = " --epochs 1 --train-samples 300 --test-samples 100 --quiet --recipe current"
-                           " --activation gelu --optimizer sgd --accumulation fp32";
+                           " --activation gelu --optimizer sgd --accumulation fp32 --bf16";
   const fs::path h2 = scratch("resident-off-2"), d2 = scratch("resident-on-2");
   REQUIRE(run("train" + more + " --resident off --out " + h2.string()).code == 0);
   REQUIRE(run("train" + more + " --resident on --out " + d2.string()).code == 0);
   CHECK(metrics_without_seconds(h2 / "metrics.csv") == metrics_without_seconds(d2 / "metrics.csv"));
   CHECK(slurp(h2 / "layers.csv") == slurp(d2 / "layers.csv"));
+  CHECK(slurp(h2 / "metrics.csv").find("\nbf16,1,") != std::string::npos);
+}
+
+TEST_CASE("train --bf16 adds a BF16 run after FP32 and leaves the others unchanged", "[cli][backend][bf16]") {
+  const std::string args = " --epochs 1 --train-samples 600 --test-samples 200 --quiet --recipe delayed";
+  const fs::path a = scratch("bf16-on"), b = scratch("bf16-off");
+  const Result ra = run("train" + args + " --bf16 --out " + a.string());
+  INFO(ra.output);
+  REQUIRE(ra.code == 0);
+  REQUIRE(run("train" + args + " --out " + b.string()).code == 0);
+  const std::string m = metrics_without_seconds(a / "metrics.csv");
+  const std::size_t f32 = m.find("\nfp32,"), b16 = m.find("\nbf16,"), f8 = m.find("\nfp8_delayed,");
+  REQUIRE(b16 != std::string::npos);
+  CHECK(f32 < b16);
+  CHECK(b16 < f8);
+  std::string without;
+  std::stringstream rows(m);
+  for (std::string row; std::getline(rows, row);)
+    if (row.rfind("bf16,", 0) != 0) without += row + "\n";
+  CHECK(without == metrics_without_seconds(b / "metrics.csv"));
+  const std::string s = slurp(a / "summary.json");
+  CHECK(s.find("\"bf16\": true") != std::string::npos);
+  CHECK(slurp(b / "summary.json").find("\"bf16\"") == std::string::npos);  // no key without the flag
+  // Its rounding shows: the BF16 run's numbers are not FP32's.
+  const std::size_t f32_end = m.find('\n', f32 + 1), b16_end = m.find('\n', b16 + 1);
+  CHECK(m.substr(f32 + 5, f32_end - f32 - 5) != m.substr(b16 + 5, b16_end - b16 - 5));
 }
 
 TEST_CASE("train --resident refuses what it cannot do by name, writing nothing", "[cli][backend][errors]") {
