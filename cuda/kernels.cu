@@ -151,6 +151,23 @@ __device__ __forceinline__ void store_transposed(const std::uint8_t (&tile)[R][P
   }
 }
 
+// 4 consecutive elements of a row into registers: one float4 on a full tile, else element by element
+// with those outside the matrix (row_in false, or at or past `left` columns) read as +0, the identity
+// of an amax.
+__device__ __forceinline__ void load4(const float* __restrict__ x, std::size_t at, bool full, bool row_in, int left,
+                                      float (&v)[4]) {
+  if (full) {
+    const float4 q = *reinterpret_cast<const float4*>(x + at);
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = row_in && j < left ? x[at + std::size_t(j)] : 0.0f;
+  }
+}
+
 template <Format F, class T>
 __global__ void cast_transpose_kernel(const T* __restrict__ x, int rows, int cols, ScaleArg scale_arg,
                                       std::uint8_t* __restrict__ qr, std::uint8_t* __restrict__ qc, bool vec,
@@ -280,16 +297,7 @@ __global__ void __launch_bounds__(32 * kBcThreadRows)
       for (int i = 0; i < kRowsPerThread; ++i) {
         const int r = r0 + ty + kBcThreadRows * i;
         const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
-        if (full) {
-          const float4 q = *reinterpret_cast<const float4*>(x + at);
-          v[i][0] = q.x;
-          v[i][1] = q.y;
-          v[i][2] = q.z;
-          v[i][3] = q.w;
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[i][j] = r < rows && c + j < cols ? x[at + std::size_t(j)] : 0.0f;
-        }
+        load4(x, at, full, r < rows, cols - c, v[i]);
       }
       if (rw.codes) {
 #pragma unroll
@@ -454,16 +462,7 @@ __global__ void tile_cast_both_kernel(const float* __restrict__ x, int rows, int
       for (int i = 0; i < kSqRows; ++i) {
         const int r = r0 + ty + kCtThreadRows * i;
         const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
-        if (full) {
-          const float4 q = *reinterpret_cast<const float4*>(x + at);
-          v[i][0] = q.x;
-          v[i][1] = q.y;
-          v[i][2] = q.z;
-          v[i][3] = q.w;
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[i][j] = r < rows && c + j < cols ? x[at + std::size_t(j)] : 0.0f;
-        }
+        load4(x, at, full, r < rows, cols - c, v[i]);
 #pragma unroll
         for (int j = 0; j < 4; ++j) m = core::max_u32(m, core::amax_bits(v[i][j]));
       }
