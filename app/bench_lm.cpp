@@ -69,7 +69,6 @@ int run_bench_lm(const BenchLmOptions& o, std::ostream& out) {
     for (std::size_t i = 0; i < r.size() && i < best.size(); ++i) best[i] = std::min(best[i], ms_of(r[i]));
   }
   const unsigned long long fallbacks = backend::library_gemm_fallbacks() - fallbacks_before;
-  auto ms = [&](std::size_t i) { return best[i]; };
   char line[256];
   std::snprintf(line, sizeof line,
                 "bench lm: train-lm d-model %d, layers %d, heads %d, ffn %d, sequence %d, batch %d, %s activations, "
@@ -77,9 +76,9 @@ int run_bench_lm(const BenchLmOptions& o, std::ostream& out) {
                 o.d_model, o.layers, o.heads, o.ffn, o.seq_len, o.batch_size, o.activation_dtype.c_str(),
                 o.backend.c_str(), o.library_gemms ? "library (cuBLASLt) fp32/bf16" : "exact", o.steps, o.repeat);
   out << line << "| run | ms/step | speed-up vs fp32 | speed-up vs bf16 |\n|---|---:|---:|---:|\n";
-  const double t32 = ms(0), t16 = ms(1);
+  const double t32 = best[0], t16 = best[1];
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    const double t = ms(i);
+    const double t = best[i];
     std::snprintf(line, sizeof line, "| %s | %.3f | %.2f | %.2f |\n", runs[i].name.c_str(), t, t32 / t, t16 / t);
     out << line;
   }
@@ -88,7 +87,7 @@ int run_bench_lm(const BenchLmOptions& o, std::ostream& out) {
     out << "note: " << fallbacks << " fp32/bf16 GEMMs ran on the exact kernel (cuBLASLt refused their shape or "
         << "alignment), so those rows are slower than cuBLASLt would be\n";
   for (std::size_t i = 2; i < runs.size(); ++i) {
-    std::snprintf(line, sizeof line, "lm_step_speedup_%s_vs_bf16: %.2f\n", runs[i].name.c_str(), t16 / ms(i));
+    std::snprintf(line, sizeof line, "lm_step_speedup_%s_vs_bf16: %.2f\n", runs[i].name.c_str(), t16 / best[i]);
     out << line;
   }
   out << std::flush;

@@ -73,7 +73,7 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T&
 
 // What selects a plan: everything but the pointers (which are set on every call).
 struct PlanKey {
-  int kind;  // 0 FP8, 1 BF16, 2 FP32, 3 TF32, 4 BF16 with fp32 output, 5 NN fp32, 6 NN bf16 -> fp32
+  int kind;  // 0 FP8, 1 BF16, 2 FP32, 3 TF32, 5 NN fp32, 6 NN bf16 -> fp32
   int M, N, K;
   int fa, fb, output;
   bool fast, bias, amax;
@@ -321,20 +321,9 @@ void lt_gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, 
   }
   const std::size_t elem = output == LtOutput::kFp32 ? 4 : output == LtOutput::kBf16 ? 2 : 1;
   DeviceBuffer<unsigned char> dd(std::size_t(M) * std::size_t(N) * elem);
-  LtFp8Gemm g;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = da.get();
-  g.format_a = fa;
-  g.scale_inv_a = dsa.get();
-  g.B = db.get();
-  g.format_b = fb;
-  g.scale_inv_b = dsb.get();
-  g.fast_accum = fast_accum;
+  LtFp8Gemm g =
+      lt_fp8_gemm(M, N, K, da.get(), fa, dsa.get(), db.get(), fb, dsb.get(), fast_accum, output, dd.get());
   g.bias = bias ? dbias.get() : nullptr;
-  g.output = output;
-  g.D = dd.get();
   g.d_scale = output == LtOutput::kE4M3 ? dds.get() : nullptr;
   g.amax_d = amax_d ? damax.get() : nullptr;
   g.split_k = split_k;

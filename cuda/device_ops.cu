@@ -551,19 +551,8 @@ class CudaDevice final : public backend::Device {
           FP8EMU_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.lt_scale_inv), 2 * sizeof(float)));
         scale_inv_pair_kernel<<<1, 1, 0, s.stream>>>(scale_a, scale_b, s.lt_scale_inv);
         FP8EMU_CUDA_CHECK_LAUNCH("scale_inv_pair_kernel");
-        LtFp8Gemm g;
-        g.M = M;
-        g.N = N;
-        g.K = K;
-        g.A = A;
-        g.format_a = fa;
-        g.scale_inv_a = s.lt_scale_inv;
-        g.B = B;
-        g.format_b = fb;
-        g.scale_inv_b = s.lt_scale_inv + 1;
-        g.fast_accum = acc.promotion_interval == 0;
-        g.output = LtOutput::kFp32;
-        g.D = D;
+        LtFp8Gemm g = lt_fp8_gemm(M, N, K, A, fa, s.lt_scale_inv, B, fb, s.lt_scale_inv + 1,
+                                  acc.promotion_interval == 0, LtOutput::kFp32, D);
         g.split_k = 1;
         try {
           s.lt->gemm_fp8_tn(g);

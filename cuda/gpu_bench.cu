@@ -113,19 +113,7 @@ Timing guarded(const std::function<Timing()>& f) {
 void step_gemm(LtContext& ctx, const float* scale_inv, int M, int N, int K, const std::uint8_t* A, Format fa,
                const std::uint8_t* B, Format fb, bool fast, LtOutput out, void* D, const float* d_scale,
                float* amax_d) {
-  LtFp8Gemm g;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = A;
-  g.format_a = fa;
-  g.scale_inv_a = scale_inv;
-  g.B = B;
-  g.format_b = fb;
-  g.scale_inv_b = scale_inv;
-  g.fast_accum = fast;
-  g.output = out;
-  g.D = D;
+  LtFp8Gemm g = lt_fp8_gemm(M, N, K, A, fa, scale_inv, B, fb, scale_inv, fast, out, D);
   g.d_scale = d_scale;
   g.amax_d = amax_d;
   ctx.gemm_fp8_tn(g);

@@ -111,21 +111,38 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ q, std::size_
 // The input may also be bf16 (bits), widened exactly to fp32 before the cast, as TE casts a bf16
 // tensor; the vectorised path then loads 4 of them as 8 bytes.
 constexpr int kCtRows = 32, kCtCols = 128, kCtThreadRows = 8;
-struct Ct4 {
-  float x, y, z, w;
-};
 __device__ __forceinline__ float ct_load(const float* p, std::size_t i) { return p[i]; }
 __device__ __forceinline__ float ct_load(const std::uint16_t* p, std::size_t i) {
   return core::bits_to_f32(core::bf16_to_f32_bits(p[i]));
 }
-__device__ __forceinline__ Ct4 ct_load4(const float* p) {
-  const float4 v = *reinterpret_cast<const float4*>(p);
-  return {v.x, v.y, v.z, v.w};
+__device__ __forceinline__ void ct_load4(const float* p, float (&v)[4]) {
+  const float4 q = *reinterpret_cast<const float4*>(p);
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
 }
-__device__ __forceinline__ Ct4 ct_load4(const std::uint16_t* p) {
-  const uint2 v = *reinterpret_cast<const uint2*>(p);  // little-endian: element 0 in the low half
+__device__ __forceinline__ void ct_load4(const std::uint16_t* p, float (&v)[4]) {
+  const uint2 q = *reinterpret_cast<const uint2*>(p);  // little-endian: element 0 in the low half
   auto widen = [](std::uint32_t h) { return core::bits_to_f32(h << 16); };
-  return {widen(v.x & 0xFFFFu), widen(v.x >> 16), widen(v.y & 0xFFFFu), widen(v.y >> 16)};
+  v[0] = widen(q.x & 0xFFFFu);
+  v[1] = widen(q.x >> 16);
+  v[2] = widen(q.y & 0xFFFFu);
+  v[3] = widen(q.y >> 16);
+}
+// The codes of 4 consecutive elements as one 32-bit word (element 0 in the low byte, as the 4 bytes
+// lie in memory), each core::cast_element(v[j], s[j]); the counts are sums, so any order.
+__device__ __forceinline__ std::uint32_t cast4(const float (&v)[4], const float (&s)[4], FormatSpec f,
+                                               core::CastCounts& k) {
+  std::uint32_t w = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) w |= std::uint32_t(core::cast_element(v[j], s[j], f, k)) << (8 * j);
+  return w;
+}
+// The same with one scale for the 4.
+__device__ __forceinline__ std::uint32_t cast4(const float (&v)[4], float s, FormatSpec f, core::CastCounts& k) {
+  const float ss[4] = {s, s, s, s};
+  return cast4(v, ss, f, k);
 }
 // The column-wise copy of a tile of codes held in shared memory, tile[dr][c] for the R rows from r0
 // and C columns from c0 of a [rows, cols] matrix, into qc [cols, rows] by the block's 32 x 8
@@ -186,13 +203,11 @@ __global__ void cast_transpose_kernel(const T* __restrict__ x, int rows, int col
         const int r = r0 + dy, c = c0 + 4 * tx;
         const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
         if (full) {
-          const Ct4 v = ct_load4(x + at);
-          const std::uint32_t w = std::uint32_t(core::cast_element(v.x, scale, f, counts)) |
-                                  std::uint32_t(core::cast_element(v.y, scale, f, counts)) << 8 |
-                                  std::uint32_t(core::cast_element(v.z, scale, f, counts)) << 16 |
-                                  std::uint32_t(core::cast_element(v.w, scale, f, counts)) << 24;
-          m = core::max_u32(core::max_u32(m, core::amax_bits(v.x)), core::amax_bits(v.y));
-          m = core::max_u32(core::max_u32(m, core::amax_bits(v.z)), core::amax_bits(v.w));
+          float v[4];
+          ct_load4(x + at, v);
+          const std::uint32_t w = cast4(v, scale, f, counts);
+          m = core::max_u32(core::max_u32(m, core::amax_bits(v[0])), core::amax_bits(v[1]));
+          m = core::max_u32(core::max_u32(m, core::amax_bits(v[2])), core::amax_bits(v[3]));
           if (qr) *reinterpret_cast<std::uint32_t*>(qr + at) = w;
           *reinterpret_cast<std::uint32_t*>(&tile[dy][4 * tx]) = w;
         } else if (r < rows) {
@@ -313,10 +328,7 @@ __global__ void __launch_bounds__(32 * kBcThreadRows)
           const float mult = core::block_rule_scale(core::bits_to_f32(m), f, rule, &scale_inv, &e8m0);
           const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
           if (full) {
-            const std::uint32_t w = std::uint32_t(core::cast_element(v[i][0], mult, f, rcounts)) |
-                                    std::uint32_t(core::cast_element(v[i][1], mult, f, rcounts)) << 8 |
-                                    std::uint32_t(core::cast_element(v[i][2], mult, f, rcounts)) << 16 |
-                                    std::uint32_t(core::cast_element(v[i][3], mult, f, rcounts)) << 24;
+            const std::uint32_t w = cast4(v[i], mult, f, rcounts);
             *reinterpret_cast<std::uint32_t*>(rw.codes + at) = w;
           } else {
 #pragma unroll
@@ -362,10 +374,7 @@ __global__ void __launch_bounds__(32 * kBcThreadRows)
         for (int i = 0; i < kRowsPerThread; ++i) {
           const int dy = ty + kBcThreadRows * i;
           if (full) {
-            const std::uint32_t w = std::uint32_t(core::cast_element(v[i][0], mult[0], f, ccounts)) |
-                                    std::uint32_t(core::cast_element(v[i][1], mult[1], f, ccounts)) << 8 |
-                                    std::uint32_t(core::cast_element(v[i][2], mult[2], f, ccounts)) << 16 |
-                                    std::uint32_t(core::cast_element(v[i][3], mult[3], f, ccounts)) << 24;
+            const std::uint32_t w = cast4(v[i], mult, f, ccounts);
             *reinterpret_cast<std::uint32_t*>(&ctile[dy][4 * tx]) = w;
           } else if (r0 + dy < rows) {
 #pragma unroll
@@ -484,10 +493,7 @@ __global__ void tile_cast_both_kernel(const float* __restrict__ x, int rows, int
         const int dr = ty + kCtThreadRows * i, r = r0 + dr;
         const std::size_t at = std::size_t(r) * std::size_t(cols) + std::size_t(c);
         if (full) {
-          const std::uint32_t w = std::uint32_t(core::cast_element(v[i][0], scale, f, counts)) |
-                                  std::uint32_t(core::cast_element(v[i][1], scale, f, counts)) << 8 |
-                                  std::uint32_t(core::cast_element(v[i][2], scale, f, counts)) << 16 |
-                                  std::uint32_t(core::cast_element(v[i][3], scale, f, counts)) << 24;
+          const std::uint32_t w = cast4(v[i], scale, f, counts);
           if (qr) *reinterpret_cast<std::uint32_t*>(qr + at) = w;
           *reinterpret_cast<std::uint32_t*>(&tile[dr][4 * tx]) = w;
         } else if (r < rows) {

@@ -27,6 +27,15 @@ void check_size(int rows, int cols, const char* what) {
   FP8EMU_CHECK(rows >= 0 && cols >= 0, what, ": sizes must be non-negative, got [", rows, ", ", cols, "]");
 }
 
+// A cast's counts added to a device's counters (nullable).
+void add_counts(CastCounters* c, const emu::QuantizeStats& st) {
+  if (!c) return;
+  c->count += st.count;
+  c->saturated += st.saturated;
+  c->underflow += st.underflow;
+  c->nan += st.nan;
+}
+
 class CpuDevice final : public Device {
  public:
   const char* name() const override { return "cpu"; }
@@ -68,12 +77,7 @@ class CpuDevice final : public Device {
     const bool empty = std::size_t(rows > 0 ? rows : 0) * std::size_t(cols > 0 ? cols : 0) == 0;
     const emu::QuantizeStats st =  // the scale is not read for an empty cast (it may be null then)
         emulated_kernels().cast_transpose(x, rows, cols, empty ? 1.0f : *scale, fmt, q_rowwise, q_columnwise, amax);
-    if (counters) {
-      counters->count += st.count;
-      counters->saturated += st.saturated;
-      counters->underflow += st.underflow;
-      counters->nan += st.nan;
-    }
+    add_counts(counters, st);
   }
   void current_scale(const float* x, std::size_t n, Format fmt, bool pow2, float epsilon,
                      float* scale) const override {
@@ -126,12 +130,7 @@ class CpuDevice final : public Device {
     };
     put(r, rowwise);
     put(cq, columnwise);
-    if (counters) {
-      counters->count += st.count;
-      counters->saturated += st.saturated;
-      counters->underflow += st.underflow;
-      counters->nan += st.nan;
-    }
+    add_counts(counters, st);
   }
   void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
                          const std::uint8_t* B, Format fb, const float* sb, float* D) const override {

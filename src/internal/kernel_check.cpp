@@ -253,6 +253,23 @@ bool same_f32(float a, float b) {
   return core::f32_to_bits(a) == core::f32_to_bits(b) || (std::isnan(a) && std::isnan(b));
 }
 
+// Every model of the accumulation table, with fast accumulation and, where the model takes one, a
+// promotion interval of one block (50 for block-less models: ragged runs) and of 128 (TE's split),
+// and cuBLASLt's split-K: 3 splits with fast accumulation (K = 2s + 1 > 256 gives three ranges of
+// 128, the last one short; smaller K one or two ranges) and 2 splits with promotion every 128.
+std::vector<emu::GemmAccumulation> kernel_check_accumulations() {
+  std::vector<emu::GemmAccumulation> accs;
+  for (const AccumulationModel& m : kAccumulationModels) {
+    accs.push_back({m.id, 0, 1});
+    if (!m.takes_promotion()) continue;
+    accs.push_back({m.id, m.block > 1 ? m.block : 50, 1});
+    if (128 % m.block == 0 && 128 != m.block) accs.push_back({m.id, 128, 1});
+    accs.push_back({m.id, 0, 3});
+    if (128 % m.block == 0) accs.push_back({m.id, 128, 2});
+  }
+  return accs;
+}
+
 std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& cand, const KernelCheckOptions& opt) {
   Recorder rec;
   auto wants = [&](const char* method) { return opt.only.empty() || opt.only == method; };
@@ -267,19 +284,7 @@ std::vector<KernelCheckRow> check_kernels(const Kernels& ref, const Kernels& can
   for (Format a : kFp8Formats)
     for (Format b : kFp8Formats)
       if (emu::gemm_operand_pair_supported(a, b)) kPairs.emplace_back(a, b);
-  // Every model of the accumulation table, with fast accumulation and, where the model takes one, a
-  // promotion interval of one block (50 for block-less models: ragged runs) and of 128 (TE's split),
-  // and cuBLASLt's split-K: 3 splits with fast accumulation (K = 2s + 1 > 256 gives three ranges of
-  // 128, the last one short; smaller K one or two ranges) and 2 splits with promotion every 128.
-  std::vector<emu::GemmAccumulation> kAccs;
-  for (const AccumulationModel& m : kAccumulationModels) {
-    kAccs.push_back({m.id, 0, 1});
-    if (!m.takes_promotion()) continue;
-    kAccs.push_back({m.id, m.block > 1 ? m.block : 50, 1});
-    if (128 % m.block == 0 && 128 != m.block) kAccs.push_back({m.id, 128, 1});
-    kAccs.push_back({m.id, 0, 3});
-    if (128 % m.block == 0) kAccs.push_back({m.id, 128, 2});
-  }
+  const std::vector<emu::GemmAccumulation> kAccs = kernel_check_accumulations();
   const CodeFamily kCodeFamilies[] = {CodeFamily::kNormal, CodeFamily::kWide, CodeFamily::kSpecial};
 
   for (const int s : opt.sizes) {

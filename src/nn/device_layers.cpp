@@ -177,8 +177,9 @@ void DeviceLinear::forward(const float* x, int rows, float* y) {
     const std::size_t nx = std::size_t(rows) * std::size_t(in_);
     d.copy(xb_.get(), x, nx * sizeof(float));
     d.round_bf16(xb_.get(), nx);
-    d.transpose_f32(out_, in_, w_.get(), wt_.get());
-    d.round_bf16(wt_.get(), wt_.size());
+    d.copy(wb_.get(), w_.get(), w_.bytes());  // bf16(W), kept for dgrad: W changes only after backward
+    d.round_bf16(wb_.get(), wb_.size());
+    d.transpose_f32(out_, in_, wb_.get(), wt_.get());
     d.gemm_bf16_nn(rows, out_, in_, xb_.get(), wt_.get(), y);
     d.bias_add(y, b_.get(), rows, out_);
     d.round_bf16(y, std::size_t(rows) * std::size_t(out_));
@@ -242,16 +243,13 @@ void DeviceLinear::backward(const float* dy, int rows, float* dx) {
   const backend::Device& d = *dev_;
   d.column_sum(dy, rows, out_, gb_.get());
   if (bf16_) {  // Linear::backward, bf16: dW = bf16(dy)^T . bf16(x); dx = bf16(bf16(dy) . bf16(W))
-    d.transpose_f32(rows, out_, dy, dyt_.get());
-    d.round_bf16(dyt_.get(), std::size_t(out_) * std::size_t(rows));
+    const std::size_t ndy = std::size_t(rows) * std::size_t(out_);
+    d.copy(dyb_.get(), dy, ndy * sizeof(float));  // bf16(dy) once, for both GEMMs
+    d.round_bf16(dyb_.get(), ndy);
+    d.transpose_f32(rows, out_, dyb_.get(), dyt_.get());
     d.gemm_bf16_nn(out_, in_, rows, dyt_.get(), saved_x_, gw_.get());
     if (dx) {
-      const std::size_t ndy = std::size_t(rows) * std::size_t(out_);
-      d.copy(dyb_.get(), dy, ndy * sizeof(float));
-      d.round_bf16(dyb_.get(), ndy);
-      d.copy(wb_.get(), w_.get(), w_.bytes());
-      d.round_bf16(wb_.get(), wb_.size());
-      d.gemm_bf16_nn(rows, in_, out_, dyb_.get(), wb_.get(), dx);
+      d.gemm_bf16_nn(rows, in_, out_, dyb_.get(), wb_.get(), dx);  // wb_: the forward's bf16(W)
       d.round_bf16(dx, std::size_t(rows) * std::size_t(in_));
     }
     return;

@@ -213,12 +213,11 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
     }
   } else if (precision_ == Precision::kBf16) {
     // dW = bf16(dy)^T . bf16(x) in fp32; dx = bf16(bf16(dy) . bf16(W)).
+    const std::vector<float> dyb = bf16_copy(dy.data.data(), dy.size());
     Matrix dyt(out, batch);
-    emu::transpose(batch, out, dy.data.data(), dyt.data.data());
-    backend::cpu_device().round_bf16(dyt.data.data(), dyt.size());
+    emu::transpose(batch, out, dyb.data(), dyt.data.data());
     emu::gemm_f32_nn(out, in, batch, dyt.data.data(), saved_x_.data.data(), grad_weight.data.data());
     if (dx) {
-      const std::vector<float> dyb = bf16_copy(dy.data.data(), dy.size());
       const std::vector<float> wb = bf16_copy(weight.data.data(), weight.size());
       dx->resize(batch, in);
       emu::gemm_f32_nn(batch, in, out, dyb.data(), wb.data(), dx->data.data());

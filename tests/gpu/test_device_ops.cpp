@@ -398,17 +398,9 @@ void check_gemm_fp8(const Device& ref, const Device& cand, Report& rep) {
   for (const Format a : {Format::kE4M3, Format::kE5M2})
     for (const Format b : {Format::kE4M3, Format::kE5M2})
       if (emu::gemm_operand_pair_supported(a, b)) pairs.emplace_back(a, b);
-  // As the kernel check: every model, fast accumulation, a promotion interval of one block (50
-  // without blocks) and of 128, split-K 3 and split-K 2 with promotion every 128.
-  std::vector<emu::GemmAccumulation> accs;
-  for (const AccumulationModel& m : kAccumulationModels) {
-    accs.push_back({m.id, 0, 1});
-    if (!m.takes_promotion()) continue;
-    accs.push_back({m.id, m.block > 1 ? m.block : 50, 1});
-    if (128 % m.block == 0 && 128 != m.block) accs.push_back({m.id, 128, 1});
-    accs.push_back({m.id, 0, 3});
-    if (128 % m.block == 0) accs.push_back({m.id, 128, 2});
-  }
+  // The kernel check's variants: every model, fast accumulation, a promotion interval of one block
+  // (50 without blocks) and of 128, split-K 3 and split-K 2 with promotion every 128.
+  const std::vector<emu::GemmAccumulation> accs = backend::kernel_check_accumulations();
   // Scales as a recipe's state holds them: ordinary, large and small (1 / s subnormal for FLT_MAX),
   // and 0 and Inf (s = Inf or 0: D Inf/NaN/0).
   const std::pair<float, float> scales[] = {{1.0f, 1.0f},     {0.37f, 1.9f},   {3.3f, 0.011f}, {max_finite_f32(Format::kE4M3) / 3.1f, 2.0e-5f},

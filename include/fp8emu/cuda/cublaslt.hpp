@@ -69,6 +69,27 @@ struct LtFp8Gemm {
   LtAlgo* algo = nullptr;  ///< Host pointer; if set, receives the algorithm that ran.
 };
 
+/// The GEMM D [M, N] = A [M, K] B [N, K]^T of `output` type, every other field of LtFp8Gemm at its
+/// default (no bias, no D scale or amax, the heuristic's split-K).
+inline LtFp8Gemm lt_fp8_gemm(int M, int N, int K, const std::uint8_t* A, Format format_a, const float* scale_inv_a,
+                             const std::uint8_t* B, Format format_b, const float* scale_inv_b, bool fast_accum,
+                             LtOutput output, void* D) {
+  LtFp8Gemm g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A;
+  g.format_a = format_a;
+  g.scale_inv_a = scale_inv_a;
+  g.B = B;
+  g.format_b = format_b;
+  g.scale_inv_b = scale_inv_b;
+  g.fast_accum = fast_accum;
+  g.output = output;
+  g.D = D;
+  return g;
+}
+
 /// A cuBLASLt handle and a 32 MiB workspace on the FP8 GPU. Each GEMM configuration (kind, shape,
 /// types, flags) gets its descriptors and the heuristic's first algorithm once, reused by later
 /// calls; pointers are set on every call. Calls are asynchronous on the default stream;

@@ -79,6 +79,11 @@ struct KernelCheckOptions {
   std::function<void(const std::string&)> progress;
 };
 
+/// The GEMM accumulation variants every GEMM comparison runs: each model of the accumulation table
+/// with fast accumulation and, where the model takes promotion, an interval of one block (50 for
+/// block-less models), of 128, and split-K 3 (fast) and 2 (promoted every 128).
+std::vector<emu::GemmAccumulation> kernel_check_accumulations();
+
 /// Calls every method of `reference` and `candidate` on the same inputs and compares the outputs
 /// (see the file comment). An exception thrown by the candidate is recorded as one mismatch of its
 /// row (with its message) and the checks go on; exceptions of the reference propagate.
