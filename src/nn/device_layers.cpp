@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "fp8emu/scaling/block_quantizer.hpp"
+#include "fp8emu/scaling/mxfp8_quantizer.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
@@ -85,7 +86,7 @@ DeviceLinear::DeviceLinear(const backend::Device& device, const Linear& src)
     blocks_ = true;
     cast_x_.kind = backend::BlockCast::kMxfp8;
     cast_x_.rule = mx->rule;
-    cast_x_.block = 32;
+    cast_x_.block = scaling::kMxfp8Block;
     cast_w_ = cast_dy_ = cast_x_;
   } else if (const auto* bs = std::get_if<scaling::Float8BlockScaling>(&r)) {
     blocks_ = true;

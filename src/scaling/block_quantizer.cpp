@@ -28,6 +28,18 @@ QuantizedTensor BlockQuantizer::quantize(const backend::Kernels& kernels, const 
   return q;
 }
 
+void BlockQuantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
+                                     TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
+  check_device_cast(out, rows, cols, role);
+  backend::BlockCast c;
+  c.kind = role == TensorRole::kWeight ? backend::BlockCast::kTile2d : backend::BlockCast::kBlock1d;
+  c.fmt = format();
+  c.block = kFloat8Block;
+  c.pow2 = !recipe_.use_f32_scales;
+  c.epsilon = recipe_.amax_epsilon;
+  block_cast_device(device, c, x, rows, cols, out, stats);
+}
+
 std::unique_ptr<Quantizer> Float8BlockScaling::make_quantizer(Direction direction) const {
   return std::make_unique<BlockQuantizer>(*this, direction);
 }

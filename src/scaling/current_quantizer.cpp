@@ -20,6 +20,15 @@ QuantizedTensor CurrentQuantizer::quantize(const backend::Kernels& kernels, cons
   return quantize_per_tensor(kernels, x, rows, cols, usage, scale, format(), nullptr, stats);
 }
 
+void CurrentQuantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
+                                       TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
+  check_device_cast(out, rows, cols, role);
+  // The amax kernel, then compute_scale_from_amax, on the device (backend::Device::current_scale).
+  device.current_scale(x, std::size_t(rows) * std::size_t(cols), format(), recipe_.use_power_2_scales,
+                       recipe_.amax_epsilon, out.scale);
+  quantize_per_tensor_device(device, x, rows, cols, out, nullptr, stats);
+}
+
 std::unique_ptr<Quantizer> CurrentScaling::make_quantizer(Direction direction) const {
   return std::make_unique<CurrentQuantizer>(*this, direction);
 }

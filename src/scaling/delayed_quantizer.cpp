@@ -16,6 +16,15 @@ QuantizedTensor DelayedQuantizer::quantize(const backend::Kernels& kernels, cons
                              stats);
 }
 
+void DelayedQuantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
+                                       TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
+  check_device_cast(out, rows, cols, role);
+  const int slot = slot_of(role);
+  const float scale = state_.scale(slot);
+  device.upload(out.scale, &scale, sizeof(float));
+  quantize_per_tensor_device(device, x, rows, cols, out, state_.amax_ptr(slot), stats);
+}
+
 std::unique_ptr<Quantizer> DelayedScaling::make_quantizer(Direction direction) const {
   return std::make_unique<DelayedQuantizer>(*this, direction);
 }

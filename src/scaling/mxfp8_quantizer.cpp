@@ -19,6 +19,17 @@ QuantizedTensor Mxfp8Quantizer::quantize(const backend::Kernels& kernels, const 
   return q;
 }
 
+void Mxfp8Quantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
+                                     TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
+  check_device_cast(out, rows, cols, role);
+  backend::BlockCast c;
+  c.kind = backend::BlockCast::kMxfp8;
+  c.fmt = format();
+  c.rule = recipe_.rule;
+  c.block = kMxfp8Block;
+  block_cast_device(device, c, x, rows, cols, out, stats);
+}
+
 std::unique_ptr<Quantizer> MXFP8BlockScaling::make_quantizer(Direction direction) const {
   return std::make_unique<Mxfp8Quantizer>(*this, direction);
 }

@@ -2,6 +2,13 @@
 // of quantized operands (see include/fp8emu/scaling/quantizer.hpp).
 #include "fp8emu/scaling/quantizer.hpp"
 
+#include "fp8emu/core/e8m0.hpp"
+#include "fp8emu/core/convert.hpp"
+#include "fp8emu/scaling/mxfp8_quantizer.hpp"
+
+#include <cmath>
+#include <tuple>
+
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::scaling {
@@ -78,6 +85,178 @@ QuantizedTensor quantize_per_tensor(const backend::Kernels& kernels, const float
   return q;
 }
 
+std::size_t DeviceOperand::rowwise_scales() const {
+  if (mode != ScalingMode::kBlock || !has(Usage::kRowwise) || block <= 0) return 0;
+  return std::size_t(rows) * std::size_t((cols + block - 1) / block);
+}
+
+std::size_t DeviceOperand::columnwise_scales() const {
+  if (mode != ScalingMode::kBlock || !has(Usage::kColumnwise) || block <= 0) return 0;
+  return std::size_t(cols) * std::size_t((rows + block - 1) / block);
+}
+
+DeviceOperand device_operand(const Quantizer& q, int rows, int cols, TensorRole role, Usage usage) {
+  FP8EMU_CHECK(rows >= 1 && cols >= 1, q.recipe_name(), " quantizer: sizes must be positive, got [", rows, ", ", cols,
+               "]");
+  DeviceOperand o;
+  o.mode = q.scaling_mode();
+  o.format = q.format();
+  o.rows = rows;
+  o.cols = cols;
+  o.usage = usage;
+  o.block = q.block_length(role);
+  return o;
+}
+
+DeviceQuantizedTensor::DeviceQuantizedTensor(const backend::Device& device, const DeviceOperand& description)
+    : device_(&device), op_(description) {
+  using backend::DeviceTensor;
+  FP8EMU_CHECK(op_.codes() <= std::size_t(0x7FFFFFFF), "device operand: [", op_.rows, ", ", op_.cols,
+               "] exceeds 2^31 - 1 elements");
+  if (op_.has(Usage::kRowwise)) {
+    rowwise_ = DeviceTensor<std::uint8_t>(device, op_.rows, op_.cols);
+    op_.rowwise_data = rowwise_.get();
+  }
+  if (op_.has(Usage::kColumnwise)) {
+    columnwise_ = DeviceTensor<std::uint8_t>(device, op_.cols, op_.rows);
+    op_.columnwise_data = columnwise_.get();
+  }
+  if (op_.mode == ScalingMode::kPerTensor) {
+    scale_ = DeviceTensor<float>(device, 1, 1);
+    op_.scale = scale_.get();
+  } else {
+    if (op_.rowwise_scales() > 0) {
+      rowwise_scale_inv_ = DeviceTensor<float>(device, 1, int(op_.rowwise_scales()));
+      op_.rowwise_scale_inv = rowwise_scale_inv_.get();
+    }
+    if (op_.columnwise_scales() > 0) {
+      columnwise_scale_inv_ = DeviceTensor<float>(device, 1, int(op_.columnwise_scales()));
+      op_.columnwise_scale_inv = columnwise_scale_inv_.get();
+    }
+  }
+}
+
+QuantizedTensor DeviceQuantizedTensor::download() const {
+  FP8EMU_CHECK(device_ != nullptr, "device operand: download of an empty DeviceQuantizedTensor");
+  QuantizedTensor q;
+  q.mode = op_.mode;
+  q.format = op_.format;
+  q.rows = op_.rows;
+  q.cols = op_.cols;
+  q.usage = op_.usage;
+  if (op_.mode == ScalingMode::kPerTensor) {
+    if (op_.has(Usage::kRowwise)) {
+      q.rowwise_data.resize(op_.codes());
+      rowwise_.download(q.rowwise_data.data());
+    }
+    if (op_.has(Usage::kColumnwise)) {
+      q.columnwise_data.resize(op_.codes());
+      columnwise_.download(q.columnwise_data.data());
+    }
+    scale_.download(&q.scale);
+    q.scale_inv = emu::scale_inv_of(q.scale);
+    return q;
+  }
+  // One block view as emu::BlockQuantized holds it: n rows of k codes, ceil(k / block) scales each.
+  const auto view = [&](const backend::DeviceTensor<std::uint8_t>& codes, const backend::DeviceTensor<float>& si,
+                        int n, int k) {
+    emu::BlockQuantized b;
+    b.n = n;
+    b.k = k;
+    b.block = op_.block;
+    b.format = op_.format;
+    b.codes.resize(std::size_t(n) * std::size_t(k));
+    codes.download(b.codes.data());
+    b.scale_inv.resize(si.size());
+    si.download(b.scale_inv.data());
+    if (op_.block == kMxfp8Block) {
+      b.e8m0.resize(b.scale_inv.size());
+      for (std::size_t i = 0; i < b.e8m0.size(); ++i)
+        b.e8m0[i] = core::e8m0_round_up_from_f32_bits(core::f32_to_bits(b.scale_inv[i]));  // exact: 2^(e - 127)
+    }
+    return b;
+  };
+  if (op_.has(Usage::kRowwise)) q.rowwise_blocks = view(rowwise_, rowwise_scale_inv_, op_.rows, op_.cols);
+  if (op_.has(Usage::kColumnwise)) q.columnwise_blocks = view(columnwise_, columnwise_scale_inv_, op_.cols, op_.rows);
+  return q;
+}
+
+namespace {
+
+// `out` is the operand this cast writes: its description matches, and its buffers are set.
+void check_device_operand(const DeviceOperand& out, ScalingMode mode, Format format, int rows, int cols, int block,
+                          const char* who) {
+  FP8EMU_CHECK(out.mode == mode && out.format == format && out.rows == rows && out.cols == cols && out.block == block,
+               who, ": the device operand does not describe this cast (make it with scaling::device_operand for the "
+               "same shape, role and usage)");
+  FP8EMU_CHECK(out.has(Usage::kRowwise) || out.has(Usage::kColumnwise), who, ": the device operand asks for no copy");
+  const bool row = out.has(Usage::kRowwise), col = out.has(Usage::kColumnwise);
+  FP8EMU_CHECK((!row || out.rowwise_data) && (!col || out.columnwise_data), who,
+               ": the device operand has no buffer for the ", row && !out.rowwise_data ? "row-wise" : "column-wise",
+               " codes");
+  if (mode == ScalingMode::kPerTensor)
+    FP8EMU_CHECK(out.scale != nullptr, who, ": the device operand has no buffer for the scale");
+  else
+    FP8EMU_CHECK((!row || out.rowwise_scale_inv) && (!col || out.columnwise_scale_inv), who,
+                 ": the device operand has no buffer for the ", row && !out.rowwise_scale_inv ? "row-wise" : "column-wise",
+                 " scale_inv");
+}
+
+emu::QuantizeStats stats_of(const backend::CastCounters& c) {
+  emu::QuantizeStats s;
+  s.count = c.count;
+  s.saturated = c.saturated;
+  s.underflow = c.underflow;
+  s.nan = c.nan;
+  return s;
+}
+
+}  // namespace
+
+void Quantizer::check_device_cast(const DeviceOperand& out, int rows, int cols, TensorRole role) const {
+  check_cast(rows, cols, role);
+  check_device_operand(out, scaling_mode(), format(), rows, cols, block_length(role), recipe_name());
+}
+
+void quantize_per_tensor_device(const backend::Device& device, const float* x, int rows, int cols, DeviceOperand& out,
+                                float* amax, emu::QuantizeStats* stats) {
+  FP8EMU_CHECK(rows >= 1 && cols >= 1, "per-tensor cast: sizes must be positive, got [", rows, ", ", cols, "]");
+  check_device_operand(out, ScalingMode::kPerTensor, out.format, rows, cols, 0, "per-tensor cast");
+  // Scratch: this cast's counts and amax (zero-filled), so that the host applies Linear's fmaxf.
+  backend::DeviceTensor<backend::CastCounters> counters(device, 1, 1);
+  backend::DeviceTensor<float> amax_x;
+  if (amax) amax_x = backend::DeviceTensor<float>(device, 1, 1);
+  device.cast_transpose(x, rows, cols, out.scale, out.format, out.has(Usage::kRowwise) ? out.rowwise_data : nullptr,
+                        out.has(Usage::kColumnwise) ? out.columnwise_data : nullptr, amax ? amax_x.get() : nullptr,
+                        counters.get());
+  backend::CastCounters c;
+  counters.download(&c);  // waits for the cast
+  if (stats) *stats += stats_of(c);
+  if (amax) {
+    float a = 0.0f;
+    amax_x.download(&a);
+    *amax = std::fmax(*amax, a);
+  }
+  float s = 0.0f;
+  device.download(&s, out.scale, sizeof(float));
+  out.host_scale = s;
+  out.host_scale_inv = emu::scale_inv_of(s);
+}
+
+void block_cast_device(const backend::Device& device, const backend::BlockCast& cast, const float* x, int rows,
+                       int cols, DeviceOperand& out, emu::QuantizeStats* stats) {
+  backend::DeviceTensor<backend::CastCounters> counters(device, 1, 1);
+  const backend::BlockView row =
+      out.has(Usage::kRowwise) ? backend::BlockView{out.rowwise_data, out.rowwise_scale_inv} : backend::BlockView{};
+  const backend::BlockView col = out.has(Usage::kColumnwise)
+                                     ? backend::BlockView{out.columnwise_data, out.columnwise_scale_inv}
+                                     : backend::BlockView{};
+  device.block_cast(cast, x, rows, cols, row, col, counters.get());
+  backend::CastCounters c;
+  counters.download(&c);  // waits for the cast
+  if (stats) *stats += stats_of(c);
+}
+
 namespace {
 const char* usage_name(Usage u) { return u == Usage::kRowwise ? "row-wise" : "column-wise"; }
 
@@ -109,6 +288,43 @@ void gemm_tn(const backend::Kernels& kernels, const QuantizedTensor& a, Usage a_
       kernels.gemm_fp8_block_tn(a_row ? a.rowwise_blocks : a.columnwise_blocks,
                                 b_row ? b.rowwise_blocks : b.columnwise_blocks, d);
       return;
+  }
+  FP8EMU_FAIL("gemm_tn: invalid scaling mode");
+}
+
+void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usage, const DeviceOperand& b,
+             Usage b_usage, const emu::GemmAccumulation& acc, float* d) {
+  for (const auto& [t, u, which] : {std::tuple<const DeviceOperand&, Usage, const char*>{a, a_usage, "A"},
+                                    {b, b_usage, "B"}}) {
+    FP8EMU_CHECK(u == Usage::kRowwise || u == Usage::kColumnwise, "gemm_tn: operand ", which,
+                 " must be read row-wise or column-wise");
+    FP8EMU_CHECK(t.has(u), "gemm_tn: operand ", which, " has no ", usage_name(u),
+                 " copy (quantize it with that usage)");
+    FP8EMU_CHECK(u == Usage::kRowwise ? t.rowwise_data != nullptr : t.columnwise_data != nullptr, "gemm_tn: operand ",
+                 which, " has no buffer for its ", usage_name(u), " codes");
+  }
+  FP8EMU_CHECK(a.mode == b.mode, "gemm_tn: the operands have different scaling modes");
+  const bool a_row = a_usage == Usage::kRowwise, b_row = b_usage == Usage::kRowwise;
+  const int M = a_row ? a.rows : a.cols, K = a_row ? a.cols : a.rows;
+  const int N = b_row ? b.rows : b.cols, KB = b_row ? b.cols : b.rows;
+  FP8EMU_CHECK(K == KB, "gemm_tn: K differs, ", K, " for A and ", KB, " for B");
+  const std::uint8_t* qa = a_row ? a.rowwise_data : a.columnwise_data;
+  const std::uint8_t* qb = b_row ? b.rowwise_data : b.columnwise_data;
+  switch (a.mode) {
+    case ScalingMode::kPerTensor:
+      FP8EMU_CHECK(a.scale && b.scale, "gemm_tn: a per-tensor device operand has no scale");
+      device.gemm_fp8_tn(M, N, K, qa, a.format, a.scale, qb, b.format, b.scale, acc, d);
+      return;
+    case ScalingMode::kBlock: {
+      FP8EMU_CHECK(acc.model == emu::Accumulation::kFp32,
+                   "gemm_tn: block-scaled GEMMs accumulate in fp32 only (tensor-core models are per-tensor only)");
+      FP8EMU_CHECK(a.block == b.block, "gemm_tn: the operands' block lengths differ, ", a.block, " and ", b.block);
+      const float* sa = a_row ? a.rowwise_scale_inv : a.columnwise_scale_inv;
+      const float* sb = b_row ? b.rowwise_scale_inv : b.columnwise_scale_inv;
+      FP8EMU_CHECK(sa && sb, "gemm_tn: a block device operand has no scale_inv for the copy read");
+      device.gemm_fp8_block_tn(M, N, K, a.block, qa, a.format, sa, qb, b.format, sb, d);
+      return;
+    }
   }
   FP8EMU_FAIL("gemm_tn: invalid scaling mode");
 }

@@ -33,6 +33,7 @@
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/util/error.hpp"
+#include "support/device_quantize_check.hpp"
 #include "support/gpu_skip.hpp"
 #include "fp8emu_internal/kernel_check.hpp"
 
@@ -1122,6 +1123,14 @@ TEST_CASE("gpu: device delayed-scaling pipeline bit-identical to cpu_device", "[
 }
 TEST_CASE("gpu: device gemm_fp8_tn bit-identical to cpu_device, every model", "[gpu][device]") {
   gpu_check("gemm_fp8_tn", check_gemm_fp8);
+}
+TEST_CASE("gpu: device casts of every recipe (Quantizer::quantize_device) equal the host quantizers", "[gpu][device]") {
+  if (!fp8emu::testing::have_gpu()) return;
+  fp8emu::testing::check_device_quantizers(backend::cuda_device());
+}
+TEST_CASE("gpu: GEMMs of device operands (scaling::gemm_tn on the GPU) equal the host gemm_tn", "[gpu][device]") {
+  if (!fp8emu::testing::have_gpu()) return;
+  fp8emu::testing::check_device_operand_gemms(backend::cuda_device());
 }
 TEST_CASE("gpu: device bias_add and column_sum bit-identical to cpu_device", "[gpu][device]") {
   gpu_check("bias_add, column_sum", check_bias_and_columns);

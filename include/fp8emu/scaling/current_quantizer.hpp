@@ -24,6 +24,8 @@ class CurrentQuantizer final : public Quantizer {
   ScalingMode scaling_mode() const override { return CurrentScaling::kScalingMode; }
   QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols, TensorRole role,
                            Usage usage, emu::QuantizeStats* stats) override;
+  void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                       DeviceOperand& out, emu::QuantizeStats* stats) override;
   /// TE cannot fuse a current-scaling cast into the norm kernel (the amax comes first): the norm
   /// writes bf16 and this cast reads it.
   bool reads_bf16_norm_output() const override { return true; }

@@ -27,6 +27,8 @@ class DelayedQuantizer final : public Quantizer {
   ScalingMode scaling_mode() const override { return DelayedScaling::kScalingMode; }
   QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols, TensorRole role,
                            Usage usage, emu::QuantizeStats* stats) override;
+  void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                       DeviceOperand& out, emu::QuantizeStats* stats) override;
   void update_scales() override { state_.update(recipe_, format()); }
   DelayedScalingState* amax_history_state() override { return &state_; }
   const DelayedScaling& recipe() const { return recipe_; }

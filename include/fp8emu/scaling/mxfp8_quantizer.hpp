@@ -11,6 +11,9 @@
 
 namespace fp8emu::scaling {
 
+/// Elements per E8M0 scale of an MXFP8 block (OCP MX v1.0; TE quantize_mxfp8.cuh).
+inline constexpr int kMxfp8Block = 32;
+
 /// A cast of an fp32 [rows, cols] tensor: kRowwise gives the view [rows, cols] with 1x32 blocks
 /// along cols; kColumnwise gives the view [cols, rows] with 32x1 blocks along rows, quantized
 /// independently from the fp32 source (not a transpose of the row-wise codes), as TE. Every role
@@ -27,6 +30,9 @@ class Mxfp8Quantizer final : public Quantizer {
   ScalingMode scaling_mode() const override { return MXFP8BlockScaling::kScalingMode; }
   QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols, TensorRole role,
                            Usage usage, emu::QuantizeStats* stats) override;
+  void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                       DeviceOperand& out, emu::QuantizeStats* stats) override;
+  int block_length(TensorRole) const override { return kMxfp8Block; }
   const MXFP8BlockScaling& recipe() const { return recipe_; }
 
  private:

@@ -23,11 +23,13 @@
 /// either backend::Kernels implementation (emulated or cuda).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <vector>
 
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
@@ -93,6 +95,39 @@ struct QuantizedTensor {
   bool has(Usage u) const { return has_usage(usage, u); }
 };
 
+/// One FP8 operand in a backend::Device's memory: the device-resident QuantizedTensor, as TE keeps
+/// its Float8Tensor / MXFP8Tensor / Float8BlockwiseQTensor on the GPU. The buffers belong to the
+/// caller (allocate them with the sizes of device_operand(); any memory of that device); the
+/// quantizer's device cast (Quantizer::quantize_device) writes them, and gemm_tn(Device, ...) reads
+/// them. Contents are those of the QuantizedTensor the host cast gives, bit for bit:
+///   - kPerTensor: rowwise_data [rows, cols] and/or columnwise_data [cols, rows] codes; *scale (one
+///     fp32 in device memory) the cast's scale; host_scale / host_scale_inv its host copies
+///     (host_scale_inv = RN(1/scale), emu::scale_inv_of).
+///   - kBlock: the row-wise view (codes [rows, cols], rowwise_scale_inv [rows, ceil(cols / block)])
+///     and/or the column-wise view (codes [cols, rows], columnwise_scale_inv [cols, ceil(rows / block)]),
+///     as emu::BlockQuantized lays them out (MXFP8's scale_inv are the E8M0 scales' values).
+struct DeviceOperand {
+  ScalingMode mode = ScalingMode::kPerTensor;
+  Format format = Format::kE4M3;
+  int rows = 0, cols = 0;         ///< Shape of the fp32 source.
+  Usage usage = Usage::kRowwise;  ///< Which copies are present.
+  int block = 0;                  ///< kBlock: elements of K per scale (MXFP8 32, 128-block 128); 0 otherwise.
+  std::uint8_t* rowwise_data = nullptr;
+  std::uint8_t* columnwise_data = nullptr;
+  float* scale = nullptr;  ///< kPerTensor: one fp32.
+  float* rowwise_scale_inv = nullptr;
+  float* columnwise_scale_inv = nullptr;
+  float host_scale = std::numeric_limits<float>::quiet_NaN();      ///< kPerTensor, set by the cast.
+  float host_scale_inv = std::numeric_limits<float>::quiet_NaN();  ///< kPerTensor, set by the cast.
+
+  bool has(Usage u) const { return has_usage(usage, u); }
+  /// Elements of each buffer: codes of one copy (rows * cols), and the scale_inv of the row-wise
+  /// and column-wise block views (0 for kPerTensor or a copy not present).
+  std::size_t codes() const { return std::size_t(rows) * std::size_t(cols); }
+  std::size_t rowwise_scales() const;
+  std::size_t columnwise_scales() const;
+};
+
 /// The casts of one recipe for one direction (forward or backward), with whatever state the
 /// recipe keeps (delayed scaling: scale and amax_history of every slot of that direction).
 /// Rounding: round-to-nearest-even; overflow: CUDA __NV_SATFINITE (clip to the format's max finite
@@ -125,6 +160,24 @@ class Quantizer {
   virtual QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols,
                                    TensorRole role, Usage usage, emu::QuantizeStats* stats) = 0;
 
+  /// The same cast on a backend::Device, reading x and writing `out` in that device's memory:
+  /// the codes, scales and counts of quantize() bit for bit, and the quantizer's state (delayed
+  /// scaling's amax_history) updated the same way. The operations run in the device's order
+  /// (backend::Device); the call returns after the counts and the scale have come back to the host
+  /// (*stats, out.host_scale), so `out` is complete for any later operation of that device.
+  /// \param x    Shape: [rows, cols] row-major fp32, device memory.
+  /// \param out  Shape, mode, format, usage and block as device_operand(*this, rows, cols, role,
+  ///             usage) gives them, with the buffers of its usage set.
+  /// 	hrows fp8emu::Error as quantize(), and when `out` does not match the cast (a null buffer, a
+  ///         different shape, mode, format or block).
+  virtual void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                               DeviceOperand& out, emu::QuantizeStats* stats) = 0;
+  /// The block length of a role's cast: 0 for per-tensor recipes, 32 for MXFP8, 128 for 128-block.
+  virtual int block_length(TensorRole role) const {
+    (void)role;
+    return 0;
+  }
+
   /// TE's scale update point of this direction (after its pass): the delayed-scaling amax/scale
   /// update of every slot (see DelayedScalingState::update). No-op for recipes without amax_history.
   virtual void update_scales() {}
@@ -152,6 +205,9 @@ class Quantizer {
  protected:
   /// \throws fp8emu::Error unless rows, cols >= 1 and role belongs to direction().
   void check_cast(int rows, int cols, TensorRole role) const;
+  /// check_cast, and \throws fp8emu::Error unless `out` is device_operand(*this, rows, cols, role,
+  /// out.usage) with the buffers of its usage set.
+  void check_device_cast(const DeviceOperand& out, int rows, int cols, TensorRole role) const;
 
  private:
   Direction direction_;
@@ -183,6 +239,59 @@ std::unique_ptr<Quantizer> make_quantizer(const Recipe& recipe, Direction direct
 QuantizedTensor quantize_per_tensor(const backend::Kernels& kernels, const float* x, int rows, int cols,
                                     Usage usage, float scale, Format format, float* amax,
                                     emu::QuantizeStats* stats);
+
+/// A DeviceOperand describing the cast of [rows, cols] by `q` for `role` and `usage`, with no
+/// buffers yet: the caller allocates codes() bytes per copy, rowwise_scales() / columnwise_scales()
+/// floats for a block mode, one float for `scale` of a per-tensor mode, and sets the pointers.
+/// \throws fp8emu::Error for non-positive sizes.
+DeviceOperand device_operand(const Quantizer& q, int rows, int cols, TensorRole role, Usage usage);
+
+/// A DeviceOperand that owns its buffers (backend::DeviceTensor, zero-filled, freed on destruction;
+/// move-only): the device-resident QuantizedTensor for C++ callers.
+///
+///     scaling::DeviceQuantizedTensor xq(dev, scaling::device_operand(q, rows, cols, role, usage));
+///     q.quantize_device(dev, x, rows, cols, role, xq.operand(), &stats);
+class DeviceQuantizedTensor {
+ public:
+  DeviceQuantizedTensor() = default;
+  /// Allocates the buffers `description` (from device_operand) needs on `device`.
+  /// \throws fp8emu::Error when the device cannot allocate them.
+  DeviceQuantizedTensor(const backend::Device& device, const DeviceOperand& description);
+  DeviceOperand& operand() { return op_; }
+  const DeviceOperand& operand() const { return op_; }
+  /// The operand copied to the host, as the host cast returns it (waits for the device): per-tensor
+  /// codes, scale and scale_inv; block views with their scale_inv, and MXFP8's E8M0 codes (exactly
+  /// the codes of those power-of-two scales).
+  QuantizedTensor download() const;
+
+ private:
+  const backend::Device* device_ = nullptr;
+  DeviceOperand op_;
+  backend::DeviceTensor<std::uint8_t> rowwise_, columnwise_;
+  backend::DeviceTensor<float> scale_, rowwise_scale_inv_, columnwise_scale_inv_;
+};
+
+/// The per-tensor cast of quantize_per_tensor on a device, with the scale already in *out.scale
+/// (device memory): codes of RN(x * scale) (__NV_SATFINITE, RNE), the copies out.usage asks for;
+/// sets out.host_scale and out.host_scale_inv; if `amax` is non-null, *amax = fmaxf(*amax, amax(x))
+/// on the host (delayed scaling's history row 0). Returns after the counts have come back.
+/// \throws fp8emu::Error for non-positive sizes, a block-mode or unbuffered `out`.
+void quantize_per_tensor_device(const backend::Device& device, const float* x, int rows, int cols, DeviceOperand& out,
+                                float* amax, emu::QuantizeStats* stats);
+
+/// A block-scaled cast on a device (backend::Device::block_cast) into the views out.usage asks for;
+/// *stats adds its counts (the row-wise cast's when made, else the column-wise one's). Returns after
+/// the counts have come back. The caller checks `out` (Quantizer::check_device_cast).
+void block_cast_device(const backend::Device& device, const backend::BlockCast& cast, const float* x, int rows,
+                       int cols, DeviceOperand& out, emu::QuantizeStats* stats);
+
+/// gemm_tn of two device operands on their device: the same D bit for bit, D [M, N] row-major fp32
+/// in that device's memory, enqueued in the device's order (download D, or read it with later
+/// operations). Per-tensor operands take any accumulation model (the GEMM reads each scale_inv as
+/// RN(1 / *scale), as the host's scale_inv); block operands accumulate in fp32 only.
+/// \throws fp8emu::Error as gemm_tn.
+void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usage, const DeviceOperand& b,
+             Usage b_usage, const emu::GemmAccumulation& acc, float* d);
 
 /// FP8 GEMM of two quantized operands in the TN layout, D[M, N] = A[M, K] . B[N, K]^T, fp32 out
 /// (TE general_gemm, cublaslt_gemm.cu, which dispatches on the operands' scaling mode).
