@@ -901,4 +901,6 @@ const backend::Device& device() {
   return d;
 }
 
+int device_index() { return detail::state().device; }
+
 }  // namespace fp8emu::cuda

@@ -120,7 +120,15 @@ class QuantizedTensor:
     """One FP8 operand as the GEMM reads it (TE Float8Tensor, MXFP8Tensor, Float8BlockwiseQTensor),
     from an fp32 source of shape (rows, cols).
 
-    Attributes (NumPy arrays are read-only views of the operand's memory; None where absent):
+    Where it lives: the device of the tensor it was cast from (:attr:`device`). From a CPU array,
+    its arrays are read-only NumPy views of the operand's host memory. From a CUDA array, they are
+    CUDA arrays of the source's framework on its GPU (PyTorch in, PyTorch out with
+    ``torch.float8_e4m3fn``/``torch.float8_e5m2`` codes; JAX likewise; CuPy uint8 codes), written by
+    the GPU twins of the host casts, with the same bits; ``scale`` and ``scale_inv`` are host floats
+    either way, and ``rowwise_e8m0``/``columnwise_e8m0`` are None on the GPU (each E8M0 code is the
+    exponent field of the fp32 scale_inv, ``bits >> 23``).
+
+    Attributes (None where absent):
         mode: "per_tensor" (delayed and current scaling) or "block" (MXFP8, 128-block).
         format: element format name ("e4m3fn", "e5m2").
         rowwise_data: codes of the row-wise copy, (rows, cols), ml_dtypes dtype (K = cols).
@@ -137,9 +145,23 @@ class QuantizedTensor:
         self._impl = impl
         self.stats = stats
 
+    @property
+    def is_cuda(self) -> bool:
+        """True when the codes and scales are CUDA arrays (cast from a CUDA array)."""
+        return isinstance(self._impl, _fp8emu.CudaQuantizedTensor)
+
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda:N"``: where the codes and scales live."""
+        return f"cuda:{self._impl.device}" if self.is_cuda else "cpu"
+
     def _codes(self, a):
         if a is None:
             return None
+        if self.is_cuda:
+            from . import _cuda
+
+            return _cuda.codes_as(a, self.format, self._impl.framework)
         from . import dtype
 
         return a.view(dtype(self.format))
@@ -161,7 +183,7 @@ class QuantizedTensor:
 
     def __repr__(self):
         return (f"QuantizedTensor(mode={self.mode!r}, format={self.format!r}, shape=({self.rows}, {self.cols}), "
-                f"usage={self.usage!r})")
+                f"usage={self.usage!r}, device={self.device!r})")
 
 
 def _algo_name(algo: Any) -> str:
@@ -229,11 +251,12 @@ class Quantizer:
 
         Args:
             x: float32, (rows, cols), C-contiguous (NumPy or a CPU DLPack array; read in place). A CUDA
-                array (PyTorch CUDA tensor, CuPy, JAX GPU array) is cast on its GPU, in place, by the
-                GPU twins of the same kernels (same bits, the quantizer's state updated the same way),
-                after ``stream`` (see :func:`fp8emu.cast`; default: the array's framework's current
-                stream) has reached the call; the QuantizedTensor's codes and scales come back as
-                host (NumPy) arrays, ready for :func:`gemm` on the CPU.
+                array (PyTorch CUDA tensor, CuPy, JAX GPU array) on fp8emu's GPU is cast there by
+                the GPU twins of the same casts (``Quantizer::quantize_device``: same bits, the
+                quantizer's state updated the same way), after ``stream`` (see :func:`fp8emu.cast`;
+                default: the array's framework's current stream) has reached the call; the
+                QuantizedTensor's codes and scale_inv are then new CUDA arrays on that GPU, complete
+                when the call returns, ready for :func:`gemm` on the GPU.
             role: "input", "weight" or "output" (forward), "grad_output" or "grad_input" (backward).
                 Delayed scaling casts with the role's stored scale and records x's amax in the
                 role's history slot; block scaling casts "weight" in 128 x 128 tiles, the others in
@@ -244,13 +267,15 @@ class Quantizer:
         Raises:
             TypeError: x not float32; on a device other than the CPU or CUDA; a CUDA array where
                 this build has no CUDA or the machine no usable GPU (the message says why).
+            ValueError (CUDA arrays): on another GPU than fp8emu's (the message names both).
             ValueError: not 2-D, empty, non-contiguous, a role of the other direction, unknown
                 role/usage, ``stream`` with a CPU array.
         """
         from . import _cuda
 
         if _cuda.is_cuda(x):
-            impl, stats = self._impl.quantize_cuda(x, role, usage, _cuda.stream_handle(x, stream))
+            impl, stats = self._impl.quantize_cuda(x, role, usage, _cuda.stream_handle(x, stream),
+                                                   _cuda.framework_of(x))
         else:
             if stream is not None:
                 raise ValueError("fp8emu.Quantizer.quantize: stream applies to CUDA arrays only")
@@ -326,8 +351,24 @@ def gemm(a: QuantizedTensor, b: QuantizedTensor, *, a_usage: str = "rowwise", b_
     (see :func:`fp8emu.gemm`); block operands: per-block scales, fp32 accumulation per block (the
     accumulation must be "fp32").
 
+    Devices: two host operands give a float32 NumPy array, computed by the emulator; two GPU
+    operands (quantized from CUDA arrays) give a new float32 CUDA array of a's framework on their
+    GPU, computed there by the GPU twin (``scaling::gemm_tn`` on ``backend::cuda_device()``) with the
+    same bits, complete when the call returns.
+
     Raises:
+        TypeError: an operand that is not a QuantizedTensor; one host and one GPU operand.
         ValueError: operands of different modes, a missing copy, K mismatch, a block GEMM with another
-            accumulation model, unknown names.
+            accumulation model, unknown names; GPU operands on different GPUs.
     """
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, QuantizedTensor):
+            raise TypeError(f"fp8emu.recipe.gemm: {name} must be a QuantizedTensor (from Quantizer.quantize); "
+                            f"got {type(t).__name__}")
+    if a.is_cuda != b.is_cuda:
+        raise TypeError(f"fp8emu.recipe.gemm: a is on {a.device} and b on {b.device}; both operands must be on "
+                        f"the same device (quantize both from CPU arrays, or both from CUDA arrays)")
+    if a.is_cuda:
+        return _fp8emu.gemm_tn_cuda(a._impl, a_usage, b._impl, b_usage, accumulation, int(promotion),
+                                    a._impl.framework)
     return _fp8emu.gemm_tn(a._impl, a_usage, b._impl, b_usage, accumulation, int(promotion))

@@ -134,12 +134,17 @@ inline Format format_of(const std::string& name, const char* what) {
 /// The GPU path's entry points (python/src/cuda_arrays.cpp): cuda_available, cuda_cast, cuda_decode,
 /// cuda_gemm, ...; in a build without CUDA they raise TypeError naming the function and the device.
 void bind_cuda(nb::module_& m);
-/// fp8emu.Quantizer.quantize on a CUDA array x (float32, 2-D, C-contiguous): the quantizer's own
-/// logic and state (its scale, amax history, counts) with every cast on x's GPU, in place
-/// (cuda::device_input_kernels), after `stream` (a cudaStream_t as an integer) has reached the call;
-/// the codes and scales come back on the host, the emulator's bits. Without CUDA or a usable GPU:
-/// TypeError naming the function and the device; other checks as the CPU path's.
-scaling::QuantizedTensor cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRole role,
-                                       scaling::Usage usage, emu::QuantizeStats& stats, std::uintptr_t stream);
+/// fp8emu.Quantizer.quantize on a CUDA array x (float32, 2-D, C-contiguous) of the GPU of
+/// backend::cuda_device(): the quantizer's device cast (scaling::Quantizer::quantize_device), after
+/// `stream` (a cudaStream_t as an integer) has reached the call. Returns (a CudaQuantizedTensor whose
+/// codes and scale_inv are new CUDA arrays of `framework` on x's device, the counts as a dict); the
+/// quantizer's state is updated as the host cast updates it. Without CUDA or a usable GPU: TypeError
+/// naming the function and the device; other checks as the CPU path's.
+nb::tuple cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRole role, scaling::Usage usage,
+                        std::uintptr_t stream, const std::string& framework);
+/// fp8emu.recipe.gemm of two CudaQuantizedTensor (scaling::gemm_tn on backend::cuda_device()):
+/// D (M, N) float32, a new CUDA array of `framework`, complete when it returns.
+nb::object cuda_gemm_tn(nb::handle a, scaling::Usage a_usage, nb::handle b, scaling::Usage b_usage,
+                        const emu::GemmAccumulation& acc, const std::string& framework);
 
 }  // namespace fp8emu::python

@@ -35,6 +35,7 @@
 
 #include "fp8emu/cuda/backend.hpp"
 #include "fp8emu/cuda/device.hpp"
+#include "fp8emu/backend/device.hpp"
 #endif
 
 namespace nb = nanobind;
@@ -487,8 +488,41 @@ nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a,
 
 }  // namespace
 
-scaling::QuantizedTensor cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRole role,
-                                       scaling::Usage usage, emu::QuantizeStats& stats, std::uintptr_t stream) {
+namespace {
+
+// A recipe's operand on the GPU (fp8emu.recipe.QuantizedTensor of a CUDA array): the device operand
+// the quantizer wrote and the CUDA arrays that own its buffers.
+struct CudaQuantized {
+  scaling::DeviceOperand op;
+  int device = 0;
+  std::string framework;
+  nb::object rowwise_data, columnwise_data, rowwise_scale_inv, columnwise_scale_inv;
+  nb::object scale_owner;  // the one-float device buffer of a per-tensor scale
+};
+
+#ifdef FP8EMU_HAVE_CUDA
+// The GPU of backend::cuda_device(), where the device-resident quantizers and GEMMs run; an array on
+// another GPU is a ValueError saying where to move it.
+void require_device_gpu(const char* fn, const char* what, int device) {
+  int index = 0;
+  try {
+    index = cuda::device_index();
+  } catch (const fp8emu::Error& e) {
+    throw std::runtime_error(fn_text(fn, e.what()));
+  }
+  if (device != index)
+    value_error(fn, std::string(what) + " is on CUDA device " + std::to_string(device) +
+                        "; fp8emu's quantized tensors live on CUDA device " + std::to_string(index) +
+                        " (the GPU of backend::cuda_device(), the first of compute capability 8.9 or newer unless "
+                        "backend::set_cuda_device_slot chose another): move it there first (e.g. x.to('cuda:" +
+                        std::to_string(index) + "'))");
+}
+#endif
+
+}  // namespace
+
+nb::tuple cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRole role, scaling::Usage usage,
+                        std::uintptr_t stream, const std::string& framework) {
   const char* fn = "fp8emu.Quantizer.quantize";
   require_gpu(fn, "x");
 #ifdef FP8EMU_HAVE_CUDA
@@ -499,21 +533,93 @@ scaling::QuantizedTensor cuda_quantize(scaling::Quantizer& q, const Array& x, sc
   if (x.ndim() != 2)
     value_error(fn, "x has " + std::to_string(x.ndim()) + " dimensions; quantizers take 2-D (rows, cols) tensors");
   if (x.shape(0) > 0x7FFFFFFF || x.shape(1) > 0x7FFFFFFF) value_error(fn, "x: a dimension exceeds 2^31 - 1");
-  DeviceScope scope(fn, device);
-  const float* px = static_cast<const float*>(x.data());
   const int rows = int(x.shape(0)), cols = int(x.shape(1));
-  scaling::QuantizedTensor t;
+  DeviceScope scope(fn, device);
+  require_device_gpu(fn, "x", device);
+  CudaQuantized t;
+  try {
+    t.op = scaling::device_operand(q, rows, cols, role, usage);
+  } catch (const fp8emu::Error& e) {
+    value_error(fn, e.what());
+  }
+  t.device = device;
+  t.framework = framework;
+  scaling::DeviceOperand& op = t.op;
+  const std::vector<std::size_t> row_shape{std::size_t(rows), std::size_t(cols)};
+  const std::vector<std::size_t> col_shape{std::size_t(cols), std::size_t(rows)};
+  // One new CUDA array per buffer (cudaMalloc, freed with its last view).
+  const auto codes = [&](const std::vector<std::size_t>& shape, std::uint8_t*& p) {
+    auto [mem, owner] = allocate(fn, op.codes(), device);
+    p = static_cast<std::uint8_t*>(mem);
+    return wrap(mem, shape, nb::dtype<std::uint8_t>(), device, owner, framework);
+  };
+  const auto scales = [&](std::size_t n, std::size_t count, float*& p) {
+    auto [mem, owner] = allocate(fn, n * count * sizeof(float), device);
+    p = static_cast<float*>(mem);
+    return wrap(mem, {n, count}, nb::dtype<float>(), device, owner, framework);
+  };
+  if (op.has(scaling::Usage::kRowwise)) t.rowwise_data = codes(row_shape, op.rowwise_data);
+  if (op.has(scaling::Usage::kColumnwise)) t.columnwise_data = codes(col_shape, op.columnwise_data);
+  if (op.mode == scaling::ScalingMode::kPerTensor) {
+    auto [mem, owner] = allocate(fn, sizeof(float), device);
+    op.scale = static_cast<float*>(mem);
+    t.scale_owner = owner;
+  } else {
+    if (op.rowwise_scales() > 0)
+      t.rowwise_scale_inv = scales(std::size_t(rows), op.rowwise_scales() / std::size_t(rows), op.rowwise_scale_inv);
+    if (op.columnwise_scales() > 0)
+      t.columnwise_scale_inv =
+          scales(std::size_t(cols), op.columnwise_scales() / std::size_t(cols), op.columnwise_scale_inv);
+  }
+  const float* px = static_cast<const float*>(x.data());
+  emu::QuantizeStats st;
   run_released(fn, [&] {
-    // The casts run on the legacy default stream, synchronously: x must be complete first.
+    // The device's operations are ordered on its own stream: x must be complete first.
     const cudaError_t e = cudaStreamSynchronize(stream_of(stream));
     if (e != cudaSuccess)
       FP8EMU_FAIL("CUDA call cudaStreamSynchronize(stream) failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
-    t = q.quantize(cuda::device_input_kernels(), px, rows, cols, role, usage, &stats);
+    q.quantize_device(backend::cuda_device(), px, rows, cols, role, op, &st);  // returns when complete
   });
-  return t;
+  nb::dict d;
+  d["count"] = st.count;
+  d["saturated"] = st.saturated;
+  d["underflow"] = st.underflow;
+  d["nan"] = st.nan;
+  return nb::make_tuple(nb::cast(std::move(t)), d);
 #else
-  (void)q, (void)x, (void)role, (void)usage, (void)stats, (void)stream;
+  (void)q, (void)x, (void)role, (void)usage, (void)stream, (void)framework;
   return {};
+#endif
+}
+
+nb::object cuda_gemm_tn(nb::handle a, scaling::Usage a_usage, nb::handle b, scaling::Usage b_usage,
+                        const emu::GemmAccumulation& acc, const std::string& framework) {
+  const char* fn = "fp8emu.recipe.gemm";
+  require_gpu(fn, "a");
+#ifdef FP8EMU_HAVE_CUDA
+  for (const auto& [h, name] : {std::pair<nb::handle, const char*>{a, "a"}, {b, "b"}})
+    if (!nb::isinstance<CudaQuantized>(h))
+      type_error(fn, std::string(name) + " is not a quantized tensor on the GPU (from Quantizer.quantize of a CUDA "
+                                         "array)");
+  const CudaQuantized& ta = nb::cast<const CudaQuantized&>(a);
+  const CudaQuantized& tb = nb::cast<const CudaQuantized&>(b);
+  same_device(fn, ta.device, tb.device, "b");
+  const bool arow = a_usage == scaling::Usage::kRowwise, brow = b_usage == scaling::Usage::kRowwise;
+  const std::int64_t M = arow ? ta.op.rows : ta.op.cols, N = brow ? tb.op.rows : tb.op.cols;
+  DeviceScope scope(fn, ta.device);
+  std::optional<OutArray> none;
+  Output o = output_for(fn, none, ta.device, {M, N}, nb::dtype<float>(), false, framework);
+  auto* d = static_cast<float*>(o.data);
+  run_released(fn, [&] {
+    const backend::Device& dev = backend::cuda_device();
+    scaling::gemm_tn(dev, ta.op, a_usage, tb.op, b_usage, acc, d);
+    float first = 0.0f;
+    dev.download(&first, d, sizeof(float));  // waits for the GEMM (M, N >= 1)
+  });
+  return o.result;
+#else
+  (void)a, (void)a_usage, (void)b, (void)b_usage, (void)acc, (void)framework;
+  return nb::none();
 #endif
 }
 
@@ -523,6 +629,29 @@ void bind_cuda(nb::module_& m) {
 #else
   m.attr("cuda") = false;
 #endif
+  nb::class_<CudaQuantized>(m, "CudaQuantizedTensor",
+                            "A recipe's FP8 operand on the GPU; see fp8emu.recipe.QuantizedTensor.")
+      .def_prop_ro("mode", [](const CudaQuantized& t) {
+        return t.op.mode == scaling::ScalingMode::kPerTensor ? "per_tensor" : "block";
+      })
+      .def_prop_ro("format", [](const CudaQuantized& t) { return std::string(format_name(t.op.format)); })
+      .def_prop_ro("rows", [](const CudaQuantized& t) { return t.op.rows; })
+      .def_prop_ro("cols", [](const CudaQuantized& t) { return t.op.cols; })
+      .def_prop_ro("usage", [](const CudaQuantized& t) {
+        return t.op.usage == scaling::Usage::kRowwise ? "rowwise"
+               : t.op.usage == scaling::Usage::kColumnwise ? "columnwise" : "both";
+      })
+      .def_prop_ro("scale", [](const CudaQuantized& t) { return t.op.host_scale; })
+      .def_prop_ro("scale_inv", [](const CudaQuantized& t) { return t.op.host_scale_inv; })
+      .def_prop_ro("block", [](const CudaQuantized& t) { return t.op.block; })
+      .def_prop_ro("device", [](const CudaQuantized& t) { return t.device; })
+      .def_prop_ro("framework", [](const CudaQuantized& t) { return t.framework; })
+      .def_ro("rowwise_data", &CudaQuantized::rowwise_data)
+      .def_ro("columnwise_data", &CudaQuantized::columnwise_data)
+      .def_ro("rowwise_scale_inv", &CudaQuantized::rowwise_scale_inv)
+      .def_ro("columnwise_scale_inv", &CudaQuantized::columnwise_scale_inv)
+      .def_prop_ro("rowwise_e8m0", [](const CudaQuantized&) { return nb::none(); })
+      .def_prop_ro("columnwise_e8m0", [](const CudaQuantized&) { return nb::none(); });
   m.def("cuda_available", [] { return backend::cuda_status().usable(); },
         "True when this build has CUDA and a GPU of compute capability >= 8.9 can run its kernels.");
   m.def("cuda_why_not", [] { return backend::cuda_status().why_not(); },

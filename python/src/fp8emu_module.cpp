@@ -484,7 +484,7 @@ void bind_recipes(nb::module_& m) {
            "x"_a, "role"_a, "usage"_a)
       .def("quantize_cuda",
            [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
-              std::uintptr_t stream) {
+              std::uintptr_t stream, const std::string& framework) {
              const TensorRole r = parse_role(role);
              const Usage u = parse_usage(usage);
              const bool fwd = self.q->direction() == Direction::kForward;
@@ -493,12 +493,11 @@ void bind_recipes(nb::module_& m) {
                                       (fwd ? "forward" : "backward") + " quantizer casts only " +
                                       (fwd ? "input and weight" : "grad_output") + " tensors (got role '" + role + "')")
                                          .c_str());
-             emu::QuantizeStats st;
-             QuantizedTensor t = cuda_quantize(*self.q, x, r, u, st, stream);
-             return nb::make_tuple(nb::cast(std::move(t)), counts_dict(st));
+             return cuda_quantize(*self.q, x, r, u, stream, framework);
            },
-           "x"_a, "role"_a, "usage"_a, "stream"_a,
-           "Quantizer.quantize of a CUDA array: the casts on its GPU (python/src/cuda_arrays.cpp).")
+           "x"_a, "role"_a, "usage"_a, "stream"_a, "framework"_a,
+           "Quantizer.quantize of a CUDA array: the device cast on its GPU, (CudaQuantizedTensor, counts) "
+           "(python/src/cuda_arrays.cpp).")
       .def("update_scales", [](PyQuantizer& self) { self.q->update_scales(); })
       .def("set_state",
            [](PyQuantizer& self, const Array& scales, const Array& history) {
@@ -552,6 +551,18 @@ void bind_recipes(nb::module_& m) {
         },
         "a"_a, "a_usage"_a, "b"_a, "b_usage"_a, "accumulation"_a, "promotion"_a,
         "D = A B^T of two quantized operands (scaling::gemm_tn); see fp8emu.recipe.gemm.");
+  m.def("gemm_tn_cuda",
+        [](nb::handle a, const std::string& a_usage, nb::handle b, const std::string& b_usage,
+           const std::string& accumulation, int promotion, const std::string& framework) {
+          const Usage ua = parse_usage(a_usage), ub = parse_usage(b_usage);
+          if (ua == Usage::kBoth || ub == Usage::kBoth) throw nb::value_error("gemm_tn reads one copy of each operand: "
+                                                                              "'rowwise' or 'columnwise'");
+          const emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
+          return cuda_gemm_tn(a, ua, b, ub, acc, framework);
+        },
+        "a"_a.none(), "a_usage"_a, "b"_a.none(), "b_usage"_a, "accumulation"_a, "promotion"_a, "framework"_a,
+        "D = A B^T of two quantized operands on the GPU (scaling::gemm_tn on backend::cuda_device()); see "
+        "fp8emu.recipe.gemm.");
 }
 
 

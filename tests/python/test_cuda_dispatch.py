@@ -188,9 +188,24 @@ def test_stream_is_for_cuda_arrays_only():
         fp8emu.gemm(q, q, stream=0)
 
 
+def test_recipe_gemm_checks_its_operands_devices():
+    # The GPU GEMM of quantized operands says why it cannot run here; host operands keep the emulator;
+    # anything but a QuantizedTensor is a TypeError naming it.
+    with pytest.raises(TypeError, match=_device_error(r"fp8emu.recipe.gemm")):
+        _fp8emu.gemm_tn_cuda(None, "rowwise", None, "rowwise", "fp32", 0, "torch")
+    with pytest.raises(ValueError, match="one copy of each operand"):
+        _fp8emu.gemm_tn_cuda(None, "both", None, "rowwise", "fp32", 0, "torch")
+    q = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward")
+    a = q.quantize(np.ones((4, 32), np.float32), "input")
+    assert not a.is_cuda and a.device == "cpu" and "device='cpu'" in repr(a)
+    assert fp8emu.recipe.gemm(a, a).shape == (4, 4)
+    with pytest.raises(TypeError, match="b must be a QuantizedTensor"):
+        fp8emu.recipe.gemm(a, np.ones((4, 32), np.float32))
+
+
 def test_the_extension_entry_points_exist_in_every_build():
     for name in ("cuda_available", "cuda_why_not", "cuda_cast", "cuda_cast_transpose", "cuda_amax", "cuda_decode",
-                 "cuda_gemm"):
+                 "cuda_gemm", "gemm_tn_cuda", "CudaQuantizedTensor"):
         assert hasattr(_fp8emu, name), name
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.Quantizer.quantize")):
         _fp8emu.cuda_cast_transpose(FakeCudaArray((4, 8)), "e4m3fn", 1.0, True, True, 0, "")

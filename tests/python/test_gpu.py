@@ -131,20 +131,29 @@ def test_cast_stats_and_amax_equal_the_emulator():
 
 
 def _same_quantized(a, b, what):
+    """a: a QuantizedTensor on the GPU (CUDA tensors), b: the CPU one (NumPy)."""
+    assert a.is_cuda and a.device == f"cuda:{torch.cuda.current_device()}" and not b.is_cuda, what
     for name in ("mode", "format", "rows", "cols", "usage", "block"):
         assert getattr(a, name) == getattr(b, name), (what, name)
     for name in ("scale", "scale_inv"):
         assert np.array_equal(np.float32(getattr(a, name)).view(np.uint32), np.float32(getattr(b, name)).view(np.uint32)), (what, name)
-    for name in ("rowwise_data", "columnwise_data", "rowwise_e8m0", "columnwise_e8m0"):
+    for name in ("rowwise_data", "columnwise_data"):
         x, y = getattr(a, name), getattr(b, name)
         assert (x is None) == (y is None), (what, name)
         if x is not None:
-            assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), (what, name)
+            assert x.is_cuda and x.dtype == getattr(torch, f"float8_{a.format}"), (what, name, x.dtype)
+            assert np.array_equal(host_bytes(x), y.view(np.uint8)), (what, name)
     for name in ("rowwise_scale_inv", "columnwise_scale_inv"):
         x, y = getattr(a, name), getattr(b, name)
         assert (x is None) == (y is None), (what, name)
         if x is not None:
-            assert_f32_bits_equal(x, y, f"{what} {name}")
+            assert x.is_cuda and x.dtype == torch.float32, (what, name)
+            assert_f32_bits_equal(x.cpu().numpy(), y, f"{what} {name}")
+            # The E8M0 codes the CPU tensor carries are the exponent fields of the GPU's scale_inv.
+            e = getattr(b, name.replace("scale_inv", "e8m0"))
+            if e is not None:
+                assert np.array_equal((x.cpu().numpy().view(np.uint32) >> 23).astype(np.uint8), e), (what, name)
+    assert a.rowwise_e8m0 is None and a.columnwise_e8m0 is None, what
     assert a.stats == b.stats, what
 
 
@@ -174,6 +183,39 @@ def test_quantizer_on_cuda_tensors_equals_the_cpu_quantizer(recipe):
                 if h is not None:
                     assert_f32_bits_equal(g, h, f"{recipe} amax_history {role}")
                     assert np.float32(gpu_q.scale(role)) == np.float32(cpu_q.scale(role))
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current", "mxfp8", "block"])
+def test_recipe_gemm_of_gpu_operands_equals_the_cpu(recipe):
+    # fprop, dgrad and wgrad of operands quantized on the GPU, computed there, against the same
+    # GEMMs of the CPU operands, for the accumulation models the recipe takes.
+    make = {"delayed": lambda: fp8emu.DelayedScaling(amax_history_len=4),
+            "current": fp8emu.Float8CurrentScaling, "mxfp8": fp8emu.MXFP8BlockScaling,
+            "block": fp8emu.Float8BlockScaling}[recipe]
+    rng = np.random.default_rng(5)
+    M, N, K = 67, 96, 260
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = (rng.standard_normal((N, K)) * 0.05).astype(np.float32)
+    dy = (rng.standard_normal((M, N)) * 1e-3).astype(np.float32)
+    qs = {}
+    for dev in ("cpu", "gpu"):
+        fwd, bwd = fp8emu.Quantizer(make(), "forward"), fp8emu.Quantizer(make(), "backward")
+        put = cuda if dev == "gpu" else (lambda a: a)
+        qs[dev] = (fwd.quantize(put(x), "input", "both"), fwd.quantize(put(w), "weight", "both"),
+                   bwd.quantize(put(dy), "grad_output", "both"))
+    models = [("hopper", 0), ("hopper", 128), ("fp32", 0), ("ada", 32)] if recipe in ("delayed", "current") \
+        else [("fp32", 0)]
+    for acc, promotion in models:
+        for what, (ia, ua, ib, ub) in {"fprop": (0, "rowwise", 1, "rowwise"), "dgrad": (2, "rowwise", 1, "columnwise"),
+                                       "wgrad": (2, "columnwise", 0, "columnwise")}.items():
+            g = fp8emu.recipe.gemm(qs["gpu"][ia], qs["gpu"][ib], a_usage=ua, b_usage=ub, accumulation=acc,
+                                   promotion=promotion)
+            h = fp8emu.recipe.gemm(qs["cpu"][ia], qs["cpu"][ib], a_usage=ua, b_usage=ub, accumulation=acc,
+                                   promotion=promotion)
+            assert isinstance(g, torch.Tensor) and g.is_cuda and g.dtype == torch.float32
+            assert_f32_bits_equal(g.cpu().numpy(), h, f"{recipe} {what} {acc}/{promotion}")
+    with pytest.raises(TypeError, match="both operands must be on the same device"):
+        fp8emu.recipe.gemm(qs["gpu"][0], qs["cpu"][1])
 
 
 def test_quantizer_cuda_input_waits_for_its_stream():

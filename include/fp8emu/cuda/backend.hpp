@@ -33,6 +33,10 @@ const backend::Kernels& device_input_kernels();
 /// backend::Device on one stream it owns. Only call it when probe().usable().
 const backend::Device& device();
 
+/// The CUDA device number of device()'s GPU (the set_device_slot choice). Only call it when
+/// probe().usable(). \throws fp8emu::Error on a CUDA error.
+int device_index();
+
 /// backend::set_library_gemms / library_gemms for device(): the first read takes
 /// FP8EMU_DEVICE_GEMM=library from the environment.
 void set_library_gemms(bool on);
