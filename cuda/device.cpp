@@ -129,4 +129,35 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
                          stream_of(stream));
 }
 
+void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
+                 Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, const emu::GemmEpilogue& ep,
+                 void* D, unsigned int* amax_bits, Stream stream) {
+  emu::check_gemm_tn(M, N, K, fa, fb, acc);
+  FP8EMU_CHECK(ep.beta == 0.0f || ep.C != nullptr, "GEMM: beta = ", ep.beta, " needs a C matrix");
+  FP8EMU_CHECK(ep.amax_d == nullptr, "gemm_fp8_tn on the GPU: GemmEpilogue::amax_d is a host pointer; pass "
+                                     "amax_bits (device memory) for the amax of D");
+  if (ep.output == emu::GemmOutput::kFp8) emu::require_fp8(ep.output_format, "GEMM output");
+  if (M == 0 || N == 0) return;
+  const cudaStream_t s = stream_of(stream);
+  const std::size_t n = std::size_t(M) * std::size_t(N);
+  // The scaled product: in D itself for an fp32 output (the epilogue rewrites it in place), else in
+  // a stream-ordered scratch freed after the epilogue.
+  struct Scratch {
+    float* p = nullptr;
+    cudaStream_t s;
+    ~Scratch() {
+      if (p) (void)cudaFreeAsync(p, s);
+    }
+  } scratch{nullptr, s};
+  float* t = static_cast<float*>(D);
+  if (ep.output != emu::GemmOutput::kFp32) {
+    detail::check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch.p), n * sizeof(float), s),
+                       "cudaMallocAsync(gemm epilogue scratch)");
+    t = scratch.p;
+  }
+  const float sc = scale_inv_a * scale_inv_b;  // RN on the host, as the emulator
+  detail::launch_gemm_tn(M, N, K, A, fa, B, fb, acc.model, acc.promotion_interval, acc.split_k, sc, t, s);
+  detail::launch_gemm_epilogue(M, N, t, ep, D, amax_bits, s);
+}
+
 }  // namespace fp8emu::cuda

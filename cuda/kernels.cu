@@ -17,6 +17,8 @@
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/util/error.hpp"
 #include "fp8emu/core/cast.hpp"
+#include "fp8emu/core/epilogue.hpp"
+#include "fp8emu/core/half.hpp"
 #include "fp8emu/cuda/backend.hpp"
 #include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
@@ -61,6 +63,33 @@ __global__ void amax_kernel(const float* __restrict__ x, std::size_t n, unsigned
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     m = core::max_u32(m, core::amax_bits(x[i]));
   warp_max_to(m, amax_bits);
+}
+
+// The GEMM epilogue (launch.hpp, launch_gemm_epilogue): one element per thread per iteration; t and D
+// may alias (fp32 output in place), so neither is __restrict__.
+__global__ void gemm_epilogue_kernel(int M, int N, const float* t, float alpha, float beta,
+                                     const float* __restrict__ C, const float* __restrict__ bias,
+                                     emu::GemmOutput output, FormatSpec fo, float d_scale, void* D,
+                                     unsigned int* amax_bits) {
+  const std::size_t n = std::size_t(M) * std::size_t(N);
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  unsigned int m = 0;
+  core::CastCounts counts;  // not reported: emu::gemm_fp8_tn's FP8 output keeps no counts
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::size_t j = i % std::size_t(N);
+    const float v = core::gemm_epilogue_element(t[i], alpha, beta, beta != 0.0f ? C[i] : 0.0f, bias != nullptr,
+                                                bias != nullptr ? bias[j] : 0.0f);
+    m = core::max_u32(m, core::amax_bits(v));
+    switch (output) {
+      case emu::GemmOutput::kFp32: static_cast<float*>(D)[i] = v; break;
+      case emu::GemmOutput::kBf16:
+        static_cast<std::uint16_t*>(D)[i] = core::f32_bits_to_bf16_rne(core::f32_to_bits(v), core::Bf16Nan::kQuietKeepSign);
+        break;
+      case emu::GemmOutput::kFp16: static_cast<std::uint16_t*>(D)[i] = core::f32_bits_to_half_rne(core::f32_to_bits(v)); break;
+      case emu::GemmOutput::kFp8: static_cast<std::uint8_t*>(D)[i] = core::cast_element(v, d_scale, fo, counts); break;
+    }
+  }
+  if (amax_bits) warp_max_to(m, amax_bits);  // the same pointer for every thread: no lane skips it alone
 }
 
 // emu::quantize. With `vec`, groups of 4 elements are read as float4 and written as one 32-bit word
@@ -539,6 +568,15 @@ void launch_amax(const float* x, std::size_t n, unsigned int* amax_bits, cudaStr
   if (n == 0) return;
   amax_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, amax_bits);
   FP8EMU_CUDA_CHECK_LAUNCH("amax_kernel");
+}
+
+void launch_gemm_epilogue(int M, int N, const float* t, const emu::GemmEpilogue& ep, void* D,
+                          unsigned int* amax_bits, cudaStream_t stream) {
+  if (M <= 0 || N <= 0) return;
+  const FormatSpec fo = spec_of(ep.output == emu::GemmOutput::kFp8 ? ep.output_format : Format::kE4M3);
+  gemm_epilogue_kernel<<<blocks_for(std::size_t(M) * std::size_t(N)), kThreads, 0, stream>>>(
+      M, N, t, ep.alpha, ep.beta, ep.C, ep.bias, ep.output, fo, ep.d_scale, D, amax_bits);
+  FP8EMU_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
 }
 
 void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q, CastTotals* totals,

@@ -11,6 +11,7 @@
 
 #include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/core/cast.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/format/format_spec.hpp"
 
 namespace fp8emu::cuda::detail {
@@ -70,6 +71,12 @@ void launch_amax(const float* x, std::size_t n, unsigned int* amax_bits, cudaStr
 /// emu::quantize: q[i] = code of RN(x[i] * scale), counts and amax added to *totals.
 void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q, CastTotals* totals,
                      cudaStream_t stream);
+/// The epilogue of emu::gemm_fp8_tn's GemmEpilogue overload over t [M, N] (the scaled product):
+/// per element core::gemm_epilogue_element, then the output conversion of ep.output into D (t and D
+/// may be the same fp32 buffer); the amax of the epilogue's values is max-accumulated into
+/// *amax_bits (nullable). ep.C and ep.bias are device pointers; ep.amax_d is not read.
+void launch_gemm_epilogue(int M, int N, const float* t, const emu::GemmEpilogue& ep, void* D,
+                          unsigned int* amax_bits, cudaStream_t stream);
 /// emu::dequantize.
 void launch_dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y,
                        cudaStream_t stream);

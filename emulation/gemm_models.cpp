@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fp8emu/core/dot.hpp"
+#include "fp8emu/core/epilogue.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
@@ -91,10 +92,8 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       const std::size_t idx = std::size_t(i) * std::size_t(N) + std::size_t(j);
-      float v = t[idx];
-      if (ep.alpha != 1.0f) v = ep.alpha * v;
-      if (ep.beta != 0.0f) v = v + ep.beta * ep.C[idx];
-      if (ep.bias) v = v + ep.bias[j];
+      const float v = core::gemm_epilogue_element(t[idx], ep.alpha, ep.beta, ep.beta != 0.0f ? ep.C[idx] : 0.0f,
+                                                  ep.bias != nullptr, ep.bias ? ep.bias[j] : 0.0f);
       amax = core::max_u32(amax, core::amax_bits(v));
       t[idx] = v;
     }

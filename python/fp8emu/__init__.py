@@ -464,10 +464,13 @@ def gemm(
         stream: CUDA operands only: as in :func:`cast`.
     Returns:
         D, shape (M, N): float32, ml_dtypes.bfloat16, float16 or the FP8 ml_dtypes type; with
-        return_amax, ``(D, amax)``. CUDA operands: D is a new float32 CUDA array of their framework.
-    GPU: CUDA operands (both on one device) run on the twin of ``emu::gemm_fp8_tn`` (one thread per
-        element of D, every accumulation model, promotion and split-K; same bits), layouts "tn" and
-        "nn", float32 D without alpha, beta, c or bias (those raise ValueError).
+        return_amax, ``(D, amax)``. CUDA operands: D is a new CUDA array of their framework (PyTorch:
+        float32, bfloat16, float16 or float8 tensors; CuPy: uint8 codes for FP8, and bfloat16 as
+        DLPack describes it).
+    GPU: CUDA operands (both on one device) run on the twin of ``emu::gemm_fp8_tn`` with its
+        epilogue (one thread per element of D, every accumulation model, promotion and split-K, then
+        core::gemm_epilogue_element and the output conversion; same bits), layouts "tn" and "nn";
+        c and bias must then be float32 CUDA arrays on the same device.
     Raises:
         TypeError: operands that are not FP8 codes (e.g. float32: quantize them first with
             :func:`cast`), not on the CPU; c/bias not float32; out of a wrong dtype.
@@ -478,14 +481,6 @@ def gemm(
     """
     qa, fa = _as_codes(a, "a", format_a)
     qb, fb = _as_codes(b, "b", format_b)
-    if _cuda.is_cuda(qa) or _cuda.is_cuda(qb):
-        od = _name_of(out_dtype)
-        return _cuda.gemm(qa, qb, fa, fb, scale_inv_a=scale_inv_a, scale_inv_b=scale_inv_b,
-                          accumulation=accumulation, promotion=promotion, split_k=split_k, layout=layout,
-                          out_kind="float32" if od == "float32" else str(od), alpha=alpha, beta=beta, c=c,
-                          bias=bias, out=out, return_amax=return_amax, stream=stream)
-    if stream is not None:
-        raise ValueError("stream applies to CUDA arrays only")
     od = _name_of(out_dtype)
     if od in _GEMM_OUT:
         kind, storage, shown = _GEMM_OUT[od]
@@ -497,6 +492,13 @@ def gemm(
         if info is None or info.family != "fp8":
             raise ValueError(f"unknown out_dtype {out_dtype!r} (accepted: float32, bfloat16, float16, e4m3fn, e5m2)")
         kind, storage, shown = info.name, np.dtype(np.uint8), info.dtype
+    if _cuda.is_cuda(qa) or _cuda.is_cuda(qb):
+        return _cuda.gemm(qa, qb, fa, fb, scale_inv_a=scale_inv_a, scale_inv_b=scale_inv_b,
+                          accumulation=accumulation, promotion=promotion, split_k=split_k, layout=layout,
+                          out_kind=kind, d_scale=d_scale, alpha=alpha, beta=beta, c=c, bias=bias, out=out,
+                          return_amax=return_amax, stream=stream)
+    if stream is not None:
+        raise ValueError("stream applies to CUDA arrays only")
     ndim_a, ndim_b = len(getattr(qa, "shape", ())), len(getattr(qb, "shape", ()))
     if ndim_a != 2 or ndim_b != 2:
         bad = "a" if ndim_a != 2 else "b"

@@ -138,26 +138,26 @@ def decode(codes: Any, fmt: str, scale_inv: float, out: Any, stream: Any) -> Any
 
 
 def gemm(qa: Any, qb: Any, fa: str, fb: str, *, scale_inv_a: float, scale_inv_b: float, accumulation: str,
-         promotion: int, split_k: int, layout: str, out_kind: str, alpha: float, beta: float, c: Any, bias: Any,
-         out: Any, return_amax: bool, stream: Any):
-    """fp8emu.gemm of CUDA operands: float32 D = RN(acc(A, B) * RN(scale_inv_a * scale_inv_b))."""
+         promotion: int, split_k: int, layout: str, out_kind: str, d_scale: float, alpha: float, beta: float, c: Any,
+         bias: Any, out: Any, return_amax: bool, stream: Any):
+    """fp8emu.gemm of CUDA operands: the twin of emu::gemm_fp8_tn with its epilogue,
+    t = RN(acc(A, B) * RN(scale_inv_a * scale_inv_b)), then alpha, beta * c and bias (one fp32
+    rounding each), written as out_kind: "float32", "bfloat16", "float16" (round to nearest even) or
+    an FP8 format's codes of RN(t * d_scale) (__NV_SATFINITE)."""
     fn = "fp8emu.gemm"
-    unsupported = []
-    if out_kind != "float32":
-        unsupported.append(f"out_dtype={out_kind!r}")
-    if alpha != 1.0:
-        unsupported.append(f"alpha={alpha!r}")
-    if beta != 0.0 or c is not None:
-        unsupported.append("beta/c")
-    if bias is not None:
-        unsupported.append("bias")
-    if unsupported:
-        raise ValueError(f"{fn}: {', '.join(unsupported)} on CUDA arrays: the GPU path is the twin of "
-                         f"emu::gemm_fp8_tn (float32 D = RN(acc(A, B) * RN(scale_inv_a * scale_inv_b)), no further "
-                         f"epilogue); copy the operands to the host for the epilogue")
+    for name, arr in (("c", c), ("bias", bias)):
+        if arr is not None and not is_cuda(arr):
+            raise TypeError(f"{fn}: {name} must be a CUDA array on the operands' device when the operands are CUDA "
+                            f"arrays (got {type(arr).__name__} on device {device_of(arr)})")
     fw = framework_of(qa) or framework_of(qb)
     s = stream_handle(qa if framework_of(qa) else qb, stream)
     d, amax = _fp8emu.cuda_gemm(qa, qb, fa, fb, float(scale_inv_a), float(scale_inv_b), accumulation, int(promotion),
-                                int(split_k), layout, bool(return_amax), s, fw, _check_out(out, fn))
-    result = out if out is not None else d
+                                int(split_k), layout, out_kind, float(d_scale), float(alpha), float(beta), c, bias,
+                                bool(return_amax), s, fw, _check_out(out, fn))
+    if out is not None:
+        result = out
+    elif out_kind in ("float32", "bfloat16", "float16"):
+        result = d
+    else:
+        result = codes_as(d, out_kind, fw)
     return (result, amax) if return_amax else result

@@ -408,12 +408,14 @@ nb::object cuda_decode(const Array& codes, const std::string& format, float scal
 #endif
 }
 
-// fp8emu.gemm on CUDA arrays: the twin of emu::gemm_fp8_tn (float32 D = RN(acc * s), no further
-// epilogue). layout "nn" transposes b on the GPU first. Returns (D, amax of D or None).
+// fp8emu.gemm on CUDA arrays: the twin of emu::gemm_fp8_tn with its GemmEpilogue (alpha, beta * c,
+// bias, the output type and d_scale). layout "nn" transposes b on the GPU first. Returns (D, amax of
+// the epilogue's values or None).
 nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a, const std::string& format_b,
                     float scale_inv_a, float scale_inv_b, const std::string& accumulation, int promotion, int split_k,
-                    const std::string& layout, bool return_amax, std::uintptr_t stream, const std::string& framework,
-                    std::optional<OutArray> out) {
+                    const std::string& layout, const std::string& out_kind, float d_scale, float alpha, float beta,
+                    std::optional<Array> c, std::optional<Array> bias, bool return_amax, std::uintptr_t stream,
+                    const std::string& framework, std::optional<OutArray> out) {
   const char* fn = "fp8emu.gemm";
   require_gpu(fn, "a");
 #ifdef FP8EMU_HAVE_CUDA
@@ -449,11 +451,44 @@ nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a,
   } catch (const fp8emu::Error& e) {
     value_error(fn, e.what());
   }
+  // The epilogue: its output type, and c / bias as float32 CUDA arrays on the operands' device.
+  emu::GemmEpilogue ep;
+  ep.alpha = alpha;
+  ep.beta = beta;
+  ep.d_scale = d_scale;
+  nb::dlpack::dtype dt = nb::dtype<float>();
+  bool code_out = false;
+  if (out_kind == "float32") {
+    ep.output = emu::GemmOutput::kFp32;
+  } else if (out_kind == "bfloat16") {
+    ep.output = emu::GemmOutput::kBf16;
+    dt = nb::dlpack::dtype{std::uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1};
+  } else if (out_kind == "float16") {
+    ep.output = emu::GemmOutput::kFp16;
+    dt = nb::dlpack::dtype{std::uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
+  } else {
+    ep.output = emu::GemmOutput::kFp8;
+    ep.output_format = gpu_fp8_format(fn, out_kind, "writes D as float32, bfloat16, float16,", "the operands");
+    dt = nb::dtype<std::uint8_t>();
+    code_out = true;
+  }
+  const auto f32_operand = [&](const std::optional<Array>& arr, const char* name,
+                               const std::vector<std::int64_t>& shape) -> const float* {
+    if (!arr) return nullptr;
+    same_device(fn, device, check_cuda_array(*arr, fn, name), name);
+    if (!is(arr->dtype(), dl::dtype_code::Float, 32))
+      type_error(fn, std::string(name) + " is a CUDA array of dtype " + dtype_text(arr->dtype()) + "; it must be float32");
+    if (shape_of(*arr) != shape)
+      value_error(fn, std::string(name) + " has shape " + shape_text(shape_of(*arr)) + "; expected " + shape_text(shape));
+    return static_cast<const float*>(arr->data());
+  };
+  ep.C = f32_operand(c, "c", {M, N});
+  ep.bias = f32_operand(bias, "bias", {N});
+  if (ep.beta != 0.0f && !ep.C) value_error(fn, "beta = " + std::to_string(beta) + " needs c, an (M, N) float32 array");
   DeviceScope scope(fn, device);
-  Output o = output_for(fn, out, device, {M, N}, nb::dtype<float>(), false, framework);
+  Output o = output_for(fn, out, device, {M, N}, dt, code_out, framework);
   const auto* pa = static_cast<const std::uint8_t*>(a.data());
   const auto* pb = static_cast<const std::uint8_t*>(b.data());
-  auto* d = static_cast<float*>(o.data);
   // layout "nn": b (K, N) transposed into (N, K) scratch on the GPU.
   void* bt = nullptr;
   nb::object bt_owner;
@@ -469,19 +504,22 @@ nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a,
       cuda::transpose(int(K), int(N), pb, static_cast<std::uint8_t*>(bt), s);
       pbt = static_cast<const std::uint8_t*>(bt);
     }
-    cuda::gemm_fp8_tn(int(M), int(N), int(K), pa, fa, scale_inv_a, pbt, fb, scale_inv_b, acc, d, s);
     if (return_amax) {
       StatsScratch t(s);
-      cuda::amax(d, std::size_t(M) * std::size_t(N), &t.get()->amax_bits, s);
-      st = cuda::read_stats(t.get(), s);
+      cuda::gemm_fp8_tn(int(M), int(N), int(K), pa, fa, scale_inv_a, pbt, fb, scale_inv_b, acc, ep, o.data,
+                        &t.get()->amax_bits, s);
+      st = cuda::read_stats(t.get(), s);  // waits for the stream
     } else {
+      cuda::gemm_fp8_tn(int(M), int(N), int(K), pa, fa, scale_inv_a, pbt, fb, scale_inv_b, acc, ep, o.data, nullptr,
+                        s);
       sync(s);
     }
   });
   return nb::make_tuple(o.result, return_amax ? nb::object(nb::float_(st.amax)) : nb::none());
 #else
   (void)a, (void)b, (void)format_a, (void)format_b, (void)scale_inv_a, (void)scale_inv_b, (void)accumulation,
-      (void)promotion, (void)split_k, (void)layout, (void)return_amax, (void)stream, (void)framework, (void)out;
+      (void)promotion, (void)split_k, (void)layout, (void)out_kind, (void)d_scale, (void)alpha, (void)beta, (void)c,
+      (void)bias, (void)return_amax, (void)stream, (void)framework, (void)out;
   return {};
 #endif
 }
@@ -664,8 +702,9 @@ void bind_cuda(nb::module_& m) {
   m.def("cuda_decode", &cuda_decode, "codes"_a, "format"_a, "scale_inv"_a, "stream"_a, "framework"_a, "out"_a.none(),
         "fp8emu.decode on a CUDA array.");
   m.def("cuda_gemm", &cuda_gemm, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "scale_inv_a"_a, "scale_inv_b"_a,
-        "accumulation"_a, "promotion"_a, "split_k"_a, "layout"_a, "return_amax"_a, "stream"_a, "framework"_a,
-        "out"_a.none(), "fp8emu.gemm on CUDA arrays: (D, amax or None).");
+        "accumulation"_a, "promotion"_a, "split_k"_a, "layout"_a, "out_kind"_a, "d_scale"_a, "alpha"_a, "beta"_a,
+        "c"_a.none(), "bias"_a.none(), "return_amax"_a, "stream"_a, "framework"_a, "out"_a.none(),
+        "fp8emu.gemm on CUDA arrays, with its epilogue: (D, amax or None).");
 }
 
 }  // namespace fp8emu::python

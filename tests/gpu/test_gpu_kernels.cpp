@@ -25,6 +25,8 @@
 #include "fp8emu/scaling/recipe.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/cuda/cublaslt.hpp"
+#include "fp8emu/cuda/device.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
 #include "support/gpu_skip.hpp"
@@ -291,4 +293,107 @@ TEST_CASE("gpu: a recipe's Quantizer on a tensor already on the GPU (device_inpu
       }
     }
   }
+}
+
+namespace {
+
+// Two output buffers of `bytes_per` bytes per element compared as the epilogue's contract says: FP8
+// codes byte for byte; fp32, bf16 and fp16 bit for bit except NaN payloads (an fp32 operation's NaN
+// is the FPU's choice, docs/gpu.md §Exactness), whose positions must match.
+void require_same_output(const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
+                         emu::GemmOutput out) {
+  REQUIRE(got.size() == want.size());
+  std::size_t differ = 0, nan_differ = 0;
+  const std::size_t w = out == emu::GemmOutput::kFp32 ? 4 : out == emu::GemmOutput::kFp8 ? 1 : 2;
+  for (std::size_t i = 0; i < got.size(); i += w) {
+    std::uint32_t g = 0, r = 0;
+    std::memcpy(&g, &got[i], w);
+    std::memcpy(&r, &want[i], w);
+    bool gn = false, rn = false;
+    if (out == emu::GemmOutput::kFp32) {
+      gn = (g & 0x7FFFFFFFu) > 0x7F800000u, rn = (r & 0x7FFFFFFFu) > 0x7F800000u;
+    } else if (out == emu::GemmOutput::kBf16) {
+      gn = (g & 0x7FFFu) > 0x7F80u, rn = (r & 0x7FFFu) > 0x7F80u;
+    } else if (out == emu::GemmOutput::kFp16) {
+      gn = (g & 0x7FFFu) > 0x7C00u, rn = (r & 0x7FFFu) > 0x7C00u;
+    }
+    nan_differ += gn != rn;
+    differ += !gn && g != r;
+  }
+  CHECK(nan_differ == 0);
+  CHECK(differ == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gpu: the GEMM epilogue (alpha, beta C, bias, bf16/fp16/FP8 outputs, amax) bit-identical to the emulator",
+          "[gpu]") {
+  if (!testing::have_gpu()) return;
+  const backend::Device& gpu = backend::cuda_device();  // its memory; the GEMM runs on the legacy stream
+  const int M = 37, N = 45, K = 160;
+  const std::size_t mn = std::size_t(M) * std::size_t(N);
+  std::vector<std::uint8_t> a(std::size_t(M) * K), b(std::size_t(N) * K);
+  std::uint32_t state = 12345u;
+  const auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (auto& v : a) v = std::uint8_t(next() >> 24);  // every code, NaN included
+  for (auto& v : b) v = std::uint8_t(next() >> 24);
+  std::vector<float> c = backend::make_inputs(backend::InputFamily::kNanInf, mn, 5u);
+  std::vector<float> bias = backend::make_inputs(backend::InputFamily::kWide, std::size_t(N), 6u);
+  backend::DeviceTensor<std::uint8_t> da(gpu, M, K), db(gpu, N, K);
+  backend::DeviceTensor<float> dc(gpu, M, N), dbias(gpu, 1, N);
+  da.upload(a.data());
+  db.upload(b.data());
+  dc.upload(c.data());
+  dbias.upload(bias.data());
+  struct Case {
+    emu::GemmOutput out;
+    Format fmt;
+    float d_scale, alpha, beta;
+    bool bias;
+  };
+  const Case cases[] = {{emu::GemmOutput::kFp32, Format::kE4M3, 1.0f, 1.0f, 0.0f, false},
+                        {emu::GemmOutput::kFp32, Format::kE4M3, 1.0f, 0.5f, 1.0f, true},
+                        {emu::GemmOutput::kBf16, Format::kE4M3, 1.0f, 1.0f, -2.0f, true},
+                        {emu::GemmOutput::kFp16, Format::kE4M3, 1.0f, 3.0f, 0.0f, true},
+                        {emu::GemmOutput::kFp8, Format::kE4M3, 16.0f, 1.0f, 1.0f, true},
+                        {emu::GemmOutput::kFp8, Format::kE5M2, 0.25f, 2.0f, 0.0f, false}};
+  for (const emu::GemmAccumulation acc : {emu::te_fprop(emu::Accumulation::kHopper),
+                                          emu::GemmAccumulation{emu::Accumulation::kFp32, 0, 2}})
+    for (const Case& k : cases) {
+      INFO("output " << int(k.out) << " format " << format_name(k.fmt) << " d_scale " << k.d_scale << " alpha "
+                     << k.alpha << " beta " << k.beta << " bias " << k.bias << " model " << int(acc.model));
+      const std::size_t w = k.out == emu::GemmOutput::kFp32 ? 4 : k.out == emu::GemmOutput::kFp8 ? 1 : 2;
+      emu::GemmEpilogue ep;
+      ep.alpha = k.alpha;
+      ep.beta = k.beta;
+      ep.output = k.out;
+      ep.output_format = k.fmt;
+      ep.d_scale = k.d_scale;
+      ep.C = k.beta != 0.0f ? c.data() : nullptr;
+      ep.bias = k.bias ? bias.data() : nullptr;
+      float amax_h = 0.0f;
+      ep.amax_d = &amax_h;
+      std::vector<std::uint8_t> want(mn * w), got(mn * w);
+      emu::gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.5f, b.data(), Format::kE4M3, 0.125f, acc, ep, want.data());
+      ep.C = k.beta != 0.0f ? dc.get() : nullptr;
+      ep.bias = k.bias ? dbias.get() : nullptr;
+      ep.amax_d = nullptr;
+      backend::DeviceTensor<std::uint8_t> dd(gpu, 1, int(mn * w));
+      backend::DeviceTensor<unsigned int> amax_bits(gpu, 1, 1);
+      cuda::gemm_fp8_tn(M, N, K, da.get(), Format::kE4M3, 0.5f, db.get(), Format::kE4M3, 0.125f, acc, ep, dd.get(),
+                        amax_bits.get(), nullptr);
+      dd.download(got.data());
+      unsigned int amax_d = 0;
+      amax_bits.download(&amax_d);
+      require_same_output(got, want, k.out);
+      CHECK(amax_d == bits(amax_h));
+    }
+  // The device keeps no host pointer: amax_d set is an error, before anything is enqueued.
+  emu::GemmEpilogue bad;
+  float host_amax = 0.0f;
+  bad.amax_d = &host_amax;
+  backend::DeviceTensor<float> dd(gpu, M, N);
+  CHECK_THROWS_WITH(cuda::gemm_fp8_tn(M, N, K, da.get(), Format::kE4M3, 1.0f, db.get(), Format::kE4M3, 1.0f,
+                                      emu::te_fprop(emu::Accumulation::kHopper), bad, dd.get(), nullptr, nullptr),
+                    Catch::Contains("amax_d is a host pointer"));
 }

@@ -128,14 +128,21 @@ def test_gemm_of_cuda_operands_names_the_function_and_device():
         fp8emu.gemm(np.zeros((4, 32), np.uint8), b, format_a="e4m3fn", format_b="e4m3fn")
 
 
-def test_what_the_gpu_twin_does_not_cover_is_a_value_error_first():
+def test_the_gemm_epilogue_takes_the_gpu_path_and_checks_its_arrays():
+    # alpha, beta * c, bias and every output type go to the GPU path (which says why it cannot run
+    # here); a host c or bias next to CUDA operands is a TypeError naming it; an unknown out_dtype is
+    # a ValueError before any device work.
     a, b = FakeCudaArray((4, 32), "uint8"), FakeCudaArray((8, 32), "uint8")
-    for kw, what in [({"out_dtype": "bfloat16"}, "out_dtype='bfloat16'"), ({"alpha": 2.0}, "alpha=2.0"),
-                     ({"bias": np.zeros(8, np.float32)}, "bias"),
-                     ({"beta": 1.0, "c": np.zeros((4, 8), np.float32)}, "beta/c")]:
-        with pytest.raises(ValueError, match=rf"fp8emu.gemm: {what}.* on CUDA arrays: the GPU path is the twin of "
-                                             r"emu::gemm_fp8_tn"):
+    for kw in [{"out_dtype": "bfloat16"}, {"out_dtype": "float16"}, {"out_dtype": "e5m2", "d_scale": 2.0},
+               {"alpha": 2.0}, {"bias": FakeCudaArray((8,))}, {"beta": 1.0, "c": FakeCudaArray((4, 8))}]:
+        with pytest.raises(TypeError, match=_device_error("fp8emu.gemm")):
             fp8emu.gemm(a, b, format_a="e4m3fn", format_b="e4m3fn", **kw)
+    with pytest.raises(TypeError, match=r"fp8emu.gemm: bias must be a CUDA array on the operands' device"):
+        fp8emu.gemm(a, b, format_a="e4m3fn", format_b="e4m3fn", bias=np.zeros(8, np.float32))
+    with pytest.raises(TypeError, match=r"fp8emu.gemm: c must be a CUDA array on the operands' device"):
+        fp8emu.gemm(a, b, format_a="e4m3fn", format_b="e4m3fn", beta=1.0, c=np.zeros((4, 8), np.float32))
+    with pytest.raises(ValueError, match=r"unknown out_dtype 'int8'"):
+        fp8emu.gemm(a, b, format_a="e4m3fn", format_b="e4m3fn", out_dtype="int8")
     with pytest.raises(ValueError, match=r"fp8emu.cast: stochastic rounding .* on a CUDA array"):
         fp8emu.cast(FakeCudaArray((4,)), "e4m3fn", rounding="stochastic", seed=1)
 

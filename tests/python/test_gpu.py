@@ -287,6 +287,71 @@ def test_gemm_equals_the_emulator(m, n, k, acc, promotion, split_k, fa, fb):
         assert np.float32(amax) == np.float32(ref_amax)
 
 
+def _assert_same_output(d, ref, out_dtype, what):
+    """D of the GPU (a torch tensor) against the CPU's: FP8 codes byte for byte; float32, bfloat16 and
+    float16 bit for bit except the payload of NaNs, which an fp32 operation of the epilogue (alpha *
+    NaN, NaN + bias, Inf - Inf) leaves to the FPU (docs/gpu.md §Exactness): NaN positions must match."""
+    if d.element_size() == 1:
+        assert np.array_equal(d.view(torch.uint8).cpu().numpy(), np.ascontiguousarray(ref).view(np.uint8)), what
+        return
+    if out_dtype == "float32":
+        g, r = d.cpu().numpy().view(np.uint32), np.ascontiguousarray(ref, np.float32).view(np.uint32)
+        gn, rn = np.isnan(g.view(np.float32)), np.isnan(r.view(np.float32))
+    else:  # 16-bit patterns; NaN: exponent all ones and a non-zero fraction
+        g, r = d.view(torch.int16).cpu().numpy().view(np.uint16), np.ascontiguousarray(ref).view(np.uint16)
+        exp_mask, frac_mask = (0x7F80, 0x007F) if out_dtype == "bfloat16" else (0x7C00, 0x03FF)
+        gn = ((g & exp_mask) == exp_mask) & ((g & frac_mask) != 0)
+        rn = ((r & exp_mask) == exp_mask) & ((r & frac_mask) != 0)
+    assert np.array_equal(gn, rn), f"{what}: NaN positions differ at {np.argwhere(gn != rn)[:5].tolist()}"
+    bad = np.argwhere((g != r) & ~gn)
+    assert bad.size == 0, f"{what}: {len(bad)} values differ; first at {bad[0].tolist()}"
+
+
+EPILOGUES = [
+    # (out_dtype, d_scale, alpha, beta, bias)
+    ("float32", 1.0, 1.0, 0.0, False),
+    ("float32", 1.0, 0.5, 1.0, True),
+    ("bfloat16", 1.0, 1.0, 0.0, True),
+    ("bfloat16", 1.0, 3.0, -0.25, False),
+    ("float16", 1.0, 1.0, 2.0, True),
+    ("e4m3fn", 8.0, 1.0, 0.0, True),
+    ("e5m2", 0.5, 2.0, 1.0, True),
+]
+
+
+@pytest.mark.parametrize("out_dtype,d_scale,alpha,beta,with_bias", EPILOGUES)
+def test_gemm_epilogue_equals_the_emulator(out_dtype, d_scale, alpha, beta, with_bias):
+    # alpha, beta * c, bias, the output conversion and the amax before d_scale, on operands with
+    # NaN/Inf and values that overflow the FP8 and float16 outputs, against the CPU epilogue.
+    rng = np.random.default_rng(3)
+    m, n, k = 33, 40, 160
+    for specials in (False, True):
+        a, b = _operands(rng, m, n, k, "e4m3fn", "e4m3fn", specials)
+        c = (rng.standard_normal((m, n)) * 100.0).astype(np.float32)
+        c[0, 0], c[1, 1] = np.inf, np.nan
+        bias = (rng.standard_normal(n) * 1e4).astype(np.float32) if with_bias else None
+        kw = dict(format_a="e4m3fn", format_b="e4m3fn", scale_inv_a=4.0, scale_inv_b=2.0, accumulation="hopper",
+                  promotion=128, out_dtype=out_dtype, d_scale=d_scale, alpha=alpha, beta=beta)
+        d, amax = fp8emu.gemm(cuda(a), cuda(b), c=cuda(c) if beta != 0.0 else None,
+                              bias=cuda(bias) if with_bias else None, return_amax=True, **kw)
+        ref, ref_amax = fp8emu.gemm(a, b, c=c if beta != 0.0 else None, bias=bias, return_amax=True, **kw)
+        want = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                "e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[out_dtype]
+        assert d.is_cuda and d.dtype == want and tuple(d.shape) == (m, n)
+        what = f"gemm epilogue {out_dtype} d_scale={d_scale} alpha={alpha} beta={beta} bias={with_bias}"
+        _assert_same_output(d, ref, out_dtype, what)
+        assert np.float32(amax).view(np.uint32) == np.float32(ref_amax).view(np.uint32), what
+    # out= of the output type, written in place.
+    a, b = _operands(rng, m, n, k, "e4m3fn", "e4m3fn", False)
+    want = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+            "e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[out_dtype]
+    out = torch.empty((m, n), dtype=want, device=DEV)
+    kw = dict(format_a="e4m3fn", format_b="e4m3fn", out_dtype=out_dtype, d_scale=d_scale, alpha=alpha)
+    assert fp8emu.gemm(cuda(a), cuda(b), out=out, **kw) is out
+    ref = fp8emu.gemm(a, b, **kw)
+    _assert_same_output(out, ref, out_dtype, "gemm epilogue out=")
+
+
 def test_gemm_nn_layout_and_float8_tensors():
     rng = np.random.default_rng(11)
     a, b = _operands(rng, 24, 40, 96, "e4m3fn", "e4m3fn", False)
@@ -346,8 +411,12 @@ def test_gpu_errors_name_the_function_and_device():
     with pytest.raises(ValueError, match=r"fp8emu.decode: format e8m0fnu on a CUDA array"):
         fp8emu.decode(torch.zeros(4, device=DEV, dtype=torch.uint8), "e8m0fnu")
     a = fp8emu.cast(torch.randn(8, 32, device=DEV), "e4m3fn")
-    with pytest.raises(ValueError, match=r"fp8emu.gemm: bias on CUDA arrays"):
-        fp8emu.gemm(a, a, bias=torch.zeros(8, device=DEV))
+    with pytest.raises(ValueError, match=r"fp8emu.gemm: bias has shape \(4\); expected \(8\)"):
+        fp8emu.gemm(a, a, bias=torch.zeros(4, device=DEV))
+    with pytest.raises(TypeError, match=r"fp8emu.gemm: bias is a CUDA array of dtype float16; it must be float32"):
+        fp8emu.gemm(a, a, bias=torch.zeros(8, device=DEV, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"fp8emu.gemm: beta = .* needs c"):
+        fp8emu.gemm(a, a, beta=1.0)
     with pytest.raises(TypeError, match=r"fp8emu.gemm: b is a CPU array .* but another argument is on a CUDA device"):
         fp8emu.gemm(a, np.zeros((8, 32), np.uint8), format_b="e4m3fn")
     with pytest.raises(ValueError, match=r"fp8emu.gemm: .*E5M2"):

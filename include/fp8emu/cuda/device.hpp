@@ -108,4 +108,22 @@ void amax(const float* x, std::size_t n, unsigned int* amax_bits, Stream stream)
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D, Stream stream);
 
+/// emu::gemm_fp8_tn with a GemmEpilogue on the GPU, the emulator's bits: the scaled product of
+/// gemm_fp8_tn above, then per element core::gemm_epilogue_element (alpha, beta * C, bias; one fp32
+/// rounding each) and the output conversion of ep.output: fp32; bf16 or fp16 bits, round to
+/// nearest even (bf16 NaN: quiet, sign kept); or the FP8 code of RN(t * ep.d_scale) in
+/// ep.output_format with __NV_SATFINITE. D holds M * N elements of that type (float, uint16 bits,
+/// uint8 codes).
+///   - ep.C (Shape [M, N] fp32, read only when ep.beta != 0) and ep.bias (Shape [N] fp32, nullable)
+///     are device pointers.
+///   - ep.amax_d must be null: the amax of the epilogue's values before d_scale (NaN ignored, as
+///     CUBLASLT_MATMUL_DESC_AMAX_D_POINTER) is max-accumulated as core::amax_bits into *amax_bits
+///     (device memory, nullable; zero it first; convert with core::bits_to_f32).
+///   - A non-fp32 output takes a stream-ordered scratch of M * N floats (cudaMallocAsync).
+/// \throws fp8emu::Error as gemm_fp8_tn, when beta != 0 without C, ep.amax_d is set, or a kFp8
+///         output's format is not an OCP FP8 format; or on a CUDA error.
+void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
+                 Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, const emu::GemmEpilogue& ep,
+                 void* D, unsigned int* amax_bits, Stream stream);
+
 }  // namespace fp8emu::cuda
