@@ -27,6 +27,16 @@ accumulation in fprop (``promotion=0``), promoted to fp32 every 128 K-elements i
 
 Arrays: float32 NumPy arrays (or CPU DLPack arrays), C-contiguous; x is (rows, in_features), W
 (out_features, in_features), b (out_features,) or None. Results are new float32 NumPy arrays.
+
+On the GPU: :func:`linear_forward`, :func:`linear_backward`, :func:`bias_grad` and
+:func:`quantize_weight` also take float32 CUDA arrays (PyTorch CUDA tensors, CuPy, JAX GPU arrays;
+all on fp8emu's GPU, in a build with CUDA): every cast, GEMM, bias add and bias-grad sum then runs
+there, through the GPU twins of the same functions (``Quantizer::quantize_device``,
+``scaling::gemm_tn``, ``Device::bias_add`` and ``Device::column_sum`` on ``backend::cuda_device()``),
+with the same bits as on the CPU, and the results are CUDA arrays of the input's framework. The
+quantizers' state stays on the host, as TE keeps its recipe state. Each call waits for the input's
+framework's current stream first and returns when its results are complete. The LayerNorm
+functions run on the CPU only.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from . import _fp8emu
+from . import _cuda, _fp8emu
 from .recipe import QuantizedTensor, Quantizer, gemm as _recipe_gemm
 
 __all__ = ["LinearSaved", "linear_forward", "linear_backward", "bias_grad", "LayerNormSaved",
@@ -44,6 +54,8 @@ __all__ = ["LinearSaved", "linear_forward", "linear_backward", "bias_grad", "Lay
 
 
 def _f32_2d(x: Any, what: str) -> np.ndarray:
+    if _cuda.is_cuda(x):  # the GPU path: the extension checks dtype, shape and layout where it reads x
+        return x
     a = np.asarray(x)
     if a.dtype != np.float32:
         raise TypeError(f"{what} has dtype {a.dtype}; it must be float32")
@@ -117,17 +129,24 @@ def linear_forward(
     """
     x = _f32_2d(x, "x")
     w_q = weight_q if weight_q is not None else quantize_weight(weight, fwd)
+    if len(x.shape) != 2:
+        raise ValueError(f"x has {len(x.shape)} dimensions; expected 2")
     if x.shape[1] != w_q.cols:
         raise ValueError(f"x has {x.shape[1]} features; the weight takes {w_q.cols}")
     acc = _accumulation(fwd, accumulation)
     x_q = fwd.quantize(x, "input", "both" if training else "rowwise")
     y = _recipe_gemm(x_q, w_q, a_usage="rowwise", b_usage="rowwise", accumulation=acc, promotion=promotion)
-    if bias is not None:
+    if bias is not None and _cuda.is_cuda(y):  # Device::bias_add: one fp32 add per element, in place
+        if not _cuda.is_cuda(bias):
+            raise TypeError(f"bias must be a CUDA array on x's device when x is a CUDA array "
+                            f"(got {type(bias).__name__})")
+        _fp8emu.cuda_bias_add(y, bias, _cuda.stream_handle(x, None))
+    elif bias is not None:
         b = np.asarray(bias)
         if b.dtype != np.float32 or b.shape != (w_q.rows,):
             raise ValueError(f"bias must be float32 ({w_q.rows},); got {b.dtype} {b.shape}")
         y += b  # one fp32 add per element, as nn::Linear's add_bias
-    saved = LinearSaved(x_q, w_q, x.shape[0], w_q.cols, w_q.rows, acc) if training else None
+    saved = LinearSaved(x_q, w_q, int(x.shape[0]), w_q.cols, w_q.rows, acc) if training else None
     return y, saved
 
 
@@ -137,6 +156,8 @@ def bias_grad(dy: Any) -> np.ndarray:
     dy: float32 (rows, out_features). Returns float32 (out_features,).
     """
     dy = _f32_2d(dy, "dy")
+    if _cuda.is_cuda(dy):  # Device::column_sum on the GPU: the same order, the same bits
+        return _fp8emu.cuda_column_sum(dy, _cuda.stream_handle(dy, None), _cuda.framework_of(dy))
     start = np.zeros((1, dy.shape[1]), np.float32)
     return np.add.accumulate(np.concatenate([start, dy]), axis=0, dtype=np.float32)[-1].copy()
 
@@ -167,7 +188,7 @@ def linear_backward(
         TypeError: dy not float32. ValueError: dy's shape differs from the forward output.
     """
     dy = _f32_2d(dy, "dy")
-    if dy.shape != (saved.rows, saved.out_features):
+    if tuple(dy.shape) != (saved.rows, saved.out_features):
         raise ValueError(f"dy has shape {dy.shape}; the forward output was ({saved.rows}, {saved.out_features})")
     db = bias_grad(dy)
     dy_q = bwd.quantize(dy, "grad_output", "both")

@@ -28,8 +28,11 @@ autocast region, as TE's ``reduce_and_update_bwd_fp8_tensors``). The state is pe
 distributed amax reduction: ``fp8_group`` is accepted and ignored on one process).
 
 Tensors: any float dtype (float32, bfloat16, float16: widened exactly to float32 for the emulator;
-results in the input's dtype) on any device (non-CPU tensors are copied to the host for the
-emulator and the results copied back). Input shape (..., in_features), output (..., out_features).
+results in the input's dtype) on any device. Input shape (..., in_features), output (..., out_features).
+Where the FP8 work runs: ``Linear`` with its input, weight and bias on fp8emu's GPU (a build with
+CUDA where ``fp8emu.cuda_available()``) runs its casts, GEMMs, bias add and bias grad there
+(:mod:`fp8emu.layers`' GPU path: the same bits as the emulator); every other case, and the other
+modules, copy non-CPU tensors to the host for the emulator and the results back.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ except ImportError as e:  # pragma: no cover - exercised where torch is absent
 
 import numpy as np
 
+from . import _cuda, _fp8emu
 from . import layers as _layers
 from .recipe import DelayedScaling, Quantizer
 
@@ -144,14 +148,34 @@ def _np(t: "torch.Tensor") -> np.ndarray:
     return t.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
 
 
+def _on_gpu(*tensors: Optional["torch.Tensor"]) -> bool:
+    """True when the tensors (None ignored) are all CUDA tensors on fp8emu's GPU and its GPU path can
+    run: the layer's FP8 work then stays on the GPU (fp8emu.layers' GPU path)."""
+    ts = [t for t in tensors if t is not None]
+    if not ts or not all(t.is_cuda for t in ts) or not _cuda.available():
+        return False
+    index = _fp8emu.cuda_device_index()
+    return all(t.device.index == index for t in ts)
+
+
+def _arr(t: "torch.Tensor", gpu: bool) -> Any:
+    """A float32 C-contiguous array of t: on the GPU path the CUDA tensor itself (or a float32 copy
+    on the GPU), otherwise a host NumPy array (:func:`_np`)."""
+    if gpu:
+        return t.detach().to(dtype=torch.float32).contiguous()
+    return _np(t)
+
+
 def _like(t: "torch.Tensor") -> SimpleNamespace:
     """What a result must match of t: dtype, device, shape (without keeping t alive)."""
     return SimpleNamespace(dtype=t.dtype, device=t.device, shape=tuple(t.shape))
 
 
-def _back(a: Optional[np.ndarray], like: Any) -> Optional["torch.Tensor"]:
+def _back(a: Any, like: Any) -> Optional["torch.Tensor"]:
     if a is None:
         return None
+    if isinstance(a, torch.Tensor):  # a GPU-path result: already on like's device
+        return a.to(device=like.device, dtype=like.dtype)
     return torch.from_numpy(np.ascontiguousarray(a)).to(device=like.device, dtype=like.dtype)
 
 
@@ -241,14 +265,19 @@ class _LinearFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, module, weight_q, group):
         ctx.set_materialize_grads(False)
         in_f = weight.shape[1]
-        x2 = _np(x.reshape(-1, in_f))
+        gpu = _on_gpu(x, weight, bias)
+        if weight_q is not None and weight_q.is_cuda != gpu:
+            raise RuntimeError(f"the FP8 weight cached by is_first_microbatch=True is on {weight_q.device}, but this "
+                               f"call runs on {'the GPU' if gpu else 'the host'}: call with is_first_microbatch=True "
+                               f"again after moving the module or its input")
+        x2 = _arr(x.reshape(-1, in_f), gpu)
         training = any(ctx.needs_input_grad[:3])
         if weight_q is None:
-            weight_q = _layers.quantize_weight(_np(weight), module._fwd_quantizer)
+            weight_q = _layers.quantize_weight(_arr(weight, gpu), module._fwd_quantizer)
         module._weight_q = weight_q
-        b = None if bias is None else _np(bias)
+        b = None if bias is None else _arr(bias, gpu)
         y, saved = _layers.linear_forward(x2, None, b, module._fwd_quantizer, training=training, weight_q=weight_q)
-        ctx.saved, ctx.module, ctx.group = saved, module, group
+        ctx.saved, ctx.module, ctx.group, ctx.gpu = saved, module, group, gpu
         ctx.x_like, ctx.w_like = _like(x), _like(weight)
         ctx.has_bias = bias is not None
         return _back(y, ctx.x_like).reshape(*x.shape[:-1], weight.shape[0])
@@ -256,7 +285,11 @@ class _LinearFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         out_f = ctx.saved.out_features
-        dy2 = np.zeros((ctx.saved.rows, out_f), np.float32) if dy is None else _np(dy.reshape(-1, out_f))
+        if dy is None:
+            dy2 = (torch.zeros((ctx.saved.rows, out_f), dtype=torch.float32, device=ctx.x_like.device) if ctx.gpu
+                   else np.zeros((ctx.saved.rows, out_f), np.float32))
+        else:
+            dy2 = _arr(dy.reshape(-1, out_f), ctx.gpu)
         dx, dw, db = _layers.linear_backward(dy2, ctx.saved, ctx.module._bwd_quantizer,
                                              need_dgrad=ctx.needs_input_grad[0], need_wgrad=ctx.needs_input_grad[1])
         ctx.saved = None
@@ -339,8 +372,9 @@ class Linear(_Fp8Module):
         init_method: callable initialising ``weight`` in place (default TE's normal(0, 0.023)).
         return_bias: return ``(y, bias)`` with the bias not added (TE's fusion hook).
         params_dtype: parameter dtype (default ``torch.get_default_dtype()``).
-        device: where the parameters live (default "cpu"; TE's default is "cuda"). GEMMs run on the
-            host emulator whatever the device.
+        device: where the parameters live (default "cpu"; TE's default is "cuda"). On fp8emu's GPU
+            (a build with CUDA, ``fp8emu.cuda_available()``), with the input there too, the FP8 casts
+            and GEMMs run on the GPU with the emulator's bits; otherwise on the host emulator.
         parameters_split: TE's split of the weight rows into named parameters (names for equal
             parts, or a dict name -> rows): ``<name>_weight``/``<name>_bias`` instead of
             ``weight``/``bias``; the GEMM runs on their concatenation (same bits as one weight).

@@ -661,6 +661,84 @@ nb::object cuda_gemm_tn(nb::handle a, scaling::Usage a_usage, nb::handle b, scal
 #endif
 }
 
+// fp8emu.layers' bias add and bias grad on CUDA arrays (backend::Device::bias_add / column_sum on
+// backend::cuda_device(): core::nn_element's fp32 add and the column sum in row order from +0).
+namespace {
+
+#ifdef FP8EMU_HAVE_CUDA
+// A float32 CUDA array of `ndim` dimensions; returns its device.
+template <class A>
+int device_f32(const char* fn, const A& a, const char* what, std::size_t ndim) {
+  const int device = check_cuda_array(a, fn, what);
+  if (!is(a.dtype(), dl::dtype_code::Float, 32))
+    type_error(fn, std::string(what) + " is a CUDA array of dtype " + dtype_text(a.dtype()) + "; it must be float32");
+  if (a.ndim() != ndim)
+    value_error(fn, std::string(what) + " has " + std::to_string(a.ndim()) + " dimensions; expected " +
+                        std::to_string(ndim));
+  for (std::size_t i = 0; i < ndim; ++i)
+    if (a.shape(i) > 0x7FFFFFFF) value_error(fn, std::string(what) + ": a dimension exceeds 2^31 - 1");
+  return device;
+}
+
+// Waits for the caller's stream, runs f on the device (its own stream), then waits for the device
+// by reading back the float at `written` (one of f's outputs; null when f wrote nothing).
+template <class F>
+void on_device(const char* fn, std::uintptr_t stream, const float* written, F&& f) {
+  run_released(fn, [&] {
+    const cudaError_t e = cudaStreamSynchronize(stream_of(stream));
+    if (e != cudaSuccess)
+      FP8EMU_FAIL("CUDA call cudaStreamSynchronize(stream) failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+    const backend::Device& dev = backend::cuda_device();
+    f(dev);
+    float probe = 0.0f;
+    if (written) dev.download(&probe, written, sizeof(float));  // Device::download waits for the operations
+  });
+}
+#endif
+
+}  // namespace
+
+void cuda_bias_add(OutArray y, const Array& bias, std::uintptr_t stream) {
+  const char* fn = "fp8emu.layers.linear_forward";
+  require_gpu(fn, "y");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = device_f32(fn, y, "y", 2);
+  same_device(fn, device, device_f32(fn, bias, "bias", 1), "bias");
+  const int rows = int(y.shape(0)), cols = int(y.shape(1));
+  if (bias.shape(0) != y.shape(1))
+    value_error(fn, "bias has shape " + shape_text(shape_of(bias)) + "; expected (" + std::to_string(cols) + ",)");
+  DeviceScope scope(fn, device);
+  require_device_gpu(fn, "y", device);
+  auto* py = static_cast<float*>(y.data());
+  const auto* pb = static_cast<const float*>(bias.data());
+  on_device(fn, stream, rows > 0 && cols > 0 ? py : nullptr,
+            [&](const backend::Device& dev) { dev.bias_add(py, pb, rows, cols); });
+#else
+  (void)y, (void)bias, (void)stream;
+#endif
+}
+
+nb::object cuda_column_sum(const Array& x, std::uintptr_t stream, const std::string& framework) {
+  const char* fn = "fp8emu.layers.bias_grad";
+  require_gpu(fn, "dy");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = device_f32(fn, x, "dy", 2);
+  const int rows = int(x.shape(0)), cols = int(x.shape(1));
+  DeviceScope scope(fn, device);
+  require_device_gpu(fn, "dy", device);
+  std::optional<OutArray> none;
+  Output o = output_for(fn, none, device, {std::int64_t(cols)}, nb::dtype<float>(), false, framework);
+  const auto* px = static_cast<const float*>(x.data());
+  auto* out = static_cast<float*>(o.data);
+  on_device(fn, stream, cols > 0 ? out : nullptr,
+            [&](const backend::Device& dev) { dev.column_sum(px, rows, cols, out); });
+  return o.result;
+#else
+  (void)x, (void)stream, (void)framework;
+  return nb::none();
+#endif
+}
+
 void bind_cuda(nb::module_& m) {
 #ifdef FP8EMU_HAVE_CUDA
   m.attr("cuda") = true;
@@ -690,8 +768,21 @@ void bind_cuda(nb::module_& m) {
       .def_ro("columnwise_scale_inv", &CudaQuantized::columnwise_scale_inv)
       .def_prop_ro("rowwise_e8m0", [](const CudaQuantized&) { return nb::none(); })
       .def_prop_ro("columnwise_e8m0", [](const CudaQuantized&) { return nb::none(); });
+  m.def("cuda_bias_add", &cuda_bias_add, "y"_a, "bias"_a, "stream"_a,
+        "y[i, j] += bias[j] (fp32) on CUDA arrays, in place (backend::Device::bias_add).");
+  m.def("cuda_column_sum", &cuda_column_sum, "dy"_a, "stream"_a, "framework"_a,
+        "out[j] = sum over rows of dy[i, j] in row order from +0, fp32, on CUDA arrays (Device::column_sum).");
   m.def("cuda_available", [] { return backend::cuda_status().usable(); },
         "True when this build has CUDA and a GPU of compute capability >= 8.9 can run its kernels.");
+  m.def("cuda_device_index",
+        []() -> int {
+#ifdef FP8EMU_HAVE_CUDA
+          if (backend::cuda_status().usable()) return cuda::device_index();
+#endif
+          return -1;
+        },
+        "The CUDA device number of fp8emu's GPU (where quantized tensors live), or -1 when the GPU path "
+        "cannot run.");
   m.def("cuda_why_not", [] { return backend::cuda_status().why_not(); },
         "Why the GPU path cannot run here (empty when cuda_available()).");
   m.def("cuda_cast", &cuda_cast, "x"_a, "format"_a, "scale"_a, "policy"_a, "rounding"_a, "stream"_a, "framework"_a,

@@ -210,9 +210,25 @@ def test_recipe_gemm_checks_its_operands_devices():
         fp8emu.recipe.gemm(a, np.ones((4, 32), np.float32))
 
 
+def test_layers_send_cuda_arrays_to_the_gpu_path():
+    # fp8emu.layers' Linear on CUDA arrays casts on the GPU (which says why it cannot run here), and
+    # its bias add and bias grad are the GPU twins' entry points, with the same errors.
+    from fp8emu import layers
+
+    fwd = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward")
+    with pytest.raises(TypeError, match=_device_error(r"fp8emu.Quantizer.quantize")):
+        layers.linear_forward(FakeCudaArray((4, 32)), FakeCudaArray((8, 32)), None, fwd)
+    with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.bias_grad")):
+        layers.bias_grad(FakeCudaArray((4, 8)))
+    with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.linear_forward")):
+        _fp8emu.cuda_bias_add(FakeCudaArray((4, 8)), FakeCudaArray((8,)), 0)
+    assert _fp8emu.cuda_device_index() == -1
+
+
 def test_the_extension_entry_points_exist_in_every_build():
     for name in ("cuda_available", "cuda_why_not", "cuda_cast", "cuda_cast_transpose", "cuda_amax", "cuda_decode",
-                 "cuda_gemm", "gemm_tn_cuda", "CudaQuantizedTensor"):
+                 "cuda_gemm", "gemm_tn_cuda", "CudaQuantizedTensor", "cuda_bias_add", "cuda_column_sum",
+                 "cuda_device_index"):
         assert hasattr(_fp8emu, name), name
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.Quantizer.quantize")):
         _fp8emu.cuda_cast_transpose(FakeCudaArray((4, 8)), "e4m3fn", 1.0, True, True, 0, "")
