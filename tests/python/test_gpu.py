@@ -157,7 +157,12 @@ def _same_quantized(a, b, what):
     assert a.stats == b.stats, what
 
 
-@pytest.mark.parametrize("recipe", ["delayed", "current", "mxfp8", "block"])
+# Each recipe with TE's defaults apart from a short history (the quantizer test varies them more).
+RECIPES = {"delayed": lambda: fp8emu.DelayedScaling(amax_history_len=4), "current": fp8emu.Float8CurrentScaling,
+           "mxfp8": fp8emu.MXFP8BlockScaling, "block": fp8emu.Float8BlockScaling}
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
 def test_quantizer_on_cuda_tensors_equals_the_cpu_quantizer(recipe):
     # Every recipe, both directions: the same sequence of casts and scale updates on a CPU and a CUDA
     # copy of each tensor, with two quantizers from one recipe: the QuantizedTensors (codes, scales,
@@ -185,13 +190,11 @@ def test_quantizer_on_cuda_tensors_equals_the_cpu_quantizer(recipe):
                     assert np.float32(gpu_q.scale(role)) == np.float32(cpu_q.scale(role))
 
 
-@pytest.mark.parametrize("recipe", ["delayed", "current", "mxfp8", "block"])
+@pytest.mark.parametrize("recipe", list(RECIPES))
 def test_recipe_gemm_of_gpu_operands_equals_the_cpu(recipe):
     # fprop, dgrad and wgrad of operands quantized on the GPU, computed there, against the same
     # GEMMs of the CPU operands, for the accumulation models the recipe takes.
-    make = {"delayed": lambda: fp8emu.DelayedScaling(amax_history_len=4),
-            "current": fp8emu.Float8CurrentScaling, "mxfp8": fp8emu.MXFP8BlockScaling,
-            "block": fp8emu.Float8BlockScaling}[recipe]
+    make = RECIPES[recipe]
     rng = np.random.default_rng(5)
     M, N, K = 67, 96, 260
     x = rng.standard_normal((M, K)).astype(np.float32)
@@ -450,14 +453,12 @@ def test_jax_gpu_arrays_when_present():
     assert np.array_equal(np.asarray(q).view(np.uint8), fp8emu.cast(x_host, "e5m2").view(np.uint8))
 
 
-@pytest.mark.parametrize("recipe", ["delayed", "current", "mxfp8", "block"])
+@pytest.mark.parametrize("recipe", list(RECIPES))
 def test_layers_on_cuda_tensors_equal_the_cpu(recipe):
     # fp8emu.layers' Linear (fprop, dgrad, wgrad, bias add and bias grad) on CUDA tensors against the
     # same calls on NumPy arrays, over three steps with scale updates: results and quantizer state
     # bit for bit, results on the GPU.
-    make = {"delayed": lambda: fp8emu.DelayedScaling(amax_history_len=4),
-            "current": fp8emu.Float8CurrentScaling, "mxfp8": fp8emu.MXFP8BlockScaling,
-            "block": fp8emu.Float8BlockScaling}[recipe]
+    make = RECIPES[recipe]
     from fp8emu import layers
 
     rng = np.random.default_rng(9)
@@ -492,15 +493,13 @@ def test_layers_on_cuda_tensors_equal_the_cpu(recipe):
     assert_f32_bits_equal(layers.bias_grad(cuda(big)).cpu().numpy(), layers.bias_grad(big), "bias_grad")
 
 
-@pytest.mark.parametrize("recipe", ["delayed", "current", "mxfp8", "block"])
+@pytest.mark.parametrize("recipe", list(RECIPES))
 def test_torch_linear_on_the_gpu_equals_the_cpu_module(recipe):
     # fp8emu.torch.Linear with its parameters and input on the GPU runs the GPU path; a CPU copy of
     # the module gives the same output and gradients bit for bit, and the same delayed-scaling state.
     import fp8emu.torch as te
 
-    make = {"delayed": lambda: fp8emu.DelayedScaling(amax_history_len=4),
-            "current": fp8emu.Float8CurrentScaling, "mxfp8": fp8emu.MXFP8BlockScaling,
-            "block": fp8emu.Float8BlockScaling}[recipe]
+    make = RECIPES[recipe]
     torch.manual_seed(0)
     m_cpu = te.Linear(128, 64, bias=True)
     m_gpu = te.Linear(128, 64, bias=True, device="cuda")

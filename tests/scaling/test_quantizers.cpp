@@ -15,6 +15,7 @@
 #include "fp8emu/scaling/quantizer.hpp"
 #include "fp8emu/scaling/recipe.hpp"
 #include "support/bits.hpp"
+#include "support/device_quantize_check.hpp"
 #include "support/nn_helpers.hpp"
 
 using namespace fp8emu;
@@ -34,17 +35,6 @@ float max_abs(const std::vector<float>& x) {
   float m = 0.0f;
   for (float v : x) m = std::max(m, std::fabs(v));
   return m;
-}
-
-void check_same(const emu::BlockQuantized& got, const emu::BlockQuantized& want) {
-  CHECK(got.n == want.n);
-  CHECK(got.k == want.k);
-  CHECK(got.block == want.block);
-  CHECK(got.format == want.format);
-  CHECK(got.codes == want.codes);
-  CHECK(got.e8m0 == want.e8m0);
-  REQUIRE(got.scale_inv.size() == want.scale_inv.size());
-  for (std::size_t i = 0; i < got.scale_inv.size(); ++i) CHECK(bits(got.scale_inv[i]) == bits(want.scale_inv[i]));
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -189,14 +179,14 @@ TEST_CASE("MXFP8 quantizer: independent row- and column-wise E8M0 casts", "[scal
       emu::quantize_mxfp8(x.data(), R, C, emu::BlockAxis::kColumnwise, Format::kE4M3, E8M0Rule::kOcp, nullptr);
   CHECK(t.mode == ScalingMode::kBlock);
   CHECK(std::isnan(t.scale));
-  check_same(t.rowwise_blocks, row);
-  check_same(t.columnwise_blocks, col);
+  testing::check_same_blocks(t.rowwise_blocks, row);
+  testing::check_same_blocks(t.columnwise_blocks, col);
   CHECK(stats.count == want_stats.count);  // the row-wise cast only
   CHECK(stats.saturated == want_stats.saturated);
   // Column-wise only: its cast is the one counted.
   emu::QuantizeStats col_stats;
   const QuantizedTensor c = q->quantize(K, x.data(), R, C, TensorRole::kInput, Usage::kColumnwise, &col_stats);
-  check_same(c.columnwise_blocks, col);
+  testing::check_same_blocks(c.columnwise_blocks, col);
   CHECK(c.rowwise_blocks.codes.empty());
   CHECK(col_stats.count == std::uint64_t(R * C));
 }
@@ -209,16 +199,16 @@ TEST_CASE("128-block quantizer: 1x128 activations, 128x128 weight tiles", "[scal
   auto fwd = make_quantizer(recipe, Direction::kForward);
   auto bwd = make_quantizer(recipe, Direction::kBackward);
   const QuantizedTensor xi = fwd->quantize(K, x.data(), R, C, TensorRole::kInput, Usage::kBoth, nullptr);
-  check_same(xi.rowwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, 128,
+  testing::check_same_blocks(xi.rowwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, 128,
                                                        true, 1e-3f, nullptr));
-  check_same(xi.columnwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kColumnwise, Format::kE4M3,
+  testing::check_same_blocks(xi.columnwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kColumnwise, Format::kE4M3,
                                                           128, true, 1e-3f, nullptr));
   const QuantizedTensor w = fwd->quantize(K, x.data(), R, C, TensorRole::kWeight, Usage::kBoth, nullptr);
   const emu::BlockQuantized2D tiles = emu::quantize_block_2d(x.data(), R, C, Format::kE4M3, 128, true, 1e-3f, nullptr);
-  check_same(w.rowwise_blocks, tiles.rowwise);
-  check_same(w.columnwise_blocks, tiles.columnwise);
+  testing::check_same_blocks(w.rowwise_blocks, tiles.rowwise);
+  testing::check_same_blocks(w.columnwise_blocks, tiles.columnwise);
   const QuantizedTensor g = bwd->quantize(K, x.data(), R, C, TensorRole::kGradOutput, Usage::kRowwise, nullptr);
-  check_same(g.rowwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, 128,
+  testing::check_same_blocks(g.rowwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, 128,
                                                       true, 1e-3f, nullptr));
   CHECK(g.columnwise_blocks.codes.empty());
 }
