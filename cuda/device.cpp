@@ -140,8 +140,9 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   if (M == 0 || N == 0) return;
   const cudaStream_t s = stream_of(stream);
   const std::size_t n = std::size_t(M) * std::size_t(N);
-  // The scaled product: in D itself for an fp32 output (the epilogue rewrites it in place), else in
-  // a stream-ordered scratch freed after the epilogue.
+  // The scaled product: in D itself for an fp32 output (the epilogue rewrites it in place), else, or
+  // when C overlaps D (an in-place accumulate, D = alpha t + beta D), in a stream-ordered scratch
+  // freed after the epilogue, so that C is read before D is written, as the emulator reads it.
   struct Scratch {
     float* p = nullptr;
     cudaStream_t s;
@@ -150,7 +151,11 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     }
   } scratch{nullptr, s};
   float* t = static_cast<float*>(D);
-  if (ep.output != emu::GemmOutput::kFp32) {
+  const auto* d0 = static_cast<const unsigned char*>(D);
+  const auto* c0 = reinterpret_cast<const unsigned char*>(ep.C);
+  const bool c_overlaps_d =
+      ep.beta != 0.0f && ep.C != nullptr && c0 < d0 + n * sizeof(float) && d0 < c0 + n * sizeof(float);
+  if (ep.output != emu::GemmOutput::kFp32 || c_overlaps_d) {
     detail::check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch.p), n * sizeof(float), s),
                        "cudaMallocAsync(gemm epilogue scratch)");
     t = scratch.p;

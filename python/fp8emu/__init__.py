@@ -455,7 +455,8 @@ def gemm(
         out_dtype: "float32" (default), "bfloat16", "float16", "e4m3fn" or "e5m2" (or the NumPy /
             ml_dtypes type).
         d_scale: FP8 outputs: the output's scale.
-        alpha, beta, c, bias: the epilogue above; c is (M, N) float32 (read only when beta != 0),
+        alpha, beta, c, bias: the epilogue above; c is (M, N) float32 (read only when beta != 0;
+            it may be ``out`` itself, an in-place accumulate: c is read as it was before the call),
             bias (N,) float32.
         out: optional NumPy array (M, N) of out_dtype's dtype (or its uint8/uint16 storage),
             written in place and returned.
@@ -465,8 +466,8 @@ def gemm(
     Returns:
         D, shape (M, N): float32, ml_dtypes.bfloat16, float16 or the FP8 ml_dtypes type; with
         return_amax, ``(D, amax)``. CUDA operands: D is a new CUDA array of their framework (PyTorch:
-        float32, bfloat16, float16 or float8 tensors; CuPy: uint8 codes for FP8, and bfloat16 as
-        DLPack describes it).
+        float32, bfloat16, float16 or float8 tensors; JAX likewise; CuPy: uint8 codes for FP8 and
+        the uint16 bits of bfloat16, which CuPy before v14 cannot import).
     GPU: CUDA operands (both on one device) run on the twin of ``emu::gemm_fp8_tn`` with its
         epilogue (one thread per element of D, every accumulation model, promotion and split-K, then
         core::gemm_epilogue_element and the output conversion; same bits), layouts "tn" and "nn";

@@ -128,6 +128,9 @@ def linear_forward(
         recipe does not take.
     """
     x = _f32_2d(x, "x")
+    if _cuda.is_cuda(x) and bias is not None and not _cuda.is_cuda(bias):  # before any cast records an amax
+        raise TypeError(f"bias must be a CUDA array on x's device when x is a CUDA array "
+                        f"(got {type(bias).__name__})")
     w_q = weight_q if weight_q is not None else quantize_weight(weight, fwd)
     if len(x.shape) != 2:
         raise ValueError(f"x has {len(x.shape)} dimensions; expected 2")
@@ -137,9 +140,6 @@ def linear_forward(
     x_q = fwd.quantize(x, "input", "both" if training else "rowwise")
     y = _recipe_gemm(x_q, w_q, a_usage="rowwise", b_usage="rowwise", accumulation=acc, promotion=promotion)
     if bias is not None and _cuda.is_cuda(y):  # Device::bias_add: one fp32 add per element, in place
-        if not _cuda.is_cuda(bias):
-            raise TypeError(f"bias must be a CUDA array on x's device when x is a CUDA array "
-                            f"(got {type(bias).__name__})")
         _fp8emu.cuda_bias_add(y, bias, _cuda.stream_handle(x, None))
     elif bias is not None:
         b = np.asarray(bias)

@@ -462,7 +462,10 @@ nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a,
     ep.output = emu::GemmOutput::kFp32;
   } else if (out_kind == "bfloat16") {
     ep.output = emu::GemmOutput::kBf16;
-    dt = nb::dlpack::dtype{std::uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1};
+    // CuPy (before v14) cannot import a DLPack bfloat16 array: it gets the uint16 bits, as NumPy
+    // without ml_dtypes would.
+    dt = framework == "cupy" ? nb::dtype<std::uint16_t>()
+                             : nb::dlpack::dtype{std::uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1};
   } else if (out_kind == "float16") {
     ep.output = emu::GemmOutput::kFp16;
     dt = nb::dlpack::dtype{std::uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
@@ -534,17 +537,30 @@ struct CudaQuantized {
   scaling::DeviceOperand op;
   int device = 0;
   std::string framework;
-  nb::object rowwise_data, columnwise_data, rowwise_scale_inv, columnwise_scale_inv;
-  nb::object scale_owner;  // the one-float device buffer of a per-tensor scale
+  // None where absent (a copy the usage did not ask for; scale_inv of a per-tensor operand).
+  nb::object rowwise_data = nb::none(), columnwise_data = nb::none();
+  nb::object rowwise_scale_inv = nb::none(), columnwise_scale_inv = nb::none();
+  nb::object scale_owner = nb::none();  // the one-float device buffer of a per-tensor scale
 };
 
 #ifdef FP8EMU_HAVE_CUDA
+// cuda::device_index() with the calling thread's current device left as it was (the device's first
+// use makes its GPU current).
+int device_gpu_index() {
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+  const int index = cuda::device_index();
+  if (prev >= 0) cudaSetDevice(prev);
+  return index;
+}
+
 // The GPU of backend::cuda_device(), where the device-resident quantizers and GEMMs run; an array on
-// another GPU is a ValueError saying where to move it.
+// another GPU is a ValueError saying where to move it. Call it before DeviceScope, so that an array
+// on another GPU gets this error rather than DeviceScope's.
 void require_device_gpu(const char* fn, const char* what, int device) {
   int index = 0;
   try {
-    index = cuda::device_index();
+    index = device_gpu_index();
   } catch (const fp8emu::Error& e) {
     throw std::runtime_error(fn_text(fn, e.what()));
   }
@@ -572,8 +588,8 @@ nb::tuple cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRo
     value_error(fn, "x has " + std::to_string(x.ndim()) + " dimensions; quantizers take 2-D (rows, cols) tensors");
   if (x.shape(0) > 0x7FFFFFFF || x.shape(1) > 0x7FFFFFFF) value_error(fn, "x: a dimension exceeds 2^31 - 1");
   const int rows = int(x.shape(0)), cols = int(x.shape(1));
-  DeviceScope scope(fn, device);
   require_device_gpu(fn, "x", device);
+  DeviceScope scope(fn, device);
   CudaQuantized t;
   try {
     t.op = scaling::device_operand(q, rows, cols, role, usage);
@@ -707,8 +723,8 @@ void cuda_bias_add(OutArray y, const Array& bias, std::uintptr_t stream) {
   const int rows = int(y.shape(0)), cols = int(y.shape(1));
   if (bias.shape(0) != y.shape(1))
     value_error(fn, "bias has shape " + shape_text(shape_of(bias)) + "; expected (" + std::to_string(cols) + ",)");
-  DeviceScope scope(fn, device);
   require_device_gpu(fn, "y", device);
+  DeviceScope scope(fn, device);
   auto* py = static_cast<float*>(y.data());
   const auto* pb = static_cast<const float*>(bias.data());
   on_device(fn, stream, rows > 0 && cols > 0 ? py : nullptr,
@@ -724,8 +740,8 @@ nb::object cuda_column_sum(const Array& x, std::uintptr_t stream, const std::str
 #ifdef FP8EMU_HAVE_CUDA
   const int device = device_f32(fn, x, "dy", 2);
   const int rows = int(x.shape(0)), cols = int(x.shape(1));
-  DeviceScope scope(fn, device);
   require_device_gpu(fn, "dy", device);
+  DeviceScope scope(fn, device);
   std::optional<OutArray> none;
   Output o = output_for(fn, none, device, {std::int64_t(cols)}, nb::dtype<float>(), false, framework);
   const auto* px = static_cast<const float*>(x.data());
@@ -777,7 +793,7 @@ void bind_cuda(nb::module_& m) {
   m.def("cuda_device_index",
         []() -> int {
 #ifdef FP8EMU_HAVE_CUDA
-          if (backend::cuda_status().usable()) return cuda::device_index();
+          if (backend::cuda_status().usable()) return device_gpu_index();
 #endif
           return -1;
         },

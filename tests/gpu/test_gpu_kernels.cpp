@@ -337,12 +337,16 @@ TEST_CASE("gpu: the GEMM epilogue (alpha, beta C, bias, bf16/fp16/FP8 outputs, a
   const auto next = [&] { return state = state * 1664525u + 1013904223u; };
   for (auto& v : a) v = std::uint8_t(next() >> 24);  // every code, NaN included
   for (auto& v : b) v = std::uint8_t(next() >> 24);
+  // A finite copy (E4M3's NaN codes 0x7F, 0xFF replaced by 0): with NaN codes most rows of D are
+  // NaN, so the finite arithmetic (rounding, overflow, saturation, amax) is checked on these.
+  std::vector<std::uint8_t> a_fin(a), b_fin(b);
+  for (auto* v : {&a_fin, &b_fin})
+    for (auto& q : *v)
+      if ((q & 0x7F) == 0x7F) q = 0;
   std::vector<float> c = backend::make_inputs(backend::InputFamily::kNanInf, mn, 5u);
   std::vector<float> bias = backend::make_inputs(backend::InputFamily::kWide, std::size_t(N), 6u);
   backend::DeviceTensor<std::uint8_t> da(gpu, M, K), db(gpu, N, K);
   backend::DeviceTensor<float> dc(gpu, M, N), dbias(gpu, 1, N);
-  da.upload(a.data());
-  db.upload(b.data());
   dc.upload(c.data());
   dbias.upload(bias.data());
   struct Case {
@@ -357,11 +361,17 @@ TEST_CASE("gpu: the GEMM epilogue (alpha, beta C, bias, bf16/fp16/FP8 outputs, a
                         {emu::GemmOutput::kFp16, Format::kE4M3, 1.0f, 3.0f, 0.0f, true},
                         {emu::GemmOutput::kFp8, Format::kE4M3, 16.0f, 1.0f, 1.0f, true},
                         {emu::GemmOutput::kFp8, Format::kE5M2, 0.25f, 2.0f, 0.0f, false}};
+  for (const bool finite : {true, false})
   for (const emu::GemmAccumulation acc : {emu::te_fprop(emu::Accumulation::kHopper),
                                           emu::GemmAccumulation{emu::Accumulation::kFp32, 0, 2}})
     for (const Case& k : cases) {
-      INFO("output " << int(k.out) << " format " << format_name(k.fmt) << " d_scale " << k.d_scale << " alpha "
-                     << k.alpha << " beta " << k.beta << " bias " << k.bias << " model " << int(acc.model));
+      const std::vector<std::uint8_t>& ha = finite ? a_fin : a;
+      const std::vector<std::uint8_t>& hb = finite ? b_fin : b;
+      da.upload(ha.data());
+      db.upload(hb.data());
+      INFO((finite ? "finite operands, " : "every code, ")
+           << "output " << int(k.out) << " format " << format_name(k.fmt) << " d_scale " << k.d_scale << " alpha "
+           << k.alpha << " beta " << k.beta << " bias " << k.bias << " model " << int(acc.model));
       const std::size_t w = k.out == emu::GemmOutput::kFp32 ? 4 : k.out == emu::GemmOutput::kFp8 ? 1 : 2;
       emu::GemmEpilogue ep;
       ep.alpha = k.alpha;
@@ -374,7 +384,7 @@ TEST_CASE("gpu: the GEMM epilogue (alpha, beta C, bias, bf16/fp16/FP8 outputs, a
       float amax_h = 0.0f;
       ep.amax_d = &amax_h;
       std::vector<std::uint8_t> want(mn * w), got(mn * w);
-      emu::gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.5f, b.data(), Format::kE4M3, 0.125f, acc, ep, want.data());
+      emu::gemm_fp8_tn(M, N, K, ha.data(), Format::kE4M3, 0.5f, hb.data(), Format::kE4M3, 0.125f, acc, ep, want.data());
       ep.C = k.beta != 0.0f ? dc.get() : nullptr;
       ep.bias = k.bias ? dbias.get() : nullptr;
       ep.amax_d = nullptr;
@@ -388,6 +398,30 @@ TEST_CASE("gpu: the GEMM epilogue (alpha, beta C, bias, bf16/fp16/FP8 outputs, a
       require_same_output(got, want, k.out);
       CHECK(amax_d == bits(amax_h));
     }
+  // C the same buffer as D (an in-place accumulate): C is read before D is written, as on the host.
+  {
+    emu::GemmEpilogue ep;
+    ep.alpha = 0.5f;
+    ep.beta = 1.0f;
+    ep.C = c.data();
+    const emu::GemmAccumulation acc = emu::te_dgrad(emu::Accumulation::kHopper);
+    std::vector<float> want(mn), got(mn);
+    emu::gemm_fp8_tn(M, N, K, a_fin.data(), Format::kE4M3, 0.5f, b_fin.data(), Format::kE4M3, 0.125f, acc, ep,
+                     want.data());
+    da.upload(a_fin.data());
+    db.upload(b_fin.data());
+    backend::DeviceTensor<float> acc_d(gpu, M, N);
+    acc_d.upload(c.data());
+    ep.C = acc_d.get();
+    cuda::gemm_fp8_tn(M, N, K, da.get(), Format::kE4M3, 0.5f, db.get(), Format::kE4M3, 0.125f, acc, ep, acc_d.get(),
+                      nullptr, nullptr);
+    acc_d.download(got.data());
+    std::vector<std::uint8_t> gb(mn * 4), wb(mn * 4);
+    std::memcpy(gb.data(), got.data(), gb.size());
+    std::memcpy(wb.data(), want.data(), wb.size());
+    INFO("C aliases D");
+    require_same_output(gb, wb, emu::GemmOutput::kFp32);
+  }
   // The device keeps no host pointer: amax_d set is an error, before anything is enqueued.
   emu::GemmEpilogue bad;
   float host_amax = 0.0f;

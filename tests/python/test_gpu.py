@@ -344,6 +344,15 @@ def test_gemm_epilogue_equals_the_emulator(out_dtype, d_scale, alpha, beta, with
         what = f"gemm epilogue {out_dtype} d_scale={d_scale} alpha={alpha} beta={beta} bias={with_bias}"
         _assert_same_output(d, ref, out_dtype, what)
         assert np.float32(amax).view(np.uint32) == np.float32(ref_amax).view(np.uint32), what
+    # c and out= the same tensor (an in-place accumulate, D = alpha t + beta D): c is read before
+    # D is written, as on the CPU.
+    if out_dtype == "float32" and beta != 0.0:
+        a, b = _operands(rng, m, n, k, "e4m3fn", "e4m3fn", False)
+        c = (rng.standard_normal((m, n)) * 100.0).astype(np.float32)
+        acc = cuda(c)
+        kw = dict(format_a="e4m3fn", format_b="e4m3fn", alpha=alpha, beta=beta)
+        assert fp8emu.gemm(cuda(a), cuda(b), c=acc, out=acc, **kw) is acc
+        _assert_same_output(acc, fp8emu.gemm(a, b, c=c, **kw), out_dtype, "gemm epilogue c is out")
     # out= of the output type, written in place.
     a, b = _operands(rng, m, n, k, "e4m3fn", "e4m3fn", False)
     want = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
@@ -414,7 +423,7 @@ def test_gpu_errors_name_the_function_and_device():
     with pytest.raises(ValueError, match=r"fp8emu.decode: format e8m0fnu on a CUDA array"):
         fp8emu.decode(torch.zeros(4, device=DEV, dtype=torch.uint8), "e8m0fnu")
     a = fp8emu.cast(torch.randn(8, 32, device=DEV), "e4m3fn")
-    with pytest.raises(ValueError, match=r"fp8emu.gemm: bias has shape \(4\); expected \(8\)"):
+    with pytest.raises(ValueError, match=r"fp8emu.gemm: bias has shape \(4,\); expected \(8,\)"):
         fp8emu.gemm(a, a, bias=torch.zeros(4, device=DEV))
     with pytest.raises(TypeError, match=r"fp8emu.gemm: bias is a CUDA array of dtype float16; it must be float32"):
         fp8emu.gemm(a, a, bias=torch.zeros(8, device=DEV, dtype=torch.float16))

@@ -168,7 +168,7 @@ class Quantizer {
   /// \param x    Shape: [rows, cols] row-major fp32, device memory.
   /// \param out  Shape, mode, format, usage and block as device_operand(*this, rows, cols, role,
   ///             usage) gives them, with the buffers of its usage set.
-  /// 	hrows fp8emu::Error as quantize(), and when `out` does not match the cast (a null buffer, a
+  /// \throws fp8emu::Error as quantize(), and when `out` does not match the cast (a null buffer, a
   ///         different shape, mode, format or block).
   virtual void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                                DeviceOperand& out, emu::QuantizeStats* stats) = 0;
