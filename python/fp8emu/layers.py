@@ -28,15 +28,14 @@ accumulation in fprop (``promotion=0``), promoted to fp32 every 128 K-elements i
 Arrays: float32 NumPy arrays (or CPU DLPack arrays), C-contiguous; x is (rows, in_features), W
 (out_features, in_features), b (out_features,) or None. Results are new float32 NumPy arrays.
 
-On the GPU: :func:`linear_forward`, :func:`linear_backward`, :func:`bias_grad` and
-:func:`quantize_weight` also take float32 CUDA arrays (PyTorch CUDA tensors, CuPy, JAX GPU arrays;
-all on fp8emu's GPU, in a build with CUDA): every cast, GEMM, bias add and bias-grad sum then runs
-there, through the GPU twins of the same functions (``Quantizer::quantize_device``,
-``scaling::gemm_tn``, ``Device::bias_add`` and ``Device::column_sum`` on ``backend::cuda_device()``),
-with the same bits as on the CPU, and the results are CUDA arrays of the input's framework. The
-quantizers' state stays on the host, as TE keeps its recipe state. Each call waits for the input's
-framework's current stream first and returns when its results are complete. The LayerNorm
-functions run on the CPU only.
+On the GPU: every function here also takes float32 CUDA arrays (PyTorch CUDA tensors, CuPy, JAX GPU
+arrays; all on fp8emu's GPU, in a build with CUDA): every cast, GEMM, bias add, bias-grad sum and
+norm then runs there, through the GPU twins of the same functions (``Quantizer::quantize_device``,
+``scaling::gemm_tn``, ``Device::bias_add``, ``Device::column_sum``, ``Device::norm_forward`` /
+``norm_backward`` and ``round_bf16`` on ``backend::cuda_device()``), with the same bits as on the
+CPU, and the results are CUDA arrays of the input's framework. The quantizers' state stays on the
+host, as TE keeps its recipe state. Each call waits for the input's framework's current stream
+first and returns when its results are complete.
 """
 
 from __future__ import annotations
@@ -211,6 +210,22 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class _CudaNorm:
+    """The GPU norm's saved state (x-hat and rsigma as CUDA arrays), with nn::Norm's backward."""
+
+    normalization: str
+    zero_centered_gamma: bool
+    gamma: Any
+    xhat: Any
+    rsigma: Any
+
+    def backward(self, dln: Any) -> Tuple[Any, Any, Any]:
+        return _fp8emu.cuda_norm_backward(dln, self.xhat, self.rsigma, self.gamma, self.normalization,
+                                          self.zero_centered_gamma, _cuda.stream_handle(dln, None),
+                                          _cuda.framework_of(dln))
+
+
+@dataclass
 class LayerNormSaved:
     """What :func:`layernorm_linear_backward` needs: the norm (with its saved x-hat and rsigma) and
     the Linear's :class:`LinearSaved`; ``ln_out`` is the norm output the Linear read (float32)."""
@@ -253,6 +268,13 @@ def layernorm_linear_forward(
         TypeError, ValueError: as :func:`linear_forward`; an unknown normalization.
     """
     x = _f32_2d(x, "x")
+    if _cuda.is_cuda(x):  # the norm on the GPU (Device::norm_forward: nn::Norm's arithmetic)
+        ln, xhat, rsigma = _fp8emu.cuda_norm_forward(
+            x, ln_weight, ln_bias, normalization, float(eps), bool(zero_centered_gamma),
+            bool(fwd.reads_bf16_norm_output), _cuda.stream_handle(x, None), _cuda.framework_of(x))
+        norm = _CudaNorm(normalization, bool(zero_centered_gamma), ln_weight, xhat, rsigma)
+        y, lin = linear_forward(ln, weight, bias, fwd, training=training, weight_q=weight_q)
+        return y, (LayerNormSaved(norm, lin, ln) if training else None), ln
     norm = _fp8emu.Norm(normalization, x.shape[1], float(eps), bool(zero_centered_gamma))
     gamma = np.ascontiguousarray(ln_weight, np.float32)
     beta = None if ln_bias is None else np.ascontiguousarray(ln_bias, np.float32)

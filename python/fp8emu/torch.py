@@ -29,10 +29,11 @@ distributed amax reduction: ``fp8_group`` is accepted and ignored on one process
 
 Tensors: any float dtype (float32, bfloat16, float16: widened exactly to float32 for the emulator;
 results in the input's dtype) on any device. Input shape (..., in_features), output (..., out_features).
-Where the FP8 work runs: ``Linear`` with its input, weight and bias on fp8emu's GPU (a build with
-CUDA where ``fp8emu.cuda_available()``) runs its casts, GEMMs, bias add and bias grad there
-(:mod:`fp8emu.layers`' GPU path: the same bits as the emulator); every other case, and the other
-modules, copy non-CPU tensors to the host for the emulator and the results back.
+Where the FP8 work runs: ``Linear`` and ``LayerNormLinear`` with their input and parameters on
+fp8emu's GPU (a build with CUDA where ``fp8emu.cuda_available()``) run their casts, GEMMs, bias
+add, bias grad and norm there (:mod:`fp8emu.layers`' GPU path: the same bits as the emulator);
+every other case, and the other modules' own arithmetic, copy non-CPU tensors to the host for the
+emulator and the results back.
 """
 
 from __future__ import annotations
@@ -166,6 +167,24 @@ def _arr(t: "torch.Tensor", gpu: bool) -> Any:
     return _np(t)
 
 
+def _check_cached_side(weight_q: Any, gpu: bool) -> None:
+    """A cached FP8 weight (is_first_microbatch=False) must be where this call runs."""
+    if weight_q is not None and weight_q.is_cuda != gpu:
+        raise RuntimeError(f"the FP8 weight cached by is_first_microbatch=True is on {weight_q.device}, but this "
+                           f"call runs on {'the GPU' if gpu else 'the host'}: call with is_first_microbatch=True "
+                           f"again after moving the module or its input")
+
+
+def _zeros_or_arr(g: Optional["torch.Tensor"], shape: Tuple[int, int], ctx: Any) -> Any:
+    """A backward's incoming gradient as a float32 2-D array on the forward's side (zeros when the
+    output was unused: set_materialize_grads(False) passes None)."""
+    if g is None:
+        if ctx.gpu:
+            return torch.zeros(shape, dtype=torch.float32, device=ctx.x_like.device)
+        return np.zeros(shape, np.float32)
+    return _arr(g.reshape(-1, shape[1]), ctx.gpu)
+
+
 def _like(t: "torch.Tensor") -> SimpleNamespace:
     """What a result must match of t: dtype, device, shape (without keeping t alive)."""
     return SimpleNamespace(dtype=t.dtype, device=t.device, shape=tuple(t.shape))
@@ -266,10 +285,7 @@ class _LinearFn(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         in_f = weight.shape[1]
         gpu = _on_gpu(x, weight, bias)
-        if weight_q is not None and weight_q.is_cuda != gpu:
-            raise RuntimeError(f"the FP8 weight cached by is_first_microbatch=True is on {weight_q.device}, but this "
-                               f"call runs on {'the GPU' if gpu else 'the host'}: call with is_first_microbatch=True "
-                               f"again after moving the module or its input")
+        _check_cached_side(weight_q, gpu)
         x2 = _arr(x.reshape(-1, in_f), gpu)
         training = any(ctx.needs_input_grad[:3])
         if weight_q is None:
@@ -285,11 +301,7 @@ class _LinearFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         out_f = ctx.saved.out_features
-        if dy is None:
-            dy2 = (torch.zeros((ctx.saved.rows, out_f), dtype=torch.float32, device=ctx.x_like.device) if ctx.gpu
-                   else np.zeros((ctx.saved.rows, out_f), np.float32))
-        else:
-            dy2 = _arr(dy.reshape(-1, out_f), ctx.gpu)
+        dy2 = _zeros_or_arr(dy, (ctx.saved.rows, out_f), ctx)
         dx, dw, db = _layers.linear_backward(dy2, ctx.saved, ctx.module._bwd_quantizer,
                                              need_dgrad=ctx.needs_input_grad[0], need_wgrad=ctx.needs_input_grad[1])
         ctx.saved = None
@@ -448,17 +460,19 @@ class _LayerNormLinearFn(torch.autograd.Function):
     def forward(ctx, x, ln_weight, ln_bias, weight, bias, module, weight_q, group):
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None
         in_f = weight.shape[1]
-        x2 = _np(x.reshape(-1, in_f))
+        gpu = _on_gpu(x, ln_weight, ln_bias, weight, bias)
+        _check_cached_side(weight_q, gpu)
+        x2 = _arr(x.reshape(-1, in_f), gpu)
         training = any(ctx.needs_input_grad[:5])
         if weight_q is None:
-            weight_q = _layers.quantize_weight(_np(weight), module._fwd_quantizer)
+            weight_q = _layers.quantize_weight(_arr(weight, gpu), module._fwd_quantizer)
         module._weight_q = weight_q
         y, saved, ln = _layers.layernorm_linear_forward(
-            x2, _np(ln_weight), None if ln_bias is None else _np(ln_bias),
-            None, None if bias is None else _np(bias), module._fwd_quantizer,
+            x2, _arr(ln_weight, gpu), None if ln_bias is None else _arr(ln_bias, gpu),
+            None, None if bias is None else _arr(bias, gpu), module._fwd_quantizer,
             normalization=module.normalization, eps=module.eps, zero_centered_gamma=module.zero_centered_gamma,
             training=training, weight_q=weight_q)
-        ctx.saved, ctx.module, ctx.group = saved, module, group
+        ctx.saved, ctx.module, ctx.group, ctx.gpu = saved, module, group, gpu
         ctx.x_like, ctx.g_like, ctx.w_like = _like(x), _like(ln_weight), _like(weight)
         ctx.has_ln_bias, ctx.has_bias = ln_bias is not None, bias is not None
         out = _back(y, ctx.x_like).reshape(*x.shape[:-1], weight.shape[0])
@@ -469,8 +483,8 @@ class _LayerNormLinearFn(torch.autograd.Function):
     def backward(ctx, dy, d_ln_out):
         saved = ctx.saved
         out_f, in_f = saved.linear.out_features, saved.linear.in_features
-        g_ln = None if d_ln_out is None else _np(d_ln_out.reshape(-1, in_f))
-        dy2 = np.zeros((saved.linear.rows, out_f), np.float32) if dy is None else _np(dy.reshape(-1, out_f))
+        g_ln = None if d_ln_out is None else _arr(d_ln_out.reshape(-1, in_f), ctx.gpu)
+        dy2 = _zeros_or_arr(dy, (saved.linear.rows, out_f), ctx)
         dx, dgamma, dbeta, dw, db = _layers.layernorm_linear_backward(
             dy2, saved, ctx.module._bwd_quantizer, grad_ln_out=g_ln,
             need_wgrad=ctx.needs_input_grad[3])

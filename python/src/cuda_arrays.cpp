@@ -755,6 +755,101 @@ nb::object cuda_column_sum(const Array& x, std::uintptr_t stream, const std::str
 #endif
 }
 
+namespace {
+backend::NormOp norm_op_of(const char* fn, const std::string& s) {
+  if (s == "LayerNorm") return backend::NormOp::kLayerNorm;
+  if (s == "RMSNorm") return backend::NormOp::kRMSNorm;
+  throw nb::value_error(fn_text(fn, "unknown normalization '" + s + "' (accepted: LayerNorm, RMSNorm)").c_str());
+}
+}  // namespace
+
+// fp8emu.layers.layernorm_linear_forward's norm on CUDA arrays: backend::Device::norm_forward on
+// backend::cuda_device() (nn::Norm::forward's arithmetic, core::norm_forward_row), then, with
+// round_bf16, Device::round_bf16 of its output (current scaling reads the norm's bf16 output).
+// Returns (y, xhat, rsigma); xhat (rows, cols) and rsigma (rows,) are what the backward reads.
+nb::tuple cuda_norm_forward(const Array& x, const Array& gamma, std::optional<Array> beta,
+                            const std::string& normalization, float eps, bool zero_centered_gamma, bool round_bf16,
+                            std::uintptr_t stream, const std::string& framework) {
+  const char* fn = "fp8emu.layers.layernorm_linear_forward";
+  const backend::NormOp op = norm_op_of(fn, normalization);
+  require_gpu(fn, "x");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = device_f32(fn, x, "x", 2);
+  same_device(fn, device, device_f32(fn, gamma, "ln_weight", 1), "ln_weight");
+  if (beta) same_device(fn, device, device_f32(fn, *beta, "ln_bias", 1), "ln_bias");
+  const std::int64_t rows = std::int64_t(x.shape(0)), cols = std::int64_t(x.shape(1));
+  for (const auto& [arr, name] : {std::pair<const Array*, const char*>{&gamma, "ln_weight"},
+                                  {beta ? &*beta : nullptr, "ln_bias"}})
+    if (arr && std::int64_t(arr->shape(0)) != cols)
+      value_error(fn, std::string(name) + " has shape " + shape_text(shape_of(*arr)) + "; expected (" +
+                          std::to_string(cols) + ",)");
+  require_device_gpu(fn, "x", device);
+  DeviceScope scope(fn, device);
+  std::optional<OutArray> none;
+  Output y = output_for(fn, none, device, {rows, cols}, nb::dtype<float>(), false, framework);
+  Output xhat = output_for(fn, none, device, {rows, cols}, nb::dtype<float>(), false, framework);
+  Output rsigma = output_for(fn, none, device, {rows}, nb::dtype<float>(), false, framework);
+  const auto* px = static_cast<const float*>(x.data());
+  const auto* pg = static_cast<const float*>(gamma.data());
+  const float* pb = beta ? static_cast<const float*>(beta->data()) : nullptr;
+  auto* py = static_cast<float*>(y.data);
+  on_device(fn, stream, rows > 0 && cols > 0 ? py : nullptr, [&](const backend::Device& dev) {
+    // nn::Norm's beta is zeros until set: a LayerNorm without ln_bias reads zeros.
+    backend::DeviceTensor<float> zeros;
+    if (!pb && op == backend::NormOp::kLayerNorm) {
+      zeros = backend::DeviceTensor<float>(dev, 1, int(cols));
+      pb = zeros.get();
+    }
+    dev.norm_forward(op, px, int(rows), int(cols), pg, pb, eps, zero_centered_gamma, py,
+                     static_cast<float*>(xhat.data), static_cast<float*>(rsigma.data));
+    if (round_bf16) dev.round_bf16(py, std::size_t(rows) * std::size_t(cols));
+  });
+  return nb::make_tuple(y.result, xhat.result, rsigma.result);
+#else
+  (void)x, (void)gamma, (void)beta, (void)eps, (void)zero_centered_gamma, (void)round_bf16, (void)stream,
+      (void)framework, (void)op;
+  return {};
+#endif
+}
+
+// fp8emu.layers.layernorm_linear_backward's norm on CUDA arrays: Device::norm_backward (nn::Norm::
+// backward's arithmetic). Returns (dx, grad_gamma, grad_beta); grad_beta is zeros for RMSNorm.
+nb::tuple cuda_norm_backward(const Array& dy, const Array& xhat, const Array& rsigma, const Array& gamma,
+                             const std::string& normalization, bool zero_centered_gamma, std::uintptr_t stream,
+                             const std::string& framework) {
+  const char* fn = "fp8emu.layers.layernorm_linear_backward";
+  const backend::NormOp op = norm_op_of(fn, normalization);
+  require_gpu(fn, "dy");
+#ifdef FP8EMU_HAVE_CUDA
+  const int device = device_f32(fn, dy, "dy", 2);
+  same_device(fn, device, device_f32(fn, xhat, "xhat", 2), "xhat");
+  same_device(fn, device, device_f32(fn, rsigma, "rsigma", 1), "rsigma");
+  same_device(fn, device, device_f32(fn, gamma, "ln_weight", 1), "ln_weight");
+  const std::int64_t rows = std::int64_t(dy.shape(0)), cols = std::int64_t(dy.shape(1));
+  if (shape_of(xhat) != shape_of(dy) || std::int64_t(rsigma.shape(0)) != rows || std::int64_t(gamma.shape(0)) != cols)
+    value_error(fn, "dy " + shape_text(shape_of(dy)) + ", xhat " + shape_text(shape_of(xhat)) + ", rsigma " +
+                        shape_text(shape_of(rsigma)) + " and ln_weight " + shape_text(shape_of(gamma)) +
+                        " do not match (the forward's rows and features)");
+  require_device_gpu(fn, "dy", device);
+  DeviceScope scope(fn, device);
+  std::optional<OutArray> none;
+  Output dx = output_for(fn, none, device, {rows, cols}, nb::dtype<float>(), false, framework);
+  Output dg = output_for(fn, none, device, {cols}, nb::dtype<float>(), false, framework);
+  Output db = output_for(fn, none, device, {cols}, nb::dtype<float>(), false, framework);
+  auto* pdg = static_cast<float*>(dg.data);
+  on_device(fn, stream, cols > 0 ? pdg : nullptr, [&](const backend::Device& dev) {
+    dev.norm_backward(op, static_cast<const float*>(dy.data()), static_cast<const float*>(xhat.data()),
+                      static_cast<const float*>(rsigma.data()), int(rows), int(cols),
+                      static_cast<const float*>(gamma.data()), zero_centered_gamma, static_cast<float*>(dx.data), pdg,
+                      static_cast<float*>(db.data));
+  });
+  return nb::make_tuple(dx.result, dg.result, db.result);
+#else
+  (void)dy, (void)xhat, (void)rsigma, (void)gamma, (void)zero_centered_gamma, (void)stream, (void)framework, (void)op;
+  return {};
+#endif
+}
+
 void bind_cuda(nb::module_& m) {
 #ifdef FP8EMU_HAVE_CUDA
   m.attr("cuda") = true;
@@ -788,6 +883,12 @@ void bind_cuda(nb::module_& m) {
         "y[i, j] += bias[j] (fp32) on CUDA arrays, in place (backend::Device::bias_add).");
   m.def("cuda_column_sum", &cuda_column_sum, "dy"_a, "stream"_a, "framework"_a,
         "out[j] = sum over rows of dy[i, j] in row order from +0, fp32, on CUDA arrays (Device::column_sum).");
+  m.def("cuda_norm_forward", &cuda_norm_forward, "x"_a, "gamma"_a, "beta"_a.none(), "normalization"_a, "eps"_a,
+        "zero_centered_gamma"_a, "round_bf16"_a, "stream"_a, "framework"_a,
+        "LayerNorm/RMSNorm forward on CUDA arrays (Device::norm_forward): (y, xhat, rsigma).");
+  m.def("cuda_norm_backward", &cuda_norm_backward, "dy"_a, "xhat"_a, "rsigma"_a, "gamma"_a, "normalization"_a,
+        "zero_centered_gamma"_a, "stream"_a, "framework"_a,
+        "LayerNorm/RMSNorm backward on CUDA arrays (Device::norm_backward): (dx, grad_gamma, grad_beta).");
   m.def("cuda_available", [] { return backend::cuda_status().usable(); },
         "True when this build has CUDA and a GPU of compute capability >= 8.9 can run its kernels.");
   m.def("cuda_device_index",

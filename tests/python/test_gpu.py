@@ -536,3 +536,59 @@ def test_torch_linear_on_the_gpu_equals_the_cpu_module(recipe):
         for key in ("scaling_fwd", "scaling_bwd"):
             assert_f32_bits_equal(m_gpu.fp8_meta[key].amax_history.numpy(), m_cpu.fp8_meta[key].amax_history.numpy(),
                                   key)
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("normalization", ["LayerNorm", "RMSNorm"])
+def test_layernorm_linear_on_cuda_tensors_equals_the_cpu(recipe, normalization):
+    # fp8emu.layers' LayerNormLinear (the norm, its bf16 output under current scaling, the FP8 Linear,
+    # the norm's backward with a gradient of the returned norm output) on CUDA tensors against NumPy,
+    # and fp8emu.torch.LayerNormLinear on the GPU against a CPU copy of the module.
+    from fp8emu import layers
+    import fp8emu.torch as te
+
+    make = RECIPES[recipe]
+    rng = np.random.default_rng(21)
+    n_in, n_out, rows = 96, 64, 40
+    gamma = (1.0 + 0.1 * rng.standard_normal(n_in)).astype(np.float32)
+    beta = (0.1 * rng.standard_normal(n_in)).astype(np.float32) if normalization == "LayerNorm" else None
+    w = (rng.standard_normal((n_out, n_in)) * 0.05).astype(np.float32)
+    b = (rng.standard_normal(n_out) * 0.1).astype(np.float32)
+    x = (rng.standard_normal((rows, n_in)) * 3.0 + 1.0).astype(np.float32)
+    dy = (rng.standard_normal((rows, n_out)) * 1e-3).astype(np.float32)
+    g_ln = (rng.standard_normal((rows, n_in)) * 1e-4).astype(np.float32)
+    res = {}
+    for dev in ("cpu", "gpu"):
+        put = cuda if dev == "gpu" else (lambda a: a)
+        fwd, bwd = fp8emu.Quantizer(make(), "forward"), fp8emu.Quantizer(make(), "backward")
+        y, saved, ln = layers.layernorm_linear_forward(put(x), put(gamma), None if beta is None else put(beta),
+                                                       put(w), put(b), fwd, normalization=normalization, eps=1e-5,
+                                                       zero_centered_gamma=normalization == "RMSNorm")
+        grads = layers.layernorm_linear_backward(put(dy), saved, bwd, grad_ln_out=put(g_ln))
+        res[dev] = (y, ln) + tuple(grads)
+    for name, g, h in zip(("y", "ln_out", "dx", "dgamma", "dbeta", "dW", "db"), res["gpu"], res["cpu"]):
+        assert g.is_cuda, name
+        assert_f32_bits_equal(g.cpu().numpy(), h, f"{recipe} {normalization} {name}")
+
+    torch.manual_seed(1)
+    m_cpu = te.LayerNormLinear(n_in, n_out, normalization=normalization, return_layernorm_output=True)
+    m_gpu = te.LayerNormLinear(n_in, n_out, normalization=normalization, return_layernorm_output=True, device="cuda")
+    with torch.no_grad():
+        for p_gpu, p_cpu in zip(m_gpu.parameters(), m_cpu.parameters()):
+            p_cpu.add_(torch.randn_like(p_cpu) * 0.01)
+            p_gpu.copy_(p_cpu.to("cuda"))
+    r_cpu, r_gpu = make(), make()
+    for step in range(2):
+        xt = torch.randn(2, 20, n_in) * (1.0 + step)
+        dyt, dlnt = torch.randn(2, 20, n_out) * 1e-3, torch.randn(2, 20, n_in) * 1e-4
+        outs = []
+        for m, r, dev in ((m_cpu, r_cpu, "cpu"), (m_gpu, r_gpu, "cuda")):
+            xi = xt.to(dev).requires_grad_()
+            m.zero_grad()
+            with te.fp8_autocast(enabled=True, fp8_recipe=r):
+                y, ln = m(xi)
+            torch.autograd.backward([y, ln], [dyt.to(dev), dlnt.to(dev)])
+            outs.append([y, ln, xi.grad] + [p.grad for p in m.parameters()])
+        for i, (h, g) in enumerate(zip(*outs)):
+            assert g.is_cuda, i
+            assert_f32_bits_equal(g.detach().cpu().numpy(), h.detach().numpy(), f"{recipe} {normalization} torch {i}")
