@@ -140,29 +140,40 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   if (M == 0 || N == 0) return;
   const cudaStream_t s = stream_of(stream);
   const std::size_t n = std::size_t(M) * std::size_t(N);
-  // The scaled product: in D itself for an fp32 output (the epilogue rewrites it in place), else, or
-  // when C overlaps D (an in-place accumulate, D = alpha t + beta D), in a stream-ordered scratch
-  // freed after the epilogue, so that C is read before D is written, as the emulator reads it.
+  // C overlapping D's bytes (an in-place accumulate, D = alpha t + beta D, or any partial overlap):
+  // C is first copied to a stream-ordered scratch, so that every element of C is read as it was
+  // before the call, as the emulator reads it. The scaled product goes in D itself for an fp32
+  // output (the epilogue rewrites each element in place), else in a scratch. Scratches are freed,
+  // stream-ordered, after the epilogue.
   struct Scratch {
     float* p = nullptr;
     cudaStream_t s;
     ~Scratch() {
       if (p) (void)cudaFreeAsync(p, s);
     }
-  } scratch{nullptr, s};
-  float* t = static_cast<float*>(D);
+  } t_scratch{nullptr, s}, c_scratch{nullptr, s};
+  const std::size_t d_bytes = n * (ep.output == emu::GemmOutput::kFp32   ? 4
+                                   : ep.output == emu::GemmOutput::kFp8 ? 1
+                                                                         : 2);
   const auto* d0 = static_cast<const unsigned char*>(D);
   const auto* c0 = reinterpret_cast<const unsigned char*>(ep.C);
-  const bool c_overlaps_d =
-      ep.beta != 0.0f && ep.C != nullptr && c0 < d0 + n * sizeof(float) && d0 < c0 + n * sizeof(float);
-  if (ep.output != emu::GemmOutput::kFp32 || c_overlaps_d) {
-    detail::check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch.p), n * sizeof(float), s),
+  emu::GemmEpilogue e = ep;
+  if (ep.beta != 0.0f && ep.C != nullptr && c0 < d0 + d_bytes && d0 < c0 + n * sizeof(float)) {
+    detail::check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&c_scratch.p), n * sizeof(float), s),
+                       "cudaMallocAsync(gemm epilogue C copy)");
+    detail::check_cuda(cudaMemcpyAsync(c_scratch.p, ep.C, n * sizeof(float), cudaMemcpyDeviceToDevice, s),
+                       "cudaMemcpyAsync(gemm epilogue C copy)");
+    e.C = c_scratch.p;
+  }
+  float* t = static_cast<float*>(D);
+  if (ep.output != emu::GemmOutput::kFp32) {
+    detail::check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&t_scratch.p), n * sizeof(float), s),
                        "cudaMallocAsync(gemm epilogue scratch)");
-    t = scratch.p;
+    t = t_scratch.p;
   }
   const float sc = scale_inv_a * scale_inv_b;  // RN on the host, as the emulator
   detail::launch_gemm_tn(M, N, K, A, fa, B, fb, acc.model, acc.promotion_interval, acc.split_k, sc, t, s);
-  detail::launch_gemm_epilogue(M, N, t, ep, D, amax_bits, s);
+  detail::launch_gemm_epilogue(M, N, t, e, D, amax_bits, s);
 }
 
 }  // namespace fp8emu::cuda

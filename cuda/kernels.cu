@@ -66,9 +66,10 @@ __global__ void amax_kernel(const float* __restrict__ x, std::size_t n, unsigned
 }
 
 // The GEMM epilogue (launch.hpp, launch_gemm_epilogue): one element per thread per iteration; t and D
-// may alias (fp32 output in place), so neither is __restrict__.
+// may alias (fp32 output in place), so neither is __restrict__; C never overlaps D here (the caller
+// copies an overlapping C first), but is left unrestricted too.
 __global__ void gemm_epilogue_kernel(int M, int N, const float* t, float alpha, float beta,
-                                     const float* __restrict__ C, const float* __restrict__ bias,
+                                     const float* C, const float* __restrict__ bias,
                                      emu::GemmOutput output, FormatSpec fo, float d_scale, void* D,
                                      unsigned int* amax_bits) {
   const std::size_t n = std::size_t(M) * std::size_t(N);

@@ -28,7 +28,7 @@ accumulation in fprop (``promotion=0``), promoted to fp32 every 128 K-elements i
 Arrays: float32 NumPy arrays (or CPU DLPack arrays), C-contiguous; x is (rows, in_features), W
 (out_features, in_features), b (out_features,) or None. Results are new float32 NumPy arrays.
 
-On the GPU: every function here also takes float32 CUDA arrays (PyTorch CUDA tensors, CuPy, JAX GPU
+On the GPU: every function here but :func:`round_to_bf16` also takes float32 CUDA arrays (PyTorch CUDA tensors, CuPy, JAX GPU
 arrays; all on fp8emu's GPU, in a build with CUDA): every cast, GEMM, bias add, bias-grad sum and
 norm then runs there, through the GPU twins of the same functions (``Quantizer::quantize_device``,
 ``scaling::gemm_tn``, ``Device::bias_add``, ``Device::column_sum``, ``Device::norm_forward`` /
@@ -127,9 +127,16 @@ def linear_forward(
         recipe does not take.
     """
     x = _f32_2d(x, "x")
-    if _cuda.is_cuda(x) and bias is not None and not _cuda.is_cuda(bias):  # before any cast records an amax
+    # One side for everything, checked before any cast records an amax.
+    on_gpu = _cuda.is_cuda(x)
+    if on_gpu and bias is not None and not _cuda.is_cuda(bias):
         raise TypeError(f"bias must be a CUDA array on x's device when x is a CUDA array "
                         f"(got {type(bias).__name__})")
+    w_side = weight_q.is_cuda if weight_q is not None else _cuda.is_cuda(weight)
+    if w_side != on_gpu:
+        what = "weight_q" if weight_q is not None else "weight"
+        raise TypeError(f"x is {'a CUDA' if on_gpu else 'a host'} array but {what} is "
+                        f"{'on the GPU' if w_side else 'on the host'}: pass both on one side")
     w_q = weight_q if weight_q is not None else quantize_weight(weight, fwd)
     if len(x.shape) != 2:
         raise ValueError(f"x has {len(x.shape)} dimensions; expected 2")
@@ -211,7 +218,8 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _CudaNorm:
-    """The GPU norm's saved state (x-hat and rsigma as CUDA arrays), with nn::Norm's backward."""
+    """The GPU norm's saved state (the forward's gamma, x-hat and rsigma as CUDA arrays), with
+    nn::Norm's backward."""
 
     normalization: str
     zero_centered_gamma: bool
@@ -219,8 +227,12 @@ class _CudaNorm:
     xhat: Any
     rsigma: Any
 
-    def backward(self, dln: Any) -> Tuple[Any, Any, Any]:
-        return _fp8emu.cuda_norm_backward(dln, self.xhat, self.rsigma, self.gamma, self.normalization,
+    def backward(self, dln: Any, grad_ln_out: Any = None) -> Tuple[Any, Any, Any]:
+        """dx, dgamma, dbeta from the Linear's dgrad dln plus grad_ln_out (one fp32 add, on the GPU)."""
+        if grad_ln_out is not None and not _cuda.is_cuda(grad_ln_out):
+            raise TypeError(f"grad_ln_out must be a CUDA array on dy's device when dy is a CUDA array "
+                            f"(got {type(grad_ln_out).__name__})")
+        return _fp8emu.cuda_norm_backward(dln, grad_ln_out, self.xhat, self.rsigma, self.gamma, self.normalization,
                                           self.zero_centered_gamma, _cuda.stream_handle(dln, None),
                                           _cuda.framework_of(dln))
 
@@ -269,10 +281,10 @@ def layernorm_linear_forward(
     """
     x = _f32_2d(x, "x")
     if _cuda.is_cuda(x):  # the norm on the GPU (Device::norm_forward: nn::Norm's arithmetic)
-        ln, xhat, rsigma = _fp8emu.cuda_norm_forward(
+        ln, xhat, rsigma, gamma = _fp8emu.cuda_norm_forward(
             x, ln_weight, ln_bias, normalization, float(eps), bool(zero_centered_gamma),
             bool(fwd.reads_bf16_norm_output), _cuda.stream_handle(x, None), _cuda.framework_of(x))
-        norm = _CudaNorm(normalization, bool(zero_centered_gamma), ln_weight, xhat, rsigma)
+        norm = _CudaNorm(normalization, bool(zero_centered_gamma), gamma, xhat, rsigma)
         y, lin = linear_forward(ln, weight, bias, fwd, training=training, weight_q=weight_q)
         return y, (LayerNormSaved(norm, lin, ln) if training else None), ln
     norm = _fp8emu.Norm(normalization, x.shape[1], float(eps), bool(zero_centered_gamma))
@@ -303,6 +315,18 @@ def layernorm_linear_backward(
         ``(dx, d_ln_weight, d_ln_bias, dW, db)``: float32 (rows, in), (in,), (in,) (zeros for
         RMSNorm), (out, in) or None, (out,).
     """
+    if isinstance(saved.norm, _CudaNorm):
+        if grad_ln_out is not None:  # checked before the cast records dy's amax
+            if not _cuda.is_cuda(grad_ln_out):
+                raise TypeError(f"grad_ln_out must be a CUDA array on dy's device when dy is a CUDA array "
+                                f"(got {type(grad_ln_out).__name__})")
+            want = (saved.linear.rows, saved.linear.in_features)
+            if tuple(grad_ln_out.shape) != want:
+                raise ValueError(f"grad_ln_out has shape {tuple(grad_ln_out.shape)}; expected {want} (the norm "
+                                 f"output's)")
+        dln, dw, db = linear_backward(dy, saved.linear, bwd, need_dgrad=True, need_wgrad=need_wgrad)
+        dx, dgamma, dbeta = saved.norm.backward(dln, grad_ln_out)
+        return dx, dgamma, dbeta, dw, db
     dln, dw, db = linear_backward(dy, saved.linear, bwd, need_dgrad=True, need_wgrad=need_wgrad)
     if grad_ln_out is not None:
         dln = dln + _f32_2d(grad_ln_out, "grad_ln_out")

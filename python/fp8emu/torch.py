@@ -32,8 +32,9 @@ results in the input's dtype) on any device. Input shape (..., in_features), out
 Where the FP8 work runs: ``Linear`` and ``LayerNormLinear`` with their input and parameters on
 fp8emu's GPU (a build with CUDA where ``fp8emu.cuda_available()``) run their casts, GEMMs, bias
 add, bias grad and norm there (:mod:`fp8emu.layers`' GPU path: the same bits as the emulator);
-every other case, and the other modules' own arithmetic, copy non-CPU tensors to the host for the
-emulator and the results back.
+otherwise they copy non-CPU tensors to the host for the emulator and the results back. The rest of
+every module (activations, attention, softmax, dropout, the standalone norms) is PyTorch's own
+arithmetic on the tensors' device, so its bits are PyTorch's on that device.
 """
 
 from __future__ import annotations
@@ -600,8 +601,9 @@ class LayerNormMLP(torch.nn.Module):
         (ffn_hidden_size,), ``fc2_weight`` (hidden_size, ffn_hidden_size), ``fc2_bias``
         (hidden_size,); no biases with ``bias=False``.
     FP8: the norm and FC1 are :class:`LayerNormLinear`'s path, FC2 is :class:`Linear`'s (its input,
-    the activation output, cast to FP8 by FC2's forward quantizer); the activation runs in fp32 on
-    the host (PyTorch's, which may differ from TE's CUDA gelu in the last bit). Each GEMM has its own
+    the activation output, cast to FP8 by FC2's forward quantizer); the activation is PyTorch's, in
+    fp32 on the tensors' device (it may differ from TE's CUDA gelu, and between devices, in the last
+    bit). Each GEMM has its own
     delayed-scaling slots (TE keeps the same six forward slots in one ``fp8_meta``), so the scales
     and amax histories are TE's.
     forward(inp, is_first_microbatch=None): inp (..., hidden_size) -> (..., hidden_size).

@@ -226,12 +226,22 @@ def test_layers_send_cuda_arrays_to_the_gpu_path():
         layers.layernorm_linear_forward(FakeCudaArray((4, 32)), FakeCudaArray((32,)), FakeCudaArray((32,)),
                                         FakeCudaArray((8, 32)), None, fwd)
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.layernorm_linear_backward")):
-        _fp8emu.cuda_norm_backward(FakeCudaArray((4, 32)), FakeCudaArray((4, 32)), FakeCudaArray((4,)),
+        _fp8emu.cuda_norm_backward(FakeCudaArray((4, 32)), None, FakeCudaArray((4, 32)), FakeCudaArray((4,)),
                                    FakeCudaArray((32,)), "LayerNorm", False, 0, "")
     with pytest.raises(ValueError, match=r"unknown normalization 'BatchNorm'"):
         _fp8emu.cuda_norm_forward(FakeCudaArray((4, 32)), FakeCudaArray((32,)), None, "BatchNorm", 1e-5, False,
                                   False, 0, "")
     assert _fp8emu.cuda_device_index() == -1
+    # x and the weight on different sides: a TypeError before any cast (the quantizer's state untouched).
+    dq = fp8emu.Quantizer(fp8emu.DelayedScaling(amax_history_len=4), "forward")
+    with pytest.raises(TypeError, match="x is a host array but weight is on the GPU"):
+        layers.linear_forward(np.ones((4, 32), np.float32), FakeCudaArray((8, 32)), None, dq)
+    with pytest.raises(TypeError, match="x is a CUDA array but weight is on the host"):
+        layers.linear_forward(FakeCudaArray((4, 32)), np.ones((8, 32), np.float32), None, dq)
+    with pytest.raises(TypeError, match="x is a CUDA array but weight_q is on the host"):
+        layers.linear_forward(FakeCudaArray((4, 32)), None, None, dq,
+                              weight_q=layers.quantize_weight(np.ones((8, 32), np.float32), fwd))
+    assert not dq.amax_history("input").any() and not dq.amax_history("weight").any()
 
 
 def test_the_extension_entry_points_exist_in_every_build():

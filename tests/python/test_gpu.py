@@ -569,6 +569,23 @@ def test_layernorm_linear_on_cuda_tensors_equals_the_cpu(recipe, normalization):
     for name, g, h in zip(("y", "ln_out", "dx", "dgamma", "dbeta", "dW", "db"), res["gpu"], res["cpu"]):
         assert g.is_cuda, name
         assert_f32_bits_equal(g.cpu().numpy(), h, f"{recipe} {normalization} {name}")
+    # LayerNorm without ln_bias (nn::Norm's zero beta), a non-default eps, and gamma changed in place
+    # between the forward and the backward: the backward uses the forward's gamma on both sides.
+    if normalization == "LayerNorm":
+        res = {}
+        for dev in ("cpu", "gpu"):
+            put = cuda if dev == "gpu" else (lambda a: a.copy())
+            fwd, bwd = fp8emu.Quantizer(make(), "forward"), fp8emu.Quantizer(make(), "backward")
+            g_dev = put(gamma)
+            y, saved, ln = layers.layernorm_linear_forward(put(x), g_dev, None, put(w), None, fwd, eps=1e-3)
+            g_dev *= 3
+            res[dev] = (y, ln) + tuple(layers.layernorm_linear_backward(put(dy), saved, bwd))
+        for name, g, h in zip(("y", "ln_out", "dx", "dgamma", "dbeta", "dW", "db"), res["gpu"], res["cpu"]):
+            assert_f32_bits_equal(g.cpu().numpy(), h, f"{recipe} no ln_bias, gamma changed: {name}")
+        with pytest.raises(TypeError, match="grad_ln_out must be a CUDA array"):
+            fwd = fp8emu.Quantizer(make(), "forward")
+            _, saved, _ = layers.layernorm_linear_forward(cuda(x), cuda(gamma), None, cuda(w), None, fwd)
+            layers.layernorm_linear_backward(cuda(dy), saved, fp8emu.Quantizer(make(), "backward"), grad_ln_out=g_ln)
 
     torch.manual_seed(1)
     m_cpu = te.LayerNormLinear(n_in, n_out, normalization=normalization, return_layernorm_output=True)

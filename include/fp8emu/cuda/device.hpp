@@ -119,9 +119,9 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
 ///   - ep.amax_d must be null: the amax of the epilogue's values before d_scale (NaN ignored, as
 ///     CUBLASLT_MATMUL_DESC_AMAX_D_POINTER) is max-accumulated as core::amax_bits into *amax_bits
 ///     (device memory, nullable; zero it first; convert with core::bits_to_f32).
-///   - C may be D itself (an in-place accumulate): C is read as it was before the call, as the
-///     emulator reads it. A non-fp32 output, or C overlapping D, takes a stream-ordered scratch of
-///     M * N floats (cudaMallocAsync).
+///   - C may overlap D (D itself: an in-place accumulate): C is read as it was before the call, as
+///     the emulator reads it (an overlapping C is first copied to a stream-ordered scratch). A
+///     non-fp32 output takes a stream-ordered scratch of M * N floats for the scaled product.
 /// \throws fp8emu::Error as gemm_fp8_tn, when beta != 0 without C, ep.amax_d is set, or a kFp8
 ///         output's format is not an OCP FP8 format; or on a CUDA error.
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
