@@ -28,9 +28,9 @@ accumulation in fprop (``promotion=0``), promoted to fp32 every 128 K-elements i
 Arrays: float32 NumPy arrays (or CPU DLPack arrays), C-contiguous; x is (rows, in_features), W
 (out_features, in_features), b (out_features,) or None. Results are new float32 NumPy arrays.
 
-On the GPU: every function here but :func:`round_to_bf16` also takes float32 CUDA arrays (PyTorch CUDA tensors, CuPy, JAX GPU
-arrays; all on fp8emu's GPU, in a build with CUDA): every cast, GEMM, bias add, bias-grad sum and
-norm then runs there, through the GPU twins of the same functions (``Quantizer::quantize_device``,
+On the GPU: every function here but :func:`round_to_bf16` also takes float32 CUDA arrays (PyTorch
+CUDA tensors, CuPy, JAX GPU arrays; all on fp8emu's GPU, in a build with CUDA): every cast, GEMM,
+bias add, bias-grad sum and norm then runs there, through the GPU twins of the same functions (``Quantizer::quantize_device``,
 ``scaling::gemm_tn``, ``Device::bias_add``, ``Device::column_sum``, ``Device::norm_forward`` /
 ``norm_backward`` and ``round_bf16`` on ``backend::cuda_device()``), with the same bits as on the
 CPU, and the results are CUDA arrays of the input's framework. The quantizers' state stays on the
