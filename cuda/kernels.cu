@@ -787,27 +787,13 @@ DeviceBuffer<CastTotals> zero_totals() {
 // The GPU kernel set: every method has the host-pointer contract of the emu:: function it mirrors
 // (same checks, same messages), copies its inputs to the device, runs the twin and copies back.
 // Calls are synchronous (the copies back wait for the kernels).
-// The input x of a cast: uploaded from the host, or (device_input) the caller's device pointer.
-class Input {
- public:
-  Input(const float* x, std::size_t n, bool on_device) : p_(on_device ? x : nullptr) {
-    if (!on_device) buf_ = DeviceBuffer<float>(x, n);
-  }
-  const float* get() const { return p_ ? p_ : buf_.get(); }
-
- private:
-  const float* p_;
-  DeviceBuffer<float> buf_;
-};
-
 class CudaKernels final : public backend::Kernels {
  public:
-  explicit CudaKernels(bool device_input = false) : device_input_(device_input) {}
   const char* name() const override { return "cuda"; }
 
   float compute_amax(const float* x, std::size_t n) const override {
-    enter();
-    const Input dx(x, n, device_input_);
+    use_fp8_device();
+    const DeviceBuffer<float> dx(x, n);
     DeviceBuffer<unsigned int> m(1);
     m.zero();
     launch_amax(dx.get(), n, m.get(), nullptr);
@@ -818,8 +804,8 @@ class CudaKernels final : public backend::Kernels {
 
   emu::QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
                               float* amax) const override {
-    enter();
-    const Input dx(x, n, device_input_);
+    use_fp8_device();
+    const DeviceBuffer<float> dx(x, n);
     DeviceBuffer<std::uint8_t> dq(n);
     DeviceBuffer<CastTotals> t = zero_totals();
     launch_quantize(dx.get(), n, scale, fmt, dq.get(), t.get(), nullptr);
@@ -833,10 +819,10 @@ class CudaKernels final : public backend::Kernels {
                                     std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, float* amax) const override {
     backend::check_cast_transpose(rows, cols, fmt, q_rowwise, q_columnwise);
     const std::size_t n = std::size_t(rows) * std::size_t(cols);
-    enter();
+    use_fp8_device();
     DeviceBuffer<CastTotals> t = zero_totals();
     if (n > 0) {
-      const Input dx(x, n, device_input_);
+      const DeviceBuffer<float> dx(x, n);
       DeviceBuffer<std::uint8_t> dr(q_rowwise ? n : 0), dc(q_columnwise ? n : 0);
       launch_cast_transpose(dx.get(), rows, cols, scale, fmt, q_rowwise ? dr.get() : nullptr,
                             q_columnwise ? dc.get() : nullptr, t.get(), nullptr);
@@ -849,7 +835,7 @@ class CudaKernels final : public backend::Kernels {
   }
 
   void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) const override {
-    enter();
+    use_fp8_device();
     DeviceBuffer<std::uint8_t> dq(q, n);
     DeviceBuffer<float> dy(n);
     launch_dequantize(dq.get(), n, scale_inv, fmt, dy.get(), nullptr);
@@ -858,7 +844,7 @@ class CudaKernels final : public backend::Kernels {
 
   void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const override {
     if (rows <= 0 || cols <= 0) return;  // emu::transpose does nothing either
-    enter();
+    use_fp8_device();
     const std::size_t n = std::size_t(rows) * std::size_t(cols);
     DeviceBuffer<std::uint8_t> din(in, n), dout(n);
     launch_transpose(rows, cols, din.get(), dout.get(), nullptr);
@@ -869,7 +855,7 @@ class CudaKernels final : public backend::Kernels {
                    Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D) const override {
     emu::check_gemm_tn(M, N, K, fa, fb, acc);
     if (M == 0 || N == 0) return;
-    enter();
+    use_fp8_device();
     const float s = scale_inv_a * scale_inv_b;  // RN on the host, as the emulator
     DeviceBuffer<std::uint8_t> da(A, std::size_t(M) * std::size_t(K)), db(B, std::size_t(N) * std::size_t(K));
     DeviceBuffer<float> dd(std::size_t(M) * std::size_t(N));
@@ -922,8 +908,8 @@ class CudaKernels final : public backend::Kernels {
     emu::QuantizeStats st;
     st.count = n;
     if (n > 0) {
-      enter();
-      const Input dx(x, n, device_input_);
+      use_fp8_device();
+      const DeviceBuffer<float> dx(x, n);
       DeviceBuffer<float> dscale(scale_inv.size()), dscale_inv(scale_inv.size());
       DeviceBuffer<std::uint8_t> drow(n), dcol(n);
       DeviceBuffer<CastTotals> t = zero_totals();
@@ -943,7 +929,7 @@ class CudaKernels final : public backend::Kernels {
     emu::check_gemm_block_tn(A, B);
     const int M = A.n, N = B.n, K = A.k;
     if (M <= 0 || N <= 0) return;
-    enter();
+    use_fp8_device();
     DeviceBuffer<std::uint8_t> da(A.codes.data(), A.codes.size()), db(B.codes.data(), B.codes.size());
     DeviceBuffer<float> dsa(A.scale_inv.data(), A.scale_inv.size()), dsb(B.scale_inv.data(), B.scale_inv.size());
     DeviceBuffer<float> dd(std::size_t(M) * std::size_t(N));
@@ -964,8 +950,8 @@ class CudaKernels final : public backend::Kernels {
     emu::QuantizeStats sr, sc;
     sr.count = sc.count = n;
     if (n > 0) {
-      enter();
-      const Input dx(x, n, device_input_);
+      use_fp8_device();
+      const DeviceBuffer<float> dx(x, n);
       DeviceBuffer<std::uint8_t> drc(rowwise ? n : 0), dcc(columnwise ? n : 0);
       DeviceBuffer<float> drs(qr.scale_inv.size()), dcs(qc.scale_inv.size());
       DeviceBuffer<std::uint8_t> dre(qr.e8m0.size()), dce(qc.e8m0.size());
@@ -1007,8 +993,8 @@ class CudaKernels final : public backend::Kernels {
     emu::QuantizeStats st;
     st.count = q.codes.size();
     if (!q.scale_inv.empty()) {
-      enter();
-      const Input dx(x, std::size_t(rows) * std::size_t(cols), device_input_);
+      use_fp8_device();
+      const DeviceBuffer<float> dx(x, std::size_t(rows) * std::size_t(cols));
       DeviceBuffer<float> dsi(q.scale_inv.size());
       DeviceBuffer<std::uint8_t> dcodes(q.codes.size()), de8m0(q.e8m0.size());
       DeviceBuffer<CastTotals> t = zero_totals();
@@ -1021,15 +1007,7 @@ class CudaKernels final : public backend::Kernels {
     }
     if (stats) *stats += st;
     return q;
-  }
- private:
-  // The GPU of the calls: the fp8 device for host inputs; with device inputs the caller's current
-  // device (the one the inputs live on).
-  void enter() const {
-    if (!device_input_) use_fp8_device();
-  }
-  bool device_input_;
-};
+  }};
 
 }  // namespace
 
@@ -1041,11 +1019,6 @@ void set_device_slot(int slot) { detail::g_device_slot.store(slot < 0 ? 0 : slot
 
 const backend::Kernels& kernels() {
   static const detail::CudaKernels k;
-  return k;
-}
-
-const backend::Kernels& device_input_kernels() {
-  static const detail::CudaKernels k(true);
   return k;
 }
 

@@ -228,10 +228,8 @@ class _CudaNorm:
     rsigma: Any
 
     def backward(self, dln: Any, grad_ln_out: Any = None) -> Tuple[Any, Any, Any]:
-        """dx, dgamma, dbeta from the Linear's dgrad dln plus grad_ln_out (one fp32 add, on the GPU)."""
-        if grad_ln_out is not None and not _cuda.is_cuda(grad_ln_out):
-            raise TypeError(f"grad_ln_out must be a CUDA array on dy's device when dy is a CUDA array "
-                            f"(got {type(grad_ln_out).__name__})")
+        """dx, dgamma, dbeta from the Linear's dgrad dln plus grad_ln_out (one fp32 add, on the GPU;
+        layernorm_linear_backward has checked grad_ln_out)."""
         return _fp8emu.cuda_norm_backward(dln, grad_ln_out, self.xhat, self.rsigma, self.gamma, self.normalization,
                                           self.zero_centered_gamma, _cuda.stream_handle(dln, None),
                                           _cuda.framework_of(dln))

@@ -572,6 +572,36 @@ void require_device_gpu(const char* fn, const char* what, int device) {
                         "backend::set_cuda_device_slot chose another): move it there first (e.g. x.to('cuda:" +
                         std::to_string(index) + "'))");
 }
+
+// A float32 CUDA array of `ndim` dimensions; returns its device.
+template <class A>
+int device_f32(const char* fn, const A& a, const char* what, std::size_t ndim) {
+  const int device = check_cuda_array(a, fn, what);
+  if (!is(a.dtype(), dl::dtype_code::Float, 32))
+    type_error(fn, std::string(what) + " is a CUDA array of dtype " + dtype_text(a.dtype()) + "; it must be float32");
+  if (a.ndim() != ndim)
+    value_error(fn, std::string(what) + " has " + std::to_string(a.ndim()) + " dimensions; expected " +
+                        std::to_string(ndim));
+  for (std::size_t i = 0; i < ndim; ++i)
+    if (a.shape(i) > 0x7FFFFFFF) value_error(fn, std::string(what) + ": a dimension exceeds 2^31 - 1");
+  return device;
+}
+
+// Waits for the caller's stream, runs f on the device (its own stream), then waits for the device
+// by reading back the float at `written` (one of f's outputs; null when f wrote nothing or waits
+// itself), with the GIL released.
+template <class F>
+void on_device(const char* fn, std::uintptr_t stream, const float* written, F&& f) {
+  run_released(fn, [&] {
+    const cudaError_t e = cudaStreamSynchronize(stream_of(stream));
+    if (e != cudaSuccess)
+      FP8EMU_FAIL("CUDA call cudaStreamSynchronize(stream) failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+    const backend::Device& dev = backend::cuda_device();
+    f(dev);
+    float probe = 0.0f;
+    if (written) dev.download(&probe, written, sizeof(float));  // Device::download waits for the operations
+  });
+}
 #endif
 
 }  // namespace
@@ -628,13 +658,9 @@ nb::tuple cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRo
   }
   const float* px = static_cast<const float*>(x.data());
   emu::QuantizeStats st;
-  run_released(fn, [&] {
-    // The device's operations are ordered on its own stream: x must be complete first.
-    const cudaError_t e = cudaStreamSynchronize(stream_of(stream));
-    if (e != cudaSuccess)
-      FP8EMU_FAIL("CUDA call cudaStreamSynchronize(stream) failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
-    q.quantize_device(backend::cuda_device(), px, rows, cols, role, op, &st);  // returns when complete
-  });
+  // quantize_device returns when its results are complete: nothing more to wait for.
+  on_device(fn, stream, nullptr,
+            [&](const backend::Device& dev) { q.quantize_device(dev, px, rows, cols, role, op, &st); });
   nb::dict d;
   d["count"] = st.count;
   d["saturated"] = st.saturated;
@@ -665,12 +691,9 @@ nb::object cuda_gemm_tn(nb::handle a, scaling::Usage a_usage, nb::handle b, scal
   std::optional<OutArray> none;
   Output o = output_for(fn, none, ta.device, {M, N}, nb::dtype<float>(), false, framework);
   auto* d = static_cast<float*>(o.data);
-  run_released(fn, [&] {
-    const backend::Device& dev = backend::cuda_device();
-    scaling::gemm_tn(dev, ta.op, a_usage, tb.op, b_usage, acc, d);
-    float first = 0.0f;
-    dev.download(&first, d, sizeof(float));  // waits for the GEMM (M, N >= 1)
-  });
+  // The operands are complete (Quantizer.quantize returned); D's first element read back waits for
+  // the GEMM (M, N >= 1).
+  on_device(fn, 0, d, [&](const backend::Device& dev) { scaling::gemm_tn(dev, ta.op, a_usage, tb.op, b_usage, acc, d); });
   return o.result;
 #else
   (void)a, (void)a_usage, (void)b, (void)b_usage, (void)acc, (void)framework;
@@ -680,41 +703,6 @@ nb::object cuda_gemm_tn(nb::handle a, scaling::Usage a_usage, nb::handle b, scal
 
 // fp8emu.layers' bias add and bias grad on CUDA arrays (backend::Device::bias_add / column_sum on
 // backend::cuda_device(): core::nn_element's fp32 add and the column sum in row order from +0).
-namespace {
-
-#ifdef FP8EMU_HAVE_CUDA
-// A float32 CUDA array of `ndim` dimensions; returns its device.
-template <class A>
-int device_f32(const char* fn, const A& a, const char* what, std::size_t ndim) {
-  const int device = check_cuda_array(a, fn, what);
-  if (!is(a.dtype(), dl::dtype_code::Float, 32))
-    type_error(fn, std::string(what) + " is a CUDA array of dtype " + dtype_text(a.dtype()) + "; it must be float32");
-  if (a.ndim() != ndim)
-    value_error(fn, std::string(what) + " has " + std::to_string(a.ndim()) + " dimensions; expected " +
-                        std::to_string(ndim));
-  for (std::size_t i = 0; i < ndim; ++i)
-    if (a.shape(i) > 0x7FFFFFFF) value_error(fn, std::string(what) + ": a dimension exceeds 2^31 - 1");
-  return device;
-}
-
-// Waits for the caller's stream, runs f on the device (its own stream), then waits for the device
-// by reading back the float at `written` (one of f's outputs; null when f wrote nothing).
-template <class F>
-void on_device(const char* fn, std::uintptr_t stream, const float* written, F&& f) {
-  run_released(fn, [&] {
-    const cudaError_t e = cudaStreamSynchronize(stream_of(stream));
-    if (e != cudaSuccess)
-      FP8EMU_FAIL("CUDA call cudaStreamSynchronize(stream) failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
-    const backend::Device& dev = backend::cuda_device();
-    f(dev);
-    float probe = 0.0f;
-    if (written) dev.download(&probe, written, sizeof(float));  // Device::download waits for the operations
-  });
-}
-#endif
-
-}  // namespace
-
 void cuda_bias_add(OutArray y, const Array& bias, std::uintptr_t stream) {
   const char* fn = "fp8emu.layers.linear_forward";
   require_gpu(fn, "y");

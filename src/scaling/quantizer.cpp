@@ -260,7 +260,9 @@ void block_cast_device(const backend::Device& device, const backend::BlockCast& 
 namespace {
 const char* usage_name(Usage u) { return u == Usage::kRowwise ? "row-wise" : "column-wise"; }
 
-void check_operand(const QuantizedTensor& t, Usage u, const char* which) {
+// A host QuantizedTensor or a DeviceOperand: the copy read is one the operand has.
+template <class Operand>
+void check_operand(const Operand& t, Usage u, const char* which) {
   FP8EMU_CHECK(u == Usage::kRowwise || u == Usage::kColumnwise, "gemm_tn: operand ", which,
                " must be read row-wise or column-wise");
   FP8EMU_CHECK(t.has(u), "gemm_tn: operand ", which, " has no ", usage_name(u), " copy (quantize it with that usage)");
@@ -296,10 +298,7 @@ void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usag
              Usage b_usage, const emu::GemmAccumulation& acc, float* d) {
   for (const auto& [t, u, which] : {std::tuple<const DeviceOperand&, Usage, const char*>{a, a_usage, "A"},
                                     {b, b_usage, "B"}}) {
-    FP8EMU_CHECK(u == Usage::kRowwise || u == Usage::kColumnwise, "gemm_tn: operand ", which,
-                 " must be read row-wise or column-wise");
-    FP8EMU_CHECK(t.has(u), "gemm_tn: operand ", which, " has no ", usage_name(u),
-                 " copy (quantize it with that usage)");
+    check_operand(t, u, which);
     FP8EMU_CHECK(u == Usage::kRowwise ? t.rowwise_data != nullptr : t.columnwise_data != nullptr, "gemm_tn: operand ",
                  which, " has no buffer for its ", usage_name(u), " codes");
   }

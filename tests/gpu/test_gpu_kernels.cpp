@@ -20,9 +20,6 @@
 #include "fp8emu_internal/kernel_check.hpp"
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/backend/kernels.hpp"
-#include "fp8emu/cuda/backend.hpp"
-#include "fp8emu/scaling/quantizer.hpp"
-#include "fp8emu/scaling/recipe.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/cuda/cublaslt.hpp"
 #include "fp8emu/cuda/device.hpp"
@@ -216,80 +213,6 @@ TEST_CASE("gpu: cuBLASLt FP8 GEMM equals the hopper model with its split-K, E4M3
       if (hopper) {
         CHECK(bits(amax) == bits(emu_amax));
         CHECK(q == want);
-      }
-    }
-  }
-}
-
-namespace {
-// Two QuantizedTensors bit for bit (NaN scales of block modes compare by bits too).
-void require_same(const scaling::QuantizedTensor& a, const scaling::QuantizedTensor& b) {
-  auto bits = [](float f) {
-    std::uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-  };
-  CHECK(a.usage == b.usage);
-  CHECK(a.rowwise_data == b.rowwise_data);
-  CHECK(a.columnwise_data == b.columnwise_data);
-  CHECK(bits(a.scale) == bits(b.scale));
-  CHECK(bits(a.scale_inv) == bits(b.scale_inv));
-  for (const auto& [x, y] : {std::pair{&a.rowwise_blocks, &b.rowwise_blocks},
-                             std::pair{&a.columnwise_blocks, &b.columnwise_blocks}}) {
-    CHECK(x->codes == y->codes);
-    CHECK(x->e8m0 == y->e8m0);
-    REQUIRE(x->scale_inv.size() == y->scale_inv.size());
-    for (std::size_t i = 0; i < x->scale_inv.size(); ++i) CHECK(bits(x->scale_inv[i]) == bits(y->scale_inv[i]));
-  }
-}
-}  // namespace
-
-TEST_CASE("gpu: a recipe's Quantizer on a tensor already on the GPU (device_input_kernels) equals the emulator",
-          "[gpu]") {
-  if (!testing::have_gpu()) return;
-  const backend::Device& gpu = backend::cuda_device();  // makes its GPU current for this thread
-  scaling::DelayedScaling delayed;
-  delayed.amax_history_len = 4;
-  scaling::CurrentScaling current;
-  current.use_power_2_scales = true;
-  const scaling::Recipe recipes[] = {delayed, current, scaling::MXFP8BlockScaling{}, scaling::Float8BlockScaling{}};
-  for (const scaling::Recipe& r : recipes) {
-    INFO(scaling::recipe_name(r));
-    for (const scaling::Direction dir : {scaling::Direction::kForward, scaling::Direction::kBackward}) {
-      auto host = scaling::make_quantizer(r, dir), dev = scaling::make_quantizer(r, dir);
-      for (const auto& [rows, cols] :
-           {std::pair{67, 260}, std::pair{128, 256}, std::pair{132, 260}, std::pair{1, 33}}) {
-        INFO(rows << " x " << cols);
-        for (int step = 0; step < 3; ++step) {
-          const std::vector<float> x = backend::make_inputs(step == 1 ? backend::InputFamily::kNanInf
-                                                                      : backend::InputFamily::kWide,
-                                                            std::size_t(rows) * std::size_t(cols), 31u + unsigned(step));
-          backend::DeviceTensor<float> dx(gpu, rows, cols);
-          dx.upload(x.data());
-          const std::vector<scaling::TensorRole> roles =
-              dir == scaling::Direction::kForward
-                  ? std::vector<scaling::TensorRole>{scaling::TensorRole::kInput, scaling::TensorRole::kWeight}
-                  : std::vector<scaling::TensorRole>{scaling::TensorRole::kGradOutput};
-          for (const scaling::TensorRole role : roles)
-            for (const scaling::Usage u : {scaling::Usage::kRowwise, scaling::Usage::kColumnwise, scaling::Usage::kBoth}) {
-              emu::QuantizeStats sh, sd;
-              const scaling::QuantizedTensor a =
-                  host->quantize(backend::emulated_kernels(), x.data(), rows, cols, role, u, &sh);
-              const scaling::QuantizedTensor b =
-                  dev->quantize(cuda::device_input_kernels(), dx.get(), rows, cols, role, u, &sd);
-              require_same(a, b);
-              CHECK(sh.count == sd.count);
-              CHECK(sh.saturated == sd.saturated);
-              CHECK(sh.underflow == sd.underflow);
-              CHECK(sh.nan == sd.nan);
-            }
-          host->update_scales();
-          dev->update_scales();
-          if (const scaling::DelayedScalingState* hs = host->amax_history_state()) {
-            CHECK(hs->scales() == dev->amax_history_state()->scales());
-            CHECK(hs->history_values() == dev->amax_history_state()->history_values());
-          }
-        }
       }
     }
   }

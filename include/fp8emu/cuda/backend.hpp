@@ -20,15 +20,6 @@ backend::CudaStatus probe();
 /// Only call it when probe().usable().
 const backend::Kernels& kernels();
 
-/// kernels() for data already on the GPU: the fp32 input x of compute_amax, quantize,
-/// cast_transpose and the block casts (quantize_mxfp8[_both], quantize_block_1d[_both],
-/// quantize_block_2d) is a device pointer of the calling thread's current device, which the calls
-/// run on (instead of the first FP8 GPU); every other argument, and every output, is host memory as
-/// in kernels(). Same bits. For scaling::Quantizer::quantize on a tensor that lives on the GPU (the
-/// Python module's CUDA arrays): the quantizer's own logic and state, the casts on the GPU, the codes
-/// and scales back on the host. Synchronous, on the legacy default stream.
-const backend::Kernels& device_input_kernels();
-
 /// The GPU device (cuda/device_ops.cu): memory on the GPU of kernels() and every operation of
 /// backend::Device on one stream it owns. Only call it when probe().usable().
 const backend::Device& device();
