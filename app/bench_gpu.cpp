@@ -10,7 +10,7 @@
 
 #include "bench_lm.hpp"
 #include "char_lm/train_lm.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 
 #if defined(FP8EMU_HAVE_CUDA)
 #include "fp8emu_internal/gpu_bench.hpp"

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 
 namespace fp8emu::cli {
 namespace {

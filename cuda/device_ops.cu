@@ -400,6 +400,7 @@ State& enter() {
 class CudaDevice final : public backend::Device {
  public:
   const char* name() const override { return "cuda"; }
+  bool host_memory() const override { return false; }
 
   // ---- memory ----
   void* allocate(std::size_t bytes) const override {

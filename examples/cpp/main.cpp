@@ -18,8 +18,9 @@
 #include <cstring>
 #include <vector>
 
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/scaling/delayed_quantizer.hpp"
 #include "fp8emu/scaling/recipe.hpp"
@@ -64,7 +65,7 @@ int main() {
   using namespace fp8emu;
   using scaling::TensorRole;
   using scaling::Usage;
-  const backend::Kernels& cpu = backend::emulated_kernels();
+  const backend::Device& cpu = backend::cpu_device();  // the casts run on the CPU emulator
 
   // ---- 1. Delayed scaling (TE DelayedScaling; HYBRID: the forward pass casts to E4M3) ----------
   scaling::DelayedScaling recipe;  // TE's defaults: margin 0, amax_compute_algo "max", fused update
@@ -127,7 +128,7 @@ int main() {
   check_count("underflow", stats1.underflow, 0);
   // Dequantized, code * scale_inv: 0x7E is 1.75 * 2^8 * 2^-7 = 3.5, not y = 7.
   std::vector<float> y_deq(y.size());
-  cpu.dequantize(q1.rowwise_data.data(), y_deq.size(), q1.scale_inv, q1.format, y_deq.data());
+  emu::dequantize(q1.rowwise_data.data(), y_deq.size(), q1.scale_inv, q1.format, y_deq.data());
   check_float("dequantized y[0] (y = 7)", y_deq[0], 3.5f);
   check_float("dequantized y[2] (y = 0.6)", y_deq[2], 0.625f);  // 80 / 128
 

@@ -23,7 +23,7 @@
 #include "common/data_parallel.hpp"
 #include "common/dist.hpp"
 #include "common/runner.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/nn/device_transformer.hpp"
 #include "fp8emu/nn/transformer.hpp"
@@ -666,7 +666,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       if (l.precision() != nn::Precision::kFp8) continue;  // the FP32 head
       if (scaling::supports_accumulation_models(l.recipe())) common::set_te_accumulation(l, ctx.accumulation);
       if (kinds[i] == backend::Kind::kReference) l.set_precision(nn::Precision::kFp32);
-      else l.set_kernels(backend::kernels_of(kinds[i]));
+      else l.set_device(backend::device_of(kinds[i]));
     }
     for (const auto& [i, a] : parse_layer_values("--layer-accumulation", cfg.layer_accumulation, names)) {
       const emu::Accumulation la = emu::parse_accumulation(a);

@@ -16,7 +16,7 @@
 #include <omp.h>
 #endif
 
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/io/atomic_file.hpp"
 #include "fp8emu_internal/plot.hpp"
 #include "fp8emu_internal/resources.hpp"

@@ -15,7 +15,7 @@
 
 #include "common/checkpoint_io.hpp"
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/nn/linear.hpp"
 #include "fp8emu/scaling/recipe.hpp"

@@ -25,7 +25,7 @@
 #include "common/dist.hpp"
 #include "common/runner.hpp"
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/io/idx.hpp"
 #include "fp8emu/nn/device_mlp.hpp"
@@ -354,7 +354,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
   if (precision == nn::Precision::kFp8) {
     for (std::size_t i = 0; i < set.backends.size(); ++i) {
       if (set.backends[i] == backend::Kind::kReference) model.layers[i].set_precision(nn::Precision::kFp32);
-      else model.layers[i].set_kernels(backend::kernels_of(set.backends[i]));
+      else model.layers[i].set_device(backend::device_of(set.backends[i]));
     }
   }
   nn::Optimizer opt(set.optimizer, cfg.lr);

@@ -45,7 +45,7 @@ struct TrainConfig {
   /// Hopper) or "ada" with TE's wrappers (fprop fast accumulation, dgrad/wgrad promoted every 128),
   /// or "fp32" (sequential) or "exact" for every GEMM.
   std::string accumulation = "hopper";
-  /// Where each Linear layer runs (backend/kernels.hpp): "emulated" (default), "cuda",
+  /// Where each Linear layer runs (backend/select.hpp): "emulated" (default), "cuda",
   /// "reference" (FP32), for all layers or per layer as "fc1=cuda,fc2=reference" (layers fc1..fcN).
   /// A cuda layer that cannot run falls back to emulated with one line on stderr (same bits).
   std::string backend = "emulated";

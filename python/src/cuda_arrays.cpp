@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "arrays.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/emulation/cast_policy.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"

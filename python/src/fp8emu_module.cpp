@@ -28,7 +28,7 @@
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/mma.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/nn/linear.hpp"
 #include "fp8emu/nn/norm.hpp"
@@ -407,7 +407,7 @@ QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::stri
   const float* p = static_cast<const float*>(x.data());
   const int rows = int(x.shape(0)), cols = int(x.shape(1));
   nb::gil_scoped_release release;
-  return self.q->quantize(backend::emulated_kernels(), p, rows, cols, r, u, &stats);
+  return self.q->quantize(backend::cpu_device(), p, rows, cols, r, u, &stats);
 }
 
 void bind_recipes(nb::module_& m) {
@@ -544,7 +544,7 @@ void bind_recipes(nb::module_& m) {
           nb::capsule own(d, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
           {
             nb::gil_scoped_release release;
-            scaling::gemm_tn(backend::emulated_kernels(), a, ua, b, ub, acc, d->data());
+            scaling::gemm_tn(backend::cpu_device(), a, ua, b, ub, acc, d->data());
           }
           std::size_t shape[2] = {M, N};
           return nb::ndarray<nb::numpy, float>(d->data(), 2, shape, own);

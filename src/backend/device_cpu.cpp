@@ -1,7 +1,9 @@
-// backend::cpu_device(): the operations of backend::Device on host memory (see
-// include/fp8emu/backend/device.hpp). Each one is the emulator function or the core element
-// function the interface names; loops over elements, rows or columns run on OpenMP threads, each
-// element's arithmetic on one thread, so results do not depend on the thread count.
+// backend::cpu_device() and backend::element_device(): the operations of backend::Device on host
+// memory (see include/fp8emu/backend/device.hpp). Each one is the emulator function or the core
+// element function the interface names; loops over elements, rows or columns run on OpenMP threads,
+// each element's arithmetic on one thread, so results do not depend on the thread count. The two
+// devices differ only in their FP8 casts and GEMMs: cpu_device() runs the emulator's SIMD paths
+// (emulated_kernels()), element_device() the per-element reference (element_kernels()).
 #include <cfloat>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +40,9 @@ void add_counts(CastCounters* c, const emu::QuantizeStats& st) {
 
 class CpuDevice final : public Device {
  public:
-  const char* name() const override { return "cpu"; }
+  CpuDevice(const char* name, const Kernels& fp8) : name_(name), k_(fp8) {}
+  const char* name() const override { return name_; }
+  bool host_memory() const override { return true; }
 
   void* allocate(std::size_t bytes) const override {
     if (bytes == 0) return nullptr;
@@ -76,13 +80,13 @@ class CpuDevice final : public Device {
                       std::uint8_t* q_columnwise, float* amax, CastCounters* counters) const override {
     const bool empty = std::size_t(rows > 0 ? rows : 0) * std::size_t(cols > 0 ? cols : 0) == 0;
     const emu::QuantizeStats st =  // the scale is not read for an empty cast (it may be null then)
-        emulated_kernels().cast_transpose(x, rows, cols, empty ? 1.0f : *scale, fmt, q_rowwise, q_columnwise, amax);
+        k_.cast_transpose(x, rows, cols, empty ? 1.0f : *scale, fmt, q_rowwise, q_columnwise, amax);
     add_counts(counters, st);
   }
   void current_scale(const float* x, std::size_t n, Format fmt, bool pow2, float epsilon,
                      float* scale) const override {
     emu::require_fp8(fmt, "current scaling");
-    const float amax = emu::compute_amax(x, n);
+    const float amax = k_.compute_amax(x, n);
     *scale = core::compute_scale_from_amax(amax, max_finite_f32(fmt), pow2, epsilon, FLT_MAX);
   }
   void delayed_update(float* history, float* scale, int num_slots, int history_len, float scaled_max,
@@ -96,7 +100,7 @@ class CpuDevice final : public Device {
                    Format fb, const float* scale_b, const emu::GemmAccumulation& acc, float* D) const override {
     emu::check_gemm_tn(M, N, K, fa, fb, acc);
     if (M == 0 || N == 0) return;  // nothing to write: the scales are not read (they may be null then)
-    emu::gemm_fp8_tn(M, N, K, A, fa, emu::scale_inv_of(*scale_a), B, fb, emu::scale_inv_of(*scale_b), acc, D);
+    k_.gemm_fp8_tn(M, N, K, A, fa, emu::scale_inv_of(*scale_a), B, fb, emu::scale_inv_of(*scale_b), acc, D);
   }
 
   // The emulator's block casts into records, then copied into the views (host memory here).
@@ -104,7 +108,7 @@ class CpuDevice final : public Device {
                   CastCounters* counters) const override {
     const bool row = rowwise.codes != nullptr, col = columnwise.codes != nullptr;
     FP8EMU_CHECK(row || col, "block cast: no view asked for (row-wise and column-wise codes both null)");
-    const Kernels& k = emulated_kernels();
+    const Kernels& k = k_;
     emu::BlockQuantized r, cq;
     emu::QuantizeStats st;
     switch (c.kind) {
@@ -146,7 +150,7 @@ class CpuDevice final : public Device {
       q.scale_inv.assign(s, s + std::size_t(n) * std::size_t(q.blocks()));
       return q;
     };
-    emulated_kernels().gemm_fp8_block_tn(record(M, A, fa, sa), record(N, B, fb, sb), D);
+    k_.gemm_fp8_block_tn(record(M, A, fa, sa), record(N, B, fb, sb), D);
   }
 
   void bias_add(float* y, const float* b, int rows, int cols) const override {
@@ -324,12 +328,21 @@ class CpuDevice final : public Device {
       }
     }
   }
+
+ private:
+  const char* name_;
+  const Kernels& k_;  // the FP8 casts and GEMMs
 };
 
 }  // namespace
 
 const Device& cpu_device() {
-  static const CpuDevice d;
+  static const CpuDevice d("cpu", emulated_kernels());
+  return d;
+}
+
+const Device& element_device() {
+  static const CpuDevice d("element", element_kernels());
   return d;
 }
 

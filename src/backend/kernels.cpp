@@ -1,8 +1,5 @@
-// Backend selection and the emulated kernel set (see include/fp8emu/backend/kernels.hpp).
+// The emulated kernel set and the cuda one's entry (see include/fp8emu/backend/kernels.hpp).
 #include "fp8emu/backend/kernels.hpp"
-
-#include <ostream>
-#include <sstream>
 
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/emulation/gemm.hpp"
@@ -13,22 +10,6 @@
 #endif
 
 namespace fp8emu::backend {
-
-Kind parse_kind(const std::string& s) {
-  if (s == "reference") return Kind::kReference;
-  if (s == "emulated") return Kind::kEmulated;
-  if (s == "cuda") return Kind::kCuda;
-  FP8EMU_FAIL("unknown backend '", s, "' (expected reference, emulated or cuda)");
-}
-
-const char* to_string(Kind k) {
-  switch (k) {
-    case Kind::kReference: return "reference";
-    case Kind::kEmulated: return "emulated";
-    case Kind::kCuda: return "cuda";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -117,40 +98,6 @@ const Kernels& emulated_kernels() {
   return k;
 }
 
-bool CudaStatus::usable() const {
-  if (!built) return false;
-  for (const GpuInfo& g : gpus)
-    if (g.fp8_mma()) return true;
-  return false;
-}
-
-std::string CudaStatus::why_not() const {
-  if (usable()) return "";
-  if (!built)
-    return "this fp8emu was built without CUDA (nvcc was not found when it was configured); install the CUDA "
-           "toolkit (12.1 or newer) and reconfigure with -DFP8EMU_ENABLE_CUDA=ON";
-  if (driver_version == 0)
-    return "no NVIDIA driver was found (" + (error.empty() ? std::string("cudaDriverGetVersion gave 0") : error) +
-           "); install the NVIDIA driver and run on a machine with an sm_89+ GPU";
-  if (gpus.empty())
-    return "the NVIDIA driver sees no GPU (" + (error.empty() ? std::string("cudaGetDeviceCount gave 0") : error) +
-           "); check CUDA_VISIBLE_DEVICES and nvidia-smi";
-  std::ostringstream os;
-  os << "no GPU supports FP8 (compute capability 8.9 or newer is needed; found";
-  for (const GpuInfo& g : gpus) os << " " << g.name << " sm_" << g.cc_major << g.cc_minor;
-  os << "); run on an Ada (sm_89), Hopper (sm_90) or newer GPU";
-  return os.str();
-}
-
-const CudaStatus& cuda_status() {
-#if defined(FP8EMU_HAVE_CUDA)
-  static const CudaStatus s = cuda::probe();
-#else
-  static const CudaStatus s;  // built = false: why_not() says how to get a CUDA build
-#endif
-  return s;
-}
-
 const Kernels& cuda_kernels() {
   const CudaStatus& s = cuda_status();
   FP8EMU_CHECK(s.usable(), "the cuda backend cannot run: ", s.why_not());
@@ -159,64 +106,6 @@ const Kernels& cuda_kernels() {
 #else
   FP8EMU_FAIL("this fp8emu was built without CUDA");  // unreachable: usable() is false
 #endif
-}
-
-void set_cuda_device_slot(int slot) {
-#if defined(FP8EMU_HAVE_CUDA)
-  cuda::set_device_slot(slot);
-#else
-  (void)slot;
-#endif
-}
-
-std::string describe(const std::vector<Kind>& kinds, const std::vector<std::string>& layer_names) {
-  std::string out;
-  for (std::size_t i = 0; i < kinds.size() && i < layer_names.size(); ++i)
-    out += (out.empty() ? "" : ",") + layer_names[i] + "=" + to_string(kinds[i]);
-  return out;
-}
-
-const Kernels& kernels_of(Kind k) {
-  FP8EMU_CHECK(k != Kind::kReference, "the reference backend runs FP32 and has no FP8 kernels");
-  return k == Kind::kCuda ? cuda_kernels() : emulated_kernels();
-}
-
-std::vector<Kind> parse_layer_backends(const std::string& spec, const std::vector<std::string>& layer_names,
-                                       Kind fallback_default) {
-  std::vector<Kind> kinds(layer_names.size(), fallback_default);
-  if (spec.find('=') == std::string::npos) {
-    std::fill(kinds.begin(), kinds.end(), parse_kind(spec));
-    return kinds;
-  }
-  std::istringstream in(spec);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const std::size_t eq = item.find('=');
-    FP8EMU_CHECK(eq != std::string::npos && eq > 0, "--backend: expected name=kind, got '", item, "'");
-    const std::string name = item.substr(0, eq);
-    std::size_t i = 0;
-    while (i < layer_names.size() && layer_names[i] != name) ++i;
-    if (i == layer_names.size()) {
-      std::string valid;
-      for (const std::string& n : layer_names) valid += (valid.empty() ? "" : ", ") + n;
-      FP8EMU_FAIL("--backend: unknown layer '", name, "' (this model's layers are ", valid, ")");
-    }
-    kinds[i] = parse_kind(item.substr(eq + 1));
-  }
-  return kinds;
-}
-
-std::vector<Kind> resolve(std::vector<Kind> kinds, bool strict, std::ostream& log) {
-  bool wants_cuda = false;
-  for (Kind k : kinds) wants_cuda |= k == Kind::kCuda;
-  if (!wants_cuda || cuda_status().usable()) return kinds;
-  const std::string why = cuda_status().why_not();
-  FP8EMU_CHECK(!strict, "--backend cuda cannot run (--strict): ", why);
-  log << "fp8emu: the cuda backend cannot run, using the bit-exact CPU emulator (emulated) instead: " << why
-      << " (`fp8emu doctor` shows the details; --strict makes this an error)\n";
-  for (Kind& k : kinds)
-    if (k == Kind::kCuda) k = Kind::kEmulated;
-  return kinds;
 }
 
 }  // namespace fp8emu::backend

@@ -61,7 +61,7 @@ Linear::Linear(const Linear& o)
       stats(o.stats),
       twin_error(o.twin_error),
       precision_(o.precision_),
-      kernels_(o.kernels_),
+      device_(o.device_),
       recipe_(o.recipe_),
       fwd_q_(clone_of(o.fwd_q_)),
       bwd_q_(clone_of(o.bwd_q_)),
@@ -145,7 +145,7 @@ void Linear::cast_weight(std::optional<bool> is_first_microbatch) {
     return;  // reuse the cached FP8 weight: no cast, no amax
   }
   // Both copies: row-wise for fprop, column-wise for dgrad.
-  w_q_ = fwd_q_->quantize(*kernels_, weight.data.data(), out_features(), in_features(), scaling::TensorRole::kWeight,
+  w_q_ = fwd_q_->quantize(*device_, weight.data.data(), out_features(), in_features(), scaling::TensorRole::kWeight,
                           scaling::Usage::kBoth, &stats.weight);
   last_scale_[1] = w_q_.scale;
   have_weight_cache_ = true;
@@ -172,12 +172,12 @@ void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bo
   } else {
     cast_weight(is_first_microbatch);
     // Row-wise for fprop; a training forward also keeps the column-wise copy for wgrad.
-    x_q_ = fwd_q_->quantize(*kernels_, x.data.data(), batch, in, scaling::TensorRole::kInput,
+    x_q_ = fwd_q_->quantize(*device_, x.data.data(), batch, in, scaling::TensorRole::kInput,
                             training ? scaling::Usage::kBoth : scaling::Usage::kRowwise, &stats.input);
     last_scale_[0] = x_q_.scale;
     y.resize(batch, out);
     // fprop: x [batch, in] . W [out, in]^T
-    scaling::gemm_tn(*kernels_, x_q_, scaling::Usage::kRowwise, w_q_, scaling::Usage::kRowwise, acc_fprop_,
+    scaling::gemm_tn(*device_, x_q_, scaling::Usage::kRowwise, w_q_, scaling::Usage::kRowwise, acc_fprop_,
                      y.data.data());
     add_bias(y, bias);
   }
@@ -224,17 +224,17 @@ void Linear::backward(const Matrix& dy, Matrix* dx) {
       backend::cpu_device().round_bf16(dx->data.data(), dx->size());
     }
   } else {
-    const scaling::QuantizedTensor dy_q = bwd_q_->quantize(*kernels_, dy.data.data(), batch, out,
+    const scaling::QuantizedTensor dy_q = bwd_q_->quantize(*device_, dy.data.data(), batch, out,
                                                            scaling::TensorRole::kGradOutput, scaling::Usage::kBoth,
                                                            &stats.grad_output);
     last_scale_[2] = dy_q.scale;
     // wgrad: dy^T [out, K=batch] . x^T [in, K=batch]^T
-    scaling::gemm_tn(*kernels_, dy_q, scaling::Usage::kColumnwise, x_q_, scaling::Usage::kColumnwise, acc_wgrad_,
+    scaling::gemm_tn(*device_, dy_q, scaling::Usage::kColumnwise, x_q_, scaling::Usage::kColumnwise, acc_wgrad_,
                      grad_weight.data.data());
     if (dx) {
       dx->resize(batch, in);
       // dgrad: dy [batch, K=out] . W^T [in, K=out]^T
-      scaling::gemm_tn(*kernels_, dy_q, scaling::Usage::kRowwise, w_q_, scaling::Usage::kColumnwise, acc_dgrad_,
+      scaling::gemm_tn(*device_, dy_q, scaling::Usage::kRowwise, w_q_, scaling::Usage::kColumnwise, acc_dgrad_,
                        dx->data.data());
     }
   }

@@ -10,16 +10,6 @@ namespace fp8emu::scaling {
 CurrentQuantizer::CurrentQuantizer(const CurrentScaling& recipe, Direction direction)
     : Quantizer(direction, cast_format(recipe, direction)), recipe_(recipe) {}
 
-QuantizedTensor CurrentQuantizer::quantize(const backend::Kernels& kernels, const float* x, int rows, int cols,
-                                           TensorRole role, Usage usage, emu::QuantizeStats* stats) {
-  check_cast(rows, cols, role);
-  const float amax = kernels.compute_amax(x, std::size_t(rows) * std::size_t(cols));
-  const float scale = core::compute_scale_from_amax(amax, max_finite_f32(format()), recipe_.use_power_2_scales,
-                                                    recipe_.amax_epsilon, FLT_MAX);
-  // TE casts with a null amax pointer after its amax kernel.
-  return quantize_per_tensor(kernels, x, rows, cols, usage, scale, format(), nullptr, stats);
-}
-
 void CurrentQuantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
                                        TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
   check_device_cast(out, rows, cols, role);

@@ -8,14 +8,6 @@ DelayedQuantizer::DelayedQuantizer(const DelayedScaling& recipe, Direction direc
       recipe_(recipe),
       state_(num_slots(direction), recipe.amax_history_len) {}
 
-QuantizedTensor DelayedQuantizer::quantize(const backend::Kernels& kernels, const float* x, int rows, int cols,
-                                           TensorRole role, Usage usage, emu::QuantizeStats* stats) {
-  check_cast(rows, cols, role);
-  const int slot = slot_of(role);
-  return quantize_per_tensor(kernels, x, rows, cols, usage, state_.scale(slot), format(), state_.amax_ptr(slot),
-                             stats);
-}
-
 void DelayedQuantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
                                        TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
   check_device_cast(out, rows, cols, role);

@@ -51,40 +51,6 @@ std::unique_ptr<Quantizer> make_quantizer(const Recipe& recipe, Direction direct
   return std::visit([direction](const auto& r) { return r.make_quantizer(direction); }, recipe);
 }
 
-QuantizedTensor block_operand(Format format, int rows, int cols, Usage usage) {
-  QuantizedTensor q;
-  q.mode = ScalingMode::kBlock;
-  q.format = format;
-  q.rows = rows;
-  q.cols = cols;
-  q.usage = usage;
-  return q;
-}
-
-QuantizedTensor quantize_per_tensor(const backend::Kernels& kernels, const float* x, int rows, int cols,
-                                    Usage usage, float scale, Format format, float* amax,
-                                    emu::QuantizeStats* stats) {
-  FP8EMU_CHECK(rows >= 1 && cols >= 1, "per-tensor cast: sizes must be positive, got [", rows, ", ", cols, "]");
-  QuantizedTensor q;
-  q.mode = ScalingMode::kPerTensor;
-  q.format = format;
-  q.rows = rows;
-  q.cols = cols;
-  q.usage = usage;
-  const std::size_t n = std::size_t(rows) * std::size_t(cols);
-  // TE's cast_transpose: one pass over x writes the copies the usage asks for (the column-wise one
-  // [cols, rows]); the codes, counts and amax are those of one cast of x.
-  if (q.has(Usage::kRowwise)) q.rowwise_data.resize(n);
-  if (q.has(Usage::kColumnwise)) q.columnwise_data.resize(n);
-  const emu::QuantizeStats st = kernels.cast_transpose(
-      x, rows, cols, scale, format, q.has(Usage::kRowwise) ? q.rowwise_data.data() : nullptr,
-      q.has(Usage::kColumnwise) ? q.columnwise_data.data() : nullptr, amax);
-  if (stats) *stats += st;
-  q.scale = scale;
-  q.scale_inv = emu::scale_inv_of(scale);
-  return q;
-}
-
 std::size_t DeviceOperand::rowwise_scales() const {
   if (mode != ScalingMode::kBlock || !has(Usage::kRowwise) || block <= 0) return 0;
   return std::size_t(rows) * std::size_t((cols + block - 1) / block);
@@ -107,6 +73,31 @@ DeviceOperand device_operand(const Quantizer& q, int rows, int cols, TensorRole 
   o.block = q.block_length(role);
   return o;
 }
+
+namespace {
+
+// MXFP8's E8M0 codes of a block view from its scale_inv (powers of two 2^(e - 127): the conversion
+// is exact). No-op for other block lengths.
+void set_e8m0(emu::BlockQuantized& b) {
+  if (b.block != kMxfp8Block) return;
+  b.e8m0.resize(b.scale_inv.size());
+  for (std::size_t i = 0; i < b.e8m0.size(); ++i)
+    b.e8m0[i] = core::e8m0_round_up_from_f32_bits(core::f32_to_bits(b.scale_inv[i]));
+}
+
+// A block view's record for n rows of k codes, sized and zero-filled.
+emu::BlockQuantized block_record(int n, int k, int block, Format format) {
+  emu::BlockQuantized b;
+  b.n = n;
+  b.k = k;
+  b.block = block;
+  b.format = format;
+  b.codes.resize(std::size_t(n) * std::size_t(k));
+  b.scale_inv.resize(std::size_t(n) * std::size_t(b.blocks()));
+  return b;
+}
+
+}  // namespace
 
 DeviceQuantizedTensor::DeviceQuantizedTensor(const backend::Device& device, const DeviceOperand& description)
     : device_(&device), op_(description) {
@@ -169,11 +160,7 @@ QuantizedTensor DeviceQuantizedTensor::download() const {
     codes.download(b.codes.data());
     b.scale_inv.resize(si.size());
     si.download(b.scale_inv.data());
-    if (op_.block == kMxfp8Block) {
-      b.e8m0.resize(b.scale_inv.size());
-      for (std::size_t i = 0; i < b.e8m0.size(); ++i)
-        b.e8m0[i] = core::e8m0_round_up_from_f32_bits(core::f32_to_bits(b.scale_inv[i]));  // exact: 2^(e - 127)
-    }
+    set_e8m0(b);
     return b;
   };
   if (op_.has(Usage::kRowwise)) q.rowwise_blocks = view(rowwise_, rowwise_scale_inv_, op_.rows, op_.cols);
@@ -269,31 +256,6 @@ void check_operand(const Operand& t, Usage u, const char* which) {
 }
 }  // namespace
 
-void gemm_tn(const backend::Kernels& kernels, const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b,
-             Usage b_usage, const emu::GemmAccumulation& acc, float* d) {
-  check_operand(a, a_usage, "A");
-  check_operand(b, b_usage, "B");
-  FP8EMU_CHECK(a.mode == b.mode, "gemm_tn: the operands have different scaling modes");
-  const bool a_row = a_usage == Usage::kRowwise, b_row = b_usage == Usage::kRowwise;
-  switch (a.mode) {
-    case ScalingMode::kPerTensor: {
-      const int M = a_row ? a.rows : a.cols, K = a_row ? a.cols : a.rows;
-      const int N = b_row ? b.rows : b.cols, KB = b_row ? b.cols : b.rows;
-      FP8EMU_CHECK(K == KB, "gemm_tn: K differs, ", K, " for A and ", KB, " for B");
-      kernels.gemm_fp8_tn(M, N, K, a_row ? a.rowwise_data.data() : a.columnwise_data.data(), a.format, a.scale_inv,
-                          b_row ? b.rowwise_data.data() : b.columnwise_data.data(), b.format, b.scale_inv, acc, d);
-      return;
-    }
-    case ScalingMode::kBlock:
-      FP8EMU_CHECK(acc.model == emu::Accumulation::kFp32,
-                   "gemm_tn: block-scaled GEMMs accumulate in fp32 only (tensor-core models are per-tensor only)");
-      kernels.gemm_fp8_block_tn(a_row ? a.rowwise_blocks : a.columnwise_blocks,
-                                b_row ? b.rowwise_blocks : b.columnwise_blocks, d);
-      return;
-  }
-  FP8EMU_FAIL("gemm_tn: invalid scaling mode");
-}
-
 void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usage, const DeviceOperand& b,
              Usage b_usage, const emu::GemmAccumulation& acc, float* d) {
   for (const auto& [t, u, which] : {std::tuple<const DeviceOperand&, Usage, const char*>{a, a_usage, "A"},
@@ -326,6 +288,112 @@ void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usag
     }
   }
   FP8EMU_FAIL("gemm_tn: invalid scaling mode");
+}
+
+namespace {
+
+// A host operand seen as a DeviceOperand of a host-memory device (the pointers alias its buffers;
+// nothing is written through them by a GEMM).
+DeviceOperand host_view(const QuantizedTensor& t) {
+  DeviceOperand o;
+  o.mode = t.mode;
+  o.format = t.format;
+  o.rows = t.rows;
+  o.cols = t.cols;
+  o.usage = t.usage;
+  auto& m = const_cast<QuantizedTensor&>(t);
+  if (t.mode == ScalingMode::kPerTensor) {
+    if (t.has(Usage::kRowwise)) o.rowwise_data = m.rowwise_data.data();
+    if (t.has(Usage::kColumnwise)) o.columnwise_data = m.columnwise_data.data();
+    o.scale = &m.scale;
+    o.host_scale = t.scale;
+    o.host_scale_inv = t.scale_inv;
+    return o;
+  }
+  o.block = t.has(Usage::kRowwise) ? t.rowwise_blocks.block : t.columnwise_blocks.block;
+  if (t.has(Usage::kRowwise)) {
+    o.rowwise_data = m.rowwise_blocks.codes.data();
+    o.rowwise_scale_inv = m.rowwise_blocks.scale_inv.data();
+  }
+  if (t.has(Usage::kColumnwise)) {
+    o.columnwise_data = m.columnwise_blocks.codes.data();
+    o.columnwise_scale_inv = m.columnwise_blocks.scale_inv.data();
+  }
+  return o;
+}
+
+// A host operand copied into a device's memory.
+DeviceQuantizedTensor upload_operand(const backend::Device& device, const QuantizedTensor& t) {
+  const DeviceOperand h = host_view(t);
+  DeviceOperand desc = h;
+  desc.rowwise_data = desc.columnwise_data = nullptr;
+  desc.scale = desc.rowwise_scale_inv = desc.columnwise_scale_inv = nullptr;
+  DeviceQuantizedTensor d(device, desc);
+  DeviceOperand& o = d.operand();
+  if (h.rowwise_data) device.upload(o.rowwise_data, h.rowwise_data, h.codes());
+  if (h.columnwise_data) device.upload(o.columnwise_data, h.columnwise_data, h.codes());
+  if (h.scale) device.upload(o.scale, h.scale, sizeof(float));
+  if (h.rowwise_scale_inv) device.upload(o.rowwise_scale_inv, h.rowwise_scale_inv, h.rowwise_scales() * sizeof(float));
+  if (h.columnwise_scale_inv)
+    device.upload(o.columnwise_scale_inv, h.columnwise_scale_inv, h.columnwise_scales() * sizeof(float));
+  return d;
+}
+
+}  // namespace
+
+QuantizedTensor Quantizer::quantize(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                                    Usage usage, emu::QuantizeStats* stats) {
+  check_cast(rows, cols, role);
+  const DeviceOperand desc = device_operand(*this, rows, cols, role, usage);
+  if (!device.host_memory()) {  // x up, the cast on the device, the operand down
+    backend::DeviceTensor<float> xd(device, rows, cols);
+    xd.upload(x);
+    DeviceQuantizedTensor d(device, desc);
+    quantize_device(device, xd.get(), rows, cols, role, d.operand(), stats);
+    return d.download();
+  }
+  // A host-memory device writes straight into the operand's buffers.
+  QuantizedTensor q;
+  q.mode = desc.mode;
+  q.format = desc.format;
+  q.rows = rows;
+  q.cols = cols;
+  q.usage = usage;
+  const std::size_t n = desc.codes();
+  if (q.mode == ScalingMode::kPerTensor) {
+    if (q.has(Usage::kRowwise)) q.rowwise_data.resize(n);
+    if (q.has(Usage::kColumnwise)) q.columnwise_data.resize(n);
+  } else {
+    if (q.has(Usage::kRowwise)) q.rowwise_blocks = block_record(rows, cols, desc.block, desc.format);
+    if (q.has(Usage::kColumnwise)) q.columnwise_blocks = block_record(cols, rows, desc.block, desc.format);
+  }
+  DeviceOperand out = host_view(q);
+  out.block = desc.block;
+  quantize_device(device, x, rows, cols, role, out, stats);
+  if (q.mode == ScalingMode::kPerTensor) {
+    q.scale = out.host_scale;
+    q.scale_inv = out.host_scale_inv;
+  } else {
+    if (q.has(Usage::kRowwise)) set_e8m0(q.rowwise_blocks);
+    if (q.has(Usage::kColumnwise)) set_e8m0(q.columnwise_blocks);
+  }
+  return q;
+}
+
+void gemm_tn(const backend::Device& device, const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b,
+             Usage b_usage, const emu::GemmAccumulation& acc, float* d) {
+  check_operand(a, a_usage, "A");
+  check_operand(b, b_usage, "B");
+  if (device.host_memory()) {
+    gemm_tn(device, host_view(a), a_usage, host_view(b), b_usage, acc, d);
+    return;
+  }
+  // Operands up, the GEMM on the device, D down.
+  const DeviceQuantizedTensor ad = upload_operand(device, a), bd = upload_operand(device, b);
+  const int M = a_usage == Usage::kRowwise ? a.rows : a.cols, N = b_usage == Usage::kRowwise ? b.rows : b.cols;
+  backend::DeviceTensor<float> dd(device, M, N);
+  gemm_tn(device, ad.operand(), a_usage, bd.operand(), b_usage, acc, dd.get());
+  dd.download(d);
 }
 
 }  // namespace fp8emu::scaling

@@ -15,6 +15,7 @@
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/nn/linear.hpp"
 #include "support/bits.hpp"
+#include "support/forward_device.hpp"
 #include "support/nn_helpers.hpp"
 
 using namespace fp8emu;
@@ -169,5 +170,48 @@ TEST_CASE("Linear through quantizers: bit-identical to the per-recipe casts and 
     CHECK(c.forward_state().num_slots() == 3);
     CHECK(c.backward_state().num_slots() == 2);
     CHECK(c.forward_state().history_len() == 1);
+  }
+}
+
+TEST_CASE("Linear on a device of its own memory: the bits of the element reference", "[nn][linear][device]") {
+  // A host Linear whose FP8 work runs on a device that is not host memory (as `--backend cuda` per
+  // layer runs it on the GPU) stages every operand up and every result down; the oracle is the same
+  // layer on element_device(), the per-element reference working on the host buffers in place.
+  const testing::ForwardDevice staged(false);
+  scaling::DelayedScaling delayed;
+  delayed.amax_history_len = 4;
+  const std::vector<scaling::Recipe> recipes = {delayed, scaling::CurrentScaling{}, scaling::MXFP8BlockScaling{},
+                                                scaling::Float8BlockScaling{}};
+  for (const scaling::Recipe& recipe : recipes) {
+    INFO(scaling::recipe_name(recipe));
+    Rng rng(5);
+    Linear a(70, 40, Precision::kFp8, recipe);
+    a.init(rng);
+    Linear b = a;
+    a.set_device(staged);
+    b.set_device(backend::element_device());
+    for (int step = 0; step < 3; ++step) {
+      const Matrix x = random_matrix(33, 70, rng, 2.0f), dy = random_matrix(33, 40, rng, 0.01f);
+      Matrix ya, yb, dxa, dxb;
+      a.forward(x, ya, true);
+      b.forward(x, yb, true);
+      a.backward(dy, &dxa);
+      b.backward(dy, &dxb);
+      a.update_forward_scales();
+      b.update_forward_scales();
+      a.update_backward_scales();
+      b.update_backward_scales();
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < ya.size(); ++i) differ += bits(ya.data[i]) != bits(yb.data[i]);
+      for (std::size_t i = 0; i < dxa.size(); ++i) differ += bits(dxa.data[i]) != bits(dxb.data[i]);
+      for (std::size_t i = 0; i < a.grad_weight.size(); ++i)
+        differ += bits(a.grad_weight.data[i]) != bits(b.grad_weight.data[i]);
+      CHECK(differ == 0);
+      CHECK(bits(a.last_scale_input()) == bits(b.last_scale_input()));
+      CHECK(bits(a.last_scale_grad_output()) == bits(b.last_scale_grad_output()));
+      CHECK(a.stats.input.count == b.stats.input.count);
+      CHECK(a.stats.grad_output.saturated == b.stats.grad_output.saturated);
+    }
+    CHECK(a.forward_state().scales() == b.forward_state().scales());
   }
 }

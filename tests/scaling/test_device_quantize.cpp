@@ -6,6 +6,7 @@
 #include "fp8emu/scaling/quantizer.hpp"
 #include "fp8emu/scaling/recipe.hpp"
 #include "support/device_quantize_check.hpp"
+#include "support/forward_device.hpp"
 
 using namespace fp8emu;
 using namespace fp8emu::scaling;
@@ -71,4 +72,59 @@ TEST_CASE("device operands describe their cast and reject another", "[scaling][d
                     Catch::Contains("accumulate in fp32 only"));
   CHECK_THROWS_WITH(gemm_tn(dev, ok.operand(), Usage::kRowwise, ok.operand(), Usage::kColumnwise, fp32, out.get()),
                     Catch::Contains("K differs"));
+}
+
+TEST_CASE("host casts and GEMMs staged through a device of its own memory equal the reference", "[scaling][device]") {
+  // A device that is not host memory (as the GPU): Quantizer::quantize uploads x and downloads the
+  // operand, gemm_tn of host operands uploads them and downloads D. The oracle is the same call on
+  // element_device(), which reads and writes the host buffers in place.
+  const testing::ForwardDevice staged(false);
+  const backend::Device& ref = backend::element_device();
+  const int M = 33, N = 40, K = 130;  // ragged against 32 and 128 blocks
+  for (const auto& [name, recipe] : testing::device_check_recipes()) {
+    INFO(name);
+    auto fwd_s = make_quantizer(recipe, Direction::kForward), fwd_r = make_quantizer(recipe, Direction::kForward);
+    auto bwd_s = make_quantizer(recipe, Direction::kBackward), bwd_r = make_quantizer(recipe, Direction::kBackward);
+    nn::Rng rng(11);
+    const std::vector<float> x = testing::device_cast_input(M, K, 3, 4.0f, true);
+    const std::vector<float> w = testing::random_matrix(N, K, rng, 0.5f).data;
+    const std::vector<float> dy = testing::random_matrix(M, N, rng, 0.01f).data;
+    for (int step = 0; step < 2; ++step) {  // the second step casts with the updated state
+      emu::QuantizeStats ss, rs;
+      const QuantizedTensor xs = fwd_s->quantize(staged, x.data(), M, K, TensorRole::kInput, Usage::kBoth, &ss);
+      const QuantizedTensor xr = fwd_r->quantize(ref, x.data(), M, K, TensorRole::kInput, Usage::kBoth, &rs);
+      const QuantizedTensor ws = fwd_s->quantize(staged, w.data(), N, K, TensorRole::kWeight, Usage::kBoth, &ss);
+      const QuantizedTensor wr = fwd_r->quantize(ref, w.data(), N, K, TensorRole::kWeight, Usage::kBoth, &rs);
+      const QuantizedTensor ds =
+          bwd_s->quantize(staged, dy.data(), M, N, TensorRole::kGradOutput, Usage::kBoth, &ss);
+      const QuantizedTensor dr = bwd_r->quantize(ref, dy.data(), M, N, TensorRole::kGradOutput, Usage::kBoth, &rs);
+      testing::check_same_operand(xs, xr);
+      testing::check_same_operand(ws, wr);
+      testing::check_same_operand(ds, dr);
+      CHECK(ss.count == rs.count);
+      CHECK(ss.saturated == rs.saturated);
+      CHECK(ss.underflow == rs.underflow);
+      CHECK(ss.nan == rs.nan);
+      const emu::GemmAccumulation acc = fwd_s->supports_accumulation_models()
+                                            ? emu::te_dgrad(emu::Accumulation::kHopper)
+                                            : emu::GemmAccumulation{emu::Accumulation::kFp32, 0, 1};
+      std::vector<float> got(std::size_t(M) * K, -1.0f), want(got.size(), -2.0f);
+      gemm_tn(staged, ds, Usage::kRowwise, ws, Usage::kColumnwise, acc, got.data());  // dgrad
+      gemm_tn(ref, dr, Usage::kRowwise, wr, Usage::kColumnwise, acc, want.data());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) differ += testing::bits(got[i]) != testing::bits(want[i]);
+      CHECK(differ == 0);
+      fwd_s->update_scales();
+      fwd_r->update_scales();
+      bwd_s->update_scales();
+      bwd_r->update_scales();
+    }
+  }
+}
+
+TEST_CASE("host casts name a missing copy", "[scaling][device]") {
+  auto q = make_quantizer(MXFP8BlockScaling{}, Direction::kForward);
+  const std::vector<float> x(6, 1.0f);
+  CHECK_THROWS_WITH(q->quantize(backend::cpu_device(), x.data(), 2, 3, TensorRole::kInput, Usage(0), nullptr),
+                    Catch::Contains("asks for no copy"));
 }

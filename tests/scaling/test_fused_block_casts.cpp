@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/scaling/block_quantizer.hpp"
@@ -237,7 +238,7 @@ TEST_CASE("Fused block casts: the comparison catches one changed code, scale, E8
 TEST_CASE("MXFP8 and 1x128 quantizers: both usages equal the row-wise and column-wise casts apart", "[fused][block]") {
   const int rows = 70, cols = 300;
   const std::vector<float> x = ragged_inputs(rows, cols, 5);
-  const backend::Kernels& k = backend::emulated_kernels();
+  const backend::Device& k = backend::cpu_device();
   for (int recipe = 0; recipe < 2; ++recipe) {
     INFO((recipe == 0 ? "mxfp8" : "block"));
     std::unique_ptr<scaling::Quantizer> q;

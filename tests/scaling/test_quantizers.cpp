@@ -23,7 +23,7 @@ using namespace fp8emu::scaling;
 using testing::bits;
 
 namespace {
-const backend::Kernels& K = backend::emulated_kernels();
+const backend::Device& K = backend::cpu_device();
 
 std::vector<float> random_values(int n, std::uint64_t seed, float bound) {
   nn::Rng rng(seed);

@@ -1,9 +1,10 @@
 // The device casts of every recipe (Quantizer::quantize_device) and the GEMM of device operands
-// (scaling::gemm_tn on a backend::Device) against the host quantizers and host gemm_tn on the same
-// inputs, bit for bit: codes, scales, scale_inv, E8M0 codes, counts, the delayed-scaling state
-// after each update, and D of fprop, dgrad and wgrad. The host quantizers are the oracle here;
-// they are checked against emu:: functions and values worked from TE's formulas in
-// tests/scaling/test_quantizers.cpp and test_delayed_scaling.cpp.
+// (scaling::gemm_tn on a backend::Device) against the same quantizers and gemm_tn run on
+// backend::element_device() (the per-element reference of the casts and GEMMs) on the same inputs,
+// bit for bit: codes, scales, scale_inv, E8M0 codes, counts, the delayed-scaling state after each
+// update, and D of fprop, dgrad and wgrad. The quantizers themselves are checked against emu::
+// functions and values worked from TE's formulas in tests/scaling/test_quantizers.cpp and
+// test_delayed_scaling.cpp.
 //
 // Shared by tests/scaling/test_device_quantize.cpp (backend::cpu_device(), every CI run) and
 // tests/gpu/test_device_ops.cpp (backend::cuda_device(), label gpu).
@@ -17,7 +18,6 @@
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/scaling/quantizer.hpp"
 #include "fp8emu/scaling/recipe.hpp"
 #include "support/bits.hpp"
@@ -111,7 +111,7 @@ inline backend::DeviceTensor<float> to_device(const backend::Device& dev, const 
 inline void check_device_quantizers(const backend::Device& dev) {
   using scaling::TensorRole;
   using scaling::Usage;
-  const backend::Kernels& host_kernels = backend::emulated_kernels();
+  const backend::Device& reference = backend::element_device();
   const std::vector<std::pair<int, int>> shapes = {{1, 1}, {3, 37}, {33, 70}, {130, 260}};
   const Usage usages[] = {Usage::kRowwise, Usage::kColumnwise, Usage::kBoth};
   for (const auto& [name, recipe] : device_check_recipes()) {
@@ -133,7 +133,7 @@ inline void check_device_quantizers(const backend::Device& dev) {
               const float bound = step == 0 ? 3.0f : step == 1 ? 900.0f : 1.0e-5f;
               const std::vector<float> x = device_cast_input(rows, cols, seed++, bound, step < 2);
               emu::QuantizeStats hs, ds;
-              const scaling::QuantizedTensor want = host->quantize(host_kernels, x.data(), rows, cols, role, usage, &hs);
+              const scaling::QuantizedTensor want = host->quantize(reference, x.data(), rows, cols, role, usage, &hs);
               const backend::DeviceTensor<float> xd = to_device(dev, x, rows, cols);
               scaling::DeviceQuantizedTensor got(dev, scaling::device_operand(*device, rows, cols, role, usage));
               device->quantize_device(dev, xd.get(), rows, cols, role, got.operand(), &ds);
@@ -170,7 +170,7 @@ inline void check_device_quantizers(const backend::Device& dev) {
 inline void check_device_operand_gemms(const backend::Device& dev) {
   using scaling::TensorRole;
   using scaling::Usage;
-  const backend::Kernels& host_kernels = backend::emulated_kernels();
+  const backend::Device& reference = backend::element_device();
   const int M = 33, N = 40, K = 130;  // ragged against 32 and 128 blocks
   for (const auto& [name, recipe] : device_check_recipes()) {
     INFO(name);
@@ -185,10 +185,10 @@ inline void check_device_operand_gemms(const backend::Device& dev) {
     const backend::DeviceTensor<float> xd = to_device(dev, x, M, K), wd = to_device(dev, w, N, K),
                                        dyd = to_device(dev, dy, M, N);
     const auto both = Usage::kBoth;
-    const scaling::QuantizedTensor xh = fwd_h->quantize(host_kernels, x.data(), M, K, TensorRole::kInput, both, nullptr);
-    const scaling::QuantizedTensor wh = fwd_h->quantize(host_kernels, w.data(), N, K, TensorRole::kWeight, both, nullptr);
+    const scaling::QuantizedTensor xh = fwd_h->quantize(reference, x.data(), M, K, TensorRole::kInput, both, nullptr);
+    const scaling::QuantizedTensor wh = fwd_h->quantize(reference, w.data(), N, K, TensorRole::kWeight, both, nullptr);
     const scaling::QuantizedTensor dyh =
-        bwd_h->quantize(host_kernels, dy.data(), M, N, TensorRole::kGradOutput, both, nullptr);
+        bwd_h->quantize(reference, dy.data(), M, N, TensorRole::kGradOutput, both, nullptr);
     scaling::DeviceQuantizedTensor xq(dev, scaling::device_operand(*fwd_d, M, K, TensorRole::kInput, both));
     scaling::DeviceQuantizedTensor wq(dev, scaling::device_operand(*fwd_d, N, K, TensorRole::kWeight, both));
     scaling::DeviceQuantizedTensor dyq(dev, scaling::device_operand(*bwd_d, M, N, TensorRole::kGradOutput, both));
@@ -220,7 +220,7 @@ inline void check_device_operand_gemms(const backend::Device& dev) {
         INFO(g.what << ", accumulation " << int(acc.model) << " promotion " << acc.promotion_interval << " split_k "
                     << acc.split_k);
         std::vector<float> want(std::size_t(g.m) * std::size_t(g.n)), got(want.size(), -1.0f);
-        scaling::gemm_tn(host_kernels, g.ah, g.au, g.bh, g.bu, acc, want.data());
+        scaling::gemm_tn(reference, g.ah, g.au, g.bh, g.bu, acc, want.data());
         backend::DeviceTensor<float> d(dev, g.m, g.n);
         scaling::gemm_tn(dev, g.ad.operand(), g.au, g.bd.operand(), g.bu, acc, d.get());
         d.download(got.data());

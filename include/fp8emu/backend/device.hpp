@@ -1,9 +1,8 @@
 /// \file device.hpp
-/// \brief Where a model's tensors live between calls: the memory of a backend and the operations of a
-/// training step on it (issue "FP8 that pays on the GPU", device-resident layers).
+/// \brief The one backend interface: the memory of a backend and the operations of a training step
+/// on it (casts, GEMMs, the element work of layers and optimizers).
 ///
-/// backend::Kernels (kernels.hpp) takes host pointers: its `cuda` set copies every operand to the GPU
-/// and back per call. A `Device` instead owns memory (the host's for `cpu_device()`, the GPU's for
+/// A `Device` owns memory (the host's for `cpu_device()` and `element_device()`, the GPU's for
 /// `cuda_device()`) and runs every operation of an FP8 or FP32 training step on pointers into it:
 /// weights, activations, gradients, amax histories, scales and optimizer state stay there between
 /// steps, and only a batch goes in and the per-row losses come out. The step program that calls
@@ -34,6 +33,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/format/format_spec.hpp"
@@ -86,8 +86,11 @@ struct AdamStep {
 class Device {
  public:
   virtual ~Device() = default;
-  /// "cpu" or "cuda".
+  /// "cpu", "element" or "cuda".
   virtual const char* name() const = 0;
+  /// True when this device's memory is the host's (cpu_device(), element_device()): host pointers
+  /// may be passed to every operation, and upload/download are copies within the host.
+  virtual bool host_memory() const = 0;
 
   // ---- memory --------------------------------------------------------------------------------
   /// `bytes` of zero-filled memory (null for 0 bytes). \throws fp8emu::Error when it cannot.
@@ -216,6 +219,13 @@ class Device {
 /// The host: every operation runs the emulator (emulation/, SIMD and OpenMP) or the core element
 /// functions on host memory. Always available.
 const Device& cpu_device();
+
+/// The reference: cpu_device() with its FP8 casts and GEMMs (cast_transpose, current_scale,
+/// block_cast, gemm_fp8_tn, gemm_fp8_block_tn) run by the element layer of include/fp8emu/core on
+/// one thread, in the decomposition the CUDA kernels use (per element, per block, per tile; amax as
+/// a max of bits; counts as sums). The oracle against which the emulator's SIMD paths are tested.
+/// Slow: for checks, not for training.
+const Device& element_device();
 
 /// The GPU of the `cuda` backend (the device chosen by set_cuda_device_slot), its operations on one
 /// stream. \throws fp8emu::Error (with CudaStatus::why_not()) when the cuda backend cannot run.

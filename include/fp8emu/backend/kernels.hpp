@@ -1,17 +1,11 @@
 /// \file kernels.hpp
-/// \brief Where a layer's FP8 work runs: the kernel set a layer calls, with two implementations
-/// that give the same bits, the CPU emulator (`emulated`) and the GPU (`cuda`), plus the selection
-/// and fallback rules of `--backend`.
-///
-/// Backends (per layer, or for the whole model):
-///   - `reference`: FP32, no quantization (the layer's FP32 twin);
-///   - `emulated`: FP8 on the CPU, the bit-exact emulator (emulation/);
-///   - `cuda`: FP8 on the GPU; every kernel is the twin of an emulation kernel and calls the same
-///     integer-only core functions (include/fp8emu/core), so results are bit-identical to
-///     `emulated` (checked on a GPU by `fp8emu validate`).
-/// When `cuda` is requested but cannot run (no CUDA in this build, no driver, no GPU, compute
-/// capability below 8.9), the layer falls back to `emulated` and one line says why and how to fix
-/// it; with `strict` it is an error instead.
+/// \brief The FP8 kernel sets behind the devices' casts and GEMMs, on host pointers: the CPU
+/// emulator's (`emulated_kernels()`, SIMD and OpenMP; cpu_device() runs it), the per-element
+/// reference (`element_kernels()`; element_device() runs it) and the GPU's (`cuda_kernels()`,
+/// copying every operand to the GPU and back), compared with each other by the kernel check
+/// (`fp8emu validate`, tests/emulation/test_simd_vs_element.cpp). Layers and quantizers do not
+/// use this interface: they run on a backend::Device (device.hpp); the backend selection of
+/// `--backend` is in select.hpp.
 ///
 /// All pointers are host pointers; shapes and layouts are those of the emu:: function each method
 /// mirrors (named in its comment). Methods throw fp8emu::Error on bad shapes (as emu::) and, for
@@ -29,14 +23,9 @@
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/core/e8m0.hpp"
+#include "fp8emu/backend/select.hpp"
 
 namespace fp8emu::backend {
-
-/// Where a layer runs.
-enum class Kind : std::uint8_t { kReference, kEmulated, kCuda };
-/// "reference" | "emulated" | "cuda". \throws fp8emu::Error naming the accepted values.
-Kind parse_kind(const std::string& s);
-const char* to_string(Kind k);
 
 /// The FP8 kernels a layer calls. Implementations must agree bit for bit.
 class Kernels {
@@ -135,53 +124,7 @@ const Kernels& emulated_kernels();
 /// Slow: for checks, not for training.
 const Kernels& element_kernels();
 
-/// What the machine offers for the `cuda` backend (never throws; probed once, then cached).
-struct GpuInfo {
-  int index = 0;
-  std::string name;
-  int cc_major = 0, cc_minor = 0;  ///< Compute capability.
-  std::size_t memory_bytes = 0;
-  bool fp8_mma() const { return cc_major * 10 + cc_minor >= 89; }  ///< FP8 mma.sync (sm_89+).
-  bool wgmma() const { return cc_major == 9 && cc_minor == 0; }    ///< wgmma (sm_90a).
-  bool mxfp8() const { return cc_major >= 10; }                    ///< block-scaled MMA (sm_100+).
-};
-struct CudaStatus {
-  bool built = false;            ///< This fp8emu was compiled with CUDA (nvcc found at configure).
-  int runtime_version = 0;       ///< cudaRuntimeGetVersion (e.g. 13000), 0 if not built.
-  int driver_version = 0;        ///< cudaDriverGetVersion, 0 without a driver.
-  std::size_t cublaslt_version = 0;  ///< cublasLtGetVersion, 0 if not built.
-  std::vector<GpuInfo> gpus;
-  std::string error;             ///< The CUDA error met while probing, if any.
-  /// True when the `cuda` backend can run: built, and some GPU has compute capability >= 8.9.
-  bool usable() const;
-  /// Why `cuda` cannot run, and how to fix it (one sentence each); empty when usable().
-  std::string why_not() const;
-};
-const CudaStatus& cuda_status();
-
 /// The GPU kernels. \throws fp8emu::Error (with why_not()) when !cuda_status().usable().
 const Kernels& cuda_kernels();
-
-/// Which GPU the cuda kernels use, to be called before the first of them runs: the GPUs with
-/// compute capability >= 8.9 in CUDA's order, the (slot mod their count)-th (default slot 0, the
-/// first). Data-parallel training passes each rank's local rank, so the ranks of a node share its
-/// GPUs round-robin. No effect in a build without CUDA.
-void set_cuda_device_slot(int slot);
-
-/// Per-layer backends from a spec: one kind for all ("cuda"), or "name=kind" pairs separated by
-/// commas ("fc1=cuda,fc2=emulated"); layers not named get `fallback_default`.
-/// \throws fp8emu::Error on an unknown layer name or kind, naming the valid ones.
-std::vector<Kind> parse_layer_backends(const std::string& spec, const std::vector<std::string>& layer_names,
-                                       Kind fallback_default);
-
-/// Replaces `cuda` by `emulated` when the GPU cannot run it, writing one line to `log` that says
-/// why and how to fix it; with `strict` throws fp8emu::Error instead. Returns the kinds to use.
-std::vector<Kind> resolve(std::vector<Kind> kinds, bool strict, std::ostream& log);
-
-/// "name=kind,..." of resolved kinds (what ran), for result files.
-std::string describe(const std::vector<Kind>& kinds, const std::vector<std::string>& layer_names);
-
-/// The kernels of a resolved kind (kReference has none: the layer runs FP32).
-const Kernels& kernels_of(Kind k);
 
 }  // namespace fp8emu::backend

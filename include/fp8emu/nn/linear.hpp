@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "fp8emu/emulation/block_quantize.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/nn/matrix.hpp"
@@ -116,15 +116,17 @@ class Linear {
   void set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
                         const emu::GemmAccumulation& wgrad);
 
-  /// Where the FP8 kernels of this layer run (backend/kernels.hpp): emulated_kernels() (default)
-  /// or cuda_kernels(); both give the same bits. The reference backend is Precision::kFp32.
-  void set_kernels(const backend::Kernels& k) { kernels_ = &k; }
+  /// Where the FP8 casts and GEMMs of this layer run (backend/device.hpp): cpu_device() (default),
+  /// or cuda_device(), which gets each operand uploaded and each result downloaded (this layer's
+  /// storage is the host's); every device gives the same bits. The reference backend is
+  /// Precision::kFp32.
+  void set_device(const backend::Device& d) { device_ = &d; }
   /// Replaces the recipe (before training: fresh scaling state, TE's default accumulation for it).
   /// \throws fp8emu::Error for invalid recipe parameters.
   void set_recipe(const scaling::Recipe& recipe);
   /// Runs this layer in FP32 (the `reference` backend), FP8 or BF16 from now on.
   void set_precision(Precision p) { precision_ = p; }
-  const backend::Kernels& kernels() const { return *kernels_; }
+  const backend::Device& device() const { return *device_; }
 
   /// TE forward update point (after the forward): the forward quantizer's update_scales()
   /// (delayed scaling: amax/scale update of slots 0..2; no-op for the other recipes and in FP32).
@@ -169,7 +171,7 @@ class Linear {
   void cast_weight(std::optional<bool> is_first_microbatch);
 
   Precision precision_;
-  const backend::Kernels* kernels_ = &backend::emulated_kernels();
+  const backend::Device* device_ = &backend::cpu_device();
   scaling::Recipe recipe_;
   std::unique_ptr<scaling::Quantizer> fwd_q_, bwd_q_;
   scaling::DelayedScalingState idle_fwd_state_{3, 1}, idle_bwd_state_{2, 1};

@@ -30,8 +30,6 @@ class BlockQuantizer final : public Quantizer {
   std::unique_ptr<Quantizer> clone() const override { return std::make_unique<BlockQuantizer>(*this); }
   const char* recipe_name() const override { return Float8BlockScaling::kName; }
   ScalingMode scaling_mode() const override { return Float8BlockScaling::kScalingMode; }
-  QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols, TensorRole role,
-                           Usage usage, emu::QuantizeStats* stats) override;
   void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                        DeviceOperand& out, emu::QuantizeStats* stats) override;
   int block_length(TensorRole) const override { return kFloat8Block; }

@@ -22,8 +22,6 @@ class CurrentQuantizer final : public Quantizer {
   std::unique_ptr<Quantizer> clone() const override { return std::make_unique<CurrentQuantizer>(*this); }
   const char* recipe_name() const override { return CurrentScaling::kName; }
   ScalingMode scaling_mode() const override { return CurrentScaling::kScalingMode; }
-  QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols, TensorRole role,
-                           Usage usage, emu::QuantizeStats* stats) override;
   void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                        DeviceOperand& out, emu::QuantizeStats* stats) override;
   /// TE cannot fuse a current-scaling cast into the norm kernel (the amax comes first): the norm

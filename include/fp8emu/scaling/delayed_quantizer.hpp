@@ -25,8 +25,6 @@ class DelayedQuantizer final : public Quantizer {
   std::unique_ptr<Quantizer> clone() const override { return std::make_unique<DelayedQuantizer>(*this); }
   const char* recipe_name() const override { return DelayedScaling::kName; }
   ScalingMode scaling_mode() const override { return DelayedScaling::kScalingMode; }
-  QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols, TensorRole role,
-                           Usage usage, emu::QuantizeStats* stats) override;
   void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                        DeviceOperand& out, emu::QuantizeStats* stats) override;
   void update_scales() override { state_.update(recipe_, format()); }

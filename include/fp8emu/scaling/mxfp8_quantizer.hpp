@@ -28,8 +28,6 @@ class Mxfp8Quantizer final : public Quantizer {
   std::unique_ptr<Quantizer> clone() const override { return std::make_unique<Mxfp8Quantizer>(*this); }
   const char* recipe_name() const override { return MXFP8BlockScaling::kName; }
   ScalingMode scaling_mode() const override { return MXFP8BlockScaling::kScalingMode; }
-  QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols, TensorRole role,
-                           Usage usage, emu::QuantizeStats* stats) override;
   void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                        DeviceOperand& out, emu::QuantizeStats* stats) override;
   int block_length(TensorRole) const override { return kMxfp8Block; }

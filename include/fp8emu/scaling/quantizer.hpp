@@ -19,8 +19,8 @@
 /// CMakeLists.txt. nn::Linear, RecipeSet, `--recipe` and the experiments need no edit. A recipe with a new ScalingMode (NVFP4) also adds its GEMM case to
 /// gemm_tn.
 ///
-/// Determinism: every quantizer and gemm_tn give the same bits for any OpenMP thread count and for
-/// either backend::Kernels implementation (emulated or cuda).
+/// Determinism: every quantizer and gemm_tn give the same bits for any OpenMP thread count and on
+/// every backend::Device (cpu, element or cuda).
 #pragma once
 
 #include <cstddef>
@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
@@ -146,23 +145,26 @@ class Quantizer {
   /// How the operands this quantizer makes carry their scales.
   virtual ScalingMode scaling_mode() const = 0;
 
-  /// Cast an fp32 tensor.
-  /// \param kernels Where the cast runs (emulated or cuda; same bits).
-  /// \param x       Shape: [rows, cols], row-major fp32.
+  /// Cast an fp32 tensor in host memory into a host operand: the recipe's device cast
+  /// (quantize_device) run on `device`. A device of host memory (cpu_device(), element_device())
+  /// writes straight into the returned operand; another (cuda_device()) gets x uploaded and the
+  /// operand downloaded. Same bits on every device.
+  /// \param device  Where the cast runs.
+  /// \param x       Shape: [rows, cols], row-major fp32, host memory.
   /// \param role    The tensor's role; must belong to this quantizer's direction. Delayed scaling
   ///                records the amax of x in the role's slot (history row 0, max-accumulated);
   ///                128-block scaling casts kWeight in 128x128 tiles, every other role in 1x128.
-  /// \param usage   Copies to produce (see Usage).
+  /// \param usage   Copies to produce (see Usage; at least one).
   /// \param stats   If non-null, accumulates the counts of one cast: the row-wise one when
   ///                kRowwise is asked for (a column-wise cast of a block mode is not counted; a
   ///                per-tensor column-wise copy is a transpose, not a cast), else the column-wise one.
-  /// \throws fp8emu::Error for non-positive sizes or a role of the other direction.
-  virtual QuantizedTensor quantize(const backend::Kernels& kernels, const float* x, int rows, int cols,
-                                   TensorRole role, Usage usage, emu::QuantizeStats* stats) = 0;
+  /// \throws fp8emu::Error for non-positive sizes, a role of the other direction or no copy asked for.
+  QuantizedTensor quantize(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                           Usage usage, emu::QuantizeStats* stats);
 
-  /// The same cast on a backend::Device, reading x and writing `out` in that device's memory:
-  /// the codes, scales and counts of quantize() bit for bit, and the quantizer's state (delayed
-  /// scaling's amax_history) updated the same way. The operations run in the device's order
+  /// The recipe's cast (each recipe writes it once, here), on a backend::Device, reading x and
+  /// writing `out` in that device's memory, and updating the quantizer's state (delayed scaling's
+  /// amax_history). The operations run in the device's order
   /// (backend::Device); the call returns after the counts and the scale have come back to the host
   /// (*stats, out.host_scale), so `out` is complete for any later operation of that device.
   /// \param x    Shape: [rows, cols] row-major fp32, device memory.
@@ -223,22 +225,10 @@ Format cast_format(const RecipeRecord& recipe, Direction direction) {
   return direction == Direction::kForward ? forward_format(recipe.fp8_format) : backward_format(recipe.fp8_format);
 }
 
-/// A block-mode operand with its shape and usage set and no copies yet (block quantizers fill
-/// rowwise_blocks / columnwise_blocks).
-QuantizedTensor block_operand(Format format, int rows, int cols, Usage usage);
-
 /// The quantizer of a recipe for one direction: the record's own make_quantizer (each recipe
 /// defines it in src/scaling/<name>_quantizer.cpp).
 /// \throws fp8emu::Error for invalid recipe parameters (Recipe validate()).
 std::unique_ptr<Quantizer> make_quantizer(const Recipe& recipe, Direction direction);
-
-/// The per-tensor cast delayed and current scaling share (TE cast / cast_transpose): codes =
-/// Q(RN(x * scale)) with __NV_SATFINITE, scale_inv = RN(1/scale); with kColumnwise also the
-/// transpose of the codes. \param amax If non-null, max-accumulated with |x| (NaN ignored).
-/// \throws fp8emu::Error for non-positive sizes.
-QuantizedTensor quantize_per_tensor(const backend::Kernels& kernels, const float* x, int rows, int cols,
-                                    Usage usage, float scale, Format format, float* amax,
-                                    emu::QuantizeStats* stats);
 
 /// A DeviceOperand describing the cast of [rows, cols] by `q` for `role` and `usage`, with no
 /// buffers yet: the caller allocates codes() bytes per copy, rowwise_scales() / columnwise_scales()
@@ -303,7 +293,9 @@ void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usag
 /// \param d Shape: [M, N] row-major fp32, overwritten.
 /// \throws fp8emu::Error when the operands' modes differ, a copy is missing, K differs, or a block
 ///         GEMM is given a non-fp32 accumulation model.
-void gemm_tn(const backend::Kernels& kernels, const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b,
+/// \param device Where the GEMM runs: a device of host memory reads the operands in place; another
+///        gets them uploaded and D downloaded. Same bits on every device.
+void gemm_tn(const backend::Device& device, const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b,
              Usage b_usage, const emu::GemmAccumulation& acc, float* d);
 
 }  // namespace fp8emu::scaling
