@@ -217,7 +217,7 @@ class DeviceCharLm {
  public:
   static std::string unsupported(CharLm& m) {
     for (const auto& [name, l] : m.linears()) {
-      const std::string why = nn::DeviceLinear::unsupported(*l);
+      const std::string why = l->device_unsupported();
       if (!why.empty()) return "layer " + name + " " + why;
     }
     return {};
@@ -231,7 +231,7 @@ class DeviceCharLm {
         grad_tok_(d, m.grad_tok_.rows, m.grad_tok_.cols),
         grad_pos_(d, m.grad_pos_.rows, m.grad_pos_.cols),
         final_norm_(d, m.final_norm_),
-        head_(d, m.head_),
+        head_(nn::resident_copy(d, m.head_)),
         opt_(d, opt, params_of(d, m)) {
     tok_.upload(m.tok_emb_.data.data());
     pos_.upload(m.pos_emb_.data.data());
@@ -259,7 +259,7 @@ class DeviceCharLm {
     }
     d.embed_backward(tokens_.get(), rows, T, dx, D, V, spec_.seq_len, grad_tok_.get(), grad_pos_.get());
     // TE's update points, then Adam.
-    for (nn::DeviceLinear* l : linears_) l->update_scales();
+    for (nn::Linear* l : linears_) l->update_scales();
     opt_.step();
     return nn::sum_loss_terms(d, loss_.get(), rows);
   }
@@ -274,9 +274,9 @@ class DeviceCharLm {
                  " twin sums for ", linears_.size(), " Linears");
     for (std::size_t i = 0; i < linears_.size(); ++i) linears_[i]->twin_error = twins ? &(*twins)[i] : nullptr;
     struct Clear {
-      std::vector<nn::DeviceLinear*>& l;
+      std::vector<nn::Linear*>& l;
       ~Clear() {
-        for (nn::DeviceLinear* x : l) x->twin_error = nullptr;
+        for (nn::Linear* x : l) x->twin_error = nullptr;
       }
     } clear{linears_};
     const int rows = int(tokens.size());
@@ -293,7 +293,7 @@ class DeviceCharLm {
     grad_pos_.download(m.grad_pos_.data.data());
     for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->download(*m.blocks_[l]);
     final_norm_.download(m.final_norm_);
-    head_.download(m.head_);
+    head_.copy_to(m.head_);
     opt_.download(opt);
   }
 
@@ -303,7 +303,7 @@ class DeviceCharLm {
   std::vector<nn::DeviceParam> params_of(const backend::Device& d, CharLm& m) {
     for (auto& blk : m.blocks_) blocks_.push_back(std::make_unique<nn::DeviceTransformerLayer>(d, *blk));
     for (auto& blk : blocks_)
-      for (nn::DeviceLinear* l : blk->linears()) linears_.push_back(l);
+      for (nn::Linear* l : blk->linears()) linears_.push_back(l);
     linears_.push_back(&head_);
     std::vector<nn::DeviceParam> p;
     p.push_back({tok_.get(), grad_tok_.get(), tok_.size()});
@@ -359,8 +359,8 @@ class DeviceCharLm {
   backend::DeviceTensor<float> tok_, pos_, grad_tok_, grad_pos_;
   std::vector<std::unique_ptr<nn::DeviceTransformerLayer>> blocks_;
   nn::DeviceNorm final_norm_;
-  nn::DeviceLinear head_;
-  std::vector<nn::DeviceLinear*> linears_;
+  nn::Linear head_;
+  std::vector<nn::Linear*> linears_;
   nn::DeviceOptimizer opt_;
   int capacity_ = 0;
   backend::DeviceTensor<float> a_, b_, final_out_, logits_, dlogits_, loss_;

@@ -73,14 +73,14 @@ void DeviceNorm::download(Norm& dst) const {
 // ---------------------------------------------------------------- DeviceLayerNormLinear
 
 DeviceLayerNormLinear::DeviceLayerNormLinear(const backend::Device& device, const LayerNormLinear& src)
-    : norm(device, src.norm), linear(device, src.linear), dev_(&device), bf16_norm_out_(reads_bf16(src.linear)) {}
+    : norm(device, src.norm), linear(resident_copy(device, src.linear)), dev_(&device), bf16_norm_out_(reads_bf16(src.linear)) {}
 
 // LayerNormLinear::forward / backward.
 void DeviceLayerNormLinear::forward(const float* x, int rows, float* y) {
-  reserve_rows(*dev_, ln_, rows, linear.in());
-  reserve_rows(*dev_, dln_, rows, linear.in());
+  reserve_rows(*dev_, ln_, rows, linear.in_features());
+  reserve_rows(*dev_, dln_, rows, linear.in_features());
   norm.forward(x, rows, ln_.get());
-  if (bf16_norm_out_) dev_->round_bf16(ln_.get(), std::size_t(rows) * std::size_t(linear.in()));
+  if (bf16_norm_out_) dev_->round_bf16(ln_.get(), std::size_t(rows) * std::size_t(linear.in_features()));
   linear.forward(ln_.get(), rows, y);
 }
 
@@ -96,15 +96,15 @@ void DeviceLayerNormLinear::params(std::vector<DeviceParam>& out) {
 
 void DeviceLayerNormLinear::download(LayerNormLinear& dst) const {
   norm.download(dst.norm);
-  linear.download(dst.linear);
+  linear.copy_to(dst.linear);
 }
 
 // ---------------------------------------------------------------- DeviceLayerNormMLP
 
 DeviceLayerNormMLP::DeviceLayerNormMLP(const backend::Device& device, const LayerNormMLP& src)
     : norm(device, src.norm),
-      fc1(device, src.fc1),
-      fc2(device, src.fc2),
+      fc1(resident_copy(device, src.fc1)),
+      fc2(resident_copy(device, src.fc2)),
       dev_(&device),
       act_(src.act_ == MlpActivation::kGelu ? backend::MlpActOp::kGelu : backend::MlpActOp::kSwiGlu),
       bf16_(src.act_dtype == ActivationDtype::kBf16),
@@ -113,7 +113,7 @@ DeviceLayerNormMLP::DeviceLayerNormMLP(const backend::Device& device, const Laye
 // LayerNormMLP::forward / backward.
 void DeviceLayerNormMLP::forward(const float* x, int rows, float* y) {
   const backend::Device& d = *dev_;
-  const int hidden = fc1.in(), ffn = fc2.in(), width = fc1.out();
+  const int hidden = fc1.in_features(), ffn = fc2.in_features(), width = fc1.out_features();
   reserve_rows(d, ln_, rows, hidden);
   reserve_rows(d, h_, rows, width);
   reserve_rows(d, a_, rows, ffn);
@@ -128,12 +128,12 @@ void DeviceLayerNormMLP::forward(const float* x, int rows, float* y) {
   d.mlp_act_forward(act_, h_.get(), rows, ffn, a_.get());
   if (bf16_) d.round_bf16(a_.get(), r * std::size_t(ffn));
   fc2.forward(a_.get(), rows, y);
-  if (bf16_) d.round_bf16(y, r * std::size_t(fc2.out()));
+  if (bf16_) d.round_bf16(y, r * std::size_t(fc2.out_features()));
 }
 
 void DeviceLayerNormMLP::backward(const float* dy, int rows, float* dx) {
   fc2.backward(dy, rows, da_.get());
-  dev_->mlp_act_backward(act_, h_.get(), da_.get(), rows, fc2.in(), dh_.get());
+  dev_->mlp_act_backward(act_, h_.get(), da_.get(), rows, fc2.in_features(), dh_.get());
   fc1.backward(dh_.get(), rows, dln_.get());
   norm.backward(dln_.get(), rows, dx);
 }
@@ -146,8 +146,8 @@ void DeviceLayerNormMLP::params(std::vector<DeviceParam>& out) {
 
 void DeviceLayerNormMLP::download(LayerNormMLP& dst) const {
   norm.download(dst.norm);
-  fc1.download(dst.fc1);
-  fc2.download(dst.fc2);
+  fc1.copy_to(dst.fc1);
+  fc2.copy_to(dst.fc2);
 }
 
 // ---------------------------------------------------------------- DeviceAttention
@@ -185,7 +185,7 @@ void DeviceAttention::backward(const float* dout, int rows, float* dqkv) {
 DeviceTransformerLayer::DeviceTransformerLayer(const backend::Device& device, const TransformerLayer& src)
     : qkv(device, src.qkv),
       attention(device, src.attention),
-      proj(device, src.proj),
+      proj(resident_copy(device, src.proj)),
       mlp(device, src.mlp),
       dev_(&device),
       bf16_(src.act_dtype == ActivationDtype::kBf16),
@@ -196,7 +196,7 @@ DeviceTransformerLayer::DeviceTransformerLayer(const backend::Device& device, co
 // TransformerLayer::forward / backward.
 void DeviceTransformerLayer::forward(const float* x, int rows, int seq_len, float* y) {
   const backend::Device& d = *dev_;
-  const int H3 = qkv.linear.out();
+  const int H3 = qkv.linear.out_features();
   reserve_rows(d, qkv_out_, rows, H3);
   reserve_rows(d, attn_out_, rows, hidden_);
   reserve_rows(d, a_, rows, hidden_);
@@ -235,11 +235,11 @@ void DeviceTransformerLayer::params(std::vector<DeviceParam>& out) {
   mlp.params(out);
 }
 
-std::vector<DeviceLinear*> DeviceTransformerLayer::linears() { return {&qkv.linear, &proj, &mlp.fc1, &mlp.fc2}; }
+std::vector<Linear*> DeviceTransformerLayer::linears() { return {&qkv.linear, &proj, &mlp.fc1, &mlp.fc2}; }
 
 void DeviceTransformerLayer::download(TransformerLayer& dst) const {
   qkv.download(dst.qkv);
-  proj.download(dst.proj);
+  proj.copy_to(dst.proj);
   mlp.download(dst.mlp);
 }
 

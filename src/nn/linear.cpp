@@ -1,8 +1,11 @@
 // Linear layer in FP32 or emulated FP8 (see include/fp8emu/nn/linear.hpp).
 #include "fp8emu/nn/linear.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/core/nn_element.hpp"
@@ -19,16 +22,37 @@ void add_bias(Matrix& y, const Matrix& bias) {
   }
 }
 
-// A copy of `n` floats rounded to bf16 (Device::round_bf16 of the CPU device: the same loop the
-// transformer layers' bf16 activations use).
-std::vector<float> bf16_copy(const float* x, std::size_t n) {
-  std::vector<float> r(x, x + n);
-  backend::cpu_device().round_bf16(r.data(), n);
-  return r;
-}
-
 std::unique_ptr<scaling::Quantizer> clone_of(const std::unique_ptr<scaling::Quantizer>& q) {
   return q ? q->clone() : nullptr;
+}
+
+constexpr int kX = 0, kW = 1, kDy = 2;  // roles in the last-scale and counter arrays
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+emu::QuantizeStats stats_of(const backend::CastCounters& c) {
+  emu::QuantizeStats s;
+  s.count = c.count;
+  s.saturated = c.saturated;
+  s.underflow = c.underflow;
+  s.nan = c.nan;
+  return s;
+}
+
+// The operand of a cast of [rows, cols] in buffers made for as many or more rows.
+scaling::DeviceOperand operand_view(const scaling::DeviceQuantizedTensor& t, const scaling::Quantizer& q, int rows,
+                                    int cols, scaling::TensorRole role, scaling::Usage usage) {
+  scaling::DeviceOperand o = scaling::device_operand(q, rows, cols, role, usage);
+  const scaling::DeviceOperand& buf = t.operand();
+  if (o.has(scaling::Usage::kRowwise)) {
+    o.rowwise_data = buf.rowwise_data;
+    o.rowwise_scale_inv = buf.rowwise_scale_inv;
+  }
+  if (o.has(scaling::Usage::kColumnwise)) {
+    o.columnwise_data = buf.columnwise_data;
+    o.columnwise_scale_inv = buf.columnwise_scale_inv;
+  }
+  o.scale = buf.scale;
+  return o;
 }
 
 }  // namespace
@@ -69,14 +93,13 @@ Linear::Linear(const Linear& o)
       idle_bwd_state_(o.idle_bwd_state_),
       acc_fprop_(o.acc_fprop_),
       acc_dgrad_(o.acc_dgrad_),
-      acc_wgrad_(o.acc_wgrad_),
-      have_saved_(o.have_saved_),
-      saved_batch_(o.saved_batch_),
-      saved_x_(o.saved_x_),
-      x_q_(o.x_q_),
-      w_q_(o.w_q_),
-      have_weight_cache_(o.have_weight_cache_) {
-  for (int i = 0; i < 3; ++i) last_scale_[i] = o.last_scale_[i];
+      acc_wgrad_(o.acc_wgrad_) {
+  // The copy lives on the host (its quantizers' state too), with the source's current values; its
+  // step buffers are made at its first call (no cached weight, no saved forward).
+  if (o.resident_) o.copy_to(*this);
+  if (fwd_q_) fwd_q_->to_host();
+  if (bwd_q_) bwd_q_->to_host();
+  carried_scales_ = {o.last_scale(0), o.last_scale(1), o.last_scale(2)};
 }
 
 Linear& Linear::operator=(const Linear& o) {
@@ -91,13 +114,14 @@ void Linear::set_recipe(const scaling::Recipe& recipe) {
   // make_quantizer validates the recipe before anything changes.
   std::unique_ptr<scaling::Quantizer> fwd = scaling::make_quantizer(recipe, scaling::Direction::kForward);
   std::unique_ptr<scaling::Quantizer> bwd = scaling::make_quantizer(recipe, scaling::Direction::kBackward);
+  FP8EMU_CHECK(!resident_, "Linear: set_recipe on a device-resident layer (call to_host() first)");
   recipe_ = recipe;
   fwd_q_ = std::move(fwd);
   bwd_q_ = std::move(bwd);
   idle_fwd_state_ = scaling::DelayedScalingState(scaling::num_slots(scaling::Direction::kForward), 1);
   idle_bwd_state_ = scaling::DelayedScalingState(scaling::num_slots(scaling::Direction::kBackward), 1);
-  for (float& sc : last_scale_) sc = std::numeric_limits<float>::quiet_NaN();
-  have_weight_cache_ = false;
+  carried_scales_ = {kNaN, kNaN, kNaN};
+  buffers_on_ = nullptr;  // the step buffers follow the new quantizers at the next call
   if (supports_accumulation_models())  // TE's choice on Hopper: fprop fast accumulation, dgrad/wgrad split
     set_accumulation(emu::te_fprop(emu::Accumulation::kHopper), emu::te_dgrad(emu::Accumulation::kHopper),
                      emu::te_wgrad(emu::Accumulation::kHopper));
@@ -138,6 +162,104 @@ void Linear::forward_fp32(const Matrix& x, Matrix& y) const {
   add_bias(y, bias);
 }
 
+// ---- buffers -------------------------------------------------------------------------------------
+
+void Linear::set_device(const backend::Device& d) {
+  FP8EMU_CHECK(!resident_, "Linear: set_device on a device-resident layer (call to_host() first)");
+  if (device_ == &d) return;
+  if (buffers_on_) carried_scales_ = {last_scale(0), last_scale(1), last_scale(2)};
+  device_ = &d;
+  buffers_on_ = nullptr;
+}
+
+void Linear::set_precision(Precision p) {
+  FP8EMU_CHECK(!resident_, "Linear: set_precision on a device-resident layer (call to_host() first)");
+  if (p == precision_) return;
+  if (buffers_on_) carried_scales_ = {last_scale(0), last_scale(1), last_scale(2)};
+  precision_ = p;
+  buffers_on_ = nullptr;
+}
+
+// The step's buffers on device_, made again when the device, the precision or the recipe changed
+// (the weight cache and a saved forward are then gone; the last scales carry over).
+void Linear::make_buffers() {
+  if (buffers_on_ == device_) return;
+  const backend::Device& d = *device_;
+  if (buffers_on_ && buffers_on_ != device_) buffers_on_ = nullptr;  // scales carried by set_device
+  capacity_ = 0;
+  forward_rows_ = -1;
+  saved_x_ = nullptr;
+  have_weight_cache_ = false;
+  xq_ = {};
+  dyq_ = {};
+  for (Tensor<float>* t : {&xs_, &dyt_, &xb_, &dyb_, &twin_wt_, &twin_y_, &io_x_, &io_y_}) *t = Tensor<float>();
+  const int in = in_features(), out = out_features();
+  last_scale_ = Tensor<float>(d, 1, 3);
+  last_scale_.upload(carried_scales_.data());
+  counters_ = Tensor<backend::CastCounters>(d, 1, 3);
+  if (!d.host_memory()) {
+    w_ = Tensor<float>(d, out, in);
+    b_ = Tensor<float>(d, 1, out);
+    gw_ = Tensor<float>(d, out, in);
+    gb_ = Tensor<float>(d, 1, out);
+  } else {
+    for (Tensor<float>* t : {&w_, &b_, &gw_, &gb_}) *t = Tensor<float>();
+  }
+  wt_ = Tensor<float>();
+  wb_ = Tensor<float>();
+  wq_ = {};
+  if (precision_ == Precision::kFp8)
+    wq_ = scaling::DeviceQuantizedTensor(
+        d, scaling::device_operand(*fwd_q_, out, in, scaling::TensorRole::kWeight, scaling::Usage::kBoth));
+  else
+    wt_ = Tensor<float>(d, in, out);
+  if (precision_ == Precision::kBf16) wb_ = Tensor<float>(d, out, in);
+  buffers_on_ = device_;
+}
+
+void Linear::reserve(int rows) {
+  if (rows <= capacity_) return;
+  const backend::Device& d = *device_;
+  const int in = in_features(), out = out_features();
+  using scaling::TensorRole;
+  using scaling::Usage;
+  if (precision_ == Precision::kFp8) {
+    xq_ = scaling::DeviceQuantizedTensor(d, scaling::device_operand(*fwd_q_, rows, in, TensorRole::kInput, Usage::kBoth));
+    dyq_ = scaling::DeviceQuantizedTensor(
+        d, scaling::device_operand(*bwd_q_, rows, out, TensorRole::kGradOutput, Usage::kBoth));
+  } else {
+    xs_ = Tensor<float>(d, rows, in);
+    dyt_ = Tensor<float>(d, out, rows);
+    if (precision_ == Precision::kBf16) {
+      xb_ = Tensor<float>(d, rows, in);
+      dyb_ = Tensor<float>(d, rows, out);
+    }
+  }
+  if (!d.host_memory()) {
+    io_x_ = Tensor<float>(d, rows, std::max(in, out));
+    io_y_ = Tensor<float>(d, rows, std::max(in, out));
+  }
+  capacity_ = rows;
+}
+
+float Linear::last_scale(int role) const {
+  if (buffers_on_ != device_ || last_scale_.size() == 0) return carried_scales_[std::size_t(role)];
+  float s = kNaN;
+  device_->download(&s, last_scale_.get() + role, sizeof(float));
+  return s;
+}
+
+void Linear::take_counts() {
+  if (resident_ || precision_ != Precision::kFp8) return;
+  backend::CastCounters c[3];
+  counters_.download(c);
+  emu::QuantizeStats* st[3] = {&stats.input, &stats.weight, &stats.grad_output};
+  for (int r = 0; r < 3; ++r) *st[r] += stats_of(c[r]);
+  device_->fill_zero(counters_.get(), counters_.bytes());
+}
+
+// ---- the step program ----------------------------------------------------------------------------
+
 void Linear::cast_weight(std::optional<bool> is_first_microbatch) {
   if (is_first_microbatch == false) {
     FP8EMU_CHECK(have_weight_cache_, "Linear: is_first_microbatch=false but no FP8 weight is cached "
@@ -145,100 +267,276 @@ void Linear::cast_weight(std::optional<bool> is_first_microbatch) {
     return;  // reuse the cached FP8 weight: no cast, no amax
   }
   // Both copies: row-wise for fprop, column-wise for dgrad.
-  w_q_ = fwd_q_->quantize(*device_, weight.data.data(), out_features(), in_features(), scaling::TensorRole::kWeight,
-                          scaling::Usage::kBoth, &stats.weight);
-  last_scale_[1] = w_q_.scale;
+  w_op_ = operand_view(wq_, *fwd_q_, out_features(), in_features(), scaling::TensorRole::kWeight,
+                       scaling::Usage::kBoth);
+  fwd_q_->cast(*device_, w(), out_features(), in_features(), scaling::TensorRole::kWeight, w_op_,
+               counters_.get() + kW);
+  if (w_op_.mode == scaling::ScalingMode::kPerTensor) device_->copy(last_scale_.get() + kW, w_op_.scale, sizeof(float));
   have_weight_cache_ = true;
 }
+
+// Linear::forward on device pointers: fp32 y = x W^T + b; bf16 y = bf16(bf16(x) . bf16(W)^T + b);
+// FP8: the weight cast (both copies), the input cast (both copies when training), fprop, bias.
+void Linear::step_forward(const float* x, int rows, float* y, bool training, std::optional<bool> is_first_microbatch,
+                          bool keep_x) {
+  FP8EMU_CHECK(rows >= 0, "Linear: negative batch ", rows);
+  make_buffers();
+  reserve(rows);
+  const backend::Device& d = *device_;
+  const int in = in_features(), out = out_features();
+  const std::size_t nx = std::size_t(rows) * std::size_t(in), ny = std::size_t(rows) * std::size_t(out);
+  forward_rows_ = -1;
+  if (precision_ == Precision::kBf16) {
+    d.copy(xb_.get(), x, nx * sizeof(float));
+    d.round_bf16(xb_.get(), nx);
+    d.copy(wb_.get(), w(), wb_.bytes());  // bf16(W), kept for dgrad: W changes only after backward
+    d.round_bf16(wb_.get(), wb_.size());
+    d.transpose_f32(out, in, wb_.get(), wt_.get());  // the transpose of the rounded W is the rounded transpose
+    d.gemm_bf16_nn(rows, out, in, xb_.get(), wt_.get(), y);
+    d.bias_add(y, b(), rows, out);
+    d.round_bf16(y, ny);
+    saved_x_ = xb_.get();
+  } else if (precision_ == Precision::kFp32) {
+    d.transpose_f32(out, in, w(), wt_.get());
+    d.gemm_f32_nn(rows, out, in, x, wt_.get(), y);
+    d.bias_add(y, b(), rows, out);
+    if (keep_x) d.copy(xs_.get(), x, nx * sizeof(float));
+    saved_x_ = keep_x ? xs_.get() : x;
+  } else {
+    cast_weight(is_first_microbatch);
+    // Row-wise for fprop; a training forward also keeps the column-wise copy for wgrad.
+    x_op_ = operand_view(xq_, *fwd_q_, rows, in, scaling::TensorRole::kInput,
+                         training ? scaling::Usage::kBoth : scaling::Usage::kRowwise);
+    fwd_q_->cast(d, x, rows, in, scaling::TensorRole::kInput, x_op_, counters_.get() + kX);
+    if (x_op_.mode == scaling::ScalingMode::kPerTensor) d.copy(last_scale_.get() + kX, x_op_.scale, sizeof(float));
+    // fprop: x [rows, in] . W [out, in]^T
+    scaling::gemm_tn(d, x_op_, scaling::Usage::kRowwise, w_op_, scaling::Usage::kRowwise, acc_fprop_, y);
+    d.bias_add(y, b(), rows, out);
+  }
+  accumulate_twin(x, rows, y);
+  if (training) forward_rows_ = rows;
+}
+
+// forward_fp32 of the same x on the device (W^T, gemm_f32_nn, bias), then both outputs on the host,
+// err += (y - twin)^2 and ref += twin^2 in double in element order.
+void Linear::accumulate_twin(const float* x, int rows, const float* y) {
+  if (!twin_error || precision_ == Precision::kFp32) return;
+  const backend::Device& d = *device_;
+  const int in = in_features(), out = out_features();
+  const std::size_t n = std::size_t(rows) * std::size_t(out);
+  if (twin_wt_.size() == 0) twin_wt_ = Tensor<float>(d, in, out);
+  if (twin_y_.size() < n) twin_y_ = Tensor<float>(d, rows, out);
+  d.transpose_f32(out, in, w(), twin_wt_.get());
+  d.gemm_f32_nn(rows, out, in, x, twin_wt_.get(), twin_y_.get());
+  d.bias_add(twin_y_.get(), b(), rows, out);
+  std::vector<float> hy(n), ht(n);
+  d.download(hy.data(), y, n * sizeof(float));
+  d.download(ht.data(), twin_y_.get(), n * sizeof(float));
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = double(hy[i]) - double(ht[i]);
+    twin_error->err += e * e;
+    twin_error->ref += double(ht[i]) * double(ht[i]);
+  }
+}
+
+// Linear::backward on device pointers: db = column sum of dy; fp32 dW = dy^T x, dx = dy W; bf16 the
+// same on bf16(dy), bf16(x), bf16(W) with dx rounded; FP8: the grad_output cast (both copies), wgrad
+// dy^T . x^T, dgrad dy . W.
+void Linear::step_backward(const float* dy, int rows, float* dx) {
+  FP8EMU_CHECK(forward_rows_ >= 0, "Linear: backward called without a preceding training forward");
+  FP8EMU_CHECK(rows == forward_rows_, "Linear: grad_output has ", rows, " rows, the forward output ", forward_rows_);
+  const backend::Device& d = *device_;
+  const int in = in_features(), out = out_features();
+  const std::size_t ndy = std::size_t(rows) * std::size_t(out);
+  d.column_sum(dy, rows, out, gb());  // from the unquantized gradient
+  if (precision_ == Precision::kBf16) {
+    d.copy(dyb_.get(), dy, ndy * sizeof(float));  // bf16(dy) once, for both GEMMs
+    d.round_bf16(dyb_.get(), ndy);
+    d.transpose_f32(rows, out, dyb_.get(), dyt_.get());
+    d.gemm_bf16_nn(out, in, rows, dyt_.get(), saved_x_, gw());
+    if (dx) {
+      d.gemm_bf16_nn(rows, in, out, dyb_.get(), wb_.get(), dx);  // wb_: the forward's bf16(W)
+      d.round_bf16(dx, std::size_t(rows) * std::size_t(in));
+    }
+  } else if (precision_ == Precision::kFp32) {
+    d.transpose_f32(rows, out, dy, dyt_.get());
+    d.gemm_f32_nn(out, in, rows, dyt_.get(), saved_x_, gw());
+    if (dx) d.gemm_f32_nn(rows, in, out, dy, w(), dx);
+  } else {
+    scaling::DeviceOperand dy_op =
+        operand_view(dyq_, *bwd_q_, rows, out, scaling::TensorRole::kGradOutput, scaling::Usage::kBoth);
+    bwd_q_->cast(d, dy, rows, out, scaling::TensorRole::kGradOutput, dy_op, counters_.get() + kDy);
+    if (dy_op.mode == scaling::ScalingMode::kPerTensor) d.copy(last_scale_.get() + kDy, dy_op.scale, sizeof(float));
+    // wgrad: dy^T [out, K=rows] . x^T [in, K=rows]^T
+    scaling::gemm_tn(d, dy_op, scaling::Usage::kColumnwise, x_op_, scaling::Usage::kColumnwise, acc_wgrad_, gw());
+    // dgrad: dy [rows, K=out] . W^T [in, K=out]^T
+    if (dx) scaling::gemm_tn(d, dy_op, scaling::Usage::kRowwise, w_op_, scaling::Usage::kColumnwise, acc_dgrad_, dx);
+  }
+  forward_rows_ = -1;
+}
+
+// ---- the host calls --------------------------------------------------------------------------------
 
 void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bool> is_first_microbatch) {
   FP8EMU_CHECK(x.cols == in_features(), "Linear: input has ", x.cols, " features, layer expects ",
                in_features());
-  const int batch = x.rows, in = in_features(), out = out_features();
-  if (precision_ == Precision::kFp32) {
-    forward_fp32(x, y);
-    if (training) saved_x_ = x;
-  } else if (precision_ == Precision::kBf16) {
-    // y = bf16(bf16(x) . bf16(W)^T + b): the transpose of the rounded W is the rounded transpose.
-    Matrix xb(batch, in), wt(in, out);
-    xb.data = bf16_copy(x.data.data(), x.size());
-    emu::transpose(weight.rows, weight.cols, weight.data.data(), wt.data.data());
-    backend::cpu_device().round_bf16(wt.data.data(), wt.size());
-    y.resize(batch, out);
-    emu::gemm_f32_nn(batch, out, in, xb.data.data(), wt.data.data(), y.data.data());
-    add_bias(y, bias);
-    backend::cpu_device().round_bf16(y.data.data(), y.size());
-    if (training) saved_x_ = std::move(xb);
-  } else {
-    cast_weight(is_first_microbatch);
-    // Row-wise for fprop; a training forward also keeps the column-wise copy for wgrad.
-    x_q_ = fwd_q_->quantize(*device_, x.data.data(), batch, in, scaling::TensorRole::kInput,
-                            training ? scaling::Usage::kBoth : scaling::Usage::kRowwise, &stats.input);
-    last_scale_[0] = x_q_.scale;
-    y.resize(batch, out);
-    // fprop: x [batch, in] . W [out, in]^T
-    scaling::gemm_tn(*device_, x_q_, scaling::Usage::kRowwise, w_q_, scaling::Usage::kRowwise, acc_fprop_,
-                     y.data.data());
-    add_bias(y, bias);
-  }
-  if (twin_error && precision_ != Precision::kFp32) {
-    Matrix twin;
-    forward_fp32(x, twin);
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const double d = double(y.data[i]) - double(twin.data[i]);
-      twin_error->err += d * d;
-      twin_error->ref += double(twin.data[i]) * double(twin.data[i]);
+  const int rows = x.rows, in = in_features(), out = out_features();
+  y.resize(rows, out);
+  const backend::Device& d = *device_;
+  if (d.host_memory()) {
+    step_forward(x.data.data(), rows, y.data.data(), training, is_first_microbatch, true);
+  } else {  // x up, y down; a host layer's parameters go up first
+    make_buffers();
+    reserve(rows);
+    if (!resident_) {
+      w_.upload(weight.data.data());
+      b_.upload(bias.data.data());
     }
+    d.upload(io_x_.get(), x.data.data(), std::size_t(rows) * std::size_t(in) * sizeof(float));
+    step_forward(io_x_.get(), rows, io_y_.get(), training, is_first_microbatch, true);
+    d.download(y.data.data(), io_y_.get(), std::size_t(rows) * std::size_t(out) * sizeof(float));
   }
-  have_saved_ = training;
-  saved_batch_ = batch;
+  take_counts();
 }
 
 void Linear::backward(const Matrix& dy, Matrix* dx) {
-  FP8EMU_CHECK(have_saved_, "Linear: backward called without a preceding training forward");
-  FP8EMU_CHECK(dy.rows == saved_batch_ && dy.cols == out_features(), "Linear: grad_output shape [",
-               dy.rows, ", ", dy.cols, "] does not match the forward output [", saved_batch_, ", ",
-               out_features(), "]");
-  const int batch = dy.rows, in = in_features(), out = out_features();
-  // db: sum over the batch in row order, fp32, from the unquantized gradient.
-  for (int j = 0; j < out; ++j) grad_bias.data[std::size_t(j)] = core::column_sum(dy.data.data(), batch, out, j);
-
-  if (precision_ == Precision::kFp32) {
-    Matrix dyt(out, batch);
-    emu::transpose(batch, out, dy.data.data(), dyt.data.data());
-    emu::gemm_f32_nn(out, in, batch, dyt.data.data(), saved_x_.data.data(), grad_weight.data.data());
-    if (dx) {
-      dx->resize(batch, in);
-      emu::gemm_f32_nn(batch, in, out, dy.data.data(), weight.data.data(), dx->data.data());
-    }
-  } else if (precision_ == Precision::kBf16) {
-    // dW = bf16(dy)^T . bf16(x) in fp32; dx = bf16(bf16(dy) . bf16(W)).
-    const std::vector<float> dyb = bf16_copy(dy.data.data(), dy.size());
-    Matrix dyt(out, batch);
-    emu::transpose(batch, out, dyb.data(), dyt.data.data());
-    emu::gemm_f32_nn(out, in, batch, dyt.data.data(), saved_x_.data.data(), grad_weight.data.data());
-    if (dx) {
-      const std::vector<float> wb = bf16_copy(weight.data.data(), weight.size());
-      dx->resize(batch, in);
-      emu::gemm_f32_nn(batch, in, out, dyb.data(), wb.data(), dx->data.data());
-      backend::cpu_device().round_bf16(dx->data.data(), dx->size());
-    }
-  } else {
-    const scaling::QuantizedTensor dy_q = bwd_q_->quantize(*device_, dy.data.data(), batch, out,
-                                                           scaling::TensorRole::kGradOutput, scaling::Usage::kBoth,
-                                                           &stats.grad_output);
-    last_scale_[2] = dy_q.scale;
-    // wgrad: dy^T [out, K=batch] . x^T [in, K=batch]^T
-    scaling::gemm_tn(*device_, dy_q, scaling::Usage::kColumnwise, x_q_, scaling::Usage::kColumnwise, acc_wgrad_,
-                     grad_weight.data.data());
-    if (dx) {
-      dx->resize(batch, in);
-      // dgrad: dy [batch, K=out] . W^T [in, K=out]^T
-      scaling::gemm_tn(*device_, dy_q, scaling::Usage::kRowwise, w_q_, scaling::Usage::kColumnwise, acc_dgrad_,
-                       dx->data.data());
+  FP8EMU_CHECK(forward_rows_ >= 0, "Linear: backward called without a preceding training forward");
+  FP8EMU_CHECK(dy.rows == forward_rows_ && dy.cols == out_features(), "Linear: grad_output shape [", dy.rows, ", ",
+               dy.cols, "] does not match the forward output [", forward_rows_, ", ", out_features(), "]");
+  const int rows = dy.rows, in = in_features(), out = out_features();
+  if (dx) dx->resize(rows, in);
+  const backend::Device& d = *device_;
+  if (d.host_memory()) {
+    step_backward(dy.data.data(), rows, dx ? dx->data.data() : nullptr);
+  } else {  // dy up; dx and a host layer's gradients down
+    d.upload(io_x_.get(), dy.data.data(), std::size_t(rows) * std::size_t(out) * sizeof(float));
+    step_backward(io_x_.get(), rows, dx ? io_y_.get() : nullptr);
+    if (dx) d.download(dx->data.data(), io_y_.get(), std::size_t(rows) * std::size_t(in) * sizeof(float));
+    if (!resident_) {
+      gw_.download(grad_weight.data.data());
+      gb_.download(grad_bias.data.data());
     }
   }
-  have_saved_ = false;
+  take_counts();
+}
+
+// ---- residency -------------------------------------------------------------------------------------
+
+std::string Linear::device_unsupported() const {
+  if (twin_error) return "measures its FP32 twin error (Linear::twin_error)";
+  if (precision_ != Precision::kFp8) return {};
+  std::string why = fwd_q_->device_unsupported();
+  return why.empty() ? bwd_q_->device_unsupported() : why;
+}
+
+void Linear::to_device() {
+  if (resident_) return;
+  const std::string why = device_unsupported();
+  FP8EMU_CHECK(why.empty(), "device-resident Linear: the layer ", why);
+  make_buffers();
+  const backend::Device& d = *device_;
+  if (!d.host_memory()) {
+    w_.upload(weight.data.data());
+    b_.upload(bias.data.data());
+    gw_.upload(grad_weight.data.data());
+    gb_.upload(grad_bias.data.data());
+  }
+  // The counts so far carry on there (stats is reset by the layer's owner).
+  backend::CastCounters c[3];
+  const emu::QuantizeStats* st[3] = {&stats.input, &stats.weight, &stats.grad_output};
+  for (int r = 0; r < 3; ++r) c[r] = {st[r]->count, st[r]->saturated, st[r]->underflow, st[r]->nan};
+  counters_.upload(c);
+  if (precision_ == Precision::kFp8) {
+    fwd_q_->to_device(d);
+    bwd_q_->to_device(d);
+  }
+  resident_ = true;
+}
+
+void Linear::to_host() {
+  if (!resident_) return;
+  const backend::Device& d = *device_;
+  if (!d.host_memory()) {
+    w_.download(weight.data.data());
+    b_.download(bias.data.data());
+    gw_.download(grad_weight.data.data());
+    gb_.download(grad_bias.data.data());
+  }
+  backend::CastCounters c[3];
+  counters_.download(c);
+  emu::QuantizeStats* st[3] = {&stats.input, &stats.weight, &stats.grad_output};
+  for (int r = 0; r < 3; ++r) *st[r] = stats_of(c[r]);
+  d.fill_zero(counters_.get(), counters_.bytes());
+  fwd_q_->to_host();
+  bwd_q_->to_host();
+  resident_ = false;
+}
+
+void Linear::forward(const float* x, int rows, float* y) {
+  FP8EMU_CHECK(resident_ || device_->host_memory(), "Linear: the pointer step needs a device-resident layer "
+                                                    "(to_device()) or a device of host memory");
+  step_forward(x, rows, y, true, std::nullopt, false);
+}
+
+void Linear::backward(const float* dy, int rows, float* dx) {
+  FP8EMU_CHECK(resident_ || device_->host_memory(), "Linear: the pointer step needs a device-resident layer "
+                                                    "(to_device()) or a device of host memory");
+  step_backward(dy, rows, dx);
+}
+
+void Linear::update_scales() {
+  update_forward_scales();
+  update_backward_scales();
+}
+
+void Linear::reset_stats() {
+  stats = {};
+  if (buffers_on_ == device_ && counters_.size() > 0) device_->fill_zero(counters_.get(), counters_.bytes());
+}
+
+void Linear::params(std::vector<DeviceParam>& out) {
+  make_buffers();
+  out.push_back({w(), gw(), weight.size()});
+  out.push_back({b(), gb(), bias.size()});
+}
+
+void Linear::copy_to(Linear& dst) const {
+  FP8EMU_CHECK(dst.in_features() == in_features() && dst.out_features() == out_features(),
+               "device-resident Linear: download into a layer of another shape");
+  auto& self = const_cast<Linear&>(*this);  // the pointers below are only read
+  const backend::Device& d = *device_;
+  if (resident_ && !d.host_memory()) {
+    d.download(dst.weight.data.data(), self.w(), weight.size() * sizeof(float));
+    d.download(dst.bias.data.data(), self.b(), bias.size() * sizeof(float));
+    d.download(dst.grad_weight.data.data(), self.gw(), grad_weight.size() * sizeof(float));
+    d.download(dst.grad_bias.data.data(), self.gb(), grad_bias.size() * sizeof(float));
+  } else if (&dst != this) {
+    dst.weight.data = weight.data;
+    dst.bias.data = bias.data;
+    dst.grad_weight.data = grad_weight.data;
+    dst.grad_bias.data = grad_bias.data;
+  }
+  if (precision_ != Precision::kFp8) return;
+  if (resident_) {
+    backend::CastCounters c[3];
+    counters_.download(c);
+    emu::QuantizeStats* st[3] = {&dst.stats.input, &dst.stats.weight, &dst.stats.grad_output};
+    for (int r = 0; r < 3; ++r) *st[r] = stats_of(c[r]);
+  } else if (&dst != this) {
+    dst.stats = stats;
+  }
+  const std::array<float, 3> last = {last_scale(0), last_scale(1), last_scale(2)};
+  dst.carried_scales_ = last;
+  if (dst.buffers_on_ == dst.device_ && dst.last_scale_.size() > 0) dst.last_scale_.upload(last.data());
+  // The quantizers' state: a copy brought to the host (the device's copy stays where it is).
+  for (auto [from, to] : {std::pair{fwd_q_.get(), dst.fwd_q_.get()}, std::pair{bwd_q_.get(), dst.bwd_q_.get()}}) {
+    const scaling::DelayedScalingState* s = from->amax_history_state();
+    scaling::DelayedScalingState* t = to->amax_history_state();
+    if (!s || !t) continue;
+    std::unique_ptr<scaling::Quantizer> c = from->clone();
+    c->to_host();
+    t->restore(c->amax_history_state()->scales(), c->amax_history_state()->history_values());
+  }
 }
 
 void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
@@ -259,6 +557,13 @@ void Linear::update_forward_scales() {
 
 void Linear::update_backward_scales() {
   if (precision_ == Precision::kFp8) bwd_q_->update_scales();
+}
+
+Linear resident_copy(const backend::Device& device, const Linear& src) {
+  Linear l(src);
+  l.set_device(device);
+  l.to_device();
+  return l;
 }
 
 }  // namespace fp8emu::nn

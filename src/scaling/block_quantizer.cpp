@@ -6,8 +6,8 @@ namespace fp8emu::scaling {
 BlockQuantizer::BlockQuantizer(const Float8BlockScaling& recipe, Direction direction)
     : Quantizer(direction, cast_format(recipe, direction)), recipe_(recipe) {}
 
-void BlockQuantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
-                                     TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
+void BlockQuantizer::cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                          DeviceOperand& out, backend::CastCounters* counters) {
   check_device_cast(out, rows, cols, role);
   backend::BlockCast c;
   c.kind = role == TensorRole::kWeight ? backend::BlockCast::kTile2d : backend::BlockCast::kBlock1d;
@@ -15,7 +15,7 @@ void BlockQuantizer::quantize_device(const backend::Device& device, const float*
   c.block = kFloat8Block;
   c.pow2 = !recipe_.use_f32_scales;
   c.epsilon = recipe_.amax_epsilon;
-  block_cast_device(device, c, x, rows, cols, out, stats);
+  cast_blocks(device, c, x, rows, cols, out, counters);
 }
 
 std::unique_ptr<Quantizer> Float8BlockScaling::make_quantizer(Direction direction) const {

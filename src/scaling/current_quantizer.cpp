@@ -10,13 +10,13 @@ namespace fp8emu::scaling {
 CurrentQuantizer::CurrentQuantizer(const CurrentScaling& recipe, Direction direction)
     : Quantizer(direction, cast_format(recipe, direction)), recipe_(recipe) {}
 
-void CurrentQuantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
-                                       TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
+void CurrentQuantizer::cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                            DeviceOperand& out, backend::CastCounters* counters) {
   check_device_cast(out, rows, cols, role);
   // The amax kernel, then compute_scale_from_amax, on the device (backend::Device::current_scale).
   device.current_scale(x, std::size_t(rows) * std::size_t(cols), format(), recipe_.use_power_2_scales,
                        recipe_.amax_epsilon, out.scale);
-  quantize_per_tensor_device(device, x, rows, cols, out, nullptr, stats);
+  cast_per_tensor(device, x, rows, cols, out, nullptr, counters);  // TE casts with a null amax
 }
 
 std::unique_ptr<Quantizer> CurrentScaling::make_quantizer(Direction direction) const {

@@ -6,15 +6,15 @@ namespace fp8emu::scaling {
 Mxfp8Quantizer::Mxfp8Quantizer(const MXFP8BlockScaling& recipe, Direction direction)
     : Quantizer(direction, cast_format(recipe, direction)), recipe_(recipe) {}
 
-void Mxfp8Quantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols,
-                                     TensorRole role, DeviceOperand& out, emu::QuantizeStats* stats) {
+void Mxfp8Quantizer::cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                          DeviceOperand& out, backend::CastCounters* counters) {
   check_device_cast(out, rows, cols, role);
   backend::BlockCast c;
   c.kind = backend::BlockCast::kMxfp8;
   c.fmt = format();
   c.rule = recipe_.rule;
   c.block = kMxfp8Block;
-  block_cast_device(device, c, x, rows, cols, out, stats);
+  cast_blocks(device, c, x, rows, cols, out, counters);
 }
 
 std::unique_ptr<Quantizer> MXFP8BlockScaling::make_quantizer(Direction direction) const {

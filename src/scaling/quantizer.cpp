@@ -205,43 +205,37 @@ void Quantizer::check_device_cast(const DeviceOperand& out, int rows, int cols, 
   check_device_operand(out, scaling_mode(), format(), rows, cols, block_length(role), recipe_name());
 }
 
-void quantize_per_tensor_device(const backend::Device& device, const float* x, int rows, int cols, DeviceOperand& out,
-                                float* amax, emu::QuantizeStats* stats) {
+void cast_per_tensor(const backend::Device& device, const float* x, int rows, int cols, DeviceOperand& out,
+                     float* amax, backend::CastCounters* counters) {
   FP8EMU_CHECK(rows >= 1 && cols >= 1, "per-tensor cast: sizes must be positive, got [", rows, ", ", cols, "]");
   check_device_operand(out, ScalingMode::kPerTensor, out.format, rows, cols, 0, "per-tensor cast");
-  // Scratch: this cast's counts and amax (zero-filled), so that the host applies Linear's fmaxf.
-  backend::DeviceTensor<backend::CastCounters> counters(device, 1, 1);
-  backend::DeviceTensor<float> amax_x;
-  if (amax) amax_x = backend::DeviceTensor<float>(device, 1, 1);
   device.cast_transpose(x, rows, cols, out.scale, out.format, out.has(Usage::kRowwise) ? out.rowwise_data : nullptr,
-                        out.has(Usage::kColumnwise) ? out.columnwise_data : nullptr, amax ? amax_x.get() : nullptr,
-                        counters.get());
-  backend::CastCounters c;
-  counters.download(&c);  // waits for the cast
-  if (stats) *stats += stats_of(c);
-  if (amax) {
-    float a = 0.0f;
-    amax_x.download(&a);
-    *amax = std::fmax(*amax, a);
-  }
-  float s = 0.0f;
-  device.download(&s, out.scale, sizeof(float));
-  out.host_scale = s;
-  out.host_scale_inv = emu::scale_inv_of(s);
+                        out.has(Usage::kColumnwise) ? out.columnwise_data : nullptr, amax, counters);
 }
 
-void block_cast_device(const backend::Device& device, const backend::BlockCast& cast, const float* x, int rows,
-                       int cols, DeviceOperand& out, emu::QuantizeStats* stats) {
-  backend::DeviceTensor<backend::CastCounters> counters(device, 1, 1);
+void cast_blocks(const backend::Device& device, const backend::BlockCast& cast, const float* x, int rows, int cols,
+                 DeviceOperand& out, backend::CastCounters* counters) {
   const backend::BlockView row =
       out.has(Usage::kRowwise) ? backend::BlockView{out.rowwise_data, out.rowwise_scale_inv} : backend::BlockView{};
   const backend::BlockView col = out.has(Usage::kColumnwise)
                                      ? backend::BlockView{out.columnwise_data, out.columnwise_scale_inv}
                                      : backend::BlockView{};
-  device.block_cast(cast, x, rows, cols, row, col, counters.get());
+  device.block_cast(cast, x, rows, cols, row, col, counters);
+}
+
+void Quantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                                DeviceOperand& out, emu::QuantizeStats* stats) {
+  backend::DeviceTensor<backend::CastCounters> counters(device, 1, 1);
+  cast(device, x, rows, cols, role, out, counters.get());
   backend::CastCounters c;
   counters.download(&c);  // waits for the cast
   if (stats) *stats += stats_of(c);
+  if (out.mode == ScalingMode::kPerTensor) {
+    float s = 0.0f;
+    device.download(&s, out.scale, sizeof(float));
+    out.host_scale = s;
+    out.host_scale_inv = emu::scale_inv_of(s);
+  }
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/nn/device_mlp.hpp"
 #include "fp8emu/nn/mlp.hpp"
+#include "support/forward_device.hpp"
 #include "support/nn_helpers.hpp"
 
 using namespace fp8emu;
@@ -81,8 +82,8 @@ void make_batch(Rng& rng, int rows, int in, int classes, Matrix& x, std::vector<
   for (auto& v : y) v = std::uint8_t(rng.below(std::uint64_t(classes)));
 }
 
-void run_case(const Case& c) {
-  INFO(c.name);
+void run_case(const Case& c, const backend::Device& dev = backend::cpu_device()) {
+  INFO(c.name << " on " << dev.name() << (dev.host_memory() ? "" : " (own memory)"));
   // Widths that are not multiples of the blocks (32, 128), and one above 128: partial blocks and tiles.
   const std::vector<int> sizes = {40, 150, 33, 10};
   Mlp host(sizes, c.act, c.precision, c.recipe, 7);
@@ -91,7 +92,7 @@ void run_case(const Case& c) {
   Mlp copy = host;  // the device path starts from the same state
   Optimizer host_opt(c.opt, 2e-3f), copy_opt(c.opt, 2e-3f);
   REQUIRE(DeviceMlp::unsupported(host).empty());
-  auto dm = std::make_unique<DeviceMlp>(backend::cpu_device(), copy, copy_opt);
+  auto dm = std::make_unique<DeviceMlp>(dev, copy, copy_opt);
   Rng data(11);
   const int batches[] = {16, 16, 9, 16, 1, 16};  // a short last batch, a single row, growth after
   Matrix x, logits, dlogits;
@@ -116,7 +117,7 @@ void run_case(const Case& c) {
     dm->download(copy, copy_opt);
     CHECK(first_difference(host, host_opt, copy, copy_opt) == "");
     if (step == 3) {  // upload what was downloaded: a new device copy continues the same run
-      dm = std::make_unique<DeviceMlp>(backend::cpu_device(), copy, copy_opt);
+      dm = std::make_unique<DeviceMlp>(dev, copy, copy_opt);
     }
   }
 }
@@ -158,6 +159,24 @@ TEST_CASE("DeviceMlp on the CPU device equals the host layers bit for bit", "[nn
       {"block fp32 scales epsilon gelu", Precision::kFp8, block_f32, Activation::kGELU, Optimizer::Kind::kAdam},
   };
   for (const Case& c : cases) run_case(c);
+}
+
+TEST_CASE("DeviceMlp on a device of its own memory equals the host layers bit for bit", "[nn][device]") {
+  // The layers' parameters, gradients and delayed-scaling state move into the device's allocations
+  // (Linear::to_device, Quantizer::to_device) and the update runs as Device::delayed_update: the path
+  // a GPU takes, on a stand-in whose operations are cpu_device()'s.
+  const testing::ForwardDevice own_memory(false);
+  scaling::DelayedScaling delayed;
+  delayed.amax_history_len = 4;
+  const std::vector<Case> cases = {
+      {"fp32 relu adam", Precision::kFp32, delayed, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"bf16 gelu sgd", Precision::kBf16, delayed, Activation::kGELU, Optimizer::Kind::kSgd},
+      {"delayed relu adam", Precision::kFp8, delayed, Activation::kReLU, Optimizer::Kind::kAdam},
+      {"current gelu adam", Precision::kFp8, scaling::CurrentScaling{}, Activation::kGELU, Optimizer::Kind::kAdam},
+      {"mxfp8 relu sgd", Precision::kFp8, scaling::MXFP8BlockScaling{}, Activation::kReLU, Optimizer::Kind::kSgd},
+      {"block relu adam", Precision::kFp8, scaling::Float8BlockScaling{}, Activation::kReLU, Optimizer::Kind::kAdam},
+  };
+  for (const Case& c : cases) run_case(c, own_memory);
 }
 
 TEST_CASE("DeviceMlp with mixed FP32 and FP8 layers", "[nn][device]") {

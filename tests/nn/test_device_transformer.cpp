@@ -71,7 +71,7 @@ void run_config(const Config& c) {
     dy.upload(hdy.data.data());
     dl.forward(x.get(), rows, T, y.get());
     dl.backward(dy.get(), rows, dx.get());
-    for (DeviceLinear* l : dl.linears()) l->update_scales();
+    for (Linear* l : dl.linears()) l->update_scales();
     CHECK(same_bits(fetch(y, hy.size()), hy.data));
     CHECK(same_bits(fetch(dx, hdx.size()), hdx.data));
     dl.download(copy);

@@ -66,7 +66,7 @@ class DeviceMlp {
 
   const backend::Device* dev_;
   backend::ActivationOp act_;
-  std::vector<DeviceLinear> layers_;
+  std::vector<Linear> layers_;  // copies of the model's layers, resident on the device
   DeviceOptimizer opt_;
   int capacity_ = 0;                // rows the activation buffers hold
   std::vector<Tensor<float>> in_;   // input of each layer [capacity, in_l]

@@ -9,7 +9,7 @@
 /// host layer's training forward and keeps what backward() needs (an input passed to forward() must
 /// stay unchanged until backward()); outputs must not overlap inputs; params() appends the
 /// (parameter, gradient) pairs in the host layer's params() order; download() copies parameters,
-/// gradients and the Linear layers' recipe state back. The Linear layers are DeviceLinear
+/// gradients and the Linear layers' recipe state back. The Linear layers are resident copies (nn::resident_copy)
 /// (device_layers.hpp): FP32 or any recipe (delayed scaling with its fused update).
 #pragma once
 
@@ -55,7 +55,7 @@ class DeviceLayerNormLinear {
   void params(std::vector<DeviceParam>& out);
   void download(LayerNormLinear& dst) const;
   DeviceNorm norm;
-  DeviceLinear linear;
+  Linear linear;
 
  private:
   const backend::Device* dev_;
@@ -76,7 +76,7 @@ class DeviceLayerNormMLP {
   /// layer does at each forward).
   void set_act_dtype(ActivationDtype t) { bf16_ = t == ActivationDtype::kBf16; }
   DeviceNorm norm;
-  DeviceLinear fc1, fc2;
+  Linear fc1, fc2;
 
  private:
   const backend::Device* dev_;
@@ -112,11 +112,11 @@ class DeviceTransformerLayer {
   void backward(const float* dy, int rows, float* dx);
   void params(std::vector<DeviceParam>& out);
   /// qkv, proj, fc1, fc2 (TransformerLayer::linears()).
-  std::vector<DeviceLinear*> linears();
+  std::vector<Linear*> linears();
   void download(TransformerLayer& dst) const;
   DeviceLayerNormLinear qkv;
   DeviceAttention attention;
-  DeviceLinear proj;
+  Linear proj;
   DeviceLayerNormMLP mlp;
 
  private:

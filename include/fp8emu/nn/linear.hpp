@@ -25,12 +25,22 @@
 /// cast; the GEMMs are scaling::gemm_tn of the quantized operands. It has no recipe-specific code:
 /// a new recipe is a new quantizer (scaling/quantizer.hpp).
 ///
-/// Determinism: bit-identical results for any OpenMP thread count.
+/// One step program, on one backend::Device (device(), cpu_device() by default): every cast, GEMM
+/// and element operation of forward and backward is a Device operation, whatever the precision.
+/// Where the parameters live is a property of the storage, not of the class: in the Matrix fields
+/// (host memory) by default, or in the device's memory after to_device(), where device-resident
+/// models (nn::DeviceMlp, the transformer layers, the char-LM) keep them between steps and call the
+/// pointer form of forward/backward. A host layer on a device of its own memory (`--backend cuda`
+/// per layer) uploads what each call reads and downloads what it writes.
+///
+/// Determinism: bit-identical results for any OpenMP thread count and on every device.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "fp8emu/emulation/block_quantize.hpp"
@@ -64,6 +74,13 @@ const char* precision_name(Precision p);
 /// cast of each tensor, the one fprop or dgrad uses).
 struct LinearFp8Stats {
   emu::QuantizeStats input, weight, grad_output;
+};
+
+/// One parameter tensor and its gradient in a device's memory (n floats each).
+struct DeviceParam {
+  float* value = nullptr;
+  float* grad = nullptr;
+  std::size_t n = 0;
 };
 
 /// Output error of an FP8 layer against its FP32 twin fed the same input (see Linear::twin_error).
@@ -120,12 +137,14 @@ class Linear {
   /// or cuda_device(), which gets each operand uploaded and each result downloaded (this layer's
   /// storage is the host's); every device gives the same bits. The reference backend is
   /// Precision::kFp32.
-  void set_device(const backend::Device& d) { device_ = &d; }
+  /// \throws fp8emu::Error on a device-resident layer.
+  void set_device(const backend::Device& d);
   /// Replaces the recipe (before training: fresh scaling state, TE's default accumulation for it).
   /// \throws fp8emu::Error for invalid recipe parameters.
   void set_recipe(const scaling::Recipe& recipe);
   /// Runs this layer in FP32 (the `reference` backend), FP8 or BF16 from now on.
-  void set_precision(Precision p) { precision_ = p; }
+  /// \throws fp8emu::Error on a device-resident layer.
+  void set_precision(Precision p);
   const backend::Device& device() const { return *device_; }
 
   /// TE forward update point (after the forward): the forward quantizer's update_scales()
@@ -134,10 +153,38 @@ class Linear {
   /// TE backward update point (after the backward): update of the backward slots.
   void update_backward_scales();
 
+  // ---- device residency and the step on device pointers ------------------------------------------
+  /// Why this layer cannot keep its state on a device (a phrase), or empty: a twin_error
+  /// measurement, or a quantizer whose state update runs on the host (Quantizer::device_unsupported).
+  std::string device_unsupported() const;
+  /// Moves weight, bias, their gradients, the quantizers' state, the cast counts (stats) and the last
+  /// scales into device()'s memory (a device of host memory keeps them in place); the Matrix fields,
+  /// stats and the host state are then stale until to_host(). \throws fp8emu::Error with
+  /// device_unsupported()'s phrase.
+  void to_device();
+  /// Brings everything back into the Matrix fields, stats and the host state (waits).
+  void to_host();
+  bool resident() const { return resident_; }
+  /// The training forward on device()'s memory: x [rows, in] to y [rows, out], as forward(x, y,
+  /// true) (the weight cast every call). x must stay unchanged until backward() (an FP32 layer reads
+  /// it there). Needs resident() or a device of host memory.
+  void forward(const float* x, int rows, float* y);
+  /// The backward on device()'s memory: grad_bias, grad_weight, and dx [rows, in] when non-null.
+  void backward(const float* dy, int rows, float* dx);
+  /// update_forward_scales() then update_backward_scales().
+  void update_scales();
+  /// Zeroes the cast counts (stats).
+  void reset_stats();
+  /// The weight then the bias, with their gradients, in device()'s memory.
+  void params(std::vector<DeviceParam>& out);
+  /// Copies weight, bias, gradients, the quantizers' state, the cast counts and the last scales
+  /// into `dst` (the same shape; waits). \throws fp8emu::Error when dst has another shape.
+  void copy_to(Linear& dst) const;
+
   /// Per-tensor recipes: the scale of the last cast of x, W and dy. NaN for block recipes / FP32.
-  float last_scale_input() const { return last_scale_[0]; }
-  float last_scale_weight() const { return last_scale_[1]; }
-  float last_scale_grad_output() const { return last_scale_[2]; }
+  float last_scale_input() const { return last_scale(0); }
+  float last_scale_weight() const { return last_scale(1); }
+  float last_scale_grad_output() const { return last_scale(2); }
   const scaling::Recipe& recipe() const { return recipe_; }
 
   int in_features() const { return weight.cols; }
@@ -167,23 +214,53 @@ class Linear {
   TwinError* twin_error = nullptr;
 
  private:
-  friend class DeviceLinear;  // copies the layer's state to and from a device (device_layers.hpp)
+  template <class T>
+  using Tensor = backend::DeviceTensor<T>;
+  // The step program (linear.cpp), on device pointers.
+  void step_forward(const float* x, int rows, float* y, bool training, std::optional<bool> is_first_microbatch,
+                    bool keep_x);
+  void step_backward(const float* dy, int rows, float* dx);
   void cast_weight(std::optional<bool> is_first_microbatch);
+  void accumulate_twin(const float* x, int rows, const float* y);
+  void reserve(int rows);
+  void make_buffers();
+  void take_counts();  // host layers: the device counters into stats, then zeroed
+  float last_scale(int role) const;
+  bool staged() const { return !resident_ && !device_->host_memory(); }
+  float* w() { return staged() || (resident_ && !device_->host_memory()) ? w_.get() : weight.data.data(); }
+  float* b() { return staged() || (resident_ && !device_->host_memory()) ? b_.get() : bias.data.data(); }
+  float* gw() { return staged() || (resident_ && !device_->host_memory()) ? gw_.get() : grad_weight.data.data(); }
+  float* gb() { return staged() || (resident_ && !device_->host_memory()) ? gb_.get() : grad_bias.data.data(); }
 
   Precision precision_;
   const backend::Device* device_ = &backend::cpu_device();
   scaling::Recipe recipe_;
   std::unique_ptr<scaling::Quantizer> fwd_q_, bwd_q_;
   scaling::DelayedScalingState idle_fwd_state_{3, 1}, idle_bwd_state_{2, 1};
-  float last_scale_[3];
   emu::GemmAccumulation acc_fprop_, acc_dgrad_, acc_wgrad_;
+  bool resident_ = false;
   // Saved by a training forward.
-  bool have_saved_ = false;
-  int saved_batch_ = 0;
-  Matrix saved_x_;            // fp32 mode; bf16 mode: x rounded to bf16
-  scaling::QuantizedTensor x_q_;  // FP8: input, row-wise (+ column-wise after a training forward)
-  scaling::QuantizedTensor w_q_;  // FP8: weight, row- and column-wise (cached across calls)
+  int forward_rows_ = -1;          // rows of the last training forward, -1: none
+  const float* saved_x_ = nullptr;  // fp32: the input; bf16: x rounded (xb_)
   bool have_weight_cache_ = false;
+  scaling::DeviceOperand x_op_, w_op_;     // fp8: the operands of the last forward (views of xq_, wq_)
+  std::array<float, 3> carried_scales_;    // the last scales while no buffers hold them
+  // Buffers of the step on device_ (made by make_buffers / reserve; rebuilt when the device changes).
+  const backend::Device* buffers_on_ = nullptr;
+  int capacity_ = 0;
+  Tensor<float> w_, b_, gw_, gb_;          // parameters and gradients off the host (resident or staged)
+  Tensor<float> last_scale_;               // [3]: the scales of the last casts of x, W, dy (NaN: none)
+  Tensor<backend::CastCounters> counters_; // [3]: x, W, dy
+  Tensor<float> wt_, wb_;                  // fp32/bf16: W^T [in, out]; bf16: W rounded [out, in]
+  Tensor<float> xs_, dyt_, xb_, dyb_;      // x kept [cap, in]; dy^T [out, cap]; bf16 x, dy
+  Tensor<float> twin_wt_, twin_y_;         // twin_error: W^T and the twin's output
+  Tensor<float> io_x_, io_y_;              // staged host calls: x or dy in, y or dx out
+  scaling::DeviceQuantizedTensor wq_;      // fp8: the weight, both copies (cached across calls)
+  scaling::DeviceQuantizedTensor xq_, dyq_;  // fp8: x and dy, both copies, [capacity] rows
 };
+
+/// A copy of `src` kept on `device` (set_device, then to_device()): the Linear of device-resident
+/// models. \throws fp8emu::Error with Linear::device_unsupported()'s phrase.
+Linear resident_copy(const backend::Device& device, const Linear& src);
 
 }  // namespace fp8emu::nn

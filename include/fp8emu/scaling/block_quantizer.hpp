@@ -30,8 +30,8 @@ class BlockQuantizer final : public Quantizer {
   std::unique_ptr<Quantizer> clone() const override { return std::make_unique<BlockQuantizer>(*this); }
   const char* recipe_name() const override { return Float8BlockScaling::kName; }
   ScalingMode scaling_mode() const override { return Float8BlockScaling::kScalingMode; }
-  void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
-                       DeviceOperand& out, emu::QuantizeStats* stats) override;
+  void cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role, DeviceOperand& out,
+            backend::CastCounters* counters) override;
   int block_length(TensorRole) const override { return kFloat8Block; }
   const Float8BlockScaling& recipe() const { return recipe_; }
 

@@ -22,8 +22,8 @@ class CurrentQuantizer final : public Quantizer {
   std::unique_ptr<Quantizer> clone() const override { return std::make_unique<CurrentQuantizer>(*this); }
   const char* recipe_name() const override { return CurrentScaling::kName; }
   ScalingMode scaling_mode() const override { return CurrentScaling::kScalingMode; }
-  void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
-                       DeviceOperand& out, emu::QuantizeStats* stats) override;
+  void cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role, DeviceOperand& out,
+            backend::CastCounters* counters) override;
   /// TE cannot fuse a current-scaling cast into the norm kernel (the amax comes first): the norm
   /// writes bf16 and this cast reads it.
   bool reads_bf16_norm_output() const override { return true; }

@@ -25,15 +25,28 @@ class DelayedQuantizer final : public Quantizer {
   std::unique_ptr<Quantizer> clone() const override { return std::make_unique<DelayedQuantizer>(*this); }
   const char* recipe_name() const override { return DelayedScaling::kName; }
   ScalingMode scaling_mode() const override { return DelayedScaling::kScalingMode; }
-  void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
-                       DeviceOperand& out, emu::QuantizeStats* stats) override;
-  void update_scales() override { state_.update(recipe_, format()); }
+  void cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role, DeviceOperand& out,
+            backend::CastCounters* counters) override;
+  /// The update of every slot: on the host (DelayedScalingState::update), or, while the state is on
+  /// a device, that device's fused update (backend::Device::delayed_update, the same bits).
+  void update_scales() override;
   DelayedScalingState* amax_history_state() override { return &state_; }
+  void to_device(const backend::Device& device) override;
+  void to_host() override;
+  std::string device_unsupported() const override;
   const DelayedScaling& recipe() const { return recipe_; }
+
+  /// Copies the host state and, when the state is on a device, a new copy there.
+  DelayedQuantizer(const DelayedQuantizer& o);
+  DelayedQuantizer& operator=(const DelayedQuantizer&) = delete;
 
  private:
   DelayedScaling recipe_;
   DelayedScalingState state_;
+  // While the state is on a device of its own memory: its scales [num_slots] and history
+  // [history_len, num_slots] there (state_ is then stale until to_host()).
+  const backend::Device* home_ = nullptr;
+  backend::DeviceTensor<float> scale_, history_;
 };
 
 }  // namespace fp8emu::scaling

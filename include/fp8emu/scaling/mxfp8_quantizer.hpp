@@ -28,8 +28,8 @@ class Mxfp8Quantizer final : public Quantizer {
   std::unique_ptr<Quantizer> clone() const override { return std::make_unique<Mxfp8Quantizer>(*this); }
   const char* recipe_name() const override { return MXFP8BlockScaling::kName; }
   ScalingMode scaling_mode() const override { return MXFP8BlockScaling::kScalingMode; }
-  void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
-                       DeviceOperand& out, emu::QuantizeStats* stats) override;
+  void cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role, DeviceOperand& out,
+            backend::CastCounters* counters) override;
   int block_length(TensorRole) const override { return kMxfp8Block; }
   const MXFP8BlockScaling& recipe() const { return recipe_; }
 

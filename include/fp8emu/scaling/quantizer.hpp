@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
@@ -162,18 +163,39 @@ class Quantizer {
   QuantizedTensor quantize(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                            Usage usage, emu::QuantizeStats* stats);
 
-  /// The recipe's cast (each recipe writes it once, here), on a backend::Device, reading x and
-  /// writing `out` in that device's memory, and updating the quantizer's state (delayed scaling's
-  /// amax_history). The operations run in the device's order
-  /// (backend::Device); the call returns after the counts and the scale have come back to the host
-  /// (*stats, out.host_scale), so `out` is complete for any later operation of that device.
+  /// The recipe's cast (each recipe writes it once, here), enqueued on a backend::Device without
+  /// waiting for it: reads x, writes `out` in that device's memory (per-tensor modes: *out.scale
+  /// receives the scale the cast multiplied by), max-accumulates the recipe's amax into its state
+  /// and adds the cast's counts to *counters (device memory, nullable; the row-wise cast's when
+  /// kRowwise is made, else the column-wise one's). The state (delayed scaling's scales and
+  /// amax_history) is read and written where it lives (see to_device): a cast on that device, or on
+  /// a device of host memory while the state is on the host, stays asynchronous; a cast on a device
+  /// of its own memory while the state is on the host uploads the scale and waits for the amax.
   /// \param x    Shape: [rows, cols] row-major fp32, device memory.
   /// \param out  Shape, mode, format, usage and block as device_operand(*this, rows, cols, role,
   ///             usage) gives them, with the buffers of its usage set.
-  /// \throws fp8emu::Error as quantize(), and when `out` does not match the cast (a null buffer, a
-  ///         different shape, mode, format or block).
-  virtual void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
-                               DeviceOperand& out, emu::QuantizeStats* stats) = 0;
+  /// \throws fp8emu::Error as quantize(), when `out` does not match the cast (a null buffer, a
+  ///         different shape, mode, format or block), or when the state is on another device.
+  virtual void cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                    DeviceOperand& out, backend::CastCounters* counters) = 0;
+  /// cast(), then waits for it: *stats adds its counts and out.host_scale / host_scale_inv are set
+  /// (per-tensor modes), so `out` is complete for any later operation of that device.
+  /// \throws fp8emu::Error as cast().
+  void quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
+                       DeviceOperand& out, emu::QuantizeStats* stats);
+
+  /// Moves the state (delayed scaling's scales and amax_history) into `device`'s memory: casts and
+  /// update_scales() on that device then run there without waiting, as TE keeps its scaling tensors
+  /// on the GPU. A device of host memory keeps it where it is. No-op for recipes without state.
+  /// \throws fp8emu::Error with device_unsupported()'s phrase.
+  virtual void to_device(const backend::Device& device) { (void)device; }
+  /// Copies the state back to the host and makes the host its home again (waits). No-op when it is
+  /// there already. amax_history_state() is current only while the state is on the host.
+  virtual void to_host() {}
+  /// Why this quantizer's state cannot live on a device (a phrase), or empty: delayed scaling with a
+  /// callable or the unfused update, or an amax-reduction hook, whose code runs on the host.
+  virtual std::string device_unsupported() const { return {}; }
+
   /// The block length of a role's cast: 0 for per-tensor recipes, 32 for MXFP8, 128 for 128-block.
   virtual int block_length(TensorRole role) const {
     (void)role;
@@ -261,19 +283,18 @@ class DeviceQuantizedTensor {
   backend::DeviceTensor<float> scale_, rowwise_scale_inv_, columnwise_scale_inv_;
 };
 
-/// The per-tensor cast of quantize_per_tensor on a device, with the scale already in *out.scale
-/// (device memory): codes of RN(x * scale) (__NV_SATFINITE, RNE), the copies out.usage asks for;
-/// sets out.host_scale and out.host_scale_inv; if `amax` is non-null, *amax = fmaxf(*amax, amax(x))
-/// on the host (delayed scaling's history row 0). Returns after the counts have come back.
+/// The per-tensor cast, enqueued: codes of RN(x * *out.scale) (the scale already in out.scale,
+/// device memory; __NV_SATFINITE, RNE), the copies out.usage asks for; *amax (device memory,
+/// nullable) max-accumulated with max |x| (NaN ignored); *counters (nullable) adds the counts.
 /// \throws fp8emu::Error for non-positive sizes, a block-mode or unbuffered `out`.
-void quantize_per_tensor_device(const backend::Device& device, const float* x, int rows, int cols, DeviceOperand& out,
-                                float* amax, emu::QuantizeStats* stats);
+void cast_per_tensor(const backend::Device& device, const float* x, int rows, int cols, DeviceOperand& out,
+                     float* amax, backend::CastCounters* counters);
 
-/// A block-scaled cast on a device (backend::Device::block_cast) into the views out.usage asks for;
-/// *stats adds its counts (the row-wise cast's when made, else the column-wise one's). Returns after
-/// the counts have come back. The caller checks `out` (Quantizer::check_device_cast).
-void block_cast_device(const backend::Device& device, const backend::BlockCast& cast, const float* x, int rows,
-                       int cols, DeviceOperand& out, emu::QuantizeStats* stats);
+/// A block-scaled cast, enqueued (backend::Device::block_cast), into the views out.usage asks for;
+/// *counters (nullable) adds its counts (the row-wise cast's when made, else the column-wise one's).
+/// The caller checks `out` (Quantizer::check_device_cast).
+void cast_blocks(const backend::Device& device, const backend::BlockCast& cast, const float* x, int rows, int cols,
+                 DeviceOperand& out, backend::CastCounters* counters);
 
 /// gemm_tn of two device operands on their device: the same D bit for bit, D [M, N] row-major fp32
 /// in that device's memory, enqueued in the device's order (download D, or read it with later
