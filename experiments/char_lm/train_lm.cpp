@@ -25,7 +25,7 @@
 #include "common/runner.hpp"
 #include "fp8emu/backend/select.hpp"
 #include "fp8emu/config.hpp"
-#include "fp8emu/nn/device_transformer.hpp"
+#include "fp8emu/nn/device_layers.hpp"
 #include "fp8emu/nn/transformer.hpp"
 #include "fp8emu/util/error.hpp"
 #include "fp8emu_internal/resources.hpp"
@@ -230,7 +230,7 @@ class DeviceCharLm {
         pos_(d, m.pos_emb_.rows, m.pos_emb_.cols),
         grad_tok_(d, m.grad_tok_.rows, m.grad_tok_.cols),
         grad_pos_(d, m.grad_pos_.rows, m.grad_pos_.cols),
-        final_norm_(d, m.final_norm_),
+        final_norm_(resident_norm(d, m.final_norm_)),
         head_(nn::resident_copy(d, m.head_)),
         opt_(d, opt, params_of(d, m)) {
     tok_.upload(m.tok_emb_.data.data());
@@ -291,17 +291,26 @@ class DeviceCharLm {
     pos_.download(m.pos_emb_.data.data());
     grad_tok_.download(m.grad_tok_.data.data());
     grad_pos_.download(m.grad_pos_.data.data());
-    for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->download(*m.blocks_[l]);
-    final_norm_.download(m.final_norm_);
+    for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->copy_to(*m.blocks_[l]);
+    final_norm_.copy_to(m.final_norm_);
     head_.copy_to(m.head_);
     opt_.download(opt);
   }
 
  private:
+  static nn::Norm resident_norm(const backend::Device& d, const nn::Norm& src) {
+    nn::Norm n(src);
+    n.to_device(d);
+    return n;
+  }
+
   // The device layers (made here, before the optimizer, which takes their parameters in
   // CharLm::params() order).
   std::vector<nn::DeviceParam> params_of(const backend::Device& d, CharLm& m) {
-    for (auto& blk : m.blocks_) blocks_.push_back(std::make_unique<nn::DeviceTransformerLayer>(d, *blk));
+    for (auto& blk : m.blocks_) {
+      blocks_.push_back(std::make_unique<nn::TransformerLayer>(*blk));
+      blocks_.back()->to_device(d);
+    }
     for (auto& blk : blocks_)
       for (nn::Linear* l : blk->linears()) linears_.push_back(l);
     linears_.push_back(&head_);
@@ -357,8 +366,8 @@ class DeviceCharLm {
   const backend::Device* dev_;
   LmSpec spec_;
   backend::DeviceTensor<float> tok_, pos_, grad_tok_, grad_pos_;
-  std::vector<std::unique_ptr<nn::DeviceTransformerLayer>> blocks_;
-  nn::DeviceNorm final_norm_;
+  std::vector<std::unique_ptr<nn::TransformerLayer>> blocks_;  // resident copies of the model's
+  nn::Norm final_norm_;
   nn::Linear head_;
   std::vector<nn::Linear*> linears_;
   nn::DeviceOptimizer opt_;

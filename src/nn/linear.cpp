@@ -377,47 +377,59 @@ void Linear::step_backward(const float* dy, int rows, float* dx) {
 
 // ---- the host calls --------------------------------------------------------------------------------
 
+// Runs the step where the parameters live: on device_ for a device of host memory or a resident
+// layer; a host layer on a device of its own memory stages the call (host pointers: x and its
+// parameters up, y down).
+void Linear::run_forward(const float* x, int rows, float* y, bool training, std::optional<bool> is_first_microbatch,
+                         bool keep_x) {
+  if (!staged()) {
+    step_forward(x, rows, y, training, is_first_microbatch, keep_x);
+    take_counts();
+    return;
+  }
+  const backend::Device& d = *device_;
+  make_buffers();
+  reserve(rows);
+  w_.upload(weight.data.data());
+  b_.upload(bias.data.data());
+  d.upload(io_x_.get(), x, std::size_t(rows) * std::size_t(in_features()) * sizeof(float));
+  step_forward(io_x_.get(), rows, io_y_.get(), training, is_first_microbatch, true);
+  d.download(y, io_y_.get(), std::size_t(rows) * std::size_t(out_features()) * sizeof(float));
+  take_counts();
+}
+
+void Linear::run_backward(const float* dy, int rows, float* dx) {
+  if (!staged()) {
+    step_backward(dy, rows, dx);
+    take_counts();
+    return;
+  }
+  const backend::Device& d = *device_;
+  d.upload(io_x_.get(), dy, std::size_t(rows) * std::size_t(out_features()) * sizeof(float));
+  step_backward(io_x_.get(), rows, dx ? io_y_.get() : nullptr);
+  if (dx) d.download(dx, io_y_.get(), std::size_t(rows) * std::size_t(in_features()) * sizeof(float));
+  gw_.download(grad_weight.data.data());
+  gb_.download(grad_bias.data.data());
+  take_counts();
+}
+
 void Linear::forward(const Matrix& x, Matrix& y, bool training, std::optional<bool> is_first_microbatch) {
   FP8EMU_CHECK(x.cols == in_features(), "Linear: input has ", x.cols, " features, layer expects ",
                in_features());
-  const int rows = x.rows, in = in_features(), out = out_features();
-  y.resize(rows, out);
-  const backend::Device& d = *device_;
-  if (d.host_memory()) {
-    step_forward(x.data.data(), rows, y.data.data(), training, is_first_microbatch, true);
-  } else {  // x up, y down; a host layer's parameters go up first
-    make_buffers();
-    reserve(rows);
-    if (!resident_) {
-      w_.upload(weight.data.data());
-      b_.upload(bias.data.data());
-    }
-    d.upload(io_x_.get(), x.data.data(), std::size_t(rows) * std::size_t(in) * sizeof(float));
-    step_forward(io_x_.get(), rows, io_y_.get(), training, is_first_microbatch, true);
-    d.download(y.data.data(), io_y_.get(), std::size_t(rows) * std::size_t(out) * sizeof(float));
-  }
-  take_counts();
+  FP8EMU_CHECK(!resident_ || device_->host_memory(), "Linear: the Matrix forward of a layer resident on the ",
+               device_->name(), " device (call to_host() first)");
+  y.resize(x.rows, out_features());
+  run_forward(x.data.data(), x.rows, y.data.data(), training, is_first_microbatch, true);
 }
 
 void Linear::backward(const Matrix& dy, Matrix* dx) {
   FP8EMU_CHECK(forward_rows_ >= 0, "Linear: backward called without a preceding training forward");
   FP8EMU_CHECK(dy.rows == forward_rows_ && dy.cols == out_features(), "Linear: grad_output shape [", dy.rows, ", ",
                dy.cols, "] does not match the forward output [", forward_rows_, ", ", out_features(), "]");
-  const int rows = dy.rows, in = in_features(), out = out_features();
-  if (dx) dx->resize(rows, in);
-  const backend::Device& d = *device_;
-  if (d.host_memory()) {
-    step_backward(dy.data.data(), rows, dx ? dx->data.data() : nullptr);
-  } else {  // dy up; dx and a host layer's gradients down
-    d.upload(io_x_.get(), dy.data.data(), std::size_t(rows) * std::size_t(out) * sizeof(float));
-    step_backward(io_x_.get(), rows, dx ? io_y_.get() : nullptr);
-    if (dx) d.download(dx->data.data(), io_y_.get(), std::size_t(rows) * std::size_t(in) * sizeof(float));
-    if (!resident_) {
-      gw_.download(grad_weight.data.data());
-      gb_.download(grad_bias.data.data());
-    }
-  }
-  take_counts();
+  FP8EMU_CHECK(!resident_ || device_->host_memory(), "Linear: the Matrix backward of a layer resident on the ",
+               device_->name(), " device (call to_host() first)");
+  if (dx) dx->resize(dy.rows, in_features());
+  run_backward(dy.data.data(), dy.rows, dx ? dx->data.data() : nullptr);
 }
 
 // ---- residency -------------------------------------------------------------------------------------
@@ -472,17 +484,11 @@ void Linear::to_host() {
   resident_ = false;
 }
 
-void Linear::forward(const float* x, int rows, float* y) {
-  FP8EMU_CHECK(resident_ || device_->host_memory(), "Linear: the pointer step needs a device-resident layer "
-                                                    "(to_device()) or a device of host memory");
-  step_forward(x, rows, y, true, std::nullopt, false);
+void Linear::forward(const float* x, int rows, float* y, bool training) {
+  run_forward(x, rows, y, training, std::nullopt, false);
 }
 
-void Linear::backward(const float* dy, int rows, float* dx) {
-  FP8EMU_CHECK(resident_ || device_->host_memory(), "Linear: the pointer step needs a device-resident layer "
-                                                    "(to_device()) or a device of host memory");
-  step_backward(dy, rows, dx);
-}
+void Linear::backward(const float* dy, int rows, float* dx) { run_backward(dy, rows, dx); }
 
 void Linear::update_scales() {
   update_forward_scales();

@@ -1,17 +1,18 @@
-// The device-resident transformer layers (nn/device_transformer.hpp) on backend::cpu_device()
-// against the host layers of nn/transformer.hpp bit for bit: outputs, input gradients, every
-// parameter gradient and the FP8 layers' recipe state after a few forward/backward/update rounds,
-// for both norms, both MLP activations, fp32 and bf16 activations, FP32 and per-tensor FP8 layers.
-// The oracle is the host layer stack (checked against finite differences and TE's arithmetic by
-// the other nn tests); nothing here is derived from the device layers themselves.
+// A transformer layer resident on a device of its own memory (TransformerLayer::to_device: its norms'
+// and Linears' parameters, the recipe state and every activation off the host, the path a GPU takes,
+// on a stand-in whose operations are cpu_device()'s) against the same layer on the host, bit for
+// bit: outputs, input gradients, every parameter gradient and the FP8 layers' recipe state after a
+// few forward/backward/update rounds, for both norms, both MLP activations, fp32 and bf16
+// activations, FP32, BF16 and FP8 layers of every recipe family. The oracle is the host layer stack
+// (checked against finite differences and TE's arithmetic by the other nn tests).
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/nn/device_transformer.hpp"
 #include "fp8emu/nn/transformer.hpp"
+#include "support/forward_device.hpp"
 #include "support/nn_helpers.hpp"
 
 using namespace fp8emu;
@@ -25,7 +26,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::vector<float> fetch(const backend::DeviceTensor<float>& t, std::size_t n) {
   std::vector<float> v(n);
-  backend::cpu_device().download(v.data(), t.get(), n * sizeof(float));
+  static const testing::ForwardDevice own(false);
+  own.download(v.data(), t.get(), n * sizeof(float));
   return v;
 }
 
@@ -51,8 +53,9 @@ void run_config(const Config& c) {
   for (float& g : host.qkv.norm.gamma.data) g = 1.0f + init.uniform(0.2f);
   for (float& b : host.mlp.norm.beta.data) b = init.uniform(0.1f);
   TransformerLayer copy = host;
-  const backend::Device& dev = backend::cpu_device();
-  DeviceTransformerLayer dl(dev, copy);
+  const testing::ForwardDevice dev(false);
+  TransformerLayer dl = copy;
+  dl.to_device(dev);
   backend::DeviceTensor<float> x(dev, rows, hidden), y(dev, rows, hidden), dy(dev, rows, hidden),
       dx(dev, rows, hidden);
   Rng data(9);
@@ -74,7 +77,7 @@ void run_config(const Config& c) {
     for (Linear* l : dl.linears()) l->update_scales();
     CHECK(same_bits(fetch(y, hy.size()), hy.data));
     CHECK(same_bits(fetch(dx, hdx.size()), hdx.data));
-    dl.download(copy);
+    dl.copy_to(copy);
     ParamList hp, cp;
     host.params(hp);
     copy.params(cp);
@@ -99,7 +102,7 @@ void run_config(const Config& c) {
 
 }  // namespace
 
-TEST_CASE("Device transformer layers on the CPU device equal the host layers bit for bit", "[nn][device]") {
+TEST_CASE("Transformer layers resident on a device of their own memory equal the host layers", "[nn][device]") {
   scaling::DelayedScaling delayed;
   delayed.amax_history_len = 3;
   const std::vector<Config> configs = {

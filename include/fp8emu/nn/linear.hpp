@@ -47,6 +47,7 @@
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/nn/device_param.hpp"
 #include "fp8emu/nn/matrix.hpp"
 #include "fp8emu/scaling/delayed_scaling.hpp"
 #include "fp8emu/scaling/quantizer.hpp"
@@ -74,13 +75,6 @@ const char* precision_name(Precision p);
 /// cast of each tensor, the one fprop or dgrad uses).
 struct LinearFp8Stats {
   emu::QuantizeStats input, weight, grad_output;
-};
-
-/// One parameter tensor and its gradient in a device's memory (n floats each).
-struct DeviceParam {
-  float* value = nullptr;
-  float* grad = nullptr;
-  std::size_t n = 0;
 };
 
 /// Output error of an FP8 layer against its FP32 twin fed the same input (see Linear::twin_error).
@@ -165,11 +159,12 @@ class Linear {
   /// Brings everything back into the Matrix fields, stats and the host state (waits).
   void to_host();
   bool resident() const { return resident_; }
-  /// The training forward on device()'s memory: x [rows, in] to y [rows, out], as forward(x, y,
-  /// true) (the weight cast every call). x must stay unchanged until backward() (an FP32 layer reads
-  /// it there). Needs resident() or a device of host memory.
-  void forward(const float* x, int rows, float* y);
-  /// The backward on device()'s memory: grad_bias, grad_weight, and dx [rows, in] when non-null.
+  /// The forward on pointers where the parameters live (device()'s memory when resident or of host
+  /// memory, else the host's, the call then staged): x [rows, in] to y [rows, out], as forward(x,
+  /// y, training) with the weight cast every call. x must stay unchanged until backward() (an FP32
+  /// layer reads it there).
+  void forward(const float* x, int rows, float* y, bool training = true);
+  /// The backward on pointers there: grad_bias, grad_weight, and dx [rows, in] when non-null.
   void backward(const float* dy, int rows, float* dx);
   /// update_forward_scales() then update_backward_scales().
   void update_scales();
@@ -220,6 +215,9 @@ class Linear {
   void step_forward(const float* x, int rows, float* y, bool training, std::optional<bool> is_first_microbatch,
                     bool keep_x);
   void step_backward(const float* dy, int rows, float* dx);
+  void run_forward(const float* x, int rows, float* y, bool training, std::optional<bool> is_first_microbatch,
+                   bool keep_x);
+  void run_backward(const float* dy, int rows, float* dx);
   void cast_weight(std::optional<bool> is_first_microbatch);
   void accumulate_twin(const float* x, int rows, const float* y);
   void reserve(int rows);

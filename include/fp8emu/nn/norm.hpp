@@ -11,6 +11,10 @@
 /// parameter gradients summed over rows in row order).
 #pragma once
 
+#include <vector>
+
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/nn/device_param.hpp"
 #include "fp8emu/nn/matrix.hpp"
 
 namespace fp8emu::nn {
@@ -39,18 +43,46 @@ class Norm {
   float eps() const { return eps_; }
   bool zero_centered_gamma() const { return zero_centered_; }
 
+  // ---- device residency and the step on device pointers (as nn::Linear) ----------------------------
+  /// Moves gamma, beta and their gradients into `device`'s memory (a device of host memory keeps them
+  /// in place); the Matrix fields are stale until to_host().
+  void to_device(const backend::Device& device);
+  /// Brings them back into the Matrix fields (waits); the norm runs on the host again.
+  void to_host();
+  /// The device the step runs on: cpu_device() on the host, else the one of to_device().
+  const backend::Device& device() const { return *device_; }
+  /// The forward on device()'s memory: y [rows, features] (may be x) = norm(x); a training call
+  /// keeps what backward needs.
+  void forward(const float* x, int rows, float* y, bool training = true);
+  /// dx [rows, features] and the parameter gradients from dy, after forward().
+  void backward(const float* dy, int rows, float* dx);
+  /// gamma (and beta for LayerNorm) with their gradients, in device()'s memory.
+  void params(std::vector<DeviceParam>& out);
+  /// Copies gamma, beta and the gradients into `dst` (the same width; waits).
+  void copy_to(Norm& dst) const;
+
   Matrix gamma;       ///< Shape [1, features].
   Matrix beta;        ///< Shape [1, features] (LayerNorm only; zero for RMSNorm and never used).
   Matrix grad_gamma;  ///< Shape [1, features].
   Matrix grad_beta;   ///< Shape [1, features].
 
+  Norm(const Norm& o);
+  Norm& operator=(const Norm& o);
+  Norm(Norm&&) noexcept = default;
+  Norm& operator=(Norm&&) noexcept = default;
+
  private:
+  void step_forward(const float* x, int rows, float* y, bool training);
+  bool off_host() const { return !device_->host_memory(); }
+  float* p(Matrix& m, backend::DeviceTensor<float>& t) { return off_host() ? t.get() : m.data.data(); }
+
   NormKind kind_;
   float eps_;
   bool zero_centered_;
-  Matrix xhat_;                 // saved (x - mu) * rsigma, or x * rsigma
-  std::vector<float> rsigma_;   // saved per row
-  bool have_saved_ = false;
+  const backend::Device* device_ = &backend::cpu_device();
+  backend::DeviceTensor<float> gamma_, beta_, grad_gamma_, grad_beta_;  // off the host: the parameters
+  int capacity_ = 0, saved_rows_ = -1;     // saved_rows_: rows of the last training forward, -1: none
+  backend::DeviceTensor<float> xhat_, rsigma_;  // saved (x - mu) * rsigma, or x * rsigma; rsigma per row
 };
 
 }  // namespace fp8emu::nn
