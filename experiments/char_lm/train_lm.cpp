@@ -25,7 +25,7 @@
 #include "common/runner.hpp"
 #include "fp8emu/backend/select.hpp"
 #include "fp8emu/config.hpp"
-#include "fp8emu/nn/device_layers.hpp"
+#include "fp8emu/nn/mlp.hpp"
 #include "fp8emu/nn/transformer.hpp"
 #include "fp8emu/util/error.hpp"
 #include "fp8emu_internal/resources.hpp"
@@ -223,7 +223,7 @@ class DeviceCharLm {
     return {};
   }
 
-  DeviceCharLm(const backend::Device& d, CharLm& m, const nn::Optimizer& opt)
+  DeviceCharLm(const backend::Device& d, CharLm& m, nn::Optimizer& opt)
       : dev_(&d),
         spec_(m.spec_),
         tok_(d, m.tok_emb_.rows, m.tok_emb_.cols),
@@ -232,7 +232,9 @@ class DeviceCharLm {
         grad_pos_(d, m.grad_pos_.rows, m.grad_pos_.cols),
         final_norm_(resident_norm(d, m.final_norm_)),
         head_(nn::resident_copy(d, m.head_)),
-        opt_(d, opt, params_of(d, m)) {
+        opt_(opt) {
+    params_ = params_of(d, m);
+    opt_.to_device(d, params_);
     tok_.upload(m.tok_emb_.data.data());
     pos_.upload(m.pos_emb_.data.data());
     grad_tok_.upload(m.grad_tok_.data.data());
@@ -260,7 +262,7 @@ class DeviceCharLm {
     d.embed_backward(tokens_.get(), rows, T, dx, D, V, spec_.seq_len, grad_tok_.get(), grad_pos_.get());
     // TE's update points, then Adam.
     for (nn::Linear* l : linears_) l->update_scales();
-    opt_.step();
+    opt_.step(d, params_);
     return nn::sum_loss_terms(d, loss_.get(), rows);
   }
 
@@ -294,7 +296,8 @@ class DeviceCharLm {
     for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->copy_to(*m.blocks_[l]);
     final_norm_.copy_to(m.final_norm_);
     head_.copy_to(m.head_);
-    opt_.download(opt);
+    (void)opt;  // the same optimizer: its moments come back
+    opt_.to_host();
   }
 
  private:
@@ -370,7 +373,8 @@ class DeviceCharLm {
   nn::Norm final_norm_;
   nn::Linear head_;
   std::vector<nn::Linear*> linears_;
-  nn::DeviceOptimizer opt_;
+  nn::Optimizer& opt_;  // the run's optimizer, its moments on the device while this lives
+  std::vector<nn::DeviceParam> params_;  // CharLm::params() order
   int capacity_ = 0;
   backend::DeviceTensor<float> a_, b_, final_out_, logits_, dlogits_, loss_;
   backend::DeviceTensor<std::uint8_t> tokens_, targets_;

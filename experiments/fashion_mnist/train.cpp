@@ -28,7 +28,6 @@
 #include "fp8emu/backend/select.hpp"
 #include "fp8emu/config.hpp"
 #include "fp8emu/io/idx.hpp"
-#include "fp8emu/nn/device_mlp.hpp"
 #include "fp8emu/nn/mlp.hpp"
 #include "fp8emu/util/error.hpp"
 #include "fp8emu_internal/resources.hpp"
@@ -382,12 +381,12 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
     seconds_before = log.result.seconds;
   }
   const int S = dp.shards();
-  // --resident: the run's model and optimizer live on one device between steps (nn::DeviceMlp, the
+  // --resident: the run's model and optimizer live on one device between steps (Mlp::to_device, the
   // same bits); the host copy is brought up to date after each epoch's steps, for the statistics,
   // the evaluation and the checkpoints. Runs it does not take (--unfused-update) stay on the host.
   const backend::Device* resident = set.resident;
   if (resident) {
-    const std::string why = nn::DeviceMlp::unsupported(model);
+    const std::string why = model.device_unsupported();
     if (!why.empty()) {
       if (dp.root())
         std::fprintf(stderr, "note: run %s is not device-resident (%s); it runs on the host\n", name.c_str(),
@@ -395,14 +394,18 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       resident = nullptr;
     }
   }
-  std::unique_ptr<nn::DeviceMlp> on_device;
+  bool on_device = false;
   const auto t0 = std::chrono::steady_clock::now();
   Matrix x, logits, dlogits;
   std::vector<std::uint8_t> y;
   for (int epoch = first_epoch; epoch <= cfg.epochs; ++epoch) {
     shuffle_rng.shuffle(order);
     for (auto& l : model.layers) l.stats = {};
-    if (resident) on_device = std::make_unique<nn::DeviceMlp>(*resident, model, opt);  // counters start at 0
+    if (resident) {  // counters start at 0
+      model.to_device(*resident);
+      opt.to_device(*resident, model.params());
+      on_device = true;
+    }
     Progress progress(cfg.progress && dp.root(), name, epoch, cfg.epochs, batches);
     double loss_sum = 0.0;
     std::vector<std::array<float, 3>> shard0_scales(model.layers.size());  // shard 0's last casts
@@ -413,7 +416,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       // Each shard: forward, loss over the whole batch's size, backward (TE's casts of one rank).
       if (on_device) {  // one shard (checked with the flags): the whole step on the device
         gather(train, order, begin, cnt, x, y);
-        const double loss = on_device->train_step(x, y, cnt) / double(cnt);
+        const double loss = model.train_step(x, y, cnt, opt) / double(cnt);
         loss_sum += loss;
         progress.update(b + 1, loss_sum / (b + 1));
         continue;
@@ -446,8 +449,9 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       progress.update(b + 1, loss_sum / (b + 1));
     }
     if (on_device) {
-      on_device->download(model, opt);  // waits for the device's last step
-      on_device.reset();
+      model.to_host();  // waits for the device's last step
+      opt.to_host();
+      on_device = false;
       for (std::size_t l = 0; l < model.layers.size(); ++l)
         shard0_scales[l] = {model.layers[l].last_scale_input(), model.layers[l].last_scale_weight(),
                             model.layers[l].last_scale_grad_output()};

@@ -54,7 +54,7 @@ struct TrainConfig {
   /// Also train a BF16 run ("bf16", after "fp32"): every Linear in nn::Precision::kBf16 (bf16
   /// operands and outputs, fp32 accumulation), the baseline FP8 is usually measured against.
   bool bf16_baseline = false;
-  /// Where a run keeps its model, activations and optimizer state between steps (nn::DeviceMlp):
+  /// Where a run keeps its model, activations and optimizer state between steps (nn::Mlp::to_device):
   /// "auto" (default) on the GPU when every layer runs on cuda with one shard; "on" on the device of
   /// the layers' one backend (the CPU for emulated: the same step program, a check), an error with
   /// several shards or mixed backends; "off" never (the host layers, each cuda call copying its

@@ -1,9 +1,9 @@
-// nn::DeviceMlp on backend::cpu_device() against the host layers (nn::Mlp, softmax_cross_entropy_sum,
-// Optimizer) bit for bit: the same step program on a device's memory must give the host loop's
-// weights, gradients, scales, amax histories, counts, last scales, optimizer moments and losses
-// after every step, for every recipe and option it takes. The oracle is the host layer stack,
-// which the recipe and layer tests check against TE's arithmetic; nothing here is derived from
-// DeviceMlp itself.
+// A device-resident Mlp (Mlp::to_device with Optimizer::to_device, Mlp::train_step) against the
+// host loop (Mlp::forward, softmax_cross_entropy_sum, backward, update points, Optimizer::step) bit
+// for bit: the resident step must give the host loop's weights, gradients, scales, amax histories,
+// counts, last scales, optimizer moments and losses after every step, for every recipe and option it
+// takes, on cpu_device() and on a stand-in device of its own memory. The oracle is the host layer
+// stack, which the recipe and layer tests check against TE's arithmetic.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/nn/device_mlp.hpp"
 #include "fp8emu/nn/mlp.hpp"
 #include "support/forward_device.hpp"
 #include "support/nn_helpers.hpp"
@@ -91,8 +90,10 @@ void run_case(const Case& c, const backend::Device& dev = backend::cpu_device())
     for (Linear& l : host.layers) l.set_accumulation({}, {}, {});
   Mlp copy = host;  // the device path starts from the same state
   Optimizer host_opt(c.opt, 2e-3f), copy_opt(c.opt, 2e-3f);
-  REQUIRE(DeviceMlp::unsupported(host).empty());
-  auto dm = std::make_unique<DeviceMlp>(dev, copy, copy_opt);
+  REQUIRE(host.device_unsupported().empty());
+  Mlp dm = copy;  // the resident model, its optimizer copy_opt
+  dm.to_device(dev);
+  copy_opt.to_device(dev, dm.params());
   Rng data(11);
   const int batches[] = {16, 16, 9, 16, 1, 16};  // a short last batch, a single row, growth after
   Matrix x, logits, dlogits;
@@ -103,7 +104,7 @@ void run_case(const Case& c, const backend::Device& dev = backend::cpu_device())
     make_batch(data, rows, sizes.front(), sizes.back(), x, y);
     if (step == 4) {  // an epoch boundary: counters restart on both sides
       for (Linear& l : host.layers) l.stats = {};
-      dm->reset_stats();
+      dm.reset_stats();
     }
     // The host loop of `fp8emu train` with one shard.
     host.forward(x, logits, true);
@@ -112,19 +113,24 @@ void run_case(const Case& c, const backend::Device& dev = backend::cpu_device())
     host.update_forward_scales();
     host.update_backward_scales();
     host_opt.step(host);
-    const double got = dm->train_step(x, y, divisor);
+    const double got = dm.train_step(x, y, divisor, copy_opt);
     CHECK(std::memcmp(&got, &want, sizeof got) == 0);
-    dm->download(copy, copy_opt);
-    CHECK(first_difference(host, host_opt, copy, copy_opt) == "");
-    if (step == 3) {  // upload what was downloaded: a new device copy continues the same run
-      dm = std::make_unique<DeviceMlp>(dev, copy, copy_opt);
+    copy = dm;  // copies come to the host
+    Optimizer snapshot = copy_opt;
+    CHECK(first_difference(host, host_opt, copy, snapshot) == "");
+    if (step == 3) {  // move back and forth: a new resident copy continues the same run
+      dm.to_host();
+      copy_opt.to_host();
+      dm = copy;
+      dm.to_device(dev);
+      copy_opt.to_device(dev, dm.params());
     }
   }
 }
 
 }  // namespace
 
-TEST_CASE("DeviceMlp on the CPU device equals the host layers bit for bit", "[nn][device]") {
+TEST_CASE("A resident Mlp on the CPU device equals the host loop bit for bit", "[nn][device]") {
   scaling::DelayedScaling delayed;
   delayed.amax_history_len = 4;
   scaling::DelayedScaling delayed_margin = delayed;
@@ -161,7 +167,7 @@ TEST_CASE("DeviceMlp on the CPU device equals the host layers bit for bit", "[nn
   for (const Case& c : cases) run_case(c);
 }
 
-TEST_CASE("DeviceMlp on a device of its own memory equals the host layers bit for bit", "[nn][device]") {
+TEST_CASE("A resident Mlp on a device of its own memory equals the host loop bit for bit", "[nn][device]") {
   // The layers' parameters, gradients and delayed-scaling state move into the device's allocations
   // (Linear::to_device, Quantizer::to_device) and the update runs as Device::delayed_update: the path
   // a GPU takes, on a stand-in whose operations are cpu_device()'s.
@@ -179,12 +185,14 @@ TEST_CASE("DeviceMlp on a device of its own memory equals the host layers bit fo
   for (const Case& c : cases) run_case(c, own_memory);
 }
 
-TEST_CASE("DeviceMlp with mixed FP32 and FP8 layers", "[nn][device]") {
+TEST_CASE("A resident Mlp with mixed FP32 and FP8 layers", "[nn][device]") {
   Mlp host({24, 32, 10}, Activation::kReLU, Precision::kFp8, scaling::DelayedScaling{}, 3);
   host.layers[1].set_precision(Precision::kFp32);
   Mlp copy = host;
   Optimizer ho(Optimizer::Kind::kAdam, 1e-3f), co(Optimizer::Kind::kAdam, 1e-3f);
-  DeviceMlp dm(backend::cpu_device(), copy, co);
+  Mlp dm = copy;
+  dm.to_device(backend::cpu_device());
+  co.to_device(backend::cpu_device(), dm.params());
   Rng data(5);
   Matrix x, logits, dlogits;
   std::vector<std::uint8_t> y;
@@ -196,31 +204,32 @@ TEST_CASE("DeviceMlp with mixed FP32 and FP8 layers", "[nn][device]") {
     host.update_forward_scales();
     host.update_backward_scales();
     ho.step(host);
-    const double got = dm.train_step(x, y, 12);
+    const double got = dm.train_step(x, y, 12, co);
     CHECK(std::memcmp(&got, &want, sizeof got) == 0);
   }
-  dm.download(copy, co);
-  CHECK(first_difference(host, ho, copy, co) == "");
+  dm.to_host();
+  co.to_host();
+  CHECK(first_difference(host, ho, dm, co) == "");
 }
 
-TEST_CASE("DeviceMlp names what it does not take", "[nn][device]") {
+TEST_CASE("A resident Mlp names what it does not take", "[nn][device]") {
   Optimizer opt(Optimizer::Kind::kAdam, 1e-3f);
   scaling::DelayedScaling hooked;
   hooked.reduce_amax = [](float*, int) {};
   Mlp hk({8, 8, 4}, Activation::kReLU, Precision::kFp8, hooked, 1);
-  CHECK_THAT(DeviceMlp::unsupported(hk), Catch::Contains("fc1") && Catch::Contains("amax-reduction hook"));
-  CHECK_THROWS_WITH(DeviceMlp(backend::cpu_device(), hk, opt), Catch::Contains("device-resident MLP") &&
-                                                                   Catch::Contains("amax-reduction hook"));
+  CHECK_THAT(hk.device_unsupported(), Catch::Contains("fc1") && Catch::Contains("amax-reduction hook"));
+  CHECK_THROWS_WITH(hk.to_device(backend::cpu_device()), Catch::Contains("device-resident MLP") &&
+                                                            Catch::Contains("amax-reduction hook"));
   scaling::DelayedScaling unfused;
   unfused.fused_update = false;
   Mlp un({8, 8, 4}, Activation::kReLU, Precision::kFp8, unfused, 1);
   un.layers[0].set_precision(Precision::kFp32);
-  CHECK_THAT(DeviceMlp::unsupported(un), Catch::Contains("fc2") && Catch::Contains("unfused"));
+  CHECK_THAT(un.device_unsupported(), Catch::Contains("fc2") && Catch::Contains("unfused"));
   Mlp ok({8, 8, 4}, Activation::kReLU, Precision::kFp8, scaling::CurrentScaling{}, 1);
-  DeviceMlp dm(backend::cpu_device(), ok, opt);
+  ok.to_device(backend::cpu_device());
   Matrix x(3, 8);
-  CHECK_THROWS_WITH(dm.train_step(x, {0, 1, 4}, 3), Catch::Contains("label 4 out of range for 4 classes"));
-  CHECK_THROWS_WITH(dm.train_step(x, {0, 1, 2}, 2), Catch::Contains("divisor 2"));
+  CHECK_THROWS_WITH(ok.train_step(x, {0, 1, 4}, 3, opt), Catch::Contains("label 4 out of range for 4 classes"));
+  CHECK_THROWS_WITH(ok.train_step(x, {0, 1, 2}, 2, opt), Catch::Contains("divisor 2"));
   Matrix wide(3, 9);
-  CHECK_THROWS_WITH(dm.train_step(wide, {0, 1, 2}, 3), Catch::Contains("9 features"));
+  CHECK_THROWS_WITH(ok.train_step(wide, {0, 1, 2}, 3, opt), Catch::Contains("9 features"));
 }
