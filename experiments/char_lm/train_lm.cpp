@@ -2,6 +2,7 @@
 // files. The run list, results folder, checkpoints and plot are the shared runner's
 // (common/runner.hpp).
 #include "char_lm/train_lm.hpp"
+#include "char_lm/char_lm_model.hpp"
 
 #include <unistd.h>
 
@@ -96,289 +97,6 @@ Corpus load_corpus(const std::string& path, int seq_len, double val_fraction) {
 }
 
 // ---------------------------------------------------------------- model
-
-struct LmSpec {
-  int vocab, d_model, heads, layers, ffn, seq_len;
-  nn::NormKind norm;
-  nn::MlpActivation act;
-  nn::ActivationDtype act_dtype;
-};
-
-class CharLm {
- public:
-  CharLm(const LmSpec& s, const nn::LinearSpec& linear_spec, bool fp8_head, std::uint64_t seed)
-      : spec_(s),
-        tok_emb_(s.vocab, s.d_model),
-        pos_emb_(s.seq_len, s.d_model),
-        grad_tok_(s.vocab, s.d_model),
-        grad_pos_(s.seq_len, s.d_model),
-        final_norm_(s.norm, s.d_model),
-        head_(s.d_model, s.vocab,
-              linear_spec.precision == nn::Precision::kFp8 && !fp8_head ? nn::Precision::kFp32 : linear_spec.precision,
-              linear_spec.recipe) {
-    nn::Rng rng(seed);
-    for (float& v : tok_emb_.data) v = rng.uniform(0.1f);
-    for (float& v : pos_emb_.data) v = rng.uniform(0.02f);
-    for (int l = 0; l < s.layers; ++l) {
-      blocks_.push_back(std::make_unique<nn::TransformerLayer>(s.d_model, s.heads, s.ffn, s.norm, s.act, linear_spec));
-      blocks_.back()->act_dtype = s.act_dtype;
-      for (nn::Linear* lin : blocks_.back()->linears()) lin->init(rng);
-    }
-    head_.init(rng);
-  }
-
-  /// Linear layers with their --backend names.
-  std::vector<std::pair<std::string, nn::Linear*>> linears() {
-    std::vector<std::pair<std::string, nn::Linear*>> out;
-    const char* names[] = {"qkv", "proj", "fc1", "fc2"};
-    for (std::size_t l = 0; l < blocks_.size(); ++l) {
-      const std::vector<nn::Linear*> ls = blocks_[l]->linears();
-      for (std::size_t k = 0; k < ls.size(); ++k) out.emplace_back("l" + std::to_string(l) + "." + names[k], ls[k]);
-    }
-    out.emplace_back("head", &head_);
-    return out;
-  }
-
-  nn::ParamList params() {
-    nn::ParamList p;
-    p.emplace_back(&tok_emb_, &grad_tok_);
-    p.emplace_back(&pos_emb_, &grad_pos_);
-    for (auto& b : blocks_) b->params(p);
-    p.emplace_back(&final_norm_.gamma, &final_norm_.grad_gamma);
-    if (final_norm_.kind() == nn::NormKind::kLayerNorm) p.emplace_back(&final_norm_.beta, &final_norm_.grad_beta);
-    p.emplace_back(&head_.weight, &head_.grad_weight);
-    p.emplace_back(&head_.bias, &head_.grad_bias);
-    return p;
-  }
-
-  /// logits [B*T, V] for tokens [B*T] (B sequences of length T <= seq_len).
-  void forward(const std::vector<std::uint8_t>& tokens, int T, Matrix& logits, bool training) {
-    const int rows = int(tokens.size()), D = spec_.d_model;
-    Matrix x(rows, D);
-    for (int r = 0; r < rows; ++r) {
-      const float* te = tok_emb_.row(tokens[std::size_t(r)]);
-      const float* pe = pos_emb_.row(r % T);
-      float* xr = x.row(r);
-      for (int c = 0; c < D; ++c) xr[c] = te[c] + pe[c];
-    }
-    if (spec_.act_dtype == nn::ActivationDtype::kBf16) nn::round_to_bf16(x);
-    Matrix y;
-    for (auto& b : blocks_) {
-      b->forward(x, T, y, training);
-      std::swap(x, y);
-    }
-    final_norm_.forward(x, y, training);
-    if (spec_.act_dtype == nn::ActivationDtype::kBf16) nn::round_to_bf16(y);
-    head_.forward(y, logits, training);
-    if (training) {
-      tokens_ = tokens;
-      seq_ = T;
-    }
-  }
-
-  void backward(const Matrix& dlogits) {
-    Matrix dy, dx;
-    head_.backward(dlogits, &dy);
-    final_norm_.backward(dy, dx);
-    for (std::size_t l = blocks_.size(); l-- > 0;) {
-      blocks_[l]->backward(dx, dy);
-      std::swap(dx, dy);
-    }
-    std::fill(grad_tok_.data.begin(), grad_tok_.data.end(), 0.0f);
-    std::fill(grad_pos_.data.begin(), grad_pos_.data.end(), 0.0f);
-    const int D = spec_.d_model;
-    for (int r = 0; r < dx.rows; ++r) {  // in row order: deterministic
-      float* gt = grad_tok_.row(tokens_[std::size_t(r)]);
-      float* gp = grad_pos_.row(r % seq_);
-      const float* g = dx.row(r);
-      for (int c = 0; c < D; ++c) {
-        gt[c] += g[c];
-        gp[c] += g[c];
-      }
-    }
-  }
-
- private:
-  friend class DeviceCharLm;
-  LmSpec spec_;
-  Matrix tok_emb_, pos_emb_, grad_tok_, grad_pos_;
-  std::vector<std::unique_ptr<nn::TransformerLayer>> blocks_;
-  nn::Norm final_norm_;
-  nn::Linear head_;
-  std::vector<std::uint8_t> tokens_;
-  int seq_ = 1;
-};
-
-// The model and its Adam state kept on a backend::Device between steps (--resident): the step of
-// train_run below with one shard (CharLm::forward, softmax_cross_entropy_sum, CharLm::backward,
-// every Linear's update points, Optimizer::step) on nn's device layers, the same bits
-// (tests/experiments/test_train_lm_cli.cpp compares the result files with the host's).
-class DeviceCharLm {
- public:
-  static std::string unsupported(CharLm& m) {
-    for (const auto& [name, l] : m.linears()) {
-      const std::string why = l->device_unsupported();
-      if (!why.empty()) return "layer " + name + " " + why;
-    }
-    return {};
-  }
-
-  DeviceCharLm(const backend::Device& d, CharLm& m, nn::Optimizer& opt)
-      : dev_(&d),
-        spec_(m.spec_),
-        tok_(d, m.tok_emb_.rows, m.tok_emb_.cols),
-        pos_(d, m.pos_emb_.rows, m.pos_emb_.cols),
-        grad_tok_(d, m.grad_tok_.rows, m.grad_tok_.cols),
-        grad_pos_(d, m.grad_pos_.rows, m.grad_pos_.cols),
-        final_norm_(resident_norm(d, m.final_norm_)),
-        head_(nn::resident_copy(d, m.head_)),
-        opt_(opt) {
-    params_ = params_of(d, m);
-    opt_.to_device(d, params_);
-    tok_.upload(m.tok_emb_.data.data());
-    pos_.upload(m.pos_emb_.data.data());
-    grad_tok_.upload(m.grad_tok_.data.data());
-    grad_pos_.upload(m.grad_pos_.data.data());
-  }
-
-  /// One step on the batch's tokens and targets ([B*T] each), the loss divided by `divisor` rows.
-  /// Returns the sum of the rows' loss terms (double, row order).
-  double train_step(const std::vector<std::uint8_t>& tokens, const std::vector<std::uint8_t>& targets, int T,
-                    int divisor) {
-    const backend::Device& d = *dev_;
-    const int rows = int(tokens.size()), D = spec_.d_model, V = spec_.vocab;
-    forward(tokens, targets, T);
-    // softmax_cross_entropy_sum
-    d.softmax_xent(logits_.get(), targets_.get(), rows, V, float(divisor), loss_.get(), dlogits_.get());
-    // CharLm::backward
-    float* dy = a_.get();
-    float* dx = b_.get();
-    head_.backward(dlogits_.get(), rows, dy);
-    final_norm_.backward(dy, rows, dx);
-    for (std::size_t l = blocks_.size(); l-- > 0;) {
-      blocks_[l]->backward(dx, rows, dy);
-      std::swap(dx, dy);
-    }
-    d.embed_backward(tokens_.get(), rows, T, dx, D, V, spec_.seq_len, grad_tok_.get(), grad_pos_.get());
-    // TE's update points, then Adam.
-    for (nn::Linear* l : linears_) l->update_scales();
-    opt_.step(d, params_);
-    return nn::sum_loss_terms(d, loss_.get(), rows);
-  }
-
-  /// One validation batch as mean_val_loss evaluates it on the host: CharLm::forward (the device
-  /// layers' forward, which casts, records amaxes and counts as Linear's evaluation forward does)
-  /// and softmax_cross_entropy (the rows' loss terms summed in double, over the rows). With `twins`
-  /// (one per Linear, CharLm::linears() order) each FP8 or BF16 Linear adds its FP32-twin error.
-  double eval_batch(const std::vector<std::uint8_t>& tokens, const std::vector<std::uint8_t>& targets, int T,
-                    std::vector<nn::TwinError>* twins) {
-    FP8EMU_CHECK(!twins || twins->size() == linears_.size(), "device-resident LM: ", twins ? twins->size() : 0,
-                 " twin sums for ", linears_.size(), " Linears");
-    for (std::size_t i = 0; i < linears_.size(); ++i) linears_[i]->twin_error = twins ? &(*twins)[i] : nullptr;
-    struct Clear {
-      std::vector<nn::Linear*>& l;
-      ~Clear() {
-        for (nn::Linear* x : l) x->twin_error = nullptr;
-      }
-    } clear{linears_};
-    const int rows = int(tokens.size());
-    forward(tokens, targets, T);
-    dev_->softmax_xent(logits_.get(), targets_.get(), rows, spec_.vocab, float(rows), loss_.get(), nullptr);
-    return nn::sum_loss_terms(*dev_, loss_.get(), rows) / double(rows);
-  }
-
-  /// Everything back into the host model and optimizer.
-  void download(CharLm& m, nn::Optimizer& opt) const {
-    tok_.download(m.tok_emb_.data.data());
-    pos_.download(m.pos_emb_.data.data());
-    grad_tok_.download(m.grad_tok_.data.data());
-    grad_pos_.download(m.grad_pos_.data.data());
-    for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->copy_to(*m.blocks_[l]);
-    final_norm_.copy_to(m.final_norm_);
-    head_.copy_to(m.head_);
-    (void)opt;  // the same optimizer: its moments come back
-    opt_.to_host();
-  }
-
- private:
-  static nn::Norm resident_norm(const backend::Device& d, const nn::Norm& src) {
-    nn::Norm n(src);
-    n.to_device(d);
-    return n;
-  }
-
-  // The device layers (made here, before the optimizer, which takes their parameters in
-  // CharLm::params() order).
-  std::vector<nn::DeviceParam> params_of(const backend::Device& d, CharLm& m) {
-    for (auto& blk : m.blocks_) {
-      blocks_.push_back(std::make_unique<nn::TransformerLayer>(*blk));
-      blocks_.back()->to_device(d);
-    }
-    for (auto& blk : blocks_)
-      for (nn::Linear* l : blk->linears()) linears_.push_back(l);
-    linears_.push_back(&head_);
-    std::vector<nn::DeviceParam> p;
-    p.push_back({tok_.get(), grad_tok_.get(), tok_.size()});
-    p.push_back({pos_.get(), grad_pos_.get(), pos_.size()});
-    for (auto& blk : blocks_) blk->params(p);
-    final_norm_.params(p);
-    head_.params(p);
-    return p;
-  }
-
-  // CharLm::forward into logits_, the batch's tokens and targets uploaded.
-  void forward(const std::vector<std::uint8_t>& tokens, const std::vector<std::uint8_t>& targets, int T) {
-    const backend::Device& d = *dev_;
-    const int rows = int(tokens.size()), D = spec_.d_model, V = spec_.vocab;
-    FP8EMU_CHECK(targets.size() == tokens.size() && rows % T == 0 && T <= spec_.seq_len,
-                 "device-resident LM: a batch of ", rows, " tokens, ", targets.size(), " targets, sequence ", T);
-    for (std::size_t i = 0; i < tokens.size(); ++i)
-      FP8EMU_CHECK(tokens[i] < V && targets[i] < V, "device-resident LM: token out of the vocabulary");
-    reserve(rows);
-    tokens_.upload(tokens.data(), tokens.size());
-    targets_.upload(targets.data(), targets.size());
-    const std::size_t n = std::size_t(rows) * std::size_t(D);
-    const bool bf16 = spec_.act_dtype == nn::ActivationDtype::kBf16;
-    float* x = a_.get();
-    float* y = b_.get();
-    d.embed_forward(tokens_.get(), rows, T, tok_.get(), pos_.get(), D, x);
-    if (bf16) d.round_bf16(x, n);
-    for (auto& blk : blocks_) {
-      blk->forward(x, rows, T, y);
-      std::swap(x, y);
-    }
-    final_norm_.forward(x, rows, final_out_.get());
-    if (bf16) d.round_bf16(final_out_.get(), n);
-    head_.forward(final_out_.get(), rows, logits_.get());
-  }
-
-  void reserve(int rows) {
-    if (rows <= capacity_) return;
-    const backend::Device& d = *dev_;
-    a_ = backend::DeviceTensor<float>(d, rows, spec_.d_model);
-    b_ = backend::DeviceTensor<float>(d, rows, spec_.d_model);
-    final_out_ = backend::DeviceTensor<float>(d, rows, spec_.d_model);
-    logits_ = backend::DeviceTensor<float>(d, rows, spec_.vocab);
-    dlogits_ = backend::DeviceTensor<float>(d, rows, spec_.vocab);
-    loss_ = backend::DeviceTensor<float>(d, 1, rows);
-    tokens_ = backend::DeviceTensor<std::uint8_t>(d, 1, rows);
-    targets_ = backend::DeviceTensor<std::uint8_t>(d, 1, rows);
-    capacity_ = rows;
-  }
-
-  const backend::Device* dev_;
-  LmSpec spec_;
-  backend::DeviceTensor<float> tok_, pos_, grad_tok_, grad_pos_;
-  std::vector<std::unique_ptr<nn::TransformerLayer>> blocks_;  // resident copies of the model's
-  nn::Norm final_norm_;
-  nn::Linear head_;
-  std::vector<nn::Linear*> linears_;
-  nn::Optimizer& opt_;  // the run's optimizer, its moments on the device while this lives
-  std::vector<nn::DeviceParam> params_;  // CharLm::params() order
-  int capacity_ = 0;
-  backend::DeviceTensor<float> a_, b_, final_out_, logits_, dlogits_, loss_;
-  backend::DeviceTensor<std::uint8_t> tokens_, targets_;
-};
 
 // ---------------------------------------------------------------- logs and state
 
@@ -771,11 +489,11 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     return s;
   };
 
-  // --resident: the model and Adam's state live on one device between steps (DeviceCharLm, the same
+  // --resident: the model and Adam's state live on one device between steps (CharLm::to_device, the same
   // bits); the host copy is brought up to date before each evaluation, checkpoint and the sample.
   const backend::Device* resident = ctx.resident;
   if (resident) {
-    const std::string why = DeviceCharLm::unsupported(model);
+    const std::string why = model.device_unsupported();
     if (!why.empty()) {
       if (dp.root())
         std::fprintf(stderr, "note: run %s is not device-resident (%s); it runs on the host\n", run.name.c_str(),
@@ -783,12 +501,12 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       resident = nullptr;
     }
   }
-  std::unique_ptr<DeviceCharLm> on_device;
+  bool on_device = false;
   std::vector<float> shard0_dy_scale(lins.size(), NAN);  // shard 0's last grad_output casts
   auto to_host = [&] {
     if (!on_device) return;
-    on_device->download(model, opt);
-    on_device.reset();
+    model.to_host(opt);
+    on_device = false;
     for (std::size_t i = 0; i < lins.size(); ++i) shard0_dy_scale[i] = lins[i]->last_scale_grad_output();
   };
   const auto t0 = std::chrono::steady_clock::now();
@@ -801,11 +519,14 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     for (int b = 0; b < cfg.batch_size; ++b) starts.push_back(std::size_t(sampler.below(max_start + 1)));
     double loss;
     // The model goes to the device (again after an evaluation or checkpoint) outside the step's time.
-    if (resident && !on_device) on_device = std::make_unique<DeviceCharLm>(*resident, model, opt);
+    if (resident && !on_device) {
+      model.to_device(*resident, opt);
+      on_device = true;
+    }
     const auto step_t0 = std::chrono::steady_clock::now();
     if (resident) {  // one shard (checked with the flags): the whole step on the device
       const Batch batch = window_batch(ctx.corpus.train, starts, cfg.seq_len);
-      loss = on_device->train_step(batch.input, batch.target, cfg.seq_len, rows) / double(rows);
+      loss = model.train_step(batch.input, batch.target, cfg.seq_len, rows, opt) / double(rows);
       add_step_seconds(log, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
       // The evaluation below runs on the device and then brings the host copy up to date; a
       // checkpoint, the end or a divergence without one needs it here.
@@ -859,7 +580,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       if (on_device) {  // mean_val_loss with one shard, on the device; then the host copy
         double sum = 0.0;
         for (const Batch& b : ctx.val_batches)
-          sum += on_device->eval_batch(b.input, b.target, cfg.seq_len, twin ? &twins : nullptr);
+          sum += model.eval_batch(b.input, b.target, cfg.seq_len, twin ? &twins : nullptr);
         val = sum / double(ctx.val_batches.size());
         to_host();
         keep_scales();

@@ -85,7 +85,7 @@ Linear::Linear(const Linear& o)
       stats(o.stats),
       twin_error(o.twin_error),
       precision_(o.precision_),
-      device_(o.device_),
+      device_(o.return_device_ ? o.return_device_ : o.device_),
       recipe_(o.recipe_),
       fwd_q_(clone_of(o.fwd_q_)),
       bwd_q_(clone_of(o.bwd_q_)),
@@ -482,6 +482,19 @@ void Linear::to_host() {
   fwd_q_->to_host();
   bwd_q_->to_host();
   resident_ = false;
+  if (return_device_) {
+    set_device(*return_device_);
+    return_device_ = nullptr;
+  }
+}
+
+void Linear::move_to_device(const backend::Device& device) {
+  if (resident_ && device_ == &device) return;
+  to_host();
+  const backend::Device* previous = device_;
+  set_device(device);
+  to_device();
+  return_device_ = previous;
 }
 
 void Linear::forward(const float* x, int rows, float* y, bool training) {
@@ -567,8 +580,7 @@ void Linear::update_backward_scales() {
 
 Linear resident_copy(const backend::Device& device, const Linear& src) {
   Linear l(src);
-  l.set_device(device);
-  l.to_device();
+  l.move_to_device(device);
   return l;
 }
 

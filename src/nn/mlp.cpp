@@ -160,11 +160,7 @@ std::string Mlp::device_unsupported() const {
 void Mlp::to_device(const backend::Device& device) {
   const std::string why = device_unsupported();
   FP8EMU_CHECK(why.empty(), "device-resident MLP: ", why);
-  for (Linear& l : layers) {
-    l.to_host();
-    l.set_device(device);
-    l.to_device();
-  }
+  for (Linear& l : layers) l.move_to_device(device);
   device_ = &device;
   capacity_ = 0;
 }

@@ -41,13 +41,8 @@ bool reads_bf16(const Linear& l) {
   return l.precision() == Precision::kFp8 && l.forward_quantizer().reads_bf16_norm_output();
 }
 
-// A Linear of a layer moved to `device` (as resident_copy does).
-void linear_to_device(Linear& l, const backend::Device& device) {
-  if (l.resident() && &l.device() == &device) return;
-  l.to_host();
-  l.set_device(device);
-  l.to_device();
-}
+// A Linear of a layer moved to `device` (to_host() brings it back to its own).
+void linear_to_device(Linear& l, const backend::Device& device) { l.move_to_device(device); }
 
 void check_host(const backend::Device* d, const char* layer) {
   FP8EMU_CHECK(d->host_memory(), layer, ": the Matrix call of a layer on the ", d->name(),

@@ -101,7 +101,7 @@ TEST_CASE("per-layer backends: a reference (FP32) layer changes the FP8 run, nam
 
 TEST_CASE("train --resident on runs the device-resident step program on the CPU with exactly the host results",
           "[cli][backend][device]") {
-  // Every recipe runs device-resident (nn::DeviceMlp on backend::cpu_device()); checkpoints mid-run,
+  // Every recipe runs device-resident (Mlp::to_device on backend::cpu_device()); checkpoints mid-run,
   // then the files compared.
   const std::string args = " --epochs 2 --train-samples 600 --test-samples 200 --batch-size 64 --quiet --recipe all"
                            " --margin 1 --amax-history-len 4 --checkpoint-every 1";

@@ -5,10 +5,10 @@
 /// A `Device` owns memory (the host's for `cpu_device()` and `element_device()`, the GPU's for
 /// `cuda_device()`) and runs every operation of an FP8 or FP32 training step on pointers into it:
 /// weights, activations, gradients, amax histories, scales and optimizer state stay there between
-/// steps, and only a batch goes in and the per-row losses come out. The step program that calls
-/// these operations (nn::DeviceMlp) is written once; `cpu_device()` runs it on the CPU, so the
-/// program is tested in CI against the host layers (nn::Mlp) bit for bit, and `cuda_device()` runs
-/// the same program on the GPU.
+/// steps, and only a batch goes in and the per-row losses come out. Each layer's step program
+/// (nn::Linear, nn::Norm, the transformer layers, nn::Mlp) is written once on these operations:
+/// `cpu_device()` runs it on the CPU, so the program is tested in CI, and `cuda_device()` runs the
+/// same program on the GPU.
 ///
 /// Same bits on every device: each operation is defined by the emulator function or the element
 /// function of include/fp8emu/core it names, and every implementation computes exactly that

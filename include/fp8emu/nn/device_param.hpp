@@ -1,6 +1,6 @@
 /// \file device_param.hpp
 /// \brief One parameter tensor and its gradient in a backend::Device's memory: what a layer hands
-/// the device optimizer (nn::DeviceOptimizer) and what device-resident models collect in order.
+/// the optimizer (Optimizer::step on a device) and what device-resident models collect in order.
 #pragma once
 
 #include <cstddef>

@@ -29,7 +29,7 @@
 /// and element operation of forward and backward is a Device operation, whatever the precision.
 /// Where the parameters live is a property of the storage, not of the class: in the Matrix fields
 /// (host memory) by default, or in the device's memory after to_device(), where device-resident
-/// models (nn::DeviceMlp, the transformer layers, the char-LM) keep them between steps and call the
+/// models (Mlp::to_device, the transformer layers, the char-LM) keep them between steps and call the
 /// pointer form of forward/backward. A host layer on a device of its own memory (`--backend cuda`
 /// per layer) uploads what each call reads and downloads what it writes.
 ///
@@ -156,7 +156,10 @@ class Linear {
   /// stats and the host state are then stale until to_host(). \throws fp8emu::Error with
   /// device_unsupported()'s phrase.
   void to_device();
-  /// Brings everything back into the Matrix fields, stats and the host state (waits).
+  /// set_device(device) then to_device(), remembering the device it ran on: to_host() returns there.
+  void move_to_device(const backend::Device& device);
+  /// Brings everything back into the Matrix fields, stats and the host state (waits), and the layer
+  /// back to the device it ran on before move_to_device().
   void to_host();
   bool resident() const { return resident_; }
   /// The forward on pointers where the parameters live (device()'s memory when resident or of host
@@ -237,6 +240,7 @@ class Linear {
   scaling::DelayedScalingState idle_fwd_state_{3, 1}, idle_bwd_state_{2, 1};
   emu::GemmAccumulation acc_fprop_, acc_dgrad_, acc_wgrad_;
   bool resident_ = false;
+  const backend::Device* return_device_ = nullptr;  // move_to_device's previous device
   // Saved by a training forward.
   int forward_rows_ = -1;          // rows of the last training forward, -1: none
   const float* saved_x_ = nullptr;  // fp32: the input; bf16: x rounded (xb_)

@@ -80,7 +80,7 @@ class DelayedScalingState {
 
 /// The fused update's target, computed on the host as TE's driver does: RN(fp8_max * powf(2, -margin))
 /// in fp32, fp8_max the largest finite value of `fmt` (DelayedScalingState::update's fused path and
-/// the device-resident update, nn::DeviceMlp).
+/// the device-resident update, Mlp::to_device).
 float fused_scaled_max(const DelayedScaling& recipe, Format fmt);
 
 }  // namespace fp8emu::scaling
