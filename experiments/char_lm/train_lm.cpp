@@ -771,7 +771,8 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   LmSpec& spec = *spec_holder;
   if (resident && resident != &backend::cpu_device() && backend::library_gemms())
     log_stream << "note: FP8EMU_DEVICE_GEMM=library: the GPU's fp32 and bf16 GEMMs run on cuBLASLt (a speed "
-                  "baseline), so the fp32 and bf16 runs are not bit-identical to --backend emulated\n";
+                  "baseline), so the fp32 and bf16 runs, and the FP8 runs' fp32 head and FP32-twin errors, are "
+                  "not bit-identical to --backend emulated\n";
 
   // 2. The corpus (every rank reads it).
   Corpus corpus;

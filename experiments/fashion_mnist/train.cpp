@@ -748,7 +748,7 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
   if (set.resident && set.resident != &backend::cpu_device() && backend::library_gemms()) {
     config["library_gemms"] = true;
     log_stream << "note: FP8EMU_DEVICE_GEMM=library: the GPU's fp32 GEMMs run on cuBLASLt (a speed baseline), so "
-                  "the fp32 run is not bit-identical to --backend emulated\n";
+                  "the fp32 run and the FP8 runs' FP32-twin errors are not bit-identical to --backend emulated\n";
   }
   nlohmann::json fingerprint_json = config;
   fingerprint_json.erase("threads");  // results do not depend on it

@@ -382,6 +382,7 @@ void Linear::step_backward(const float* dy, int rows, float* dx) {
 // parameters up, y down).
 void Linear::run_forward(const float* x, int rows, float* y, bool training, std::optional<bool> is_first_microbatch,
                          bool keep_x) {
+  FP8EMU_CHECK(rows >= 0, "Linear: negative batch ", rows);
   if (!staged()) {
     step_forward(x, rows, y, training, is_first_microbatch, keep_x);
     take_counts();
@@ -399,6 +400,8 @@ void Linear::run_forward(const float* x, int rows, float* y, bool training, std:
 }
 
 void Linear::run_backward(const float* dy, int rows, float* dx) {
+  FP8EMU_CHECK(forward_rows_ >= 0, "Linear: backward called without a preceding training forward");
+  FP8EMU_CHECK(rows == forward_rows_, "Linear: grad_output has ", rows, " rows, the forward output ", forward_rows_);
   if (!staged()) {
     step_backward(dy, rows, dx);
     take_counts();
@@ -459,8 +462,13 @@ void Linear::to_device() {
   for (int r = 0; r < 3; ++r) c[r] = {st[r]->count, st[r]->saturated, st[r]->underflow, st[r]->nan};
   counters_.upload(c);
   if (precision_ == Precision::kFp8) {
-    fwd_q_->to_device(d);
-    bwd_q_->to_device(d);
+    try {
+      fwd_q_->to_device(d);
+      bwd_q_->to_device(d);
+    } catch (...) {
+      fwd_q_->to_host();
+      throw;
+    }
   }
   resident_ = true;
 }
@@ -514,6 +522,8 @@ void Linear::reset_stats() {
 }
 
 void Linear::params(std::vector<DeviceParam>& out) {
+  FP8EMU_CHECK(!staged(), "Linear: params() of a host layer on the ", device_->name(),
+               " device: its parameters are the Matrix fields (to_device() first)");
   make_buffers();
   out.push_back({w(), gw(), weight.size()});
   out.push_back({b(), gb(), bias.size()});
@@ -522,6 +532,7 @@ void Linear::params(std::vector<DeviceParam>& out) {
 void Linear::copy_to(Linear& dst) const {
   FP8EMU_CHECK(dst.in_features() == in_features() && dst.out_features() == out_features(),
                "device-resident Linear: download into a layer of another shape");
+  FP8EMU_CHECK(&dst == this || !dst.resident_, "Linear: copy_to into a device-resident layer (to_host() it first)");
   auto& self = const_cast<Linear&>(*this);  // the pointers below are only read
   const backend::Device& d = *device_;
   if (resident_ && !d.host_memory()) {

@@ -301,8 +301,9 @@ void Optimizer::step(const std::vector<std::pair<Matrix*, Matrix*>>& params) {
 }
 
 void Optimizer::step(const backend::Device& device, const std::vector<DeviceParam>& params) {
-  FP8EMU_CHECK(!home_ || home_ == &device, "optimizer: its moments are on the ", home_ ? home_->name() : "",
-               " device, the step on the ", device.name(), " device");
+  FP8EMU_CHECK(home_ == &device || (!home_ && device.host_memory()), "optimizer: its moments are on the ",
+               home_ ? home_->name() : "host", ", the step on the ", device.name(),
+               " device (Optimizer::to_device first)");
   if (m_.empty() && !home_) {
     for (const DeviceParam& q : params) {
       m_.emplace_back(q.n, 0.0f);

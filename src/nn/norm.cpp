@@ -128,6 +128,7 @@ void Norm::params(std::vector<DeviceParam>& out) {
 
 void Norm::copy_to(Norm& dst) const {
   FP8EMU_CHECK(dst.features() == features(), "device-resident Norm: download into a norm of another width");
+  FP8EMU_CHECK(&dst == this || !dst.off_host(), "Norm: copy_to into a norm on a device (to_host() it first)");
   if (!off_host()) {
     if (&dst != this) {
       dst.gamma.data = gamma.data;

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstddef>
+#include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -43,6 +45,14 @@ bool reads_bf16(const Linear& l) {
 
 // A Linear of a layer moved to `device` (to_host() brings it back to its own).
 void linear_to_device(Linear& l, const backend::Device& device) { l.move_to_device(device); }
+
+// A refusal before anything moves: every Linear must be able to keep its state on a device.
+void check_movable(std::initializer_list<const Linear*> ls) {
+  for (const Linear* l : ls) {
+    const std::string why = l->device_unsupported();
+    FP8EMU_CHECK(why.empty(), "device-resident Linear: the layer ", why);
+  }
+}
 
 void check_host(const backend::Device* d, const char* layer) {
   FP8EMU_CHECK(d->host_memory(), layer, ": the Matrix call of a layer on the ", d->name(),
@@ -101,6 +111,7 @@ void LayerNormLinear::params(ParamList& out) {
 }
 
 void LayerNormLinear::to_device(const backend::Device& device) {
+  check_movable({&linear});
   norm.to_device(device);
   linear_to_device(linear, device);
   device_ = &device;
@@ -194,6 +205,7 @@ void LayerNormMLP::params(ParamList& out) {
 }
 
 void LayerNormMLP::to_device(const backend::Device& device) {
+  check_movable({&fc1, &fc2});
   norm.to_device(device);
   linear_to_device(fc1, device);
   linear_to_device(fc2, device);
@@ -367,6 +379,7 @@ void TransformerLayer::params(ParamList& out) {
 std::vector<Linear*> TransformerLayer::linears() { return {&qkv.linear, &proj, &mlp.fc1, &mlp.fc2}; }
 
 void TransformerLayer::to_device(const backend::Device& device) {
+  check_movable({&qkv.linear, &proj, &mlp.fc1, &mlp.fc2});
   qkv.to_device(device);
   attention.to_device(device);
   linear_to_device(proj, device);

@@ -233,3 +233,23 @@ TEST_CASE("A resident Mlp names what it does not take", "[nn][device]") {
   Matrix wide(3, 9);
   CHECK_THROWS_WITH(ok.train_step(wide, {0, 1, 2}, 3, opt), Catch::Contains("9 features"));
 }
+
+TEST_CASE("Host state refuses to be used as a device's", "[nn][device]") {
+  // Host moments, parameters or a missing forward never reach a device of its own memory: each use
+  // is one clear error before anything is written there.
+  const testing::ForwardDevice own_memory(false);
+  Mlp model({8, 6, 4}, Activation::kReLU, Precision::kFp8, scaling::DelayedScaling{}, 2);
+  Optimizer opt(Optimizer::Kind::kAdam, 1e-3f);
+  model.to_device(own_memory);
+  CHECK_THROWS_WITH(opt.step(own_memory, model.params()), Catch::Contains("Optimizer::to_device first"));
+  model.to_host();
+  Linear staged(8, 6, Precision::kFp8);
+  staged.set_device(own_memory);
+  std::vector<DeviceParam> p;
+  CHECK_THROWS_WITH(staged.params(p), Catch::Contains("its parameters are the Matrix fields"));
+  std::vector<float> dy(6 * 3, 0.0f), dx(8 * 3);
+  CHECK_THROWS_WITH(staged.backward(dy.data(), 3, dx.data()), Catch::Contains("without a preceding training forward"));
+  Linear resident = staged;
+  resident.to_device();
+  CHECK_THROWS_WITH(staged.copy_to(resident), Catch::Contains("copy_to into a device-resident layer"));
+}
