@@ -29,14 +29,7 @@ std::unique_ptr<scaling::Quantizer> clone_of(const std::unique_ptr<scaling::Quan
 constexpr int kX = 0, kW = 1, kDy = 2;  // roles in the last-scale and counter arrays
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-emu::QuantizeStats stats_of(const backend::CastCounters& c) {
-  emu::QuantizeStats s;
-  s.count = c.count;
-  s.saturated = c.saturated;
-  s.underflow = c.underflow;
-  s.nan = c.nan;
-  return s;
-}
+using backend::stats_of;
 
 // The operand of a cast of [rows, cols] in buffers made for as many or more rows.
 scaling::DeviceOperand operand_view(const scaling::DeviceQuantizedTensor& t, const scaling::Quantizer& q, int rows,
@@ -457,9 +450,8 @@ void Linear::to_device() {
     gb_.upload(grad_bias.data.data());
   }
   // The counts so far carry on there (stats is reset by the layer's owner).
-  backend::CastCounters c[3];
-  const emu::QuantizeStats* st[3] = {&stats.input, &stats.weight, &stats.grad_output};
-  for (int r = 0; r < 3; ++r) c[r] = {st[r]->count, st[r]->saturated, st[r]->underflow, st[r]->nan};
+  const backend::CastCounters c[3] = {backend::counters_of(stats.input), backend::counters_of(stats.weight),
+                                      backend::counters_of(stats.grad_output)};
   counters_.upload(c);
   if (precision_ == Precision::kFp8) {
     try {

@@ -22,15 +22,6 @@ backend::ActivationOp act_op(Activation a) {
 }
 }  // namespace
 
-// The element arithmetic lives in core/nn_element.hpp (shared with any GPU kernel).
-float activation_forward(Activation a, float x) {
-  return a == Activation::kReLU ? core::relu_forward(x) : core::gelu_tanh_forward(x);
-}
-
-float activation_grad(Activation a, float x) {
-  return a == Activation::kReLU ? core::relu_grad(x) : core::gelu_tanh_grad(x);
-}
-
 Mlp::Mlp(const std::vector<int>& sizes, Activation act, Precision precision,
          const scaling::Recipe& recipe, std::uint64_t seed)
     : act_(act) {

@@ -189,14 +189,6 @@ void check_device_operand(const DeviceOperand& out, ScalingMode mode, Format for
                  " scale_inv");
 }
 
-emu::QuantizeStats stats_of(const backend::CastCounters& c) {
-  emu::QuantizeStats s;
-  s.count = c.count;
-  s.saturated = c.saturated;
-  s.underflow = c.underflow;
-  s.nan = c.nan;
-  return s;
-}
 
 }  // namespace
 
@@ -229,7 +221,7 @@ void Quantizer::quantize_device(const backend::Device& device, const float* x, i
   cast(device, x, rows, cols, role, out, counters.get());
   backend::CastCounters c;
   counters.download(&c);  // waits for the cast
-  if (stats) *stats += stats_of(c);
+  if (stats) *stats += backend::stats_of(c);
   if (out.mode == ScalingMode::kPerTensor) {
     float s = 0.0f;
     device.download(&s, out.scale, sizeof(float));

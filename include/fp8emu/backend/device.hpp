@@ -36,6 +36,7 @@
 #include "fp8emu/backend/select.hpp"
 #include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -76,6 +77,16 @@ struct BlockView {
 struct CastCounters {
   std::uint64_t count = 0, saturated = 0, underflow = 0, nan = 0;
 };
+/// The same counts as emu::QuantizeStats, and back.
+inline emu::QuantizeStats stats_of(const CastCounters& c) {
+  emu::QuantizeStats s;
+  s.count = c.count;
+  s.saturated = c.saturated;
+  s.underflow = c.underflow;
+  s.nan = c.nan;
+  return s;
+}
+inline CastCounters counters_of(const emu::QuantizeStats& s) { return {s.count, s.saturated, s.underflow, s.nan}; }
 
 /// Adam's per-step constants (torch.optim.Adam, bias-corrected), computed on the host as
 /// nn::Optimizer computes them: step = lr / (1 - b1^t), sqrt_bc2 = sqrt(1 - b2^t).

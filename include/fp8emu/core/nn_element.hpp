@@ -33,17 +33,17 @@ constexpr float kGeluCoeff = 0.044715f;
 
 // ------------------------------------------------------------------------- activations
 
-/// ReLU: `x > 0 ? x : 0` (NaN and -0 give +0). Called by nn::activation_forward (the MLP of
-/// `fp8emu train`) and any GPU kernel of it.
+/// ReLU: `x > 0 ? x : 0` (NaN and -0 give +0). Called by Device::activation_forward (the MLP
+/// of `fp8emu train`) on every device.
 FP8EMU_HD float relu_forward(float x) { return x > 0.0f ? x : 0.0f; }
 
-/// ReLU's derivative: `x > 0 ? 1 : 0` (0 at x = 0 and for NaN). Called by nn::activation_grad.
+/// ReLU's derivative: `x > 0 ? 1 : 0` (0 at x = 0 and for NaN). Called by Device::activation_backward.
 FP8EMU_HD float relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
 
 /// GELU, tanh form (TE's gelu): with c = kGeluSqrt2OverPi, k = kGeluCoeff,
 ///   u = c * (x + ((k * x) * x) * x);  t = tanh_rn(u);  return (0.5 * x) * (1 + t),
-/// every operation one fp32 rounding in that order. Called by nn::activation_forward (MLP) and
-/// nn::LayerNormMLP's GELU (transformer), and any GPU kernel of them.
+/// every operation one fp32 rounding in that order. Called by Device::activation_forward (MLP)
+/// and Device::mlp_act_forward (LayerNormMLP's GELU) on every device.
 FP8EMU_HD float gelu_tanh_forward(float x) {
   const float t = tanh_rn(kGeluSqrt2OverPi * (x + kGeluCoeff * x * x * x));
   return 0.5f * x * (1.0f + t);

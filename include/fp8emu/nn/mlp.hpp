@@ -22,11 +22,6 @@ enum class Activation : std::uint8_t {
   kGELU,  ///< tanh form, as TE's gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 };
 
-/// The activation of x (GELU: tanh form, with the correctly rounded core::tanh_rn).
-float activation_forward(Activation a, float x);
-/// Its derivative at x.
-float activation_grad(Activation a, float x);
-
 /// Parse "relu" / "gelu". \throws fp8emu::Error naming the accepted values.
 Activation parse_activation(const std::string& s);
 
