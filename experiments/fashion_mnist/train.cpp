@@ -2,6 +2,8 @@
 // step and its result files. The run list, results folder, checkpoints and plot are the shared
 // runner's (common/runner.hpp).
 #include "train.hpp"
+#include "fashion_mnist/dataset.hpp"
+#include "fashion_mnist/run_log.hpp"
 
 #include <unistd.h>
 
@@ -35,175 +37,16 @@
 namespace fp8emu::experiments {
 namespace {
 
+using namespace fmnist;
+
 using nn::Matrix;
 using common::fmt_g;
 using common::fmt_scale;
 using common::frac;
-constexpr int kClasses = 10;
 constexpr int kEvalBatch = 1000;
 constexpr int kMaxWidth = 1 << 16;
 constexpr int kMaxThreads = 1024;
 
-struct Split {
-  Matrix x;                          // Shape [n, 784], pixel / 255
-  std::vector<std::uint8_t> labels;  // Shape [n]
-};
-
-std::string find_idx(const std::string& dir, const std::string& stem) {
-  for (const char* ext : {".gz", ""}) {
-    const std::string p = dir + "/" + stem + ext;
-    if (std::filesystem::exists(p)) return p;
-  }
-  FP8EMU_FAIL("Fashion-MNIST not found: ", dir, " has no ", stem, ".gz. Install the data with "
-              "`apt-get install dataset-fashion-mnist` (as root, or run scripts/setup), or point "
-              "--data-dir at a folder holding the four IDX files.");
-}
-
-Split load_split(const std::string& dir, const std::string& prefix, int limit) {
-  const std::string images = find_idx(dir, prefix + "-images-idx3-ubyte");  // images first: named first
-  const std::string labels = find_idx(dir, prefix + "-labels-idx1-ubyte");
-  const io::ImageDataset ds = io::read_idx_dataset(images, labels, kClasses);
-  FP8EMU_CHECK(ds.count >= 1, images, ": holds no images");
-  FP8EMU_CHECK(ds.rows >= 1 && ds.cols >= 1, images, ": images of size ", ds.rows, "x", ds.cols);
-  const int n = std::min(limit, ds.count);
-  const int d = ds.rows * ds.cols;
-  Split s;
-  s.x = Matrix(n, d);
-  for (std::size_t i = 0; i < s.x.size(); ++i) s.x.data[i] = float(ds.images[i]) / 255.0f;
-  s.labels.assign(ds.labels.begin(), ds.labels.begin() + n);
-  return s;
-}
-
-void gather(const Split& s, const std::vector<int>& idx, std::size_t begin, int count, Matrix& x,
-            std::vector<std::uint8_t>& y) {
-  x.resize(count, s.x.cols);
-  y.resize(std::size_t(count));
-  for (int i = 0; i < count; ++i) {
-    const int src = idx[begin + std::size_t(i)];
-    std::copy(s.x.row(src), s.x.row(src) + s.x.cols, x.row(i));
-    y[std::size_t(i)] = s.labels[std::size_t(src)];
-  }
-}
-
-struct LayerEpoch {
-  double rel_error = 0.0;
-  emu::QuantizeStats input, weight, grad_output;
-  float scale_input = 1, scale_weight = 1, scale_grad_output = 1;
-};
-
-struct RunLog {
-  RunResult result;
-  bool diverged = false;                       // a non-finite training loss was seen
-  std::vector<double> seconds;                 // cumulative, per epoch
-  std::vector<std::vector<LayerEpoch>> layers;  // [epoch][layer], FP8 runs only
-  // Data parallelism: per epoch every shard's stored scales (DataParallel::shard_scales; FP8 runs
-  // with --dp-shards > 1), whether the ranks' parameters were identical after every epoch, and
-  // rank 0's parameter checksum after the last one.
-  std::vector<std::vector<float>> shard_scales;
-  bool ranks_identical = true;
-  std::uint64_t checksum = 0;
-};
-
-using common::shortest;
-
-// The flags, parsed once.
-struct Settings {
-  std::vector<int> sizes;                // layer widths, input to classes
-  nn::Activation activation;
-  emu::Accumulation accumulation;
-  nn::Optimizer::Kind optimizer;
-  std::vector<backend::Kind> backends;   // per Linear, resolved (after any cuda fallback)
-  const backend::Device* resident = nullptr;  // where runs keep their model between steps (--resident)
-};
-
-// The state of the run in progress at an epoch boundary.
-struct RunState {
-  RunLog log;
-  int epochs_done = 0;
-  std::vector<std::vector<float>> weights, biases, fwd_scales, fwd_hist, bwd_scales, bwd_hist;
-  long opt_steps = 0;
-  std::vector<std::vector<float>> opt_m, opt_v;
-  std::string rng;
-  std::vector<int> order;
-  std::vector<std::vector<float>> shard_states;  // every shard's quantizer state (--dp-shards > 1)
-};
-
-// ---- Checkpoints: the runner's envelope (common/runner.hpp) around these logs and states.
-struct Codec : common::CodecTypes<RunLog, RunState> {
-  static constexpr common::CheckpointId id{"FP8EMU-CHECKPOINT-2", "fp8emu checkpoint"};
-
-  static void put_log(common::Writer& w, const RunLog& l) {
-    w.str(l.result.name);
-    w.pod(std::uint8_t(l.diverged));
-    w.vec(l.result.train_loss);
-    w.vec(l.result.test_loss);
-    w.vec(l.result.test_accuracy);
-    w.pod(l.result.seconds);
-    w.vec(l.seconds);
-    common::put_table(w, l.layers, [&](const LayerEpoch& e) {
-      w.pod(e.rel_error);
-      common::put_stats(w, e.input);
-      common::put_stats(w, e.weight);
-      common::put_stats(w, e.grad_output);
-      w.pod(e.scale_input);
-      w.pod(e.scale_weight);
-      w.pod(e.scale_grad_output);
-    });
-    common::put_tensors(w, {&l.shard_scales});
-    w.pod(std::uint8_t(l.ranks_identical));
-    w.pod(l.checksum);
-  }
-
-  static RunLog get_log(common::Reader& r, const std::string& path) {
-    RunLog l;
-    l.result.name = r.str();
-    l.diverged = r.pod<std::uint8_t>() != 0;
-    l.result.train_loss = r.vec<double>();
-    l.result.test_loss = r.vec<double>();
-    l.result.test_accuracy = r.vec<double>();
-    l.result.seconds = r.pod<double>();
-    l.seconds = r.vec<double>();
-    l.layers = common::get_table<LayerEpoch>(r, path, "epochs", 1000000, 100000, [&] {
-      LayerEpoch x;
-      x.rel_error = r.pod<double>();
-      x.input = common::get_stats(r);
-      x.weight = common::get_stats(r);
-      x.grad_output = common::get_stats(r);
-      x.scale_input = r.pod<float>();
-      x.scale_weight = r.pod<float>();
-      x.scale_grad_output = r.pod<float>();
-      return x;
-    });
-    common::get_tensors(r, path, {&l.shard_scales});
-    l.ranks_identical = r.pod<std::uint8_t>() != 0;
-    l.checksum = r.pod<std::uint64_t>();
-    return l;
-  }
-
-  static void put_state(common::Writer& w, const RunState& s) {
-    put_log(w, s.log);
-    w.pod(std::int32_t(s.epochs_done));
-    common::put_tensors(w, {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m,
-                            &s.opt_v});
-    w.pod(std::int64_t(s.opt_steps));
-    w.str(s.rng);
-    w.vec(s.order);
-    common::put_tensors(w, {&s.shard_states});
-  }
-
-  static RunState get_state(common::Reader& r, const std::string& path) {
-    RunState s;
-    s.log = get_log(r, path);
-    s.epochs_done = r.pod<std::int32_t>();
-    common::get_tensors(r, path, {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist,
-                                  &s.opt_m, &s.opt_v});
-    s.opt_steps = long(r.pod<std::int64_t>());
-    s.rng = r.str();
-    s.order = r.vec<int>();
-    common::get_tensors(r, path, {&s.shard_states});
-    return s;
-  }
-};
 
 // Collective (every rank calls it at the same point): the shards' states are gathered.
 RunState capture(const RunLog& log, int epochs_done, const nn::Mlp& model, const nn::Optimizer& opt,
