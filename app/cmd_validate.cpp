@@ -13,13 +13,13 @@
 #include <string>
 
 #include "commands.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/mma.hpp"
 #include "fp8emu/nv.hpp"
-#include "fp8emu_internal/kernel_check.hpp"
+#include "fp8emu_internal/device_check.hpp"
 
 #if defined(FP8EMU_HAVE_CUDA)
 #include "fp8emu/cuda/cublaslt.hpp"
@@ -434,8 +434,8 @@ int run_validate(const ValidateOptions& opt, std::ostream& out, std::ostream& er
     return 2;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const backend::Kernels& reference = backend::emulated_kernels();
-  const backend::Kernels& candidate = self_test ? backend::emulated_kernels() : backend::cuda_kernels();
+  const backend::Device& reference = backend::cpu_device();
+  const backend::Device& candidate = self_test ? backend::cpu_device() : backend::cuda_device();
   out << "# fp8emu validate\n\n";
   if (self_test) {
     out << "FP8EMU_VALIDATE_AGAINST_EMULATED=1: the emulator stands in for the GPU (a check of this command "
@@ -450,16 +450,16 @@ int run_validate(const ValidateOptions& opt, std::ostream& out, std::ostream& er
   for (const int s : opt.sizes) out << " " << s;
   out << "; seed " << opt.seed << "\n";
 
-  out << "\n## 1. GPU twins vs the emulator, bit for bit (" << candidate.name() << " vs " << reference.name()
-      << ")\n\nTwo NaNs count as equal (an fp32 NaN's sign and payload are the FPU's choice: x86 returns the "
+  out << "\n## 1. The GPU's FP8 operations vs the emulator's, bit for bit (" << candidate.name() << " device vs "
+      << reference.name() << " device)\n\nTwo NaNs count as equal (an fp32 NaN's sign and payload are the FPU's choice: x86 returns the "
          "first NaN operand or 0xFFC00000, NVIDIA GPUs 0x7FFFFFFF); such pairs are counted in the last column.\n\n";
-  backend::KernelCheckOptions ko;
+  backend::DeviceCheckOptions ko;
   ko.sizes = opt.sizes;
   ko.seed = opt.seed;
   ko.progress = [&](const std::string& s) { err << "validate: " << s << "\n"; };
-  std::vector<backend::KernelCheckRow> rows;
+  std::vector<backend::DeviceCheckRow> rows;
   try {
-    rows = backend::check_kernels(reference, candidate, ko);
+    rows = backend::check_devices(reference, candidate, ko);
   } catch (const std::exception& e) {
     err << "fp8emu validate: error: " << e.what() << "\n";
     return 1;
@@ -470,7 +470,7 @@ int run_validate(const ValidateOptions& opt, std::ostream& out, std::ostream& er
   for (const auto& r : rows) values += r.values;
 
   bool pass = mismatches == 0;
-  std::string verdict = "GPU twins " + std::to_string(mismatches) + " mismatches in " + std::to_string(values) +
+  std::string verdict = "GPU FP8 operations " + std::to_string(mismatches) + " mismatches in " + std::to_string(values) +
                         " values";
 #if defined(FP8EMU_HAVE_CUDA)
   if (!self_test) {

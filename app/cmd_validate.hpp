@@ -8,14 +8,14 @@
 namespace fp8emu::cli {
 
 struct ValidateOptions {
-  std::vector<int> sizes{1, 17, 64, 131, 256};  ///< see backend::KernelCheckOptions::sizes
+  std::vector<int> sizes{1, 17, 64, 131, 256};  ///< see backend::DeviceCheckOptions::sizes
   std::uint64_t seed = 1;
 };
 
 /// Without a usable GPU (backend::cuda_status().usable() false): prints why_not() to `err` and
 /// returns 2. Otherwise:
-///   1. every CudaKernels method against its emulated twin on the same random inputs, bit for bit
-///      (backend::check_kernels), as a table kernel x inputs x mismatches;
+///   1. every FP8 operation of cuda_device() against cpu_device()'s on the same random inputs, bit
+///      for bit (backend::check_devices), as a table operation x inputs x mismatches;
 ///   2. fp8emu's mma.sync E4M3 GEMM against every tensor-core model with fast accumulation (bit
 ///      mismatches) and the exact product (ULP and relative-error statistics); the mma.sync row of
 ///      the GPU's architecture (`ada` on sm_89, `hopper-mma-sync` on sm_90) is expected bit-exact;

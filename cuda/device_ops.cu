@@ -27,7 +27,7 @@
 
 #include "device_buffer.hpp"
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/device.hpp"
 #include "fp8emu/core/attention.hpp"
 #include "fp8emu/core/fp32_ops.hpp"
 #include "fp8emu/core/half.hpp"

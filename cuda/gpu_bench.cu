@@ -10,7 +10,8 @@
 #include "fp8emu/cuda/cublaslt.hpp"
 #include "fp8emu_internal/gpu_bench.hpp"
 #include "fp8emu/cuda/mma_gemm.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/core/fp32_ops.hpp"
 #include "launch.hpp"
 
@@ -390,8 +391,9 @@ std::string check_bf16_cast_transpose(int rows, int cols) {
       const float scale = fmt == Format::kE4M3 ? 3.0f : 0.75f;
       std::vector<std::uint8_t> er(n), ec(n), gr(n), gc(n);
       float eamax = 0.0f;
-      const emu::QuantizeStats es = backend::emulated_kernels().cast_transpose(wide.data(), rows, cols, scale, fmt,
-                                                                               er.data(), ec.data(), &eamax);
+      emu::QuantizeStats es;
+      emu::quantize_f32_2d(wide.data(), std::size_t(rows), std::size_t(cols), scale, fmt, er.data(), ec.data(), &eamax,
+                           &es);
       DeviceBuffer<std::uint16_t> x(h.data(), n);
       DeviceBuffer<std::uint8_t> qr(n), qc(n);
       DeviceBuffer<detail::CastTotals> totals(1);

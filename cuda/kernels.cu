@@ -1,7 +1,7 @@
-// GPU twins of the emulation kernels (see include/fp8emu/backend/kernels.hpp): the elementwise and
-// block-scaled casts, amax, dequantize and transpose kernels, their launchers (cuda/launch.hpp), and
-// CudaKernels, which copies host inputs to the device, runs them and copies the results back. The
-// per-element arithmetic is the element layer of include/fp8emu/core (cast.hpp, fp32_ops.hpp), the
+// GPU twins of the emulation kernels: the elementwise and block-scaled casts, amax, dequantize and
+// transpose kernels and their launchers (cuda/launch.hpp), which the GPU device (device_ops.cu),
+// the device-pointer API (device.cpp, include/fp8emu/cuda/device.hpp) and `fp8emu bench gpu` run.
+// The per-element arithmetic is the element layer of include/fp8emu/core (cast.hpp, fp32_ops.hpp), the
 // same functions the CPU emulator calls; this file only maps threads onto it.
 //
 // Reductions: counts are integer sums and the amax is a max over the bits of |x| (core::amax_bits),
@@ -130,7 +130,7 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ q, std::size_
     y[i] = core::dequantize_element(q[i], scale_inv, f);
 }
 
-// Kernels::cast_transpose (TE cast_transpose.cu): one read of x. A block of 32 x 8 threads owns
+// Device::cast_transpose (TE cast_transpose.cu): one read of x. A block of 32 x 8 threads owns
 // 32-row x 128-column tiles: each thread casts 4 consecutive elements of a row (one float4 on the
 // vectorised path), writes their codes as one 32-bit word of the row-wise copy and into a shared
 // tile; after the barrier the tile leaves as the column-wise copy, 4 consecutive rows per 32-bit
@@ -300,7 +300,7 @@ __global__ void block_cast_kernel(const float* __restrict__ x, int cols, int n, 
   commit_counts(c, totals);
 }
 
-// Kernels::quantize_mxfp8_both / quantize_block_1d_both (TE common/cast/mxfp8/quantize_mxfp8.cuh
+// Device::block_cast with both views (TE common/cast/mxfp8/quantize_mxfp8.cuh
 // with row-wise and column-wise scaling, common/transpose/quantize_transpose_vector_blockwise.cu):
 // one read of x. A block of 32 x 8 threads owns tiles of B rows x 128 columns (B = the block size,
 // 32 or 128), so every row-wise block (1 x B, along a row) and every column-wise block (B x 1, along
@@ -761,265 +761,10 @@ void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format 
   FP8EMU_CUDA_CHECK_LAUNCH("tile_cast_both_kernel");
 }
 
-namespace {
-
-emu::QuantizeStats stats_of(const CastTotals& t, std::uint64_t count) {
-  emu::QuantizeStats st;
-  st.count = count;
-  st.saturated = t.saturated;
-  st.underflow = t.underflow;
-  st.nan = t.nan;
-  return st;
-}
-
-CastTotals download_totals(const DeviceBuffer<CastTotals>& t) {
-  CastTotals h{};
-  t.download(&h, 1);
-  return h;
-}
-
-DeviceBuffer<CastTotals> zero_totals() {
-  DeviceBuffer<CastTotals> t(1);
-  t.zero();
-  return t;
-}
-
-// The GPU kernel set: every method has the host-pointer contract of the emu:: function it mirrors
-// (same checks, same messages), copies its inputs to the device, runs the twin and copies back.
-// Calls are synchronous (the copies back wait for the kernels).
-class CudaKernels final : public backend::Kernels {
- public:
-  const char* name() const override { return "cuda"; }
-
-  float compute_amax(const float* x, std::size_t n) const override {
-    use_fp8_device();
-    const DeviceBuffer<float> dx(x, n);
-    DeviceBuffer<unsigned int> m(1);
-    m.zero();
-    launch_amax(dx.get(), n, m.get(), nullptr);
-    unsigned int bits = 0;
-    m.download(&bits, 1);
-    return core::bits_to_f32(bits);
-  }
-
-  emu::QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
-                              float* amax) const override {
-    use_fp8_device();
-    const DeviceBuffer<float> dx(x, n);
-    DeviceBuffer<std::uint8_t> dq(n);
-    DeviceBuffer<CastTotals> t = zero_totals();
-    launch_quantize(dx.get(), n, scale, fmt, dq.get(), t.get(), nullptr);
-    dq.download(q, n);
-    const CastTotals h = download_totals(t);
-    if (amax) *amax = std::fmax(*amax, core::bits_to_f32(h.amax_bits));  // as emu::quantize
-    return stats_of(h, n);
-  }
-
-  emu::QuantizeStats cast_transpose(const float* x, int rows, int cols, float scale, Format fmt,
-                                    std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, float* amax) const override {
-    backend::check_cast_transpose(rows, cols, fmt, q_rowwise, q_columnwise);
-    const std::size_t n = std::size_t(rows) * std::size_t(cols);
-    use_fp8_device();
-    DeviceBuffer<CastTotals> t = zero_totals();
-    if (n > 0) {
-      const DeviceBuffer<float> dx(x, n);
-      DeviceBuffer<std::uint8_t> dr(q_rowwise ? n : 0), dc(q_columnwise ? n : 0);
-      launch_cast_transpose(dx.get(), rows, cols, scale, fmt, q_rowwise ? dr.get() : nullptr,
-                            q_columnwise ? dc.get() : nullptr, t.get(), nullptr);
-      if (q_rowwise) dr.download(q_rowwise, n);
-      if (q_columnwise) dc.download(q_columnwise, n);
-    }
-    const CastTotals h = n > 0 ? download_totals(t) : CastTotals{};
-    if (amax) *amax = std::fmax(*amax, core::bits_to_f32(h.amax_bits));  // as emu::quantize
-    return stats_of(h, n);
-  }
-
-  void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) const override {
-    use_fp8_device();
-    DeviceBuffer<std::uint8_t> dq(q, n);
-    DeviceBuffer<float> dy(n);
-    launch_dequantize(dq.get(), n, scale_inv, fmt, dy.get(), nullptr);
-    dy.download(y, n);
-  }
-
-  void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const override {
-    if (rows <= 0 || cols <= 0) return;  // emu::transpose does nothing either
-    use_fp8_device();
-    const std::size_t n = std::size_t(rows) * std::size_t(cols);
-    DeviceBuffer<std::uint8_t> din(in, n), dout(n);
-    launch_transpose(rows, cols, din.get(), dout.get(), nullptr);
-    dout.download(out, n);
-  }
-
-  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
-                   Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D) const override {
-    emu::check_gemm_tn(M, N, K, fa, fb, acc);
-    if (M == 0 || N == 0) return;
-    use_fp8_device();
-    const float s = scale_inv_a * scale_inv_b;  // RN on the host, as the emulator
-    DeviceBuffer<std::uint8_t> da(A, std::size_t(M) * std::size_t(K)), db(B, std::size_t(N) * std::size_t(K));
-    DeviceBuffer<float> dd(std::size_t(M) * std::size_t(N));
-    launch_gemm_tn(M, N, K, da.get(), fa, db.get(), fb, acc.model, acc.promotion_interval, acc.split_k, s, dd.get(),
-                   nullptr);
-    dd.download(D, dd.size());
-  }
-
-  emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                     E8M0Rule rule, emu::QuantizeStats* stats) const override {
-    FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
-    return block_cast(x, rows, cols, axis, fmt, 32, emu::mxfp8_rule(fmt, rule), true, stats);
-  }
-
-  emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                        int block, bool pow2, float epsilon,
-                                        emu::QuantizeStats* stats) const override {
-    FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
-    return block_cast(x, rows, cols, axis, fmt, block, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), false, stats);
-  }
-
-  void quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule, emu::BlockQuantized* rowwise,
-                           emu::BlockQuantized* columnwise, emu::QuantizeStats* rowwise_stats,
-                           emu::QuantizeStats* columnwise_stats) const override {
-    backend::check_block_both("MXFP8 quantize", rowwise, columnwise);
-    FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
-    block_cast_both(x, rows, cols, fmt, 32, emu::mxfp8_rule(fmt, rule), true, rowwise, columnwise, rowwise_stats,
-                    columnwise_stats);
-  }
-
-  void quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2, float epsilon,
-                              emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise,
-                              emu::QuantizeStats* rowwise_stats, emu::QuantizeStats* columnwise_stats) const override {
-    backend::check_block_both("block quantize", rowwise, columnwise);
-    FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
-    block_cast_both(x, rows, cols, fmt, block, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), false,
-                    rowwise, columnwise, rowwise_stats, columnwise_stats);
-  }
-
-  emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
-                                          float epsilon, emu::QuantizeStats* stats) const override {
-    FP8EMU_CHECK(tile >= 1, "block quantize: tile size must be >= 1, got ", tile);
-    FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
-    const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
-    const std::size_t n = std::size_t(rows) * std::size_t(cols);
-    emu::BlockQuantized2D out;
-    out.rowwise = emu::make_block_record(rows, cols, emu::BlockAxis::kRowwise, tile, fmt, false);
-    out.columnwise = emu::make_block_record(rows, cols, emu::BlockAxis::kColumnwise, tile, fmt, false);
-    std::vector<float> scale_inv(std::size_t(tr) * std::size_t(tc));
-    emu::QuantizeStats st;
-    st.count = n;
-    if (n > 0) {
-      use_fp8_device();
-      const DeviceBuffer<float> dx(x, n);
-      DeviceBuffer<float> dscale(scale_inv.size()), dscale_inv(scale_inv.size());
-      DeviceBuffer<std::uint8_t> drow(n), dcol(n);
-      DeviceBuffer<CastTotals> t = zero_totals();
-      launch_tile_cast_both(dx.get(), rows, cols, tile, fmt, max_finite_f32(fmt), pow2, epsilon, dscale.get(),
-                            dscale_inv.get(), drow.get(), dcol.get(), t.get(), nullptr);
-      drow.download(out.rowwise.codes.data(), n);
-      dcol.download(out.columnwise.codes.data(), n);
-      dscale_inv.download(scale_inv.data(), scale_inv.size());
-      st = stats_of(download_totals(t), n);
-    }
-    emu::spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
-    if (stats) *stats += st;
-    return out;
-  }
-
-  void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const override {
-    emu::check_gemm_block_tn(A, B);
-    const int M = A.n, N = B.n, K = A.k;
-    if (M <= 0 || N <= 0) return;
-    use_fp8_device();
-    DeviceBuffer<std::uint8_t> da(A.codes.data(), A.codes.size()), db(B.codes.data(), B.codes.size());
-    DeviceBuffer<float> dsa(A.scale_inv.data(), A.scale_inv.size()), dsb(B.scale_inv.data(), B.scale_inv.size());
-    DeviceBuffer<float> dd(std::size_t(M) * std::size_t(N));
-    launch_gemm_block_tn(M, N, K, A.block, da.get(), A.format, dsa.get(), db.get(), B.format, dsb.get(), dd.get(),
-                         nullptr);
-    dd.download(D, dd.size());
-  }
-
- private:
-  // The fused two-axis cast: x uploaded once, one launch writes the copies asked for.
-  void block_cast_both(const float* x, int rows, int cols, Format fmt, int block, const core::BlockRule& rule, bool mx,
-                       emu::BlockQuantized* rowwise, emu::BlockQuantized* columnwise, emu::QuantizeStats* rowwise_stats,
-                       emu::QuantizeStats* columnwise_stats) const {
-    emu::BlockQuantized qr, qc;
-    if (rowwise) qr = emu::make_block_record(rows, cols, emu::BlockAxis::kRowwise, block, fmt, mx);
-    if (columnwise) qc = emu::make_block_record(rows, cols, emu::BlockAxis::kColumnwise, block, fmt, mx);
-    const std::size_t n = std::size_t(rows) * std::size_t(cols);
-    emu::QuantizeStats sr, sc;
-    sr.count = sc.count = n;
-    if (n > 0) {
-      use_fp8_device();
-      const DeviceBuffer<float> dx(x, n);
-      DeviceBuffer<std::uint8_t> drc(rowwise ? n : 0), dcc(columnwise ? n : 0);
-      DeviceBuffer<float> drs(qr.scale_inv.size()), dcs(qc.scale_inv.size());
-      DeviceBuffer<std::uint8_t> dre(qr.e8m0.size()), dce(qc.e8m0.size());
-      DeviceBuffer<CastTotals> t(2);
-      t.zero();
-      BlockCastOut ro, co;
-      if (rowwise) ro = BlockCastOut{drc.get(), drs.get(), mx ? dre.get() : nullptr, t.get()};
-      if (columnwise) co = BlockCastOut{dcc.get(), dcs.get(), mx ? dce.get() : nullptr, t.get() + 1};
-      launch_block_cast_both(dx.get(), rows, cols, block, fmt, rule, ro, co, nullptr);
-      CastTotals h[2] = {};
-      t.download(h, 2);
-      if (rowwise) {
-        drc.download(qr.codes.data(), n);
-        drs.download(qr.scale_inv.data(), qr.scale_inv.size());
-        dre.download(qr.e8m0.data(), qr.e8m0.size());
-        sr = stats_of(h[0], n);
-      }
-      if (columnwise) {
-        dcc.download(qc.codes.data(), n);
-        dcs.download(qc.scale_inv.data(), qc.scale_inv.size());
-        dce.download(qc.e8m0.data(), qc.e8m0.size());
-        sc = stats_of(h[1], n);
-      }
-    }
-    if (rowwise) {
-      if (rowwise_stats) *rowwise_stats += sr;
-      *rowwise = std::move(qr);
-    }
-    if (columnwise) {
-      if (columnwise_stats) *columnwise_stats += sc;
-      *columnwise = std::move(qc);
-    }
-  }
-
-  emu::BlockQuantized block_cast(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt, int block,
-                                 const core::BlockRule& rule, bool mx, emu::QuantizeStats* stats) const {
-    const bool rowwise = axis == emu::BlockAxis::kRowwise;
-    emu::BlockQuantized q = emu::make_block_record(rows, cols, axis, block, fmt, mx);
-    emu::QuantizeStats st;
-    st.count = q.codes.size();
-    if (!q.scale_inv.empty()) {
-      use_fp8_device();
-      const DeviceBuffer<float> dx(x, std::size_t(rows) * std::size_t(cols));
-      DeviceBuffer<float> dsi(q.scale_inv.size());
-      DeviceBuffer<std::uint8_t> dcodes(q.codes.size()), de8m0(q.e8m0.size());
-      DeviceBuffer<CastTotals> t = zero_totals();
-      launch_block_cast(dx.get(), rows, cols, rowwise, block, fmt, rule, dcodes.get(), dsi.get(), de8m0.get(),
-                        t.get(), nullptr);
-      dcodes.download(q.codes.data(), q.codes.size());
-      dsi.download(q.scale_inv.data(), q.scale_inv.size());
-      de8m0.download(q.e8m0.data(), q.e8m0.size());
-      st = stats_of(download_totals(t), q.codes.size());
-    }
-    if (stats) *stats += st;
-    return q;
-  }};
-
-}  // namespace
-
 }  // namespace fp8emu::cuda::detail
 
 namespace fp8emu::cuda {
 
 void set_device_slot(int slot) { detail::g_device_slot.store(slot < 0 ? 0 : slot); }
-
-const backend::Kernels& kernels() {
-  static const detail::CudaKernels k;
-  return k;
-}
 
 }  // namespace fp8emu::cuda

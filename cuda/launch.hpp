@@ -1,7 +1,8 @@
 // Private to cuda/: the launchers of the GPU twins, on device pointers. Each runs the kernel(s) of
 // one emu:: function on `stream` (asynchronously; errors of the launch configuration are thrown as
-// fp8emu::Error) and maps its threads onto the per-element bodies of include/fp8emu/core. The
-// CudaKernels of cuda/kernels.cu wrap them with host copies; `fp8emu bench gpu` times them.
+// fp8emu::Error) and maps its threads onto the per-element bodies of include/fp8emu/core. The GPU
+// device (device_ops.cu) and the device-pointer API (device.cpp) call them; `fp8emu bench gpu` times
+// them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -85,7 +86,7 @@ void launch_transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* 
 /// emu::transpose of fp32 values (the same kernel).
 void launch_transpose(int rows, int cols, const float* in, float* out, cudaStream_t stream);
 
-/// Kernels::cast_transpose on device pointers: the row-wise and/or column-wise codes (either may be
+/// emu::quantize_f32_2d (TE's cast_transpose) on device pointers: the row-wise and/or column-wise codes (either may be
 /// null) of one read of x [rows, cols]; counts and amax bits added to *totals. The scale is a host
 /// value or read from device memory (ScaleArg::at).
 void launch_cast_transpose(const float* x, int rows, int cols, ScaleArg scale, Format fmt, std::uint8_t* q_rowwise,
@@ -109,7 +110,7 @@ struct BlockCastOut {
   std::uint8_t* e8m0 = nullptr;
   CastTotals* totals = nullptr;
 };
-/// Kernels::quantize_mxfp8_both / quantize_block_1d_both on device pointers: one read of x
+/// Device::block_cast of kMxfp8 / kBlock1d with both views, on device pointers: one read of x
 /// [rows, cols] writes the row-wise view (K = cols) and/or the column-wise view (K = rows, codes
 /// [cols, rows]) with their scales, each as launch_block_cast with that axis. One fused kernel for
 /// block 32 (MXFP8) and 128 (1x128); other block sizes run launch_block_cast once per copy.

@@ -1,11 +1,11 @@
 // backend::cuda_device() (see include/fp8emu/backend/device.hpp): the GPU device of the CUDA library
-// where the cuda backend can run, otherwise fp8emu::Error with the reason. cpu_device() is defined in
-// device_cpu.cpp.
+// where the cuda backend can run, otherwise fp8emu::Error with the reason; the shared argument checks.
+// cpu_device() is defined in device_cpu.cpp, element_device() in device_element.cpp.
 #include "fp8emu/backend/device.hpp"
 
 #include <atomic>
 
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
 
 #if defined(FP8EMU_HAVE_CUDA)
@@ -13,6 +13,13 @@
 #endif
 
 namespace fp8emu::backend {
+
+void check_cast_transpose(int rows, int cols, Format fmt, const std::uint8_t* q_rowwise,
+                          const std::uint8_t* q_columnwise) {
+  emu::require_fp8(fmt, "cast_transpose");
+  FP8EMU_CHECK(rows >= 0 && cols >= 0, "cast_transpose: negative shape [", rows, ", ", cols, "]");
+  FP8EMU_CHECK(q_rowwise || q_columnwise, "cast_transpose: both the row-wise and the column-wise output are null");
+}
 
 #if defined(FP8EMU_HAVE_CUDA)
 void set_library_gemms(bool on) { cuda::set_library_gemms(on); }

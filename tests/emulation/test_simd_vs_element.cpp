@@ -1,9 +1,9 @@
 // The emulator's SIMD and multi-threaded paths against the element layer (include/fp8emu/core),
-// bit for bit, through the comparison `fp8emu validate` runs on a GPU (backend::check_kernels).
-// backend::element_kernels() calls exactly the functions the CUDA kernels call, in the same
-// decomposition (per element, per block, per tile; amax as a max of bits; counts as sums), so one
-// element layer is checked against every vectorised CPU path here, and against the GPU by validate
-// and the `gpu`-labelled tests (the thread mapping needs a GPU).
+// bit for bit, through the comparison `fp8emu validate` runs on a GPU (backend::check_devices):
+// cpu_device() against element_device(). element_device() calls exactly the functions the CUDA
+// kernels call, in the same decomposition (per element, per block, per tile; amax as a max of bits;
+// counts as sums), so one element layer is checked against every vectorised CPU path here, and
+// against the GPU by validate and the `gpu`-labelled tests (the thread mapping needs a GPU).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,107 +11,104 @@
 #include <iostream>
 #include <vector>
 
-#include "fp8emu_internal/kernel_check.hpp"
+#include "fp8emu_internal/device_check.hpp"
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/core/cast.hpp"
 #include "fp8emu/core/dot.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/emulation/quantize.hpp"
+#include "support/forward_device.hpp"
 
 using namespace fp8emu;
 
 namespace {
 
-// The emulator with one deliberate fault, to show the comparison sees it.
-class OffByOneUlpGemm final : public backend::Kernels {
+// cpu_device() with one deliberate fault, to show the comparison sees it.
+class OffByOneUlpGemm final : public testing::ForwardDevice {
  public:
-  explicit OffByOneUlpGemm(const backend::Kernels& base) : base_(base) {}
-  const char* name() const override { return "faulty"; }
-  float compute_amax(const float* x, std::size_t n) const override { return base_.compute_amax(x, n); }
-  emu::QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
-                              float* amax) const override {
-    return base_.quantize(x, n, scale, fmt, q, amax);
-  }
-  void dequantize(const std::uint8_t* q, std::size_t n, float si, Format fmt, float* y) const override {
-    base_.dequantize(q, n, si, fmt, y);
-  }
-  void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const override {
-    base_.transpose(rows, cols, in, out);
-  }
-  emu::QuantizeStats cast_transpose(const float* x, int rows, int cols, float scale, Format fmt, std::uint8_t* qr,
-                                    std::uint8_t* qc, float* amax) const override {
-    return base_.cast_transpose(x, rows, cols, scale, fmt, qr, qc, amax);
-  }
-  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sa, const std::uint8_t* B, Format fb,
-                   float sb, const emu::GemmAccumulation& acc, float* D) const override {
-    base_.gemm_fp8_tn(M, N, K, A, fa, sa, B, fb, sb, acc, D);
+  OffByOneUlpGemm() : ForwardDevice(true) {}
+  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const float* sa, const std::uint8_t* B,
+                   Format fb, const float* sb, const emu::GemmAccumulation& acc, float* D) const override {
+    ForwardDevice::gemm_fp8_tn(M, N, K, A, fa, sa, B, fb, sb, acc, D);
     if (M > 0 && N > 0 && std::isfinite(D[0]) && D[0] != 0.0f) D[0] = std::nextafter(D[0], INFINITY);
   }
-  emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                     E8M0Rule rule, emu::QuantizeStats* st) const override {
-    return base_.quantize_mxfp8(x, rows, cols, axis, fmt, rule, st);
-  }
-  emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt, int block,
-                                        bool pow2, float eps, emu::QuantizeStats* st) const override {
-    return base_.quantize_block_1d(x, rows, cols, axis, fmt, block, pow2, eps, st);
-  }
-  void quantize_mxfp8_both(const float* x, int rows, int cols, Format fmt, E8M0Rule rule, emu::BlockQuantized* qr,
-                           emu::BlockQuantized* qc, emu::QuantizeStats* sr, emu::QuantizeStats* sc) const override {
-    base_.quantize_mxfp8_both(x, rows, cols, fmt, rule, qr, qc, sr, sc);
-  }
-  void quantize_block_1d_both(const float* x, int rows, int cols, Format fmt, int block, bool pow2, float eps,
-                              emu::BlockQuantized* qr, emu::BlockQuantized* qc, emu::QuantizeStats* sr,
-                              emu::QuantizeStats* sc) const override {
-    base_.quantize_block_1d_both(x, rows, cols, fmt, block, pow2, eps, qr, qc, sr, sc);
-  }
-  emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
-                                          float eps, emu::QuantizeStats* st) const override {
-    return base_.quantize_block_2d(x, rows, cols, fmt, tile, pow2, eps, st);
-  }
-  void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const override {
-    base_.gemm_fp8_block_tn(A, B, D);
-  }
-
- private:
-  const backend::Kernels& base_;
 };
 
 }  // namespace
 
-TEST_CASE("Element layer: every emulator kernel (SIMD, OpenMP) bit-identical to the per-element kernels", "[element]") {
-  const backend::Kernels& twins = backend::element_kernels();
-  backend::KernelCheckOptions opt;
+TEST_CASE("Element layer: every FP8 operation of cpu_device() (SIMD, OpenMP) bit-identical to element_device()",
+          "[element]") {
+  backend::DeviceCheckOptions opt;
   opt.sizes = {1, 17, 40, 131};
   opt.seed = 7;
-  const std::vector<backend::KernelCheckRow> rows = backend::check_kernels(backend::emulated_kernels(), twins, opt);
+  const std::vector<backend::DeviceCheckRow> rows =
+      backend::check_devices(backend::element_device(), backend::cpu_device(), opt);
   REQUIRE(!rows.empty());
   std::uint64_t values = 0;
-  for (const backend::KernelCheckRow& r : rows) {
-    INFO(r.kernel << ", " << r.inputs << ": " << r.first_mismatch);
+  for (const backend::DeviceCheckRow& r : rows) {
+    INFO(r.op << ", " << r.inputs << ": " << r.first_mismatch);
     CHECK(r.mismatches == 0);
     CHECK(r.values > 0);
     values += r.values;
   }
-  // Every method is covered.
-  for (const char* method : {"compute_amax", "quantize", "cast_transpose", "dequantize", "transpose", "gemm_fp8_tn", "quantize_mxfp8",
-                             "quantize_block_1d", "quantize_block_2d", "gemm_fp8_block_tn", "quantize_mxfp8_both",
-                             "quantize_block_1d_both"}) {
-    INFO(method);
-    CHECK(std::any_of(rows.begin(), rows.end(), [&](const backend::KernelCheckRow& r) {
-      return r.kernel == method || r.kernel.rfind(std::string(method) + " ", 0) == 0;
+  // Every FP8 operation is covered, every block-cast variant among them.
+  for (const char* op : {"current_scale", "cast_transpose", "block_cast mxfp8", "block_cast 1x128",
+                         "block_cast 128x128", "block_cast 16x16", "gemm_fp8_tn", "gemm_fp8_block_tn"}) {
+    INFO(op);
+    CHECK(std::any_of(rows.begin(), rows.end(), [&](const backend::DeviceCheckRow& r) {
+      return r.op == op || r.op.rfind(std::string(op) + " ", 0) == 0;
     }));
   }
   CHECK(values > 1000000);
 }
 
-TEST_CASE("Kernel check: a one-ulp fault in one GEMM element is reported", "[element]") {
-  const OffByOneUlpGemm faulty(backend::emulated_kernels());
-  backend::KernelCheckOptions opt;
+TEST_CASE("Device check: a one-ulp fault in one GEMM element is reported", "[element]") {
+  const OffByOneUlpGemm faulty;
+  backend::DeviceCheckOptions opt;
   opt.sizes = {5};
   opt.only = "gemm_fp8_tn";
-  const std::vector<backend::KernelCheckRow> rows = backend::check_kernels(backend::emulated_kernels(), faulty, opt);
+  const std::vector<backend::DeviceCheckRow> rows = backend::check_devices(backend::cpu_device(), faulty, opt);
   CHECK(backend::total_mismatches(rows) > 0);
   bool named = false;
-  for (const backend::KernelCheckRow& r : rows) named |= r.first_mismatch.find("D[0]") != std::string::npos;
+  for (const backend::DeviceCheckRow& r : rows) named |= r.first_mismatch.find("D[0]") != std::string::npos;
   CHECK(named);
   CHECK(backend::format_rows(rows).find("First mismatch per row") != std::string::npos);
+  CHECK_THROWS_WITH(backend::check_devices(backend::cpu_device(), faulty, [] {
+                      backend::DeviceCheckOptions o;
+                      o.only = "quantize";
+                      return o;
+                    }()),
+                    Catch::Contains("unknown operation 'quantize'"));
+}
+
+TEST_CASE("Element layer: the emulator's dequantize and code transpose equal the per-element functions",
+          "[element]") {
+  // Every code of both formats, several scale_inv (rounding, overflow, zero, NaN); shapes with ragged
+  // edges for the blocked transpose.
+  for (const Format fmt : {Format::kE4M3, Format::kE5M2}) {
+    std::vector<std::uint8_t> q(256 * 37);
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::uint8_t((i * 97) & 0xFF);
+    for (const float si : {1.0f, 0.0123f, 0x1p-30f, 1e30f, INFINITY, 0.0f, NAN}) {
+      std::vector<float> y(q.size());
+      emu::dequantize(q.data(), q.size(), si, fmt, y.data());
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < q.size(); ++i)
+        bad += !backend::same_f32(y[i], core::dequantize_element(q[i], si, spec_of(fmt)));
+      INFO(format_name(fmt) << " scale_inv " << si);
+      CHECK(bad == 0);
+    }
+  }
+  for (const auto& [rows, cols] : {std::pair{1, 5}, std::pair{37, 256}, std::pair{130, 67}}) {
+    std::vector<std::uint8_t> in(std::size_t(rows) * std::size_t(cols)), out(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = std::uint8_t((i * 131 + 7) & 0xFF);
+    emu::transpose(rows, cols, in.data(), out.data());
+    std::size_t bad = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c)
+        bad += out[std::size_t(c) * std::size_t(rows) + std::size_t(r)] != in[std::size_t(r) * std::size_t(cols) + std::size_t(c)];
+    INFO(rows << " x " << cols);
+    CHECK(bad == 0);
+  }
 }
 
 TEST_CASE("Kernel check: NaNs with different payloads count apart, not as mismatches", "[element]") {
@@ -353,7 +350,11 @@ TEST_CASE("CPU block-scaled GEMM: every ISA path and thread count equals the ele
       };
       const BlockQuantized A = operand(sh.M, fmts.first, {0, sh.M - 1}), B = operand(sh.N, fmts.second, {1});
       std::vector<float> want(std::size_t(sh.M) * std::size_t(sh.N));
-      fp8emu::backend::element_kernels().gemm_fp8_block_tn(A, B, want.data());
+      {  // the reference: element_device()'s block-scaled GEMM (host memory)
+        const auto& ref = fp8emu::backend::element_device();
+        ref.gemm_fp8_block_tn(A.n, B.n, A.k, A.block, A.codes.data(), A.format, A.scale_inv.data(), B.codes.data(),
+                              B.format, B.scale_inv.data(), want.data());
+      }
       for (isa_ns::GemmIsa isa : paths)
         for (int threads : {1, 2}) {
           REQUIRE(isa_ns::set_gemm_isa(isa) == isa);

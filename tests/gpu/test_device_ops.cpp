@@ -1,6 +1,6 @@
 // GPU tests of backend::cuda_device() (CTest label `gpu`; CI skips them): every operation of
 // backend::Device run on cpu_device() and on cuda_device() from the same inputs, the results compared
-// bit for bit (fp32 values by their bits, two NaNs counting as equal as in kernel_check.hpp: an fp32
+// bit for bit (fp32 values by their bits, two NaNs counting as equal as in device_check.hpp: an fp32
 // operation's NaN is the FPU's choice; FP8 codes, counters, amax and scales exactly). Inputs: the
 // kernel check's families (normal, wide, NaN/Inf/zeros, subnormal, overflow), shapes of 1, 7, 33 and
 // 300 in every role, both FP8 formats and every GEMM operand pair and accumulation variant.
@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/kernels.hpp"
 #include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/core/fp32_math.hpp"
 #include "fp8emu/core/fp32_ops.hpp"
@@ -36,7 +35,7 @@
 #include "support/device_quantize_check.hpp"
 #include "support/forward_device.hpp"
 #include "support/gpu_skip.hpp"
-#include "fp8emu_internal/kernel_check.hpp"
+#include "fp8emu_internal/device_check.hpp"
 
 using namespace fp8emu;
 using backend::ActivationOp;
@@ -402,7 +401,7 @@ void check_gemm_fp8(const Device& ref, const Device& cand, Report& rep) {
       if (emu::gemm_operand_pair_supported(a, b)) pairs.emplace_back(a, b);
   // The kernel check's variants: every model, fast accumulation, a promotion interval of one block
   // (50 without blocks) and of 128, split-K 3 and split-K 2 with promotion every 128.
-  const std::vector<emu::GemmAccumulation> accs = backend::kernel_check_accumulations();
+  const std::vector<emu::GemmAccumulation> accs = backend::device_check_accumulations();
   // Scales as a recipe's state holds them: ordinary, large and small (1 / s subnormal for FLT_MAX),
   // and 0 and Inf (s = Inf or 0: D Inf/NaN/0).
   const std::pair<float, float> scales[] = {{1.0f, 1.0f},     {0.37f, 1.9f},   {3.3f, 0.011f}, {max_finite_f32(Format::kE4M3) / 3.1f, 2.0e-5f},

@@ -25,7 +25,7 @@ message(STATUS "installed into ${STAGE}, moved to ${PREFIX}")
 
 # Headers: the public tree, fp8emu/cuda/ only with CUDA; never the internal harness headers.
 foreach(h format/format_spec.hpp core/cast.hpp core/mma_model.hpp nv.hpp types.hpp eigen.hpp
-          emulation/gemm_models.hpp backend/kernels.hpp scaling/delayed_quantizer.hpp nn/linear.hpp
+          emulation/gemm_models.hpp backend/device.hpp scaling/delayed_quantizer.hpp nn/linear.hpp
           io/npy.hpp util/error.hpp config.hpp)
   expect("EXISTS \"${PREFIX}/include/fp8emu/${h}\"" "missing header include/fp8emu/${h}")
 endforeach()
@@ -35,7 +35,7 @@ else()
   expect("NOT EXISTS \"${PREFIX}/include/fp8emu/cuda\"" "include/fp8emu/cuda/ installed without CUDA")
 endif()
 file(GLOB_RECURSE internal_files RELATIVE "${PREFIX}" "${PREFIX}/*internal*" "${PREFIX}/*experiments*"
-     "${PREFIX}/*kernel_check*" "${PREFIX}/*catch*")
+     "${PREFIX}/*device_check*" "${PREFIX}/*catch*")
 expect("NOT internal_files" "internal files installed: ${internal_files}")
 
 # Libraries: exactly the exported static libraries.

@@ -1,11 +1,12 @@
-// The fused two-axis block casts (Kernels::quantize_mxfp8_both, quantize_block_1d_both) against the
-// two single-axis calls they replace, bit for bit: codes, scale_inv, E8M0 codes and each copy's
-// counts, for the emulated and the element kernel sets, over ragged shapes (rows and cols not
-// multiples of 32 or 128, a single row or column), NaN/Inf/zero/subnormal/overflow inputs, whole
-// blocks of zeros and of NaNs, both E8M0 rules, pow2 scales on and off, both formats and every
-// choice of outputs. The GPU set is compared the same way by the kernel check (`fp8emu validate`,
-// tests/gpu). A comparison that cannot fail proves nothing: the last cases feed it a copy with one
-// changed code, scale, E8M0 code or count and require it to say so.
+// The two-view block casts (Device::block_cast with both views, TE's fused two-axis kernels) against
+// the single-view casts of the per-element reference (element_device()) and the emulator's
+// single-axis functions, bit for bit: codes, scale_inv and the counts, for cpu_device() and
+// element_device(), over ragged shapes (rows and cols not multiples of 32 or 128, a single row or
+// column), NaN/Inf/zero/subnormal/overflow inputs, whole blocks of zeros and of NaNs, both E8M0
+// rules, pow2 scales on and off, both formats and every choice of views. The GPU is compared the
+// same way by the device check (`fp8emu validate`, tests/gpu). A comparison that cannot fail proves
+// nothing: the last cases feed it a copy with one changed code, scale or count and require it to
+// say so.
 #include <catch2/catch.hpp>
 
 #include <cfloat>
@@ -18,7 +19,8 @@
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/emulation/block_quantize.hpp"
+#include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/scaling/block_quantizer.hpp"
 #include "fp8emu/scaling/mxfp8_quantizer.hpp"
@@ -106,133 +108,161 @@ std::vector<Variant> variants() {
           {false, E8M0Rule::kTransformerEngine, 48, true, 0.0f}};
 }
 
-emu::BlockQuantized single(const backend::Kernels& k, const Variant& v, const float* x, int rows, int cols,
-                           emu::BlockAxis axis, Format fmt, emu::QuantizeStats* st) {
-  return v.mx ? k.quantize_mxfp8(x, rows, cols, axis, fmt, v.rule, st)
-              : k.quantize_block_1d(x, rows, cols, axis, fmt, v.block, v.pow2, v.eps, st);
+backend::BlockCast cast_of(const Variant& v, Format fmt) {
+  backend::BlockCast c;
+  c.kind = v.mx ? backend::BlockCast::kMxfp8 : backend::BlockCast::kBlock1d;
+  c.fmt = fmt;
+  c.rule = v.rule;
+  c.block = v.block;
+  c.pow2 = v.pow2;
+  c.epsilon = v.eps;
+  return c;
 }
-void fused(const backend::Kernels& k, const Variant& v, const float* x, int rows, int cols, Format fmt,
-           emu::BlockQuantized* qr, emu::BlockQuantized* qc, emu::QuantizeStats* sr, emu::QuantizeStats* sc) {
-  if (v.mx)
-    k.quantize_mxfp8_both(x, rows, cols, fmt, v.rule, qr, qc, sr, sc);
-  else
-    k.quantize_block_1d_both(x, rows, cols, fmt, v.block, v.pow2, v.eps, qr, qc, sr, sc);
+
+// The views one Device::block_cast writes (host memory), and its counts. outputs: 1 row-wise,
+// 2 column-wise, 3 both. Buffers start filled with junk, the counters non-zero: the cast overwrites
+// the views asked for, leaves the others, and adds to the counters.
+struct Views {
+  std::vector<std::uint8_t> rowwise, columnwise;
+  std::vector<float> rowwise_scale_inv, columnwise_scale_inv;
+  backend::CastCounters counters{5, 0, 0, 2};
+};
+Views block_cast(const backend::Device& d, const backend::BlockCast& c, const float* x, int rows, int cols,
+                 int outputs) {
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  Views v;
+  v.rowwise.assign(n, 0xA5);
+  v.columnwise.assign(n, 0xA5);
+  v.rowwise_scale_inv.assign(std::size_t(rows) * std::size_t((cols + c.block - 1) / c.block), -7.0f);
+  v.columnwise_scale_inv.assign(std::size_t(cols) * std::size_t((rows + c.block - 1) / c.block), -7.0f);
+  d.block_cast(c, x, rows, cols,
+               outputs & 1 ? backend::BlockView{v.rowwise.data(), v.rowwise_scale_inv.data()} : backend::BlockView{},
+               outputs & 2 ? backend::BlockView{v.columnwise.data(), v.columnwise_scale_inv.data()}
+                           : backend::BlockView{},
+               &v.counters);
+  return v;
+}
+
+// The first difference between two views ("" when they are bit-identical).
+std::string diff_views(const Views& a, const Views& b) {
+  auto codes = [](const char* what, const std::vector<std::uint8_t>& x, const std::vector<std::uint8_t>& y) {
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (x[i] != y[i]) return std::string(what) + "[" + std::to_string(i) + "]";
+    return std::string();
+  };
+  auto scales = [](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (bits(x[i]) != bits(y[i])) return std::string(what) + "[" + std::to_string(i) + "]";
+    return std::string();
+  };
+  for (const std::string& d :
+       {codes("rowwise", a.rowwise, b.rowwise), codes("columnwise", a.columnwise, b.columnwise),
+        scales("rowwise scale_inv", a.rowwise_scale_inv, b.rowwise_scale_inv),
+        scales("columnwise scale_inv", a.columnwise_scale_inv, b.columnwise_scale_inv)})
+    if (!d.empty()) return d;
+  if (a.counters.count != b.counters.count) return "counters.count";
+  if (a.counters.saturated != b.counters.saturated) return "counters.saturated";
+  if (a.counters.underflow != b.counters.underflow) return "counters.underflow";
+  if (a.counters.nan != b.counters.nan) return "counters.nan";
+  return "";
+}
+
+// One view of the emulator's single-axis cast (emu::quantize_mxfp8 / quantize_block_1d) as Views
+// hold it, with `outputs` naming the view and the counts added to {5, 0, 0, 2}.
+Views emulator_view(const Variant& v, Format fmt, const float* x, int rows, int cols, int outputs, Views base) {
+  const emu::BlockAxis axis = outputs == 1 ? emu::BlockAxis::kRowwise : emu::BlockAxis::kColumnwise;
+  emu::QuantizeStats st;
+  const emu::BlockQuantized q = v.mx ? emu::quantize_mxfp8(x, rows, cols, axis, fmt, v.rule, &st)
+                                     : emu::quantize_block_1d(x, rows, cols, axis, fmt, v.block, v.pow2, v.eps, &st);
+  (outputs == 1 ? base.rowwise : base.columnwise) = q.codes;
+  (outputs == 1 ? base.rowwise_scale_inv : base.columnwise_scale_inv) = q.scale_inv;
+  base.counters = {5 + st.count, st.saturated, st.underflow, 2 + st.nan};
+  return base;
 }
 
 }  // namespace
 
-TEST_CASE("Fused block casts equal the two single-axis casts bit for bit (emulated and element sets)",
+TEST_CASE("Two-view block casts equal the single-view casts bit for bit (cpu and element devices)",
           "[fused][block]") {
-  const backend::Kernels* sets[] = {&backend::emulated_kernels(), &backend::element_kernels()};
-  const backend::Kernels& reference = backend::element_kernels();
+  const backend::Device* devices[] = {&backend::cpu_device(), &backend::element_device()};
+  const backend::Device& reference = backend::element_device();
   std::uint64_t compared = 0, seed = 7;
   for (const auto& shape : kShapes) {
     const int rows = shape[0], cols = shape[1];
     const std::vector<float> x = ragged_inputs(rows, cols, ++seed);
     for (const Format fmt : {Format::kE4M3, Format::kE5M2})
       for (const Variant& v : variants()) {
-        // The reference: the element set's single-axis calls.
-        emu::QuantizeStats sra, sca;
-        const emu::BlockQuantized ra = single(reference, v, x.data(), rows, cols, emu::BlockAxis::kRowwise, fmt, &sra);
-        const emu::BlockQuantized ca = single(reference, v, x.data(), rows, cols, emu::BlockAxis::kColumnwise, fmt, &sca);
-        for (const backend::Kernels* k : sets) {
-          // The set's own single-axis calls first (the emulator's OpenMP/SIMD paths are checked
-          // against the element layer elsewhere too).
-          emu::QuantizeStats srk, sck;
-          CHECK(diff_block(ra, single(*k, v, x.data(), rows, cols, emu::BlockAxis::kRowwise, fmt, &srk)) == "");
-          CHECK(diff_block(ca, single(*k, v, x.data(), rows, cols, emu::BlockAxis::kColumnwise, fmt, &sck)) == "");
+        const backend::BlockCast c = cast_of(v, fmt);
+        // The reference: the element device's single-view casts, and what both views must hold (the
+        // row-wise view's counts, as the quantizers count a kBoth cast).
+        const Views ra = block_cast(reference, c, x.data(), rows, cols, 1);
+        const Views ca = block_cast(reference, c, x.data(), rows, cols, 2);
+        Views both = ra;
+        both.columnwise = ca.columnwise;
+        both.columnwise_scale_inv = ca.columnwise_scale_inv;
+        INFO(describe(v, fmt, rows, cols, 0));
+        // The emulator's single-axis functions (the CPU paths, SIMD and OpenMP) agree with it.
+        CHECK(diff_views(ra, emulator_view(v, fmt, x.data(), rows, cols, 1, ra)) == "");
+        CHECK(diff_views(ca, emulator_view(v, fmt, x.data(), rows, cols, 2, ca)) == "");
+        for (const backend::Device* d : devices)
           for (const int outputs : {3, 1, 2}) {
-            INFO(k->name() << " " << describe(v, fmt, rows, cols, outputs));
-            // Outputs start non-empty and stats non-zero: the fused call overwrites the operands
-            // and adds to the stats, as quantize_mxfp8 / quantize_block_1d do.
-            emu::BlockQuantized rb = ra, cb = ca;
-            rb.codes.assign(3, 0x55);
-            cb.scale_inv.assign(2, 9.0f);
-            emu::QuantizeStats srb, scb;
-            srb.count = 5;
-            scb.nan = 2;
-            fused(*k, v, x.data(), rows, cols, fmt, outputs & 1 ? &rb : nullptr, outputs & 2 ? &cb : nullptr, &srb,
-                  &scb);
-            emu::QuantizeStats want_r, want_c;
-            want_r.count = 5;
-            want_c.nan = 2;
-            if (outputs & 1) {
-              want_r += sra;
-              CHECK(diff_block(ra, rb) == "");
-            }
-            if (outputs & 2) {
-              want_c += sca;
-              CHECK(diff_block(ca, cb) == "");
-            }
-            CHECK(diff_stats(want_r, srb) == "");
-            CHECK(diff_stats(want_c, scb) == "");
-            // Null stats are allowed.
-            emu::BlockQuantized rn, cn;
-            fused(*k, v, x.data(), rows, cols, fmt, &rn, &cn, nullptr, nullptr);
-            CHECK(diff_block(ra, rn) == "");
-            CHECK(diff_block(ca, cn) == "");
+            INFO(d->name() << " " << describe(v, fmt, rows, cols, outputs));
+            CHECK(diff_views(outputs == 3 ? both : outputs == 1 ? ra : ca,
+                             block_cast(*d, c, x.data(), rows, cols, outputs)) == "");
             ++compared;
           }
-        }
       }
   }
   CHECK(compared == std::size(kShapes) * 2 * variants().size() * 2 * 3);
 }
 
-TEST_CASE("Fused block casts: empty shapes, and the errors of the single-axis casts", "[fused][block]") {
-  for (const backend::Kernels* k : {&backend::emulated_kernels(), &backend::element_kernels()}) {
-    INFO(k->name());
-    emu::BlockQuantized qr, qc;
-    emu::QuantizeStats sr, sc;
-    k->quantize_mxfp8_both(nullptr, 3, 0, Format::kE4M3, E8M0Rule::kTransformerEngine, &qr, &qc, &sr, &sc);
-    CHECK(qr.n == 3);
-    CHECK(qr.k == 0);
-    CHECK(qc.n == 0);
-    CHECK(qc.k == 3);
-    CHECK(qr.codes.empty());
-    CHECK(sr.count == 0);
+TEST_CASE("Two-view block casts: empty shapes, and the errors of the single-axis casts", "[fused][block]") {
+  for (const backend::Device* d : {&backend::cpu_device(), &backend::element_device()}) {
+    INFO(d->name());
+    backend::BlockCast mx = cast_of({true, E8M0Rule::kTransformerEngine, 32, false, 0.0f}, Format::kE4M3);
+    backend::BlockCast b128 = cast_of({false, E8M0Rule::kTransformerEngine, 128, true, 0.0f}, Format::kE4M3);
+    std::uint8_t code = 0x5A;
+    float scale = -7.0f;
+    backend::CastCounters k;
+    d->block_cast(mx, nullptr, 3, 0, {&code, &scale}, {&code, &scale}, &k);  // nothing to cast or write
+    CHECK(k.count == 0);
+    CHECK(code == 0x5A);
     const float x[4] = {1, 2, 3, 4};
-    CHECK_THROWS_WITH(k->quantize_mxfp8_both(x, 2, 2, Format::kE4M3, E8M0Rule::kOcp, nullptr, nullptr, &sr, &sc),
-                      Catch::Contains("both the row-wise and the column-wise output are null"));
-    CHECK_THROWS_WITH(k->quantize_block_1d_both(x, 2, 2, Format::kE4M3, 128, true, 0.0f, nullptr, nullptr, &sr, &sc),
-                      Catch::Contains("both the row-wise and the column-wise output are null"));
-    CHECK_THROWS_WITH(k->quantize_mxfp8_both(x, -1, 2, Format::kE4M3, E8M0Rule::kOcp, &qr, nullptr, &sr, &sc),
-                      Catch::Contains("negative shape"));
-    CHECK_THROWS_WITH(k->quantize_block_1d_both(x, 2, 2, Format::kE4M3, 0, true, 0.0f, nullptr, &qc, &sr, &sc),
-                      Catch::Contains("block size must be >= 1"));
-    CHECK_THROWS_AS(k->quantize_block_1d_both(x, 2, 2, Format::kBFloat16, 128, true, 0.0f, &qr, &qc, &sr, &sc),
-                    Error);
+    CHECK_THROWS_WITH(d->block_cast(mx, x, 2, 2, {}, {}, &k), Catch::Contains("no view asked for"));
+    CHECK_THROWS_WITH(d->block_cast(b128, x, 2, 2, {}, {}, &k), Catch::Contains("no view asked for"));
+    CHECK_THROWS_WITH(d->block_cast(mx, x, -1, 2, {&code, &scale}, {}, &k), Catch::Contains("negative shape"));
+    backend::BlockCast b0 = b128;
+    b0.block = 0;
+    CHECK_THROWS_WITH(d->block_cast(b0, x, 2, 2, {}, {&code, &scale}, &k), Catch::Contains("block size must be >= 1"));
+    backend::BlockCast bf = b128;
+    bf.fmt = Format::kBFloat16;
+    CHECK_THROWS_AS(d->block_cast(bf, x, 2, 2, {&code, &scale}, {}, &k), Error);
   }
 }
 
-TEST_CASE("Fused block casts: the comparison catches one changed code, scale, E8M0 code or count", "[fused][block]") {
+TEST_CASE("Two-view block casts: the comparison catches one changed code, scale or count", "[fused][block]") {
   const int rows = 37, cols = 45;
   const std::vector<float> x = ragged_inputs(rows, cols, 99);
-  const backend::Kernels& k = backend::emulated_kernels();
-  emu::BlockQuantized ra, ca;
-  emu::QuantizeStats sr, sc;
-  k.quantize_mxfp8_both(x.data(), rows, cols, Format::kE4M3, E8M0Rule::kTransformerEngine, &ra, &ca, &sr, &sc);
-  REQUIRE(diff_block(ra, ra) == "");
-  emu::BlockQuantized b = ca;
-  b.codes[17] ^= 1u;
-  CHECK(diff_block(ca, b) == "codes[17]");
-  b = ca;
-  b.scale_inv.back() = std::nextafter(b.scale_inv.back(), INFINITY);
-  CHECK(diff_block(ca, b) == "scale_inv[" + std::to_string(ca.scale_inv.size() - 1) + "]");
-  b = ca;
-  b.e8m0[3] ^= 1u;
-  CHECK(diff_block(ca, b) == "e8m0[3]");
-  b = ra;
-  b.scale_inv[0] = -b.scale_inv[0];
-  CHECK(diff_block(ra, b) == "scale_inv[0]");
-  emu::QuantizeStats s = sc;
-  ++s.underflow;
-  CHECK(diff_stats(sc, s) == "stats.underflow");
+  const backend::BlockCast c = cast_of({true, E8M0Rule::kTransformerEngine, 32, false, 0.0f}, Format::kE4M3);
+  const Views a = block_cast(backend::cpu_device(), c, x.data(), rows, cols, 3);
+  REQUIRE(diff_views(a, a) == "");
+  Views b = a;
+  b.columnwise[17] ^= 1u;
+  CHECK(diff_views(a, b) == "columnwise[17]");
+  b = a;
+  b.columnwise_scale_inv.back() = std::nextafter(b.columnwise_scale_inv.back(), INFINITY);
+  CHECK(diff_views(a, b) == "columnwise scale_inv[" + std::to_string(a.columnwise_scale_inv.size() - 1) + "]");
+  b = a;
+  b.rowwise_scale_inv[0] = -b.rowwise_scale_inv[0];
+  CHECK(diff_views(a, b) == "rowwise scale_inv[0]");
+  b = a;
+  ++b.counters.underflow;
+  CHECK(diff_views(a, b) == "counters.underflow");
   // The row-wise and column-wise copies really differ (one is not the other transposed): a fused
   // kernel that wrote one copy for both would fail the first test case.
-  std::vector<std::uint8_t> transposed(ra.codes.size());
-  k.transpose(rows, cols, ra.codes.data(), transposed.data());
-  CHECK(transposed != ca.codes);
+  std::vector<std::uint8_t> transposed(a.rowwise.size());
+  emu::transpose(rows, cols, a.rowwise.data(), transposed.data());
+  CHECK(transposed != a.columnwise);
 }
 
 TEST_CASE("MXFP8 and 1x128 quantizers: both usages equal the row-wise and column-wise casts apart", "[fused][block]") {

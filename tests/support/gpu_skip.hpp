@@ -8,7 +8,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 
 namespace fp8emu::testing {
 

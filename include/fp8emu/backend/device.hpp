@@ -127,7 +127,8 @@ class Device {
   virtual void transpose_f32(int rows, int cols, const float* in, float* out) const = 0;
 
   // ---- FP8 casts and GEMMs with their scales in device memory ---------------------------------
-  /// Kernels::cast_transpose with the scale read from device memory (*scale): codes of RN(x * s)
+  /// emu::quantize_f32_2d (TE's cast_transpose, common/transpose/cast_transpose.cu: one pass over x
+  /// casts each element once) with the scale read from device memory (*scale): codes of RN(x * s)
   /// under __NV_SATFINITE, row-wise [rows, cols] and/or column-wise [cols, rows] (either output may
   /// be null, not both). *amax (nullable) is max-accumulated with max |x| (NaN ignored), as a delayed
   /// scaling cast records into its history's staging row; *counters (nullable) adds this cast's
@@ -154,8 +155,10 @@ class Device {
 
   /// The block-scaled cast of x [rows, cols] into the row-wise view (n = rows, k = cols) and/or the
   /// column-wise view (n = cols, k = rows, codes transposed), exactly as the quantizers make them:
-  /// Kernels::quantize_mxfp8_both / quantize_block_1d_both (each view cast independently from x) or
-  /// emu::quantize_block_2d (the column-wise view the transposed tiles). *counters (nullable) adds
+  /// emu::quantize_mxfp8 / quantize_block_1d with each axis (each view cast independently from x, as
+  /// TE's two-axis kernels common/cast/mxfp8/quantize_mxfp8.cuh and
+  /// common/transpose/quantize_transpose_vector_blockwise.cu write them; the GPU fuses the two in one
+  /// read of x) or emu::quantize_block_2d (the column-wise view the transposed tiles). *counters (nullable) adds
   /// the counts of the row-wise cast when it is made, else the column-wise one's (kTile2d: the one
   /// cast), as the MXFP8 and block quantizers count. \throws fp8emu::Error with no view asked for.
   virtual void block_cast(const BlockCast& c, const float* x, int rows, int cols, BlockView rowwise,
@@ -226,6 +229,11 @@ class Device {
   virtual void embed_backward(const std::uint8_t* tokens, int rows, int T, const float* dx, int D, int V, int P,
                               float* grad_tok, float* grad_pos) const = 0;
 };
+
+/// The argument checks of Device::cast_transpose (and of the CUDA library's) that every backend
+/// shares: an FP8 format, a non-negative shape, at least one output; messages as emu::.
+void check_cast_transpose(int rows, int cols, Format fmt, const std::uint8_t* q_rowwise,
+                          const std::uint8_t* q_columnwise);
 
 /// The host: every operation runs the emulator (emulation/, SIMD and OpenMP) or the core element
 /// functions on host memory. Always available.

@@ -1,13 +1,12 @@
 /// \file backend.hpp
 /// \brief The entry points of the CUDA library (fp8emu::cuda, built when nvcc is found) that the
-/// backend selection of fp8emu/backend/kernels.hpp and device.hpp calls: the probe, the GPU kernel
-/// set and the GPU device. Use backend::cuda_status(), backend::cuda_kernels() and
-/// backend::cuda_device() instead: they cache the probe and fall back with a reason where no GPU can
-/// run.
+/// backend selection of fp8emu/backend/select.hpp and device.hpp calls: the probe and the GPU
+/// device. Use backend::cuda_status() and backend::cuda_device() instead: they cache the probe and
+/// fall back with a reason where no GPU can run.
 #pragma once
 
 #include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/select.hpp"
 
 namespace fp8emu::cuda {
 
@@ -15,13 +14,9 @@ namespace fp8emu::cuda {
 /// recorded in CudaStatus::error), so it runs on machines without a driver or GPU.
 backend::CudaStatus probe();
 
-/// The GPU kernel set (cuda/kernels.cu, cuda/gemm.cu): every method copies its host inputs to the
-/// first GPU with compute capability >= 8.9, runs the element layer there and copies back.
-/// Only call it when probe().usable().
-const backend::Kernels& kernels();
-
-/// The GPU device (cuda/device_ops.cu): memory on the GPU of kernels() and every operation of
-/// backend::Device on one stream it owns. Only call it when probe().usable().
+/// The GPU device (cuda/device_ops.cu): memory on the first GPU with compute capability >= 8.9 (or
+/// the set_device_slot choice) and every operation of backend::Device on one stream it owns. Only
+/// call it when probe().usable().
 const backend::Device& device();
 
 /// The CUDA device number of device()'s GPU (the set_device_slot choice). Only call it when

@@ -2,12 +2,12 @@
 /// \brief The GPU twins of the emulator's casts and GEMM on device memory: the public device-pointer
 /// API of the CUDA library (fp8emu::cuda, built when nvcc is found; FP8EMU_HAVE_CUDA).
 ///
-/// Each function runs the same kernels as the `cuda` backend (cuda/kernels.cu, cuda/gemm.cu), which
+/// Each function runs the same kernels as the `cuda` backend's device (cuda/kernels.cu, cuda/gemm.cu), which
 /// map threads onto the per-element bodies of include/fp8emu/core, the functions the CPU emulator
 /// calls: the results are the emulator's bits (FP8 codes, fp32 values, counts and amax; an fp32 NaN
 /// produced by an fp32 operation is the GPU's 0x7FFFFFFF, see docs/gpu.md §Exactness). What
-/// differs from the backend::Kernels of the `cuda` backend: no host copies (all tensors are already
-/// on the GPU), and the caller's stream.
+/// differs from backend::cuda_device(): the caller's memory and stream, and scales passed as host
+/// values.
 ///
 /// Contract of every function:
 ///   - Pointers: device memory (cudaMalloc, a framework's allocator, or managed memory) of the
@@ -29,9 +29,8 @@
 ///     synchronising call, as for any asynchronous CUDA work.
 ///   - Thread safety: the functions keep no state; concurrent calls on different streams are fine.
 ///
-/// Host-pointer equivalents (same bits): emu::quantize, emu::dequantize, Kernels::cast_transpose,
-/// emu::transpose, emu::compute_amax, emu::gemm_fp8_tn (include/fp8emu/emulation/,
-/// include/fp8emu/backend/kernels.hpp).
+/// Host-pointer equivalents (same bits): emu::quantize, emu::dequantize, emu::quantize_f32_2d,
+/// emu::transpose, emu::compute_amax, emu::gemm_fp8_tn (include/fp8emu/emulation/).
 #pragma once
 
 #include <cstddef>

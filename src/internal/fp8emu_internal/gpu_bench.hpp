@@ -39,16 +39,16 @@ Timing bench_gemm(BenchGemm kind, int n, int reps);
 
 /// The quantize kernel (fp32 -> E4M3 with amax and counts) over n floats: rate = (4 + 1) n bytes / s.
 Timing bench_quantize(std::size_t n, int reps);
-/// The fused cast-transpose kernel (Kernels::cast_transpose: fp32 -> E4M3 row-wise and column-wise
+/// The fused cast-transpose kernel (Device::cast_transpose: fp32 -> E4M3 row-wise and column-wise
 /// codes, amax and counts) on a [rows, cols] matrix: rate = (4 + 1 + 1) rows cols bytes / s.
 Timing bench_cast_transpose(int rows, int cols, int reps);
-/// The fused two-axis block cast (Kernels::quantize_mxfp8_both for `mxfp8`, E8M0 scales by TE's
+/// The fused two-axis block cast (Device::block_cast with both views for `mxfp8`, E8M0 scales by TE's
 /// rule; else quantize_block_1d_both with 1 x 128 blocks and pow2 scales): fp32 -> E4M3 row-wise
 /// and column-wise codes with their scales and counts, on a [rows, cols] matrix. rate = bytes read
 /// + written / s: (4 + 1 + 1) rows cols plus the scales of both copies (MXFP8: a 4-byte scale_inv
 /// and a 1-byte E8M0 code per 32 elements and copy; 1x128: a 4-byte scale_inv per 128 and copy).
 Timing bench_block_cast_both(int rows, int cols, bool mxfp8, int reps);
-/// The one-pass 128 x 128 tile cast (Kernels::quantize_block_2d's kernel: fp32 -> E4M3 row-wise and
+/// The one-pass 128 x 128 tile cast (the kTile2d block_cast kernel: fp32 -> E4M3 row-wise and
 /// column-wise codes, pow2 tile scales, counts) on a [rows, cols] matrix: rate = (4 + 1 + 1) rows
 /// cols bytes plus 8 per tile (scale and scale_inv) / s.
 Timing bench_tile_cast_both(int rows, int cols, int reps);
@@ -74,7 +74,7 @@ struct StepTiming {
 StepTiming bench_mlp_step(int batch, int width, int layers, int reps);
 
 /// Checks the bf16-input cast_transpose kernel that fp8_fused uses against the emulator
-/// (backend::emulated_kernels().cast_transpose of the exactly widened values): both copies' codes,
+/// (emu::quantize_f32_2d of the exactly widened values): both copies' codes,
 /// the amax and the counts, E4M3 and E5M2, on a [rows, cols] matrix of bf16 values spanning
 /// normals, subnormals, overflow, zeros, infinities and NaN. Empty when equal, else the first
 /// difference.

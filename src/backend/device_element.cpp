@@ -1,13 +1,14 @@
-// The per-element kernel set (see include/fp8emu/backend/kernels.hpp, element_kernels()): every
-// method runs the element layer of include/fp8emu/core on one thread, in the decomposition the
-// CUDA kernels use (per element, per block, per tile; the amax as a max of bits; counts as sums),
-// with the argument checks every backend shares (emu::check_*). The emulator's SIMD and
-// multi-threaded paths, and the GPU, are checked against it bit for bit.
+// backend::element_device(): the host-memory Device whose FP8 casts and GEMMs run the element layer
+// of include/fp8emu/core on one thread, in the decomposition the CUDA kernels use (per element, per
+// block, per tile; the amax as a max of bits; counts as sums), with the argument checks every
+// backend shares. The emulator's SIMD and multi-threaded paths (cpu_device()) and the GPU
+// (cuda_device()) are checked against it bit for bit (fp8emu_internal/device_check.hpp). Every
+// other operation is cpu_device()'s (cpu_device.hpp).
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "fp8emu/backend/kernels.hpp"
+#include "cpu_device.hpp"
 #include "fp8emu/core/cast.hpp"
 #include "fp8emu/core/dot.hpp"
 #include "fp8emu/emulation/gemm.hpp"
@@ -23,46 +24,27 @@ emu::QuantizeStats& add_counts(emu::QuantizeStats& st, const core::CastCounts& c
   return st;
 }
 
-class ElementKernels final : public Kernels {
- public:
-  const char* name() const override { return "element"; }
+void transpose_codes(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      out[std::size_t(c) * std::size_t(rows) + std::size_t(r)] = in[std::size_t(r) * std::size_t(cols) + std::size_t(c)];
+}
 
+class ElementDevice final : public detail::CpuDevice {
+ public:
+  ElementDevice() : CpuDevice("element") {}
+
+ protected:
   float compute_amax(const float* x, std::size_t n) const override {
     std::uint32_t m = 0;
     for (std::size_t i = 0; i < n; ++i) m = core::max_u32(m, core::amax_bits(x[i]));
     return core::bits_to_f32(m);
   }
 
-  emu::QuantizeStats quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q,
-                              float* amax) const override {
-    const FormatSpec f = spec_of(fmt);
-    emu::QuantizeStats st;
-    st.count = n;
-    std::uint32_t m = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      core::CastCounts c;
-      q[i] = core::cast_element(x[i], scale, f, c);
-      add_counts(st, c);
-      m = core::max_u32(m, core::amax_bits(x[i]));
-    }
-    if (amax) *amax = std::fmax(*amax, core::bits_to_f32(m));  // as emu::quantize
-    return st;
-  }
-
-  void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y) const override {
-    const FormatSpec f = spec_of(fmt);
-    for (std::size_t i = 0; i < n; ++i) y[i] = core::dequantize_element(q[i], scale_inv, f);
-  }
-
-  void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) const override {
-    for (int r = 0; r < rows; ++r)
-      for (int c = 0; c < cols; ++c)
-        out[std::size_t(c) * std::size_t(rows) + std::size_t(r)] = in[std::size_t(r) * std::size_t(cols) + std::size_t(c)];
-  }
-
   // One thread per element in the GPU kernel: each element cast once, written to both places.
-  emu::QuantizeStats cast_transpose(const float* x, int rows, int cols, float scale, Format fmt,
-                                    std::uint8_t* q_rowwise, std::uint8_t* q_columnwise, float* amax) const override {
+  emu::QuantizeStats cast_transpose_host(const float* x, int rows, int cols, float scale, Format fmt,
+                                         std::uint8_t* q_rowwise, std::uint8_t* q_columnwise,
+                                         float* amax) const override {
     check_cast_transpose(rows, cols, fmt, q_rowwise, q_columnwise);
     const FormatSpec f = spec_of(fmt);
     emu::QuantizeStats st;
@@ -82,8 +64,9 @@ class ElementKernels final : public Kernels {
     return st;
   }
 
-  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
-                   Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D) const override {
+  void gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
+                        const std::uint8_t* B, Format fb, float scale_inv_b, const emu::GemmAccumulation& acc,
+                        float* D) const override {
     emu::check_gemm_tn(M, N, K, fa, fb, acc);
     const float s = core::mul_rn(scale_inv_a, scale_inv_b);
     const AccumulationModel& m = model_of(acc.model);
@@ -94,21 +77,16 @@ class ElementKernels final : public Kernels {
                                   spec_of(fb), K, m, acc.promotion_interval, acc.split_k, s);
   }
 
-  emu::BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                     E8M0Rule rule, emu::QuantizeStats* stats) const override {
-    FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
-    return block_cast(x, rows, cols, axis, fmt, 32, emu::mxfp8_rule(fmt, rule), stats);
+  emu::BlockQuantized quantize_blocks(const BlockCast& c, const float* x, int rows, int cols, emu::BlockAxis axis,
+                                      emu::QuantizeStats* stats) const override {
+    if (c.kind == BlockCast::kMxfp8) {
+      FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
+      return block_cast_view(x, rows, cols, axis, c.fmt, 32, emu::mxfp8_rule(c.fmt, c.rule), stats);
+    }
+    FP8EMU_CHECK(c.block >= 1, "block quantize: block size must be >= 1, got ", c.block);
+    return block_cast_view(x, rows, cols, axis, c.fmt, c.block,
+                           core::BlockRule::fp32_scale(spec_of(c.fmt), c.pow2, c.epsilon), stats);
   }
-
-  emu::BlockQuantized quantize_block_1d(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
-                                        int block, bool pow2, float epsilon,
-                                        emu::QuantizeStats* stats) const override {
-    FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
-    return block_cast(x, rows, cols, axis, fmt, block, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon),
-                      stats);
-  }
-
-
 
   emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                           float epsilon, emu::QuantizeStats* stats) const override {
@@ -137,13 +115,13 @@ class ElementKernels final : public Kernels {
             core::cast_element(x[i], scale[core::tile_index(r, c, tile, tc)], f, cc);
         add_counts(st, cc);
       }
-    transpose(rows, cols, out.rowwise.codes.data(), out.columnwise.codes.data());
+    transpose_codes(rows, cols, out.rowwise.codes.data(), out.columnwise.codes.data());
     emu::spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
     if (stats) *stats += st;
     return out;
   }
 
-  void gemm_fp8_block_tn(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const override {
+  void gemm_fp8_block_tn_host(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const override {
     emu::check_gemm_block_tn(A, B);
     const int nb = A.blocks();
     for (int i = 0; i < A.n; ++i)
@@ -155,8 +133,8 @@ class ElementKernels final : public Kernels {
   }
 
  private:
-  emu::BlockQuantized block_cast(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt, int block,
-                                 const core::BlockRule& rule, emu::QuantizeStats* stats) const {
+  emu::BlockQuantized block_cast_view(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
+                                      int block, const core::BlockRule& rule, emu::QuantizeStats* stats) const {
     emu::BlockQuantized q = emu::make_block_record(rows, cols, axis, block, fmt, rule.is_mxfp8());
     emu::QuantizeStats st;
     st.count = q.codes.size();
@@ -169,14 +147,13 @@ class ElementKernels final : public Kernels {
       }
     if (stats) *stats += st;
     return q;
-  }
-};
+  }};
 
 }  // namespace
 
-const Kernels& element_kernels() {
-  static const ElementKernels k;
-  return k;
+const Device& element_device() {
+  static const ElementDevice d;
+  return d;
 }
 
 }  // namespace fp8emu::backend

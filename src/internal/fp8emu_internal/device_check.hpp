@@ -1,13 +1,16 @@
-/// \file kernel_check.hpp
-/// \brief Bit-for-bit comparison of two kernel sets (backend::Kernels) on the same random inputs:
-/// what `fp8emu validate` runs for the GPU kernels, what the `gpu`-labelled tests assert, and what
-/// the CPU tests run between the emulator's fast paths and backend::element_kernels().
+/// \file device_check.hpp
+/// \brief Bit-for-bit comparison of the FP8 operations of two backend::Device on the same random
+/// inputs: what `fp8emu validate` runs for the GPU (cuda_device() against cpu_device()), what the
+/// `gpu`-labelled tests assert, and what the CPU tests run between the emulator's fast paths
+/// (cpu_device()) and the per-element reference (element_device()).
 ///
-/// Every method of Kernels is called on both sets with identical inputs, over several sizes (odd
-/// ones included), both FP8 formats (and the mixed GEMM pairs), the accumulation models with and
-/// without promotion and split-K, and input families (see InputFamily). Each output value is
-/// compared by its bits: FP8 codes, E8M0 codes, fp32 values (signed zeros and infinities included), the amax, and
-/// every field of QuantizeStats and of the block-quantized records. The one exception: two NaNs
+/// Every FP8 operation of Device (current_scale, cast_transpose, block_cast, gemm_fp8_tn,
+/// gemm_fp8_block_tn) is called on both devices with identical inputs (uploaded to each device's
+/// memory, outputs downloaded), over several sizes (odd ones included), both FP8 formats (and the
+/// mixed GEMM pairs), the accumulation models with and without promotion and split-K, and input
+/// families (see InputFamily). Each output value is compared by its bits: FP8 codes, fp32 values
+/// (signed zeros and infinities included), scales and scale_inv, the amax, and every field of the
+/// cast counters; outputs an operation was not asked for must stay as they were. The one exception: two NaNs
 /// count as equal, whatever their sign and payload, because an fp32 operation's NaN result is the
 /// FPU's choice (x86 returns the first NaN operand or 0xFFC00000; NVIDIA GPUs always 0x7FFFFFFF);
 /// such pairs are counted apart (nan_payload_differences) and reported, never as mismatches.
@@ -21,7 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "fp8emu/backend/kernels.hpp"
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/format/format_spec.hpp"
 
 namespace fp8emu::backend {
 
@@ -41,7 +46,7 @@ std::vector<InputFamily> all_input_families();
 /// n fp32 inputs of a family.
 std::vector<float> make_inputs(InputFamily family, std::size_t n, std::uint64_t seed);
 
-/// Families of FP8 code inputs of dequantize and the GEMMs.
+/// Families of FP8 code inputs of the GEMMs.
 enum class CodeFamily : std::uint8_t {
   kNormal,   ///< N(0, 1) quantized to the format with current scaling (typical tensors).
   kWide,     ///< Uniformly random finite codes: every exponent, subnormals and zeros included.
@@ -57,10 +62,10 @@ std::vector<std::uint8_t> make_codes(CodeFamily family, Format fmt, std::size_t 
 /// Whether two fp32 values agree for the comparison: same bits, or both NaN.
 bool same_f32(float a, float b);
 
-/// One line of the comparison: a kernel (with its variant) on one family of inputs, summed over
-/// the sizes, formats and parameters tried.
-struct KernelCheckRow {
-  std::string kernel;               ///< e.g. "quantize", "gemm_fp8_tn hopper promote 128".
+/// One line of the comparison: an operation (with its variant) on one family of inputs, summed
+/// over the sizes, formats and parameters tried.
+struct DeviceCheckRow {
+  std::string op;                   ///< e.g. "cast_transpose", "gemm_fp8_tn hopper promote 128".
   std::string inputs;               ///< the input family.
   std::uint64_t calls = 0;          ///< calls compared.
   std::uint64_t values = 0;         ///< output values compared.
@@ -69,11 +74,12 @@ struct KernelCheckRow {
   std::string first_mismatch;       ///< where and how the first mismatch showed, if any.
 };
 
-struct KernelCheckOptions {
+struct DeviceCheckOptions {
   std::vector<int> sizes{1, 17, 64, 131};  ///< Each size s gives matrices of s x (s + 2) for the
                                            ///< casts and GEMMs of M = s, N = s + 3, K = 2s + 1.
   std::uint64_t seed = 1;
-  /// If non-empty, only kernels whose name starts with this (e.g. "gemm_fp8_tn", "quantize_mxfp8").
+  /// If non-empty, only the operation of this name ("current_scale", "cast_transpose",
+  /// "block_cast", "gemm_fp8_tn", "gemm_fp8_block_tn").
   std::string only;
   /// Called before each group of calls with a short description (progress), if set.
   std::function<void(const std::string&)> progress;
@@ -82,18 +88,19 @@ struct KernelCheckOptions {
 /// The GEMM accumulation variants every GEMM comparison runs: each model of the accumulation table
 /// with fast accumulation and, where the model takes promotion, an interval of one block (50 for
 /// block-less models), of 128, and split-K 3 (fast) and 2 (promoted every 128).
-std::vector<emu::GemmAccumulation> kernel_check_accumulations();
+std::vector<emu::GemmAccumulation> device_check_accumulations();
 
-/// Calls every method of `reference` and `candidate` on the same inputs and compares the outputs
-/// (see the file comment). An exception thrown by the candidate is recorded as one mismatch of its
-/// row (with its message) and the checks go on; exceptions of the reference propagate.
-std::vector<KernelCheckRow> check_kernels(const Kernels& reference, const Kernels& candidate,
-                                          const KernelCheckOptions& options);
+/// Calls every FP8 operation of `reference` and `candidate` on the same inputs and compares the
+/// outputs (see the file comment). An exception thrown by the candidate is recorded as one mismatch
+/// of its row (with its message) and the checks go on; exceptions of the reference propagate.
+/// \throws fp8emu::Error for a size below 1 or an unknown `only`.
+std::vector<DeviceCheckRow> check_devices(const Device& reference, const Device& candidate,
+                                          const DeviceCheckOptions& options);
 
 /// Total mismatches over rows.
-std::uint64_t total_mismatches(const std::vector<KernelCheckRow>& rows);
+std::uint64_t total_mismatches(const std::vector<DeviceCheckRow>& rows);
 
-/// The rows as a Markdown table: kernel | inputs | calls | values | mismatches | NaN payload differences.
-std::string format_rows(const std::vector<KernelCheckRow>& rows);
+/// The rows as a Markdown table: operation | inputs | calls | values | mismatches | NaN payload differences.
+std::string format_rows(const std::vector<DeviceCheckRow>& rows);
 
 }  // namespace fp8emu::backend

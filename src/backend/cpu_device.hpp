@@ -1,0 +1,364 @@
+// Private to src/backend: the host-memory Device (cpu_device(), element_device()). Every operation is
+// the emulator function or the core element function the interface names (device.hpp); loops over
+// elements, rows or columns run on OpenMP threads, each element's arithmetic on one thread, so
+// results do not depend on the thread count. The FP8 arithmetic sits behind the protected virtual
+// methods at the end of the operations (compute_amax, cast_transpose_host, quantize_blocks,
+// quantize_block_2d, gemm_fp8_tn_host, gemm_fp8_block_tn_host): cpu_device() runs the emulator's
+// SIMD paths, element_device() (device_element.cpp) overrides them with the per-element reference.
+#pragma once
+
+#include <cfloat>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/core/attention.hpp"
+#include "fp8emu/core/half.hpp"
+#include "fp8emu/core/nn_element.hpp"
+#include "fp8emu/core/scale.hpp"
+#include "fp8emu/emulation/block_quantize.hpp"
+#include "fp8emu/emulation/bulk_convert.hpp"
+#include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/util/error.hpp"
+
+namespace fp8emu::backend::detail {
+
+// Element loops fork threads only from this size (as the emulation kernels).
+inline constexpr std::ptrdiff_t kParallelMin = std::ptrdiff_t(1) << 15;
+
+inline void check_size(int rows, int cols, const char* what) {
+  FP8EMU_CHECK(rows >= 0 && cols >= 0, what, ": sizes must be non-negative, got [", rows, ", ", cols, "]");
+}
+
+// A cast's counts added to a device's counters (nullable).
+inline void add_counts(CastCounters* c, const emu::QuantizeStats& st) {
+  if (!c) return;
+  c->count += st.count;
+  c->saturated += st.saturated;
+  c->underflow += st.underflow;
+  c->nan += st.nan;
+}
+
+class CpuDevice : public Device {
+ public:
+  explicit CpuDevice(const char* name) : name_(name) {}
+  const char* name() const override { return name_; }
+  bool host_memory() const override { return true; }
+
+  void* allocate(std::size_t bytes) const override {
+    if (bytes == 0) return nullptr;
+    void* p = std::calloc(1, bytes);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void release(void* p) const noexcept override { std::free(p); }
+  void upload(void* dst, const void* src, std::size_t bytes) const override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void download(void* dst, const void* src, std::size_t bytes) const override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) const override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void fill_zero(void* p, std::size_t bytes) const override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+
+  void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
+    FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_f32_nn: sizes must be non-negative, got M=", M, " N=", N, " K=", K);
+    emu::gemm_f32_nn(M, N, K, A, B, D);
+  }
+  void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
+    gemm_f32_nn(M, N, K, A, B, D);
+  }
+  void transpose_f32(int rows, int cols, const float* in, float* out) const override {
+    check_size(rows, cols, "transpose");
+    emu::transpose(rows, cols, in, out);
+  }
+
+  void cast_transpose(const float* x, int rows, int cols, const float* scale, Format fmt, std::uint8_t* q_rowwise,
+                      std::uint8_t* q_columnwise, float* amax, CastCounters* counters) const override {
+    const bool empty = std::size_t(rows > 0 ? rows : 0) * std::size_t(cols > 0 ? cols : 0) == 0;
+    const emu::QuantizeStats st =  // the scale is not read for an empty cast (it may be null then)
+        cast_transpose_host(x, rows, cols, empty ? 1.0f : *scale, fmt, q_rowwise, q_columnwise, amax);
+    add_counts(counters, st);
+  }
+  void current_scale(const float* x, std::size_t n, Format fmt, bool pow2, float epsilon,
+                     float* scale) const override {
+    emu::require_fp8(fmt, "current scaling");
+    const float amax = compute_amax(x, n);
+    *scale = core::compute_scale_from_amax(amax, max_finite_f32(fmt), pow2, epsilon, FLT_MAX);
+  }
+  void delayed_update(float* history, float* scale, int num_slots, int history_len, float scaled_max,
+                      bool most_recent) const override {
+    FP8EMU_CHECK(num_slots >= 0 && history_len >= 1, "delayed scaling update: need a non-negative slot count and "
+                 "at least one history row, got ", num_slots, " and ", history_len);
+    for (int j = 0; j < num_slots; ++j)
+      core::delayed_update_slot_fused(history, num_slots, history_len, j, scale, scaled_max, most_recent);
+  }
+  void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const float* scale_a, const std::uint8_t* B,
+                   Format fb, const float* scale_b, const emu::GemmAccumulation& acc, float* D) const override {
+    emu::check_gemm_tn(M, N, K, fa, fb, acc);
+    if (M == 0 || N == 0) return;  // nothing to write: the scales are not read (they may be null then)
+    gemm_fp8_tn_host(M, N, K, A, fa, emu::scale_inv_of(*scale_a), B, fb, emu::scale_inv_of(*scale_b), acc, D);
+  }
+
+  // The emulator's block casts into records, then copied into the views (host memory here).
+  void block_cast(const BlockCast& c, const float* x, int rows, int cols, BlockView rowwise, BlockView columnwise,
+                  CastCounters* counters) const override {
+    const bool row = rowwise.codes != nullptr, col = columnwise.codes != nullptr;
+    FP8EMU_CHECK(row || col, "block cast: no view asked for (row-wise and column-wise codes both null)");
+    emu::BlockQuantized r, cq;
+    emu::QuantizeStats st;
+    if (c.kind == BlockCast::kTile2d) {
+      emu::BlockQuantized2D w = quantize_block_2d(x, rows, cols, c.fmt, c.block, c.pow2, c.epsilon, &st);
+      r = std::move(w.rowwise);
+      cq = std::move(w.columnwise);
+    } else {  // each view cast independently from x; the counts of the row-wise one when it is made
+      if (row) r = quantize_blocks(c, x, rows, cols, emu::BlockAxis::kRowwise, &st);
+      if (col) cq = quantize_blocks(c, x, rows, cols, emu::BlockAxis::kColumnwise, row ? nullptr : &st);
+    }
+    auto put = [](const emu::BlockQuantized& q, BlockView v) {
+      if (!v.codes) return;
+      std::memcpy(v.codes, q.codes.data(), q.codes.size());
+      std::memcpy(v.scale_inv, q.scale_inv.data(), q.scale_inv.size() * sizeof(float));
+    };
+    put(r, rowwise);
+    put(cq, columnwise);
+    add_counts(counters, st);
+  }
+  void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
+                         const std::uint8_t* B, Format fb, const float* sb, float* D) const override {
+    FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0 && block >= 1, "block-scaled GEMM: bad shape M=", M, " N=", N, " K=", K,
+                 " block=", block);
+    auto record = [&](int n, const std::uint8_t* codes, Format f, const float* s) {
+      emu::BlockQuantized q;
+      q.n = n;
+      q.k = K;
+      q.block = block;
+      q.format = f;
+      q.codes.assign(codes, codes + std::size_t(n) * std::size_t(K));
+      q.scale_inv.assign(s, s + std::size_t(n) * std::size_t(q.blocks()));
+      return q;
+    };
+    gemm_fp8_block_tn_host(record(M, A, fa, sa), record(N, B, fb, sb), D);
+  }
+
+ protected:
+  // The FP8 arithmetic on host arrays behind the operations above: the emulator's (SIMD and OpenMP
+  // paths); element_device() overrides them with the per-element reference.
+  virtual float compute_amax(const float* x, std::size_t n) const { return emu::compute_amax(x, n); }
+  virtual emu::QuantizeStats cast_transpose_host(const float* x, int rows, int cols, float scale, Format fmt,
+                                                 std::uint8_t* q_rowwise, std::uint8_t* q_columnwise,
+                                                 float* amax) const {
+    check_cast_transpose(rows, cols, fmt, q_rowwise, q_columnwise);
+    emu::QuantizeStats st;
+    emu::quantize_f32_2d(x, std::size_t(rows), std::size_t(cols), scale, fmt, q_rowwise, q_columnwise, amax, &st);
+    return st;
+  }
+  virtual void gemm_fp8_tn_host(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
+                                const std::uint8_t* B, Format fb, float scale_inv_b,
+                                const emu::GemmAccumulation& acc, float* D) const {
+    emu::gemm_fp8_tn(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc, D);
+  }
+  /// One view of kMxfp8 / kBlock1d (emu::quantize_mxfp8, emu::quantize_block_1d).
+  virtual emu::BlockQuantized quantize_blocks(const BlockCast& c, const float* x, int rows, int cols,
+                                              emu::BlockAxis axis, emu::QuantizeStats* stats) const {
+    return c.kind == BlockCast::kMxfp8 ? emu::quantize_mxfp8(x, rows, cols, axis, c.fmt, c.rule, stats)
+                                       : emu::quantize_block_1d(x, rows, cols, axis, c.fmt, c.block, c.pow2,
+                                                                c.epsilon, stats);
+  }
+  virtual emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
+                                                  float epsilon, emu::QuantizeStats* stats) const {
+    return emu::quantize_block_2d(x, rows, cols, fmt, tile, pow2, epsilon, stats);
+  }
+  virtual void gemm_fp8_block_tn_host(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const {
+    emu::gemm_fp8_block_tn(A, B, D);
+  }
+
+ public:
+  void bias_add(float* y, const float* b, int rows, int cols) const override {
+    check_size(rows, cols, "bias add");
+    for (int i = 0; i < rows; ++i) {
+      float* r = y + std::size_t(i) * std::size_t(cols);
+      for (int j = 0; j < cols; ++j) r[j] += b[j];
+    }
+  }
+  void column_sum(const float* x, int rows, int cols, float* out) const override {
+    check_size(rows, cols, "column sum");
+    // Row order per column, as core::column_sum; the loop nest runs rows outermost for the cache,
+    // which adds the same terms in the same order.
+    for (int j = 0; j < cols; ++j) out[j] = 0.0f;
+    for (int i = 0; i < rows; ++i) {
+      const float* r = x + std::size_t(i) * std::size_t(cols);
+      for (int j = 0; j < cols; ++j) out[j] += r[j];
+    }
+  }
+  void activation_forward(ActivationOp act, const float* x, float* y, std::size_t n) const override {
+    const std::ptrdiff_t count = std::ptrdiff_t(n);
+    if (act == ActivationOp::kReLU) {
+      for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = core::relu_forward(x[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (count >= kParallelMin / 16)
+      for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = core::gelu_tanh_forward(x[i]);
+    }
+  }
+  void activation_backward(ActivationOp act, const float* pre, float* dx, std::size_t n) const override {
+    const std::ptrdiff_t count = std::ptrdiff_t(n);
+    if (act == ActivationOp::kReLU) {
+      for (std::ptrdiff_t i = 0; i < count; ++i) dx[i] *= core::relu_grad(pre[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (count >= kParallelMin / 16)
+      for (std::ptrdiff_t i = 0; i < count; ++i) dx[i] *= core::gelu_tanh_grad(pre[i]);
+    }
+  }
+  void softmax_xent(const float* logits, const std::uint8_t* labels, int rows, int classes, float divisor,
+                    float* loss, float* dlogits) const override {
+    check_size(rows, classes, "cross-entropy");
+    FP8EMU_CHECK(rows == 0 || classes >= 1, "cross-entropy: no classes");
+    for (int i = 0; i < rows; ++i) {
+      const std::size_t o = std::size_t(i) * std::size_t(classes);
+      loss[i] = core::softmax_xent_row(logits + o, classes, labels[i], divisor, dlogits ? dlogits + o : nullptr);
+    }
+  }
+  void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) const override {
+    const std::ptrdiff_t count = std::ptrdiff_t(n);
+#pragma omp parallel for schedule(static) if (count >= kParallelMin)
+    for (std::ptrdiff_t i = 0; i < count; ++i) core::adam_element(w[i], g[i], m[i], v[i], s.b1, s.b2, s.step, s.sqrt_bc2, s.eps);
+  }
+  void sgd(float* w, const float* g, float* m, std::size_t n, float momentum, float lr) const override {
+    const std::ptrdiff_t count = std::ptrdiff_t(n);
+#pragma omp parallel for schedule(static) if (count >= kParallelMin)
+    for (std::ptrdiff_t i = 0; i < count; ++i) core::sgd_momentum_element(w[i], g[i], m[i], momentum, lr);
+  }
+
+  void add(const float* a, const float* b, float* out, std::size_t n) const override {
+    for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  }
+  void round_bf16(float* x, std::size_t n) const override {
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] = core::bits_to_f32(core::bf16_to_f32_bits(core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]))));
+  }
+  void norm_forward(NormOp op, const float* x, int rows, int cols, const float* gamma, const float* beta, float eps,
+                    bool zero_centered_gamma, float* y, float* xhat, float* rsigma) const override {
+    check_size(rows, cols, "norm");
+    const bool ln = op == NormOp::kLayerNorm;
+#pragma omp parallel for schedule(static) if (rows >= 64)
+    for (int i = 0; i < rows; ++i) {
+      const std::size_t o = std::size_t(i) * std::size_t(cols);
+      rsigma[i] = core::norm_forward_row(x + o, cols, ln, eps, gamma, beta, zero_centered_gamma, y + o, xhat + o);
+    }
+  }
+  void norm_backward(NormOp op, const float* dy, const float* xhat, const float* rsigma, int rows, int cols,
+                     const float* gamma, bool zero_centered_gamma, float* dx, float* grad_gamma,
+                     float* grad_beta) const override {
+    check_size(rows, cols, "norm backward");
+    const bool ln = op == NormOp::kLayerNorm;
+    for (int j = 0; j < cols; ++j) {
+      float g = 0.0f, b = 0.0f;
+      core::norm_param_grad_column(dy, xhat, rows, cols, j, g, b);
+      grad_gamma[j] = g;
+      grad_beta[j] = ln ? b : 0.0f;
+    }
+#pragma omp parallel for schedule(static) if (rows >= 64)
+    for (int i = 0; i < rows; ++i) {
+      const std::size_t o = std::size_t(i) * std::size_t(cols);
+      core::norm_backward_row(dy + o, xhat + o, rsigma[i], cols, ln, gamma, zero_centered_gamma, dx + o);
+    }
+  }
+  void mlp_act_forward(MlpActOp op, const float* h, int rows, int ffn, float* act) const override {
+    check_size(rows, ffn, "MLP activation");
+    const std::size_t w = op == MlpActOp::kSwiGlu ? 2 * std::size_t(ffn) : std::size_t(ffn);
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * ffn >= kParallelMin / 16)
+    for (int i = 0; i < rows; ++i) {
+      const float* hr = h + std::size_t(i) * w;
+      float* ar = act + std::size_t(i) * std::size_t(ffn);
+      for (int j = 0; j < ffn; ++j)
+        ar[j] = op == MlpActOp::kGelu ? core::gelu_tanh_forward(hr[j]) : core::swiglu_forward(hr[j], hr[ffn + j]);
+    }
+  }
+  void mlp_act_backward(MlpActOp op, const float* h, const float* da, int rows, int ffn, float* dh) const override {
+    check_size(rows, ffn, "MLP activation backward");
+    const std::size_t w = op == MlpActOp::kSwiGlu ? 2 * std::size_t(ffn) : std::size_t(ffn);
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * ffn >= kParallelMin / 16)
+    for (int i = 0; i < rows; ++i) {
+      const float* hr = h + std::size_t(i) * w;
+      const float* dar = da + std::size_t(i) * std::size_t(ffn);
+      float* dhr = dh + std::size_t(i) * w;
+      for (int j = 0; j < ffn; ++j) {
+        if (op == MlpActOp::kGelu) dhr[j] = dar[j] * core::gelu_tanh_grad(hr[j]);
+        else core::swiglu_backward(hr[j], hr[ffn + j], dar[j], dhr[j], dhr[ffn + j]);
+      }
+    }
+  }
+  void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, float* out,
+                         float* probs) const override {
+    FP8EMU_CHECK(B >= 0 && T >= 0 && H >= 0 && d >= 0, "attention: negative size");
+    const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D;
+#pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const float* base = qkv + std::size_t(b) * std::size_t(T) * ld + std::size_t(h) * std::size_t(d);
+        for (int i = 0; i < T; ++i)
+          core::attention_row_forward(base + std::size_t(i) * ld, base + D, base + 2 * D, int(ld), i, T, d, scale,
+                                      probs + (std::size_t(b * H + h) * std::size_t(T) + std::size_t(i)) * std::size_t(T),
+                                      out + (std::size_t(b) * std::size_t(T) + std::size_t(i)) * D + std::size_t(h) * std::size_t(d));
+      }
+  }
+  void attention_backward(const float* qkv, const float* probs, const float* dout, int B, int T, int H, int d,
+                          float scale, float* ds, float* dqkv) const override {
+    FP8EMU_CHECK(B >= 0 && T >= 0 && H >= 0 && d >= 0, "attention: negative size");
+    const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D, TT = std::size_t(T) * std::size_t(T);
+#pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const std::size_t row0 = std::size_t(b) * std::size_t(T), hd = std::size_t(h) * std::size_t(d);
+        const float* q0 = qkv + row0 * ld + hd;
+        const float* p0 = probs + std::size_t(b * H + h) * TT;
+        float* ds0 = ds + std::size_t(b * H + h) * TT;
+        const float* go0 = dout + row0 * D + hd;
+        float* dq0 = dqkv + row0 * ld + hd;
+        for (int i = 0; i < T; ++i)
+          core::attention_row_backward_q(p0 + std::size_t(i) * std::size_t(T), go0 + std::size_t(i) * D, q0 + D,
+                                         q0 + 2 * D, int(ld), i, d, scale, ds0 + std::size_t(i) * std::size_t(T),
+                                         dq0 + std::size_t(i) * ld);
+        for (int j = 0; j < T; ++j)
+          core::attention_col_backward_kv(ds0, p0, T, q0, int(ld), go0, int(D), j, T, d, dq0 + std::size_t(j) * ld + D,
+                                          dq0 + std::size_t(j) * ld + 2 * D);
+      }
+  }
+  void embed_forward(const std::uint8_t* tokens, int rows, int T, const float* tok, const float* pos, int D,
+                     float* x) const override {
+    check_size(rows, D, "embedding");
+    for (int r = 0; r < rows; ++r) {
+      const float* te = tok + std::size_t(tokens[r]) * std::size_t(D);
+      const float* pe = pos + std::size_t(r % T) * std::size_t(D);
+      float* xr = x + std::size_t(r) * std::size_t(D);
+      for (int c = 0; c < D; ++c) xr[c] = te[c] + pe[c];
+    }
+  }
+  void embed_backward(const std::uint8_t* tokens, int rows, int T, const float* dx, int D, int V, int P,
+                      float* grad_tok, float* grad_pos) const override {
+    check_size(rows, D, "embedding backward");
+    std::memset(grad_tok, 0, std::size_t(V) * std::size_t(D) * sizeof(float));
+    std::memset(grad_pos, 0, std::size_t(P) * std::size_t(D) * sizeof(float));
+    for (int r = 0; r < rows; ++r) {
+      float* gt = grad_tok + std::size_t(tokens[r]) * std::size_t(D);
+      float* gp = grad_pos + std::size_t(r % T) * std::size_t(D);
+      const float* g = dx + std::size_t(r) * std::size_t(D);
+      for (int c = 0; c < D; ++c) {
+        gt[c] += g[c];
+        gp[c] += g[c];
+      }
+    }
+  }
+
+ private:
+  const char* name_;
+};
+
+}  // namespace fp8emu::backend::detail
