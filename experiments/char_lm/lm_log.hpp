@@ -46,7 +46,8 @@ struct LmState {  // a run at a step boundary
   int step = 0;
   double loss_sum = 0.0;
   int loss_count = 0;
-  std::vector<std::vector<float>> params, fwd_scales, fwd_hist, bwd_scales, bwd_hist, opt_m, opt_v;
+  std::vector<std::vector<float>> params, opt_m, opt_v;
+  std::vector<std::vector<float>> fwd_state, bwd_state;  // per Linear, Quantizer::save_state
   std::vector<emu::QuantizeStats> stats;  // 3 per Linear
   long opt_steps = 0;
   std::string rng;
@@ -55,7 +56,7 @@ struct LmState {  // a run at a step boundary
 
 // ---- Checkpoints: the runner's envelope (common/runner.hpp) around these logs and states.
 struct Codec : common::CodecTypes<LmLog, LmState> {
-  static constexpr common::CheckpointId id{"FP8EMU-LM-CHECKPOINT-2", "fp8emu train-lm checkpoint"};
+  static constexpr common::CheckpointId id{"FP8EMU-LM-CHECKPOINT-3", "fp8emu train-lm checkpoint"};
 
   static void put_log(common::Writer& w, const LmLog& l) {
     w.str(l.name);
@@ -112,7 +113,7 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     w.pod(std::int32_t(s.step));
     w.pod(s.loss_sum);
     w.pod(std::int32_t(s.loss_count));
-    common::put_tensors(w, {&s.params, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m, &s.opt_v});
+    common::put_tensors(w, {&s.params, &s.fwd_state, &s.bwd_state, &s.opt_m, &s.opt_v});
     w.pod(std::uint64_t(s.stats.size()));
     for (const auto& st : s.stats) common::put_stats(w, st);
     w.pod(std::int64_t(s.opt_steps));
@@ -126,7 +127,7 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     s.step = r.pod<std::int32_t>();
     s.loss_sum = r.pod<double>();
     s.loss_count = r.pod<std::int32_t>();
-    common::get_tensors(r, path, {&s.params, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m, &s.opt_v});
+    common::get_tensors(r, path, {&s.params, &s.fwd_state, &s.bwd_state, &s.opt_m, &s.opt_v});
     const std::uint64_t k = r.pod<std::uint64_t>();
     FP8EMU_CHECK(k <= 100000, path, ": corrupt checkpoint (stats)");
     for (std::uint64_t i = 0; i < k; ++i) s.stats.push_back(common::get_stats(r));

@@ -219,7 +219,8 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
   int loss_count = 0;
   if (resume) {
     const LmState& s = *resume;
-    FP8EMU_CHECK(s.params.size() == params.size() && s.fwd_scales.size() == lins.size() &&
+    FP8EMU_CHECK(s.params.size() == params.size() && s.fwd_state.size() == lins.size() &&
+                     s.bwd_state.size() == lins.size() &&
                      s.stats.size() == 3 * lins.size(),
                  ctx.checkpoint_path, ": the checkpoint's model does not match this configuration");
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -228,8 +229,12 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       params[i].first->data = s.params[i];
     }
     for (std::size_t i = 0; i < lins.size(); ++i) {
-      lins[i]->forward_state().restore(s.fwd_scales[i], s.fwd_hist[i]);
-      lins[i]->backward_state().restore(s.bwd_scales[i], s.bwd_hist[i]);
+      try {
+        lins[i]->load_state(scaling::Direction::kForward, s.fwd_state[i]);
+        lins[i]->load_state(scaling::Direction::kBackward, s.bwd_state[i]);
+      } catch (const Error& e) {
+        FP8EMU_FAIL(ctx.checkpoint_path, ": checkpointed layer ", i, ": ", e.what());
+      }
       if (!dp.root()) continue;  // the counts of every shard: rank 0 carries them on
       lins[i]->stats.input = s.stats[3 * i];
       lins[i]->stats.weight = s.stats[3 * i + 1];
@@ -273,10 +278,8 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     for (auto& p : params) s.params.push_back(p.first->data);
     auto layer_states = [&] {  // shard 0's
       for (nn::Linear* l : lins) {
-        s.fwd_scales.push_back(l->forward_state().scales());
-        s.fwd_hist.push_back(l->forward_state().history_values());
-        s.bwd_scales.push_back(l->backward_state().scales());
-        s.bwd_hist.push_back(l->backward_state().history_values());
+        s.fwd_state.push_back(l->save_state(scaling::Direction::kForward));
+        s.bwd_state.push_back(l->save_state(scaling::Direction::kBackward));
       }
     };
     if (dp.owns(0)) dp.with_shard(0, layer_states);

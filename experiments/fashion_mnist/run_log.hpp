@@ -48,7 +48,8 @@ struct Settings {
 struct RunState {
   RunLog log;
   int epochs_done = 0;
-  std::vector<std::vector<float>> weights, biases, fwd_scales, fwd_hist, bwd_scales, bwd_hist;
+  std::vector<std::vector<float>> weights, biases;
+  std::vector<std::vector<float>> fwd_state, bwd_state;  // per Linear, Quantizer::save_state
   long opt_steps = 0;
   std::vector<std::vector<float>> opt_m, opt_v;
   std::string rng;
@@ -58,7 +59,7 @@ struct RunState {
 
 // ---- Checkpoints: the runner's envelope (common/runner.hpp) around these logs and states.
 struct Codec : common::CodecTypes<RunLog, RunState> {
-  static constexpr common::CheckpointId id{"FP8EMU-CHECKPOINT-2", "fp8emu checkpoint"};
+  static constexpr common::CheckpointId id{"FP8EMU-CHECKPOINT-3", "fp8emu checkpoint"};
 
   static void put_log(common::Writer& w, const RunLog& l) {
     w.str(l.result.name);
@@ -111,8 +112,7 @@ struct Codec : common::CodecTypes<RunLog, RunState> {
   static void put_state(common::Writer& w, const RunState& s) {
     put_log(w, s.log);
     w.pod(std::int32_t(s.epochs_done));
-    common::put_tensors(w, {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist, &s.opt_m,
-                            &s.opt_v});
+    common::put_tensors(w, {&s.weights, &s.biases, &s.fwd_state, &s.bwd_state, &s.opt_m, &s.opt_v});
     w.pod(std::int64_t(s.opt_steps));
     w.str(s.rng);
     w.vec(s.order);
@@ -123,8 +123,7 @@ struct Codec : common::CodecTypes<RunLog, RunState> {
     RunState s;
     s.log = get_log(r, path);
     s.epochs_done = r.pod<std::int32_t>();
-    common::get_tensors(r, path, {&s.weights, &s.biases, &s.fwd_scales, &s.fwd_hist, &s.bwd_scales, &s.bwd_hist,
-                                  &s.opt_m, &s.opt_v});
+    common::get_tensors(r, path, {&s.weights, &s.biases, &s.fwd_state, &s.bwd_state, &s.opt_m, &s.opt_v});
     s.opt_steps = long(r.pod<std::int64_t>());
     s.rng = r.str();
     s.order = r.vec<int>();

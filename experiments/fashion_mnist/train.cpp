@@ -56,10 +56,8 @@ RunState capture(const RunLog& log, int epochs_done, const nn::Mlp& model, const
   s.epochs_done = epochs_done;
   auto layer_states = [&] {  // shard 0's (the layers' own with one shard)
     for (const nn::Linear& l : model.layers) {
-      s.fwd_scales.push_back(l.forward_state().scales());
-      s.fwd_hist.push_back(l.forward_state().history_values());
-      s.bwd_scales.push_back(l.backward_state().scales());
-      s.bwd_hist.push_back(l.backward_state().history_values());
+      s.fwd_state.push_back(l.save_state(scaling::Direction::kForward));
+      s.bwd_state.push_back(l.save_state(scaling::Direction::kBackward));
     }
   };
   if (dp.owns(0)) dp.with_shard(0, layer_states);
@@ -79,7 +77,8 @@ RunState capture(const RunLog& log, int epochs_done, const nn::Mlp& model, const
 
 void restore(const RunState& s, nn::Mlp& model, nn::Optimizer& opt, nn::Rng& rng, std::vector<int>& order,
              const std::string& path) {
-  FP8EMU_CHECK(s.weights.size() == model.layers.size() && s.order.size() == order.size(), path,
+  FP8EMU_CHECK(s.weights.size() == model.layers.size() && s.fwd_state.size() == model.layers.size() &&
+                   s.bwd_state.size() == model.layers.size() && s.order.size() == order.size(), path,
                ": the checkpoint's model or data does not match this configuration");
   for (std::size_t i = 0; i < model.layers.size(); ++i) {
     nn::Linear& l = model.layers[i];
@@ -87,8 +86,12 @@ void restore(const RunState& s, nn::Mlp& model, nn::Optimizer& opt, nn::Rng& rng
                  ": checkpointed layer ", i, " has a different shape");
     l.weight.data = s.weights[i];
     l.bias.data = s.biases[i];
-    l.forward_state().restore(s.fwd_scales[i], s.fwd_hist[i]);
-    l.backward_state().restore(s.bwd_scales[i], s.bwd_hist[i]);
+    try {
+      l.load_state(scaling::Direction::kForward, s.fwd_state[i]);
+      l.load_state(scaling::Direction::kBackward, s.bwd_state[i]);
+    } catch (const Error& e) {
+      FP8EMU_FAIL(path, ": checkpointed layer ", i, ": ", e.what());
+    }
   }
   opt.restore(s.opt_steps, s.opt_m, s.opt_v);
   try {

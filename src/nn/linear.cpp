@@ -139,6 +139,13 @@ scaling::DelayedScalingState& Linear::backward_state() {
   return s ? *s : idle_bwd_state_;
 }
 
+std::vector<float> Linear::save_state(scaling::Direction direction) const {
+  return (direction == scaling::Direction::kForward ? fwd_q_ : bwd_q_)->save_state();
+}
+void Linear::load_state(scaling::Direction direction, const std::vector<float>& state) {
+  (direction == scaling::Direction::kForward ? fwd_q_ : bwd_q_)->load_state(state);
+}
+
 void Linear::init(Rng& rng) {
   const float bound = 1.0f / std::sqrt(float(in_features()));
   for (float& w : weight.data) w = rng.uniform(bound);

@@ -1,6 +1,8 @@
 // Delayed scaling's quantizer (see include/fp8emu/scaling/delayed_quantizer.hpp).
 #include "fp8emu/scaling/delayed_quantizer.hpp"
 
+#include <algorithm>
+
 namespace fp8emu::scaling {
 
 DelayedQuantizer::DelayedQuantizer(const DelayedScaling& recipe, Direction direction)
@@ -45,6 +47,34 @@ void DelayedQuantizer::to_host() {
   scale_ = {};
   history_ = {};
   home_ = nullptr;
+}
+
+std::vector<float> DelayedQuantizer::save_state() const {
+  std::vector<float> out(state_.scales().size() + state_.history_values().size());
+  if (home_) {
+    scale_.download(out.data());
+    history_.download(out.data() + scale_.size());
+  } else {
+    std::copy(state_.scales().begin(), state_.scales().end(), out.begin());
+    std::copy(state_.history_values().begin(), state_.history_values().end(),
+              out.begin() + std::ptrdiff_t(state_.scales().size()));
+  }
+  return out;
+}
+
+void DelayedQuantizer::load_state(const std::vector<float>& state) {
+  const std::size_t ns = state_.scales().size(), nh = state_.history_values().size();
+  FP8EMU_CHECK(state.size() == ns + nh, "delayed scaling: the checkpointed quantizer state has ", state.size(),
+               " values, this quantizer keeps ", ns + nh, " (", ns, " scales and amax_history_len ",
+               state_.history_len(), " x ", state_.num_slots(), " slots)");
+  const std::vector<float> scales(state.begin(), state.begin() + std::ptrdiff_t(ns)),
+      history(state.begin() + std::ptrdiff_t(ns), state.end());
+  if (home_) {
+    scale_.upload(scales.data());
+    history_.upload(history.data());
+  } else {
+    state_.restore(scales, history);
+  }
 }
 
 void DelayedQuantizer::cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,

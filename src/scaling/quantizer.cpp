@@ -37,6 +37,11 @@ Direction direction_of(TensorRole role) {
 
 int num_slots(Direction d) { return d == Direction::kForward ? 3 : 2; }
 
+void Quantizer::load_state(const std::vector<float>& state) {
+  FP8EMU_CHECK(state.empty(), "quantizer: the checkpointed quantizer state has ", state.size(),
+               " values, this recipe keeps none (its scales are computed at cast time)");
+}
+
 void Quantizer::check_cast(int rows, int cols, TensorRole role) const {
   FP8EMU_CHECK(rows >= 1 && cols >= 1, recipe_name(), " quantizer: sizes must be positive, got [", rows, ", ",
                cols, "]");

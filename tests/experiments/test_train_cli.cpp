@@ -388,7 +388,7 @@ TEST_CASE("corrupt checkpoints and mismatched resumes give clear errors", "[cli]
   r = run("train" + flags + " --resume " + old_format.string());
   CHECK(r.code == 2);
   CHECK(r.output.find("written by another fp8emu version (format FP8EMU-CHECKPOINT-1; this one reads "
-                      "FP8EMU-CHECKPOINT-2), so it cannot be resumed") != std::string::npos);
+                      "FP8EMU-CHECKPOINT-3), so it cannot be resumed") != std::string::npos);
 }
 
 TEST_CASE("data-parallel shards on one process: thread-independent, amax group matters, bad flags",

@@ -128,3 +128,62 @@ TEST_CASE("host casts name a missing copy", "[scaling][device]") {
   CHECK_THROWS_WITH(q->quantize(backend::cpu_device(), x.data(), 2, 3, TensorRole::kInput, Usage(0), nullptr),
                     Catch::Contains("asks for no copy"));
 }
+
+TEST_CASE("save_state/load_state: TE's scale and amax_history, from wherever the state lives", "[scaling][device]") {
+  // Delayed scaling with history 3 after two steps: the saved values are the state's scales, then
+  // its amax_history row-major (DelayedScalingState's accessors, which the scale update tests pin
+  // to TE's arithmetic); a quantizer loaded from them casts as the original does. The same from a
+  // state resident on a device of its own memory (downloaded / uploaded).
+  DelayedScaling recipe;
+  recipe.amax_history_len = 3;
+  const testing::ForwardDevice own(false);
+  const std::vector<float> x = testing::device_cast_input(9, 20, 3, 4.0f, false);
+  for (const bool resident : {false, true}) {
+    INFO((resident ? "resident" : "host"));
+    // q (resident: from its second step on) and a host twin h take the same three steps.
+    auto q = make_quantizer(recipe, Direction::kForward), h = make_quantizer(recipe, Direction::kForward);
+    for (int step = 0; step < 3; ++step) {
+      if (resident && step == 1) q->to_device(own);
+      const backend::Device& d = resident && step >= 1 ? static_cast<const backend::Device&>(own)
+                                                        : backend::cpu_device();
+      q->quantize(d, x.data(), 9, 20 - step, TensorRole::kInput, Usage::kRowwise, nullptr);
+      h->quantize(backend::cpu_device(), x.data(), 9, 20 - step, TensorRole::kInput, Usage::kRowwise, nullptr);
+      q->update_scales();
+      h->update_scales();
+    }
+    const DelayedScalingState want = *h->amax_history_state();
+    const std::vector<float> saved = q->save_state();
+    REQUIRE(saved.size() == 3 + 3 * 3);
+    std::vector<float> expected = want.scales();
+    expected.insert(expected.end(), want.history_values().begin(), want.history_values().end());
+    CHECK(saved == expected);
+    CHECK(saved[0] != 1.0f);  // the input slot's scale moved off its start value
+    auto r = make_quantizer(recipe, Direction::kForward);
+    if (resident) r->to_device(own);
+    r->load_state(saved);
+    CHECK(r->save_state() == saved);
+    r->to_host();
+    q->to_host();
+    const QuantizedTensor a =
+        q->quantize(backend::cpu_device(), x.data(), 9, 20, TensorRole::kInput, Usage::kRowwise, nullptr);
+    const QuantizedTensor b =
+        r->quantize(backend::cpu_device(), x.data(), 9, 20, TensorRole::kInput, Usage::kRowwise, nullptr);
+    testing::check_same_operand(a, b);
+  }
+  // A state of another length or direction is refused, naming both sizes, and changes nothing.
+  auto q = make_quantizer(recipe, Direction::kBackward);
+  const std::vector<float> before = q->save_state();
+  CHECK(before.size() == 2 + 3 * 2);
+  CHECK_THROWS_WITH(q->load_state(std::vector<float>(12, 2.0f)),
+                    Catch::Contains("has 12 values, this quantizer keeps 8"));
+  CHECK(q->save_state() == before);
+  // Recipes that compute their scales at cast time keep none.
+  for (const auto& [name, r] : testing::device_check_recipes()) {
+    auto k = make_quantizer(r, Direction::kForward);
+    if (k->amax_history_state()) continue;
+    INFO(name);
+    CHECK(k->save_state().empty());
+    k->load_state({});
+    CHECK_THROWS_WITH(k->load_state({1.0f}), Catch::Contains("this recipe keeps none"));
+  }
+}

@@ -199,6 +199,12 @@ class Linear {
   const scaling::DelayedScalingState& backward_state() const;
   scaling::DelayedScalingState& forward_state();
   scaling::DelayedScalingState& backward_state();
+  /// The checkpoint state of the forward or backward quantizer (Quantizer::save_state: empty for
+  /// recipes that keep none), current wherever it lives; load_state restores it.
+  /// \throws fp8emu::Error (load_state) when `state` is not a state of this layer's recipe; nothing
+  ///         changes then.
+  std::vector<float> save_state(scaling::Direction direction) const;
+  void load_state(scaling::Direction direction, const std::vector<float>& state);
   /// supports_accumulation_models() of the recipe: its GEMMs take any accumulation model.
   bool supports_accumulation_models() const { return fwd_q_->supports_accumulation_models(); }
 

@@ -33,6 +33,8 @@ class DelayedQuantizer final : public Quantizer {
   DelayedScalingState* amax_history_state() override { return &state_; }
   void to_device(const backend::Device& device) override;
   void to_host() override;
+  std::vector<float> save_state() const override;
+  void load_state(const std::vector<float>& state) override;
   std::string device_unsupported() const override;
   const DelayedScaling& recipe() const { return recipe_; }
 

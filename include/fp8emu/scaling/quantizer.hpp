@@ -196,6 +196,16 @@ class Quantizer {
   /// callable or the unfused update, or an amax-reduction hook, whose code runs on the host.
   virtual std::string device_unsupported() const { return {}; }
 
+  /// The state a checkpoint keeps, as TE's get_extra_state keeps a recipe state's scale and
+  /// amax_history: delayed scaling's scales (Shape [num_slots]) followed by its amax_history (Shape
+  /// [history_len, num_slots], row-major), fp32, current wherever the state lives (downloaded from
+  /// a device, waiting for its casts); empty for recipes that compute their scales at cast time.
+  virtual std::vector<float> save_state() const { return {}; }
+  /// Restores save_state()'s values where the state lives (uploaded to its device).
+  /// \throws fp8emu::Error naming both sizes when `state` is not a state of this quantizer's recipe,
+  ///         length and direction; nothing changes then.
+  virtual void load_state(const std::vector<float>& state);
+
   /// The block length of a role's cast: 0 for per-tensor recipes, 32 for MXFP8, 128 for 128-block.
   virtual int block_length(TensorRole role) const {
     (void)role;
