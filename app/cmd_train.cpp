@@ -3,6 +3,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "recipe_flags.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fashion_mnist/train.hpp"
 #include "fp8emu/util/error.hpp"
@@ -12,8 +13,7 @@ namespace fp8emu::cli {
 Command add_train(CLI::App& app) {
   struct Options {
     experiments::TrainConfig cfg;
-    std::string algo = "max", mx_rule = "te";
-    bool quiet = false, unfused = false;
+    bool quiet = false;
   };
   auto o = std::make_shared<Options>();
   experiments::TrainConfig& cfg = o->cfg;
@@ -37,19 +37,7 @@ Command add_train(CLI::App& app) {
   train->add_option("--format", cfg.format,
                     "FP8 formats for every recipe: hybrid (E4M3 fwd, E5M2 bwd) or e4m3 "
                     "(default: TE's per recipe, hybrid for delayed/current, e4m3 for mxfp8/block)");
-  train->add_option("--amax-history-len", cfg.recipes.get<scaling::DelayedScaling>().amax_history_len, "Delayed scaling amax_history_len")
-      ->capture_default_str();
-  train->add_option("--amax-compute-algo", o->algo, "Delayed scaling amax_compute_algo: max or most_recent")
-      ->capture_default_str();
-  train->add_option("--margin", cfg.recipes.get<scaling::DelayedScaling>().margin, "Delayed scaling margin")->capture_default_str();
-  train->add_flag("--unfused-update", o->unfused, "Delayed scaling: TE's unfused (Python) update path");
-  train->add_flag("--pow2", cfg.recipes.get<scaling::CurrentScaling>().use_power_2_scales, "Current scaling: power-of-2 scales");
-  train->add_option("--amax-epsilon", cfg.recipes.get<scaling::CurrentScaling>().amax_epsilon, "Current and block scaling amax_epsilon")
-      ->capture_default_str();
-  train->add_flag("--block-f32-scales", cfg.recipes.get<scaling::Float8BlockScaling>().use_f32_scales,
-                  "Block scaling: plain fp32 scales instead of powers of 2");
-  train->add_option("--mxfp8-rule", o->mx_rule, "MXFP8 E8M0 scale rule: te (round up) or ocp (floor)")
-      ->capture_default_str();
+  const std::function<void()> recipe_flags = add_recipe_flags(train, cfg.recipes);
   train->add_option("--hidden", cfg.hidden, "Hidden layer widths")->delimiter(',')->capture_default_str();
   train->add_option("--activation", cfg.activation, "relu or gelu")->capture_default_str();
   train->add_option("--accumulation", cfg.accumulation,
@@ -82,15 +70,9 @@ Command add_train(CLI::App& app) {
                     "Delayed scaling's amax-reduction group over the shards: dp (all, TE's default), none (each "
                     "shard its own amax and scale) or group=K (K consecutive shards)")
       ->capture_default_str();
-  return {train, [o] {
+  return {train, [o, recipe_flags] {
             experiments::TrainConfig& c = o->cfg;
-            auto& delayed = c.recipes.get<scaling::DelayedScaling>();
-            auto& mxfp8 = c.recipes.get<scaling::MXFP8BlockScaling>();
-            delayed.fused_update = !o->unfused;
-            c.recipes.get<scaling::Float8BlockScaling>().amax_epsilon =
-                c.recipes.get<scaling::CurrentScaling>().amax_epsilon;
-            mxfp8.rule = scaling::parse_e8m0_rule(o->mx_rule, "--mxfp8-rule");
-            delayed.amax_compute_algo = scaling::parse_amax_compute_algo(o->algo, "--amax-compute-algo");
+            recipe_flags();
             c.progress = !o->quiet;
             experiments::run_train(c);
             return 0;

@@ -3,6 +3,7 @@
 
 #include "char_lm/train_lm.hpp"
 #include "commands.hpp"
+#include "recipe_flags.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 
 namespace fp8emu::cli {
@@ -32,6 +33,7 @@ Command add_train_lm(CLI::App& app) {
       ->capture_default_str();
   train_lm->add_option("--recipe", lm.recipe, "FP8 recipe: " + recipe_list() + ", or all")->capture_default_str();
   train_lm->add_option("--format", lm.format, "hybrid or e4m3 (default: each recipe's TE default)");
+  const std::function<void()> recipe_flags = add_recipe_flags(train_lm, lm.recipes);
   train_lm->add_option("--accumulation", lm.accumulation, "FP8 GEMM accumulation model: " + emu::accumulation_names())->capture_default_str();
   train_lm->add_option("--backend", lm.backend,
                        "emulated, cuda or reference, for all or per layer (l0.qkv, l0.proj, l0.fc1, l0.fc2, ..., head)")
@@ -68,7 +70,8 @@ Command add_train_lm(CLI::App& app) {
                        "shard its own amax and scale) or group=K (K consecutive shards)")
       ->capture_default_str();
   train_lm->add_flag("--quiet", o->quiet, "No progress output");
-  return {train_lm, [o] {
+  return {train_lm, [o, recipe_flags] {
+            recipe_flags();
             o->lm.progress = !o->quiet;
             experiments::run_train_lm(o->lm);
             return 0;

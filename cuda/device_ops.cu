@@ -638,14 +638,16 @@ class CudaDevice final : public backend::Device {
   }
 
   void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                         const std::uint8_t* B, Format fb, const float* sb, float* D) const override {
+                         const std::uint8_t* B, Format fb, const float* sb, const emu::GemmAccumulation& acc,
+                         float* D) const override {
     emu::require_fp8(fa, "block-scaled GEMM operand A");
     emu::require_fp8(fb, "block-scaled GEMM operand B");
     FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0 && block >= 1, "block-scaled GEMM: bad shape M=", M, " N=", N, " K=", K,
                  " block=", block);
+    emu::check_block_accumulation(acc);
     if (M == 0 || N == 0) return;
     State& s = enter();
-    launch_gemm_block_tn(M, N, K, block, A, fa, sa, B, fb, sb, D, s.stream);
+    launch_gemm_block_tn(M, N, K, block, A, fa, sa, B, fb, sb, acc.model, D, s.stream);
   }
 
   // ---- per-element work of an MLP step ----

@@ -134,8 +134,10 @@ void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format 
 /// value or computed from device-resident scales (GemmScaleArg::from_scales).
 void launch_gemm_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
                     Accumulation model, int promotion, int split_k, GemmScaleArg s, float* D, cudaStream_t stream);
-/// emu::gemm_fp8_block_tn: A [M, K] with sa [M, nb], B [N, K] with sb [N, nb], D [M, N].
+/// emu::gemm_fp8_block_tn: A [M, K] with sa [M, nb], B [N, K] with sb [N, nb], D [M, N], each
+/// block's partial under `model` (core::gemm_block_element).
 void launch_gemm_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                          const std::uint8_t* B, Format fb, const float* sb, float* D, cudaStream_t stream);
+                          const std::uint8_t* B, Format fb, const float* sb, Accumulation model, float* D,
+                          cudaStream_t stream);
 
 }  // namespace fp8emu::cuda::detail

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "fp8emu/core/cast.hpp"
+#include "fp8emu/core/dot.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -102,6 +103,32 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
   spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
   if (stats) *stats += st;
   return out;
+}
+
+void check_block_accumulation(const GemmAccumulation& acc) {
+  FP8EMU_CHECK(acc.promotion_interval == 0 && acc.split_k <= 1,
+               "block-scaled GEMM: every scale block's partial is promoted to the fp32 total, so the promotion "
+               "interval must be 0 and split_k 1, got ", acc.promotion_interval, " and ", acc.split_k);
+}
+
+void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, const GemmAccumulation& acc, float* D) {
+  check_gemm_block_tn(A, B);
+  check_block_accumulation(acc);
+  if (acc.model == Accumulation::kFp32) {
+    gemm_fp8_block_tn(A, B, D);
+    return;
+  }
+  // Another model: the element layer, one output element per iteration.
+  const AccumulationModel& m = model_of(acc.model);
+  const int M = A.n, N = B.n, K = A.k, nb = A.blocks();
+  const FormatSpec fa = spec_of(A.format), fb = spec_of(B.format);
+#pragma omp parallel for schedule(static) if (double(M) * N * K >= detail::kParallelMinMacs)
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j)
+      D[std::size_t(i) * std::size_t(N) + std::size_t(j)] = core::gemm_block_element(
+          A.codes.data() + std::size_t(i) * std::size_t(K), fa, A.scale_inv.data() + std::size_t(i) * std::size_t(nb),
+          B.codes.data() + std::size_t(j) * std::size_t(K), fb, B.scale_inv.data() + std::size_t(j) * std::size_t(nb),
+          K, A.block, m);
 }
 
 void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* D) {

@@ -204,9 +204,8 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       const emu::Accumulation la = emu::parse_accumulation(a);
       nn::Linear& l = *lins[i];
       if (l.precision() != nn::Precision::kFp8) continue;
-      FP8EMU_CHECK(scaling::supports_accumulation_models(l.recipe()) || la == emu::Accumulation::kFp32, "--layer-accumulation: ", names[i],
-                   " runs a block recipe, which accumulates in fp32 only");
-      common::set_te_accumulation(l, la);
+      if (scaling::supports_accumulation_models(l.recipe())) common::set_te_accumulation(l, la);
+      else l.set_accumulation({la, 0, 1}, {la, 0, 1}, {la, 0, 1});  // each scale block's partial
     }
   }
   nn::ParamList params = model.params();
@@ -496,7 +495,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
   std::ostringstream quiet;  // lines every rank would print: rank 0's go to stderr
   std::ostream& log_stream = group.root() ? static_cast<std::ostream&>(std::cerr) : quiet;
   // 1. Flags, before touching data or disk (every rank; the same verdict).
-  scaling::RecipeSet rs;
+  scaling::RecipeSet rs = cfg.recipes;
   std::vector<RunSpec> runs;
   std::optional<LmSpec> spec_holder;
   emu::Accumulation accumulation{};
@@ -594,6 +593,8 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
      << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars << " layer_recipe=" << cfg.layer_recipe
      << " layer_acc=" << cfg.layer_accumulation << " dp_shards=" << dp.shards()
      << " amax_reduction=" << dp.reduction().name() << (cfg.bf16_baseline ? " bf16=1" : "");
+  const nlohmann::json changed = common::changed_recipe_parameters(cfg.recipes);
+  if (!changed.empty()) fp << " recipes=" << changed.dump();  // only then: earlier fingerprints stay valid
   common::ResultsFolder out = common::shared_results_folder(
       group, cfg.out_dir, cfg.resume, "lm-",
       {"metrics.csv", "layers.csv", "shards.csv", "samples.txt", "summary.json", "curves.png"});
@@ -682,6 +683,7 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
                  {"layer_recipe", cfg.layer_recipe}, {"layer_accumulation", cfg.layer_accumulation},
                  {"lr", cfg.lr},              {"seed", cfg.seed},
                  {"eval_every", cfg.eval_every}, {"eval_batches", cfg.eval_batches}};
+  if (!changed.empty()) j["config"]["recipes"] = changed;
   j["config"]["data_parallel"] = {
       {"dp_shards", dp.shards()}, {"amax_reduction", dp.reduction().name()}, {"ranks", dp.ranks()}};
   nlohmann::json rj = nlohmann::json::object();

@@ -27,6 +27,9 @@ struct TrainLmConfig {
   std::string activation_dtype = "fp32"; ///< "fp32" | "bf16" (TE's usual activations).
   std::string recipe = "delayed";        ///< "delayed", "current", "mxfp8", "block" or "all".
   std::string format;                    ///< "hybrid"/"e4m3"; empty: each recipe's TE default.
+  /// Every recipe's parameters (TE's defaults), as `fp8emu train` takes them (--margin,
+  /// --amax-history-len, ...); --format and --recipe then pick from this set.
+  scaling::RecipeSet recipes;
   std::string accumulation = "hopper";   ///< As `fp8emu train`.
   /// Where the FP8 Linears run: emulated | cuda | reference, for all or per layer
   /// ("l0.qkv=reference,l1.fc2=cuda"); layers l<i>.qkv, l<i>.proj, l<i>.fc1, l<i>.fc2, head.

@@ -124,6 +124,19 @@ nlohmann::json recipe_parameters_json(const scaling::Recipe& recipe) {
   return j;
 }
 
+nlohmann::json changed_recipe_parameters(const scaling::RecipeSet& set) {
+  nlohmann::json out = nlohmann::json::object();
+  const std::vector<scaling::Recipe> mine = set.all(), defaults = scaling::RecipeSet().all();
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const nlohmann::json m = recipe_parameters_json(mine[i]), d = recipe_parameters_json(defaults[i]);
+    nlohmann::json diff = nlohmann::json::object();
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (!d.contains(it.key()) || d[it.key()] != it.value()) diff[it.key()] = it.value();
+    if (!diff.empty()) out[scaling::recipe_name(mine[i])] = diff;
+  }
+  return out;
+}
+
 void record_backends(nlohmann::json& config, const std::string& spec, const std::vector<std::string>& names,
                      bool last_fp32) {
   std::ostringstream quiet;  // the fallback line was printed once when the flags were checked

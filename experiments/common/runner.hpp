@@ -265,6 +265,9 @@ double shortest(float v);
 /// A recipe's parameters as summary.json records them: {name: value} from the record's
 /// visit_parameters (floats as their shortest decimal).
 nlohmann::json recipe_parameters_json(const scaling::Recipe& recipe);
+/// The parameters of `set` that differ from TE's defaults (a default scaling::RecipeSet), by recipe
+/// name: {"delayed": {"margin": 1}}; empty when none does.
+nlohmann::json changed_recipe_parameters(const scaling::RecipeSet& set);
 
 /// The device of --resident (train, train-lm): "off" none; "on" the device of the layers' one
 /// backend (backend::cuda_device(), or backend::cpu_device() for emulated: the same step program on

@@ -236,8 +236,9 @@ class Quantizer:
 
     @property
     def supports_accumulation_models(self) -> bool:
-        """Whether this recipe's GEMMs take any accumulation model (per-tensor recipes: delayed and
-        current scaling); block recipes accumulate in fp32 per block."""
+        """Whether this recipe's GEMMs take the whole accumulation setting (a model, a promotion
+        interval, split-K) and TE's per-GEMM choices: the per-tensor recipes, delayed and current
+        scaling. Block recipes take a model for each scale block's partial only (default "fp32")."""
         return self._impl.supports_accumulation_models
 
     @property
@@ -348,8 +349,9 @@ def gemm(a: QuantizedTensor, b: QuantizedTensor, *, a_usage: str = "rowwise", b_
     columnwise), wgrad ``dW = dy^T x`` (dy columnwise, x columnwise).
 
     Per-tensor operands: ``D = RN(acc * RN(a.scale_inv * b.scale_inv))`` with any accumulation model
-    (see :func:`fp8emu.gemm`); block operands: per-block scales, fp32 accumulation per block (the
-    accumulation must be "fp32").
+    (see :func:`fp8emu.gemm`); block operands: per-block scales, each scale block's partial summed
+    under ``accumulation`` and promoted to the fp32 total (``promotion`` must be 0; the layers use
+    "fp32", TE's split accumulator).
 
     Devices: two host operands give a float32 NumPy array, computed by the emulator; two GPU
     operands (quantized from CUDA arrays) give a new float32 CUDA array of a's framework on their
@@ -358,8 +360,8 @@ def gemm(a: QuantizedTensor, b: QuantizedTensor, *, a_usage: str = "rowwise", b_
 
     Raises:
         TypeError: an operand that is not a QuantizedTensor; one host and one GPU operand.
-        ValueError: operands of different modes, a missing copy, K mismatch, a block GEMM with another
-            accumulation model, unknown names; GPU operands on different GPUs.
+        ValueError: operands of different modes, a missing copy, K mismatch, a block GEMM with a
+            promotion interval, unknown names; GPU operands on different GPUs.
     """
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, QuantizedTensor):

@@ -132,9 +132,11 @@ class CpuDevice : public Device {
     add_counts(counters, st);
   }
   void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                         const std::uint8_t* B, Format fb, const float* sb, float* D) const override {
+                         const std::uint8_t* B, Format fb, const float* sb, const emu::GemmAccumulation& acc,
+                         float* D) const override {
     FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0 && block >= 1, "block-scaled GEMM: bad shape M=", M, " N=", N, " K=", K,
                  " block=", block);
+    emu::check_block_accumulation(acc);
     auto record = [&](int n, const std::uint8_t* codes, Format f, const float* s) {
       emu::BlockQuantized q;
       q.n = n;
@@ -145,7 +147,7 @@ class CpuDevice : public Device {
       q.scale_inv.assign(s, s + std::size_t(n) * std::size_t(q.blocks()));
       return q;
     };
-    gemm_fp8_block_tn_host(record(M, A, fa, sa), record(N, B, fb, sb), D);
+    gemm_fp8_block_tn_host(record(M, A, fa, sa), record(N, B, fb, sb), acc, D);
   }
 
  protected:
@@ -176,8 +178,9 @@ class CpuDevice : public Device {
                                                   float epsilon, emu::QuantizeStats* stats) const {
     return emu::quantize_block_2d(x, rows, cols, fmt, tile, pow2, epsilon, stats);
   }
-  virtual void gemm_fp8_block_tn_host(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const {
-    emu::gemm_fp8_block_tn(A, B, D);
+  virtual void gemm_fp8_block_tn_host(const emu::BlockQuantized& A, const emu::BlockQuantized& B,
+                                      const emu::GemmAccumulation& acc, float* D) const {
+    emu::gemm_fp8_block_tn(A, B, acc, D);
   }
 
  public:

@@ -121,15 +121,18 @@ class ElementDevice final : public detail::CpuDevice {
     return out;
   }
 
-  void gemm_fp8_block_tn_host(const emu::BlockQuantized& A, const emu::BlockQuantized& B, float* D) const override {
+  void gemm_fp8_block_tn_host(const emu::BlockQuantized& A, const emu::BlockQuantized& B,
+                              const emu::GemmAccumulation& acc, float* D) const override {
     emu::check_gemm_block_tn(A, B);
+    emu::check_block_accumulation(acc);
+    const AccumulationModel& m = model_of(acc.model);
     const int nb = A.blocks();
     for (int i = 0; i < A.n; ++i)
       for (int j = 0; j < B.n; ++j)
         D[std::size_t(i) * std::size_t(B.n) + std::size_t(j)] = core::gemm_block_element(
             A.codes.data() + std::size_t(i) * std::size_t(A.k), spec_of(A.format),
             A.scale_inv.data() + std::size_t(i) * std::size_t(nb), B.codes.data() + std::size_t(j) * std::size_t(B.k),
-            spec_of(B.format), B.scale_inv.data() + std::size_t(j) * std::size_t(nb), A.k, A.block);
+            spec_of(B.format), B.scale_inv.data() + std::size_t(j) * std::size_t(nb), A.k, A.block, m);
   }
 
  private:

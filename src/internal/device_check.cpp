@@ -518,22 +518,25 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
              emu::quantize_block_1d(xa.data(), M, K, rw, Format::kE4M3, 32, false, 0.0f, nullptr),
              emu::quantize_block_1d(xb.data(), N, K, rw, Format::kE5M2, 32, false, 0.0f, nullptr)},
         };
-        for (const Pair& p : pairs) {
-          DeviceCheckRow& r = rec.row(p.label, in);
-          compare(
-              r, sz,
-              [&](const Device& d) {
-                const DeviceTensor<std::uint8_t> a = put(d, p.a.codes), b = put(d, p.b.codes);
-                const DeviceTensor<float> sa = put(d, p.a.scale_inv), sb = put(d, p.b.scale_inv);
-                DeviceTensor<float> D = put(d, std::vector<float>(std::size_t(M) * std::size_t(N), -1.0f));
-                d.gemm_fp8_block_tn(M, N, K, p.a.block, a.get(), p.a.format, sa.get(), b.get(), p.b.format, sb.get(),
-                                    D.get());
-                return get(D);
-              },
-              [&](const std::vector<float>& a, const std::vector<float>& b) {
-                cmp_f32(r, sz + " D", a.data(), b.data(), a.size());
-              });
-        }
+        // Every model of the accumulation table for each scale block's partial.
+        for (const Pair& p : pairs)
+          for (const AccumulationModel& m : kAccumulationModels) {
+            const emu::GemmAccumulation acc{m.id, 0, 1};
+            DeviceCheckRow& r = rec.row(std::string(p.label) + " " + emu::to_string(m.id), in);
+            compare(
+                r, sz,
+                [&](const Device& d) {
+                  const DeviceTensor<std::uint8_t> a = put(d, p.a.codes), b = put(d, p.b.codes);
+                  const DeviceTensor<float> sa = put(d, p.a.scale_inv), sb = put(d, p.b.scale_inv);
+                  DeviceTensor<float> D = put(d, std::vector<float>(std::size_t(M) * std::size_t(N), -1.0f));
+                  d.gemm_fp8_block_tn(M, N, K, p.a.block, a.get(), p.a.format, sa.get(), b.get(), p.b.format,
+                                      sb.get(), acc, D.get());
+                  return get(D);
+                },
+                [&](const std::vector<float>& a, const std::vector<float>& b) {
+                  cmp_f32(r, sz + " D", a.data(), b.data(), a.size());
+                });
+          }
       }
     }
   }

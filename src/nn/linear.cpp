@@ -570,11 +570,11 @@ void Linear::copy_to(Linear& dst) const {
 
 void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
                               const emu::GemmAccumulation& wgrad) {
-  FP8EMU_CHECK(supports_accumulation_models() ||
-                   (fprop.model == emu::Accumulation::kFp32 && dgrad.model == emu::Accumulation::kFp32 &&
-                    wgrad.model == emu::Accumulation::kFp32),
-               "Linear: the ", scaling::recipe_name(recipe_),
-               " recipe supports only fp32 accumulation (tensor-core models are per-tensor only for now)");
+  if (!supports_accumulation_models())
+    for (const emu::GemmAccumulation* a : {&fprop, &dgrad, &wgrad})
+      FP8EMU_CHECK(a->promotion_interval == 0 && a->split_k <= 1, "Linear: the ", scaling::recipe_name(recipe_),
+                   " recipe's block-scaled GEMMs promote every scale block's partial: a model takes no promotion "
+                   "interval or split-K there, got ", a->promotion_interval, " and ", a->split_k);
   acc_fprop_ = fprop;
   acc_dgrad_ = dgrad;
   acc_wgrad_ = wgrad;

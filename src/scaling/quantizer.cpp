@@ -268,13 +268,11 @@ void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usag
       device.gemm_fp8_tn(M, N, K, qa, a.format, a.scale, qb, b.format, b.scale, acc, d);
       return;
     case ScalingMode::kBlock: {
-      FP8EMU_CHECK(acc.model == emu::Accumulation::kFp32,
-                   "gemm_tn: block-scaled GEMMs accumulate in fp32 only (tensor-core models are per-tensor only)");
       FP8EMU_CHECK(a.block == b.block, "gemm_tn: the operands' block lengths differ, ", a.block, " and ", b.block);
       const float* sa = a_row ? a.rowwise_scale_inv : a.columnwise_scale_inv;
       const float* sb = b_row ? b.rowwise_scale_inv : b.columnwise_scale_inv;
       FP8EMU_CHECK(sa && sb, "gemm_tn: a block device operand has no scale_inv for the copy read");
-      device.gemm_fp8_block_tn(M, N, K, a.block, qa, a.format, sa, qb, b.format, sb, d);
+      device.gemm_fp8_block_tn(M, N, K, a.block, qa, a.format, sa, qb, b.format, sb, acc, d);
       return;
     }
   }

@@ -183,3 +183,55 @@ TEST_CASE("Block amax ignores a signaling NaN (MXFP8, 1x128 and 128x128)", "[emu
   const emu::BlockQuantized2D b2 = emu::quantize_block_2d(x.data(), 1, 3, Format::kE4M3, 128, false, 0.0f, nullptr);
   CHECK(b2.rowwise.scale_inv[0] == 4.0f / 448.0f);
 }
+
+TEST_CASE("block-scaled GEMM with a model: each block's partial is that model's per-tensor GEMM over the block",
+          "[emulation][block][gemm]") {
+  // Oracle: the per-tensor GEMM (emu::gemm_fp8_tn, its hopper model reproduced bit for bit on H200
+  // recordings) of each K-block alone, unscaled (scale_inv 1) and without promotion, then TE's
+  // block recipe composed by hand in fp32: d = RN(d + RN(p_b * RN(sa_b * sb_b))) in increasing b.
+  // K = 3 whole blocks of 32 and a ragged one of 10; 1 and 2 threads.
+  const int M = 5, N = 7, K = 106, block = 32;
+  std::vector<float> a(std::size_t(M) * K), b(std::size_t(N) * K);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(float(i) * 1.3f) * std::exp2(float(i % 7) - 3.0f);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(float(i) * 0.9f) * std::exp2(float(i % 5) - 2.0f);
+  const BlockQuantized qa = quantize_mxfp8(a.data(), M, K, BlockAxis::kRowwise, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr);
+  const BlockQuantized qb = quantize_mxfp8(b.data(), N, K, BlockAxis::kRowwise, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr);
+  const int nb = qa.blocks();
+  REQUIRE(nb == 4);
+  for (const Accumulation model : {Accumulation::kHopper, Accumulation::kAda, Accumulation::kExact}) {
+    std::vector<float> want(std::size_t(M) * N, 0.0f);
+    for (int blk = 0; blk < nb; ++blk) {
+      const int k0 = blk * block, len = std::min(block, K - k0);
+      std::vector<std::uint8_t> ab(std::size_t(M) * len), bb(std::size_t(N) * len);
+      for (int i = 0; i < M; ++i)
+        std::memcpy(&ab[std::size_t(i) * len], &qa.codes[std::size_t(i) * K + k0], std::size_t(len));
+      for (int j = 0; j < N; ++j)
+        std::memcpy(&bb[std::size_t(j) * len], &qb.codes[std::size_t(j) * K + k0], std::size_t(len));
+      std::vector<float> p(want.size());
+      gemm_fp8_tn(M, N, len, ab.data(), Format::kE4M3, 1.0f, bb.data(), Format::kE4M3, 1.0f, {model, 0, 1}, p.data());
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          volatile float s = qa.scale_inv[std::size_t(i) * nb + blk] * qb.scale_inv[std::size_t(j) * nb + blk];
+          volatile float t = p[std::size_t(i) * N + j] * s;
+          want[std::size_t(i) * N + j] = want[std::size_t(i) * N + j] + t;
+        }
+    }
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::vector<float> got(want.size(), -1.0f);
+      gemm_fp8_block_tn(qa, qb, {model, 0, 1}, got.data());
+      INFO(to_string(model) << ", " << threads << " threads");
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+    }
+    omp_set_num_threads(saved);
+  }
+  // The model matters: the hopper chain loses bits the fp32 sum keeps somewhere here.
+  std::vector<float> hop(std::size_t(M) * N), f32(hop.size());
+  gemm_fp8_block_tn(qa, qb, {Accumulation::kHopper, 0, 1}, hop.data());
+  gemm_fp8_block_tn(qa, qb, f32.data());
+  CHECK(std::memcmp(hop.data(), f32.data(), hop.size() * 4) != 0);
+  // Every block promotes: a promotion interval or split-K is refused, naming both.
+  CHECK_THROWS_WITH(gemm_fp8_block_tn(qa, qb, te_dgrad(Accumulation::kHopper), hop.data()),
+                    Catch::Contains("promotion interval must be 0 and split_k 1, got 128 and 1"));
+}

@@ -353,7 +353,7 @@ TEST_CASE("CPU block-scaled GEMM: every ISA path and thread count equals the ele
       {  // the reference: element_device()'s block-scaled GEMM (host memory)
         const auto& ref = fp8emu::backend::element_device();
         ref.gemm_fp8_block_tn(A.n, B.n, A.k, A.block, A.codes.data(), A.format, A.scale_inv.data(), B.codes.data(),
-                              B.format, B.scale_inv.data(), want.data());
+                              B.format, B.scale_inv.data(), {}, want.data());
       }
       for (isa_ns::GemmIsa isa : paths)
         for (int threads : {1, 2}) {

@@ -134,6 +134,34 @@ TEST_CASE("train-lm per-layer recipe and accumulation change only the FP8 run", 
   CHECK(j["config"]["layer_recipe"] == "l0.fc1=current,l0.fc2=block");
 }
 
+TEST_CASE("train-lm takes every recipe parameter train takes, recorded when changed", "[cli][lm]") {
+  const fs::path a = scratch("recipe-default"), b = scratch("recipe-margin");
+  REQUIRE(run(tiny() + " --out " + a.string()).code == 0);
+  const Result r = run(tiny() + " --margin 2 --amax-history-len 4 --amax-compute-algo most_recent --out " + b.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const std::string ma = without_seconds(a / "metrics.csv"), mb = without_seconds(b / "metrics.csv");
+  CHECK(ma.substr(0, ma.find("fp8_")) == mb.substr(0, mb.find("fp8_")));  // FP32 identical
+  CHECK(ma != mb);                                                        // the recipe changed the FP8 run
+  const nlohmann::json ja = nlohmann::json::parse(slurp(a / "summary.json"));
+  const nlohmann::json jb = nlohmann::json::parse(slurp(b / "summary.json"));
+  CHECK_FALSE(ja["config"].contains("recipes"));  // TE's defaults: nothing recorded, as before these flags
+  CHECK(jb["config"]["recipes"]["delayed"]["margin"] == 2);
+  CHECK(jb["config"]["recipes"]["delayed"]["amax_history_len"] == 4);
+  CHECK(jb["config"]["recipes"]["delayed"]["amax_compute_algo"] == "most_recent");
+  CHECK(jb["config"]["recipes"].size() == 1);
+  // A named value that is not one gives one line naming the flag.
+  const Result bad = run(tiny() + " --amax-compute-algo median --out " + scratch("recipe-bad").string());
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--amax-compute-algo") != std::string::npos);
+  // A block recipe takes a model for each scale block's partial.
+  const fs::path c = scratch("block-hopper");
+  const Result rc = run(tiny() + " --recipe block --layer-accumulation l0.fc1=hopper --out " + c.string());
+  INFO(rc.output);
+  CHECK(rc.code == 0);
+  CHECK(fs::exists(c / "summary.json"));
+}
+
 TEST_CASE("train-lm killed with SIGKILL and resumed ends bit-identical", "[cli][lm][checkpoint]") {
   const std::string flags = tiny(300, 50) + " --recipe all";
   const fs::path ref = scratch("ck-ref"), out = scratch("ck-run");

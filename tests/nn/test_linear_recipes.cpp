@@ -160,6 +160,7 @@ TEST_CASE("Linear GEMMs follow the chosen accumulation model (TE's Hopper wrappe
   // The 14-bit tensor-core accumulator loses bits that fp32 keeps somewhere in this product.
   CHECK(y_hop.data != y_fast.data);
   Linear block(32, 4, Precision::kFp8, scaling::MXFP8BlockScaling{});
-  CHECK_THROWS_WITH(block.set_accumulation(emu::te_fprop(emu::Accumulation::kHopper), {}, {}),
-                    Catch::Contains("supports only fp32 accumulation"));
+  CHECK_THROWS_WITH(block.set_accumulation(emu::te_dgrad(emu::Accumulation::kHopper), {}, {}),
+                    Catch::Contains("takes no promotion interval or split-K there"));
+  block.set_accumulation({emu::Accumulation::kHopper, 0, 1}, {}, {});  // a model per scale block
 }

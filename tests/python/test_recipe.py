@@ -192,8 +192,19 @@ def test_block_gemm_by_hand():
                 acc = np.float32(acc + np.float32(p * s))
             want[i, j] = acc
     assert np.array_equal(d, want)
-    with pytest.raises(ValueError, match="fp32"):
-        fp8emu.recipe.gemm(xq, wq, accumulation="hopper")
+    # Another model sums each scale block's partial: the per-tensor GEMM of that model (fp8emu.gemm,
+    # its hopper model reproduced on H200 recordings) over each block alone, composed as above.
+    dh = fp8emu.recipe.gemm(xq, wq, accumulation="hopper")
+    want_h = np.zeros((3, 2), np.float32)
+    for blk in range(3):
+        ks = slice(32 * blk, 32 * blk + 32)
+        p = fp8emu.gemm(np.ascontiguousarray(xq.rowwise_data[:, ks]), np.ascontiguousarray(wq.rowwise_data[:, ks]),
+                        accumulation="hopper")
+        s = (xq.rowwise_scale_inv[:, blk][:, None] * wq.rowwise_scale_inv[:, blk][None, :]).astype(np.float32)
+        want_h = (want_h + (p * s).astype(np.float32)).astype(np.float32)
+    assert np.array_equal(dh, want_h)
+    with pytest.raises(ValueError, match="promotion interval must be 0"):
+        fp8emu.recipe.gemm(xq, wq, accumulation="hopper", promotion=128)
 
 
 def test_recipe_errors_name_the_problem():

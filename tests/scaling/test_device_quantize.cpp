@@ -68,8 +68,8 @@ TEST_CASE("device operands describe their cast and reject another", "[scaling][d
   CHECK_THROWS_WITH(gemm_tn(dev, mx_op.operand(), Usage::kRowwise, mx_op.operand(), Usage::kColumnwise, fp32, out.get()),
                     Catch::Contains("has no column-wise copy"));
   CHECK_THROWS_WITH(gemm_tn(dev, mx_op.operand(), Usage::kRowwise, mx_op.operand(), Usage::kRowwise,
-                            emu::te_fprop(emu::Accumulation::kHopper), out.get()),
-                    Catch::Contains("accumulate in fp32 only"));
+                            emu::GemmAccumulation{emu::Accumulation::kHopper, 0, 2}, out.get()),
+                    Catch::Contains("promotion interval must be 0 and split_k 1, got 0 and 2"));
   CHECK_THROWS_WITH(gemm_tn(dev, ok.operand(), Usage::kRowwise, ok.operand(), Usage::kColumnwise, fp32, out.get()),
                     Catch::Contains("K differs"));
 }

@@ -246,7 +246,7 @@ TEST_CASE("gemm_tn of quantized operands against the emu:: GEMMs", "[scaling][qu
     CHECK_THROWS_WITH(gemm_tn(K, qa, Usage::kColumnwise, qb, Usage::kRowwise, acc, d.data()),
                       Catch::Contains("K differs"));
   }
-  SECTION("block-scaled operands; fp32 accumulation only; one scaling mode") {
+  SECTION("block-scaled operands; a model per scale block, no promotion interval; one scaling mode") {
     auto q = make_quantizer(MXFP8BlockScaling{}, Direction::kForward);
     const QuantizedTensor qa = q->quantize(K, a.data(), M, Kd, TensorRole::kInput, Usage::kRowwise, nullptr);
     const QuantizedTensor qb = q->quantize(K, b.data(), N, Kd, TensorRole::kWeight, Usage::kRowwise, nullptr);
@@ -257,9 +257,9 @@ TEST_CASE("gemm_tn of quantized operands against the emu:: GEMMs", "[scaling][qu
         emu::quantize_mxfp8(b.data(), N, Kd, emu::BlockAxis::kRowwise, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr),
         want.data());
     CHECK(same_bits(got, want));
-    CHECK_THROWS_WITH(gemm_tn(K, qa, Usage::kRowwise, qb, Usage::kRowwise, emu::te_fprop(emu::Accumulation::kHopper),
+    CHECK_THROWS_WITH(gemm_tn(K, qa, Usage::kRowwise, qb, Usage::kRowwise, emu::te_dgrad(emu::Accumulation::kHopper),
                               got.data()),
-                      Catch::Contains("fp32 only"));
+                      Catch::Contains("promotion interval must be 0 and split_k 1, got 128 and 1"));
     auto p = make_quantizer(CurrentScaling{}, Direction::kForward);
     const QuantizedTensor pb = p->quantize(K, b.data(), N, Kd, TensorRole::kWeight, Usage::kRowwise, nullptr);
     CHECK_THROWS_WITH(gemm_tn(K, qa, Usage::kRowwise, pb, Usage::kRowwise, {}, got.data()),

@@ -164,10 +164,12 @@ class Device {
   virtual void block_cast(const BlockCast& c, const float* x, int rows, int cols, BlockView rowwise,
                           BlockView columnwise, CastCounters* counters) const = 0;
   /// emu::gemm_fp8_block_tn: D [M, N] from A [M, K] with sa [M, ceil(K / block)] and B [N, K] with
-  /// sb [N, ceil(K / block)], each block's fp32 partial added to the element's total times
-  /// RN(sa * sb) (fp32 accumulation).
+  /// sb [N, ceil(K / block)], each block's partial (summed from zero under acc.model) added to the
+  /// element's fp32 total times RN(sa * sb). \throws fp8emu::Error as
+  /// emu::check_block_accumulation (a promotion interval or split-K).
   virtual void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                                 const std::uint8_t* B, Format fb, const float* sb, float* D) const = 0;
+                                 const std::uint8_t* B, Format fb, const float* sb, const emu::GemmAccumulation& acc,
+                                 float* D) const = 0;
 
   // ---- per-element work of an MLP step (core/nn_element.hpp) ----------------------------------
   /// y[i, j] += b[j] (fp32 add), y [rows, cols], b [cols].

@@ -125,13 +125,15 @@ FP8EMU_HD float gemm_tn_element(const std::uint8_t* a, FormatSpec fa, const std:
 }
 
 /// One element of the block-scaled GEMM (emu::gemm_fp8_block_tn): d = +0; for each K-block in
-/// increasing order, d = RN(d + RN(P * RN(sa[blk] * sb[blk]))), P the fp32-sequential sum of the
-/// block's products. a, b: row i of A and row j of B (K codes); sa, sb: their per-block scale_inv rows.
+/// increasing order, d = RN(d + RN(P * RN(sa[blk] * sb[blk]))), P the block's products summed from
+/// zero under the model (dot_run: the fp32-sequential sum for kFp32, the exact sum, or the
+/// tensor-core chain of a kTensorCore row), so every scale block's partial is promoted to the fp32
+/// total. a, b: row i of A and row j of B (K codes); sa, sb: their per-block scale_inv rows.
 FP8EMU_HD float gemm_block_element(const std::uint8_t* a, FormatSpec fa, const float* sa, const std::uint8_t* b,
-                                   FormatSpec fb, const float* sb, int K, int block) {
+                                   FormatSpec fb, const float* sb, int K, int block, const AccumulationModel& m) {
   float d = 0.0f;
   for (int k0 = 0, blk = 0; k0 < K; k0 += block, ++blk) {
-    const float p = dot_fp32(a + k0, fa, b + k0, fb, min_int(block, K - k0));
+    const float p = dot_run(a + k0, fa, b + k0, fb, min_int(block, K - k0), m);
     d = add_rn(d, mul_rn(p, mul_rn(sa[blk], sb[blk])));
   }
   return d;

@@ -24,6 +24,7 @@
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/core/e8m0.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
 
 namespace fp8emu::emu {
 
@@ -82,13 +83,23 @@ core::BlockRule mxfp8_rule(Format fmt, E8M0Rule rule);
 /// \throws fp8emu::Error if the K lengths or block sizes differ, or the block size is < 1.
 void check_gemm_block_tn(const BlockQuantized& A, const BlockQuantized& B);
 
+/// The accumulation check of the block-scaled GEMMs, shared by every backend: any model of the
+/// table; each scale block's partial is promoted to the fp32 total, so the promotion interval must
+/// be 0 and split_k at most 1. \throws fp8emu::Error naming both otherwise.
+void check_block_accumulation(const GemmAccumulation& acc);
+
 /// Block-scaled FP8 GEMM, D = A B^T with both operands K-major (TN):
 ///   D[i,j] = sum over K-blocks b, in increasing b, of RN(P_b[i,j] * RN(sa[i,b] * sb[j,b])),
-///   accumulated in fp32 from +0, where P_b[i,j] is the fp32-sequential sum of the exact products
-///   over the block's k (as emu::gemm_fp8_nn). Promotion of each block's partial sum to the fp32
-///   accumulator is the "split accumulator" that TE forces for block scaling.
+///   accumulated in fp32 from +0, where P_b[i,j] is the block's products summed from zero under
+///   acc.model (core::gemm_block_element): for kFp32 (the default) the fp32-sequential sum of the
+///   exact products (as emu::gemm_fp8_nn), for a tensor-core row its chain of MMA steps. Promotion
+///   of each block's partial sum to the fp32 accumulator is the "split accumulator" that TE forces
+///   for block scaling. kFp32 runs register-tiled SIMD kernels; other models the element layer on
+///   OpenMP threads (one output element per thread: the same bits for any thread count).
 /// \param A Shape: [M, K]. \param B Shape: [N, K]. \param D Shape: [M, N] row-major, overwritten.
-/// \throws fp8emu::Error as check_gemm_block_tn.
+/// \throws fp8emu::Error as check_gemm_block_tn and check_block_accumulation.
+void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, const GemmAccumulation& acc, float* D);
+/// The kFp32 model: gemm_fp8_block_tn(A, B, {Accumulation::kFp32, 0, 1}, D).
 void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* D);
 
 }  // namespace fp8emu::emu

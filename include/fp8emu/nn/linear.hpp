@@ -122,8 +122,10 @@ class Linear {
   /// Accumulation models of the three per-tensor FP8 GEMMs. Default: TE's choice on Hopper,
   /// {te_fprop(kHopper), te_dgrad(kHopper), te_wgrad(kHopper)}: the Hopper tensor-core model with
   /// fast accumulation in fprop, promoted to fp32 every 128 K-elements in dgrad and wgrad.
-  /// \throws fp8emu::Error for a non-fp32 model with a recipe whose GEMMs accumulate in fp32 only
-  ///         (!supports_accumulation_models(), the block recipes).
+  /// Block recipes (!supports_accumulation_models()) default to fp32 and take any model for each
+  /// scale block's partial.
+  /// \throws fp8emu::Error for a promotion interval or split-K with a block recipe (its GEMMs
+  ///         promote every scale block).
   void set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
                         const emu::GemmAccumulation& wgrad);
 

@@ -222,8 +222,9 @@ class Quantizer {
     return const_cast<Quantizer*>(this)->amax_history_state();
   }
 
-  /// True when the GEMMs of these operands take any emu::GemmAccumulation model (per-tensor scales);
-  /// false when they accumulate in fp32 only (the block-scaled GEMM).
+  /// True when the GEMMs of these operands take the whole emu::GemmAccumulation (per-tensor scales);
+  /// false for block-scaled operands, whose GEMM takes a model for each scale block's partial only
+  /// (emu::check_block_accumulation).
   bool supports_accumulation_models() const { return scaling_mode() == ScalingMode::kPerTensor; }
   /// True when this cast reads a LayerNorm/RMSNorm output rounded to bf16: TE cannot fuse the cast
   /// into the norm kernel when the scale needs the tensor's own amax first (current scaling), so
@@ -309,7 +310,8 @@ void cast_blocks(const backend::Device& device, const backend::BlockCast& cast, 
 /// gemm_tn of two device operands on their device: the same D bit for bit, D [M, N] row-major fp32
 /// in that device's memory, enqueued in the device's order (download D, or read it with later
 /// operations). Per-tensor operands take any accumulation model (the GEMM reads each scale_inv as
-/// RN(1 / *scale), as the host's scale_inv); block operands accumulate in fp32 only.
+/// RN(1 / *scale), as the host's scale_inv); block operands take a model for each scale block's
+/// partial, without a promotion interval or split-K (emu::check_block_accumulation).
 /// \throws fp8emu::Error as gemm_tn.
 void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usage, const DeviceOperand& b,
              Usage b_usage, const emu::GemmAccumulation& acc, float* d);

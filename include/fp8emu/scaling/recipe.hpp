@@ -193,8 +193,10 @@ void validate(const Recipe& r);
 ScalingMode scaling_mode(const Recipe& r);
 /// True for recipes with one scale per tensor (delayed, current).
 bool uses_per_tensor_scales(const Recipe& r);
-/// True when the recipe's GEMMs take any accumulation model (emu::gemm_models.hpp: tensor-core
-/// models, fp32, exact); false when they accumulate in fp32 only (block-scaled GEMMs).
+/// True when the recipe's GEMMs take the whole emu::GemmAccumulation (a model of the table, a
+/// promotion interval and split-K) and TE's per-GEMM choices (te_fprop/dgrad/wgrad) apply: the
+/// per-tensor recipes. False for the block-scaled recipes, whose GEMMs take a model for each scale
+/// block's partial only (promoted at every block; default fp32).
 bool supports_accumulation_models(const Recipe& r);
 
 /// The recipe named `name` (exact, lower case): the element of `configured` with that name if
