@@ -1,0 +1,54 @@
+"""Transformer Engine's PyTorch API on fp8emu: a model written for TE runs on a CPU by changing one import.
+
+    import fp8emu.torch as te                     # instead of: import transformer_engine.pytorch as te
+    from fp8emu import DelayedScaling, Format     # instead of: transformer_engine.common.recipe
+
+    layer = te.Linear(768, 3072, bias=True)
+    with te.fp8_autocast(enabled=True, fp8_recipe=DelayedScaling(fp8_format=Format.HYBRID)):
+        y = layer(x)
+    y.sum().backward()
+
+Imported only when PyTorch is importable (``import fp8emu.torch``; PyTorch is not a dependency of
+fp8emu). :class:`TransformerLayer` (with :class:`MultiheadAttention`, :class:`DotProductAttention`,
+:class:`LayerNorm`, :class:`RMSNorm`) composes them with TE's structure and parameter names, the
+attention core in fp32 PyTorch. :class:`Linear`, :class:`LayerNormLinear` and :class:`LayerNormMLP` are ``torch.nn.Module`` s with TE's constructor
+arguments and parameter names, whose FP8 forward and backward are ``torch.autograd.Function`` s over
+:mod:`fp8emu.layers`: inside :func:`fp8_autocast` every GEMM (fprop, dgrad, wgrad) runs on FP8
+operands cast by fp8emu's quantizers under the recipe (E4M3 forward, E5M2 gradients under
+``Format.HYBRID``), accumulated as TE runs them on Hopper (tensor-core model, fast accumulation in
+fprop, fp32 promotion every 128 K-elements in dgrad and wgrad), bit for bit as fp8emu's C++
+``nn::Linear`` / ``nn::LayerNormLinear``. Outside the context (or with ``enabled=False``) the modules
+are plain fp32 ``torch.nn.functional.linear`` / ``layer_norm`` (the same bits as ``torch.nn.Linear``
+and ``torch.nn.LayerNorm``).
+
+Delayed scaling's state is updated where TE updates it: each module's forward amax history and
+scales at the exit of the outermost ``fp8_autocast`` (TE ``reduce_and_update_fp8_tensors(forward=True)``),
+its backward state at the end of the backward pass (the backward of the first FP8 module of the
+autocast region, as TE's ``reduce_and_update_bwd_fp8_tensors``). The state is per module (no
+distributed amax reduction: ``fp8_group`` is accepted and ignored on one process).
+
+Tensors: any float dtype (float32, bfloat16, float16: widened exactly to float32 for the emulator;
+results in the input's dtype) on any device. Input shape (..., in_features), output (..., out_features).
+Where the FP8 work runs: ``Linear`` and ``LayerNormLinear`` with their input and parameters on
+fp8emu's GPU (a build with CUDA where ``fp8emu.cuda_available()``) run their casts, GEMMs, bias
+add, bias grad and norm there (:mod:`fp8emu.layers`' GPU path: the same bits as the emulator);
+otherwise they copy non-CPU tensors to the host for the emulator and the results back. The rest of
+every module (activations, attention, softmax, dropout, the standalone norms) is PyTorch's own
+arithmetic on the tensors' device, so its bits are PyTorch's on that device.
+"""
+
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised where torch is absent
+    raise ImportError("fp8emu.torch needs PyTorch (pip install torch); the rest of fp8emu works without it") from e
+
+from .attention import DotProductAttention, MultiheadAttention
+from .fp8 import autocast, fp8_autocast, get_fp8_recipe, is_fp8_enabled
+from .module import LayerNorm, LayerNormLinear, LayerNormMLP, Linear, RMSNorm
+from .module.layernorm_mlp import _ACTIVATIONS  # noqa: F401 (TE's activation table, read by tests)
+from .transformer import TransformerLayer
+
+__all__ = ["Linear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "DotProductAttention", "MultiheadAttention",
+           "TransformerLayer", "fp8_autocast", "autocast", "is_fp8_enabled", "get_fp8_recipe"]

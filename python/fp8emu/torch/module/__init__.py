@@ -1,0 +1,8 @@
+"""TE's modules (``transformer_engine/pytorch/module/``): one per file."""
+
+from .layernorm import LayerNorm, RMSNorm
+from .layernorm_linear import LayerNormLinear
+from .layernorm_mlp import LayerNormMLP
+from .linear import Linear
+
+__all__ = ["Linear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm"]

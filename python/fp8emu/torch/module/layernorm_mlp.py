@@ -1,0 +1,97 @@
+"""TE's ``LayerNormMLP`` (``module/layernorm_mlp.py``)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from .layernorm_linear import LayerNormLinear
+from .linear import Linear
+from ..utils import _check_ignored
+
+
+_ACTIVATIONS = {
+    "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),  # TE's gelu is the tanh form
+    "relu": torch.nn.functional.relu,
+}
+
+
+class LayerNormMLP(torch.nn.Module):
+    """TE ``transformer_engine.pytorch.LayerNormMLP``: ``y = FC2(act(FC1(Norm(x))))``, FP8 GEMMs inside
+    :func:`fp8_autocast`.
+
+    Args (TE's names): hidden_size, ffn_hidden_size, eps (1e-5), bias, normalization ("LayerNorm" or
+        "RMSNorm"), activation ("gelu": tanh form, as TE; or "relu"), init_method (FC1's weight),
+        output_layer_init_method (FC2's; default init_method), return_bias (return FC2's bias unadded),
+        return_layernorm_output, params_dtype, zero_centered_gamma, device; the parallel and
+        userbuffer arguments at their defaults only.
+    Parameters (TE's names): ``layer_norm_weight`` (hidden_size,), ``layer_norm_bias`` (hidden_size,;
+        LayerNorm only), ``fc1_weight`` (ffn_hidden_size, hidden_size), ``fc1_bias``
+        (ffn_hidden_size,), ``fc2_weight`` (hidden_size, ffn_hidden_size), ``fc2_bias``
+        (hidden_size,); no biases with ``bias=False``.
+    FP8: the norm and FC1 are :class:`LayerNormLinear`'s path, FC2 is :class:`Linear`'s (its input,
+    the activation output, cast to FP8 by FC2's forward quantizer); the activation is PyTorch's, in
+    fp32 on the tensors' device (it may differ from TE's CUDA gelu, and between devices, in the last
+    bit). Each GEMM has its own
+    delayed-scaling slots (TE keeps the same six forward slots in one ``fp8_meta``), so the scales
+    and amax histories are TE's.
+    forward(inp, is_first_microbatch=None): inp (..., hidden_size) -> (..., hidden_size).
+    Raises:
+        ValueError: unknown normalization or activation. NotImplementedError, TypeError: as Linear.
+    """
+
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, bias: bool = True,
+                 normalization: str = "LayerNorm", activation: str = "gelu", init_method: Optional[Callable] = None,
+                 output_layer_init_method: Optional[Callable] = None, return_bias: bool = False,
+                 return_layernorm_output: bool = False, params_dtype: Optional["torch.dtype"] = None,
+                 zero_centered_gamma: bool = False, device: Any = "cpu", **kwargs: Any):
+        super().__init__()
+        _check_ignored(kwargs, "LayerNormMLP")
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r} (accepted: {', '.join(_ACTIVATIONS)})")
+        self.hidden_size, self.ffn_hidden_size = int(hidden_size), int(ffn_hidden_size)
+        self.activation = activation
+        self.return_bias, self.return_layernorm_output = bool(return_bias), bool(return_layernorm_output)
+        fc1 = LayerNormLinear(hidden_size, ffn_hidden_size, eps=eps, bias=bias, normalization=normalization,
+                              init_method=init_method, params_dtype=params_dtype, return_layernorm_output=True,
+                              zero_centered_gamma=zero_centered_gamma, device=device)
+        fc2 = Linear(ffn_hidden_size, hidden_size, bias=bias, init_method=output_layer_init_method or init_method,
+                     return_bias=return_bias, params_dtype=params_dtype, device=device)
+        # The two parts are not registered as submodules: their parameters are this module's, under
+        # TE's names (the same Parameter objects, so .to(), load_state_dict and optimizers see one set).
+        object.__setattr__(self, "_parts", (fc1, fc2))
+        self.layer_norm_weight = fc1.layer_norm_weight
+        if fc1.layer_norm_bias is not None:
+            self.layer_norm_bias = fc1.layer_norm_bias
+        else:
+            self.register_parameter("layer_norm_bias", None)
+        for name, p in (("fc1_weight", fc1.weight), ("fc1_bias", fc1.bias), ("fc2_weight", fc2.weight),
+                        ("fc2_bias", fc2.bias)):
+            if p is None:
+                self.register_parameter(name, None)
+            else:
+                setattr(self, name, p)
+
+    def forward(self, inp: "torch.Tensor", is_first_microbatch: Optional[bool] = None):
+        fc1, fc2 = self._parts
+        h, ln = fc1(inp, is_first_microbatch=is_first_microbatch)
+        out = fc2(_ACTIVATIONS[self.activation](h), is_first_microbatch=is_first_microbatch)
+        result = list(out) if self.return_bias else [out]
+        if self.return_layernorm_output:
+            result.append(ln)
+        return result[0] if len(result) == 1 else tuple(result)
+
+    @property
+    def fp8_meta(self) -> dict:
+        """The two GEMMs' :attr:`Linear.fp8_meta`: ``{"fc1": ..., "fc2": ...}``."""
+        return {"fc1": self._parts[0].fp8_meta, "fc2": self._parts[1].fp8_meta}
+
+    @property
+    def quantizers(self) -> dict:
+        """The two GEMMs' quantizers: ``{"fc1": {"forward", "backward"}, "fc2": {...}}``."""
+        return {"fc1": self._parts[0].quantizers, "fc2": self._parts[1].quantizers}
+
+    def extra_repr(self) -> str:
+        return (f"hidden_size={self.hidden_size}, ffn_hidden_size={self.ffn_hidden_size}, "
+                f"activation={self.activation}, normalization={self._parts[0].normalization}")

@@ -1,0 +1,91 @@
+"""Tensor helpers of the modules: PyTorch tensors to fp8emu arrays and back, TE's ignored arguments."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Optional, Tuple
+
+import torch
+import numpy as np
+
+from .. import _cuda, _fp8emu
+
+
+def _np(t: "torch.Tensor") -> np.ndarray:
+    """A float32 C-contiguous host NumPy view (or copy) of t."""
+    return t.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
+
+
+def _on_gpu(*tensors: Optional["torch.Tensor"]) -> bool:
+    """True when the tensors (None ignored) are all CUDA tensors on fp8emu's GPU and its GPU path can
+    run: the layer's FP8 work then stays on the GPU (fp8emu.layers' GPU path)."""
+    ts = [t for t in tensors if t is not None]
+    if not ts or not all(t.is_cuda for t in ts) or not _cuda.available():
+        return False
+    index = _fp8emu.cuda_device_index()
+    return all(t.device.index == index for t in ts)
+
+
+def _arr(t: "torch.Tensor", gpu: bool) -> Any:
+    """A float32 C-contiguous array of t: on the GPU path the CUDA tensor itself (or a float32 copy
+    on the GPU), otherwise a host NumPy array (:func:`_np`)."""
+    if gpu:
+        return t.detach().to(dtype=torch.float32).contiguous()
+    return _np(t)
+
+
+def _check_cached_side(weight_q: Any, gpu: bool) -> None:
+    """A cached FP8 weight (is_first_microbatch=False) must be where this call runs."""
+    if weight_q is not None and weight_q.is_cuda != gpu:
+        raise RuntimeError(f"the FP8 weight cached by is_first_microbatch=True is on {weight_q.device}, but this "
+                           f"call runs on {'the GPU' if gpu else 'the host'}: call with is_first_microbatch=True "
+                           f"again after moving the module or its input")
+
+
+def _zeros_or_arr(g: Optional["torch.Tensor"], shape: Tuple[int, int], ctx: Any) -> Any:
+    """A backward's incoming gradient as a float32 2-D array on the forward's side (zeros when the
+    output was unused: set_materialize_grads(False) passes None)."""
+    if g is None:
+        if ctx.gpu:
+            return torch.zeros(shape, dtype=torch.float32, device=ctx.x_like.device)
+        return np.zeros(shape, np.float32)
+    return _arr(g.reshape(-1, shape[1]), ctx.gpu)
+
+
+def _like(t: "torch.Tensor") -> SimpleNamespace:
+    """What a result must match of t: dtype, device, shape (without keeping t alive)."""
+    return SimpleNamespace(dtype=t.dtype, device=t.device, shape=tuple(t.shape))
+
+
+def _back(a: Any, like: Any) -> Optional["torch.Tensor"]:
+    if a is None:
+        return None
+    if isinstance(a, torch.Tensor):  # a GPU-path result: already on like's device
+        return a.to(device=like.device, dtype=like.dtype)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device=like.device, dtype=like.dtype)
+
+
+_IGNORED = {"sequence_parallel": False, "fuse_wgrad_accumulation": False, "tp_group": None, "tp_size": 1,
+            "get_rng_state_tracker": None, "rng_tracker_name": None, "parallel_mode": None,
+            "name": None, "return_layernorm_output_gathered": False,
+            "symmetric_ar_type": None, "delay_wgrad_compute": False, "save_original_input": False,
+            "ub_name": None}
+
+
+def _check_ignored(kwargs: dict, cls: str) -> None:
+    for k, v in kwargs.items():
+        if k.startswith("ub_"):
+            if v not in (False, None):
+                raise NotImplementedError(f"{cls}: {k}={v!r} (userbuffers overlap) has no meaning in the emulator")
+            continue
+        if k not in _IGNORED:
+            raise TypeError(f"{cls}() got an unexpected keyword argument '{k}'")
+        if k == "tp_size" and v != 1 or k in ("tp_group", "parallel_mode") and v is not None \
+                or k in ("sequence_parallel", "fuse_wgrad_accumulation", "delay_wgrad_compute") and v:
+            raise NotImplementedError(f"{cls}: {k}={v!r} is not supported by fp8emu.torch (one process, no "
+                                      f"tensor parallelism)")
+
+
+def _default_init(w: "torch.Tensor") -> None:
+    """TE's ``get_default_init_method()``: normal, mean 0, std 0.023."""
+    torch.nn.init.normal_(w, mean=0.0, std=0.023)
