@@ -186,23 +186,33 @@ class QuantizedTensor:
                 f"usage={self.usage!r}, device={self.device!r})")
 
 
-def _algo_name(algo: Any) -> str:
-    # A callable amax_compute_algo runs in Python (Quantizer.update_scales); the C++ state records the
-    # amaxes and keeps the history either way.
-    return "max" if callable(algo) else str(algo)
+def _field_value(value: Any) -> Any:
+    # TE's Format enum by its name; a callable amax_compute_algo runs in Python
+    # (Quantizer.update_scales), so the C++ record keeps "max" and the history either way.
+    if isinstance(value, Format):
+        return value.value
+    if callable(value):
+        return "max"
+    return value
 
 
-def _recipe_args(recipe: Any) -> tuple:
-    """The recipe's fields as the extension's recipe constructors take them (10 values)."""
+def _record(recipe: Any) -> Any:
+    """The C++ record of a recipe (include/fp8emu/scaling/recipe.hpp, bound by the extension): the
+    record named by the recipe class, each of its fields (named as TE's) copied from the recipe, so
+    a field's checks and messages are the C++ parsers'.
+
+    Raises:
+        TypeError: not one of fp8emu's recipe classes, or a field of the wrong type.
+        ValueError: a field value the record does not take (an unknown format or rule name).
+    """
     kind = getattr(recipe, "_kind", None)
     if kind is None:
         raise TypeError(f"recipe must be a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
                         f"Float8BlockScaling (got {type(recipe).__name__})")
-    return (kind, _format_name(recipe.fp8_format), float(getattr(recipe, "margin", 0.0)),
-            int(getattr(recipe, "amax_history_len", 1024)), _algo_name(getattr(recipe, "amax_compute_algo", "max")),
-            bool(getattr(recipe, "fused_update", True)), bool(getattr(recipe, "use_power_2_scales", False)),
-            float(getattr(recipe, "amax_epsilon", 0.0)), str(getattr(recipe, "scale_rule", "te")),
-            bool(getattr(recipe, "use_f32_scales", False)))
+    record = _fp8emu.recipe_record(kind)
+    for name in record.field_names():
+        setattr(record, name, _field_value(getattr(recipe, name)))
+    return record
 
 
 class Quantizer:
@@ -227,7 +237,7 @@ class Quantizer:
                             f"Float8BlockScaling (got {type(recipe).__name__})")
         self.recipe = recipe
         self.direction = direction
-        self._impl = _fp8emu.Quantizer(*_recipe_args(recipe), direction)
+        self._impl = _fp8emu.Quantizer(_record(recipe), direction)
 
     @property
     def format(self) -> str:

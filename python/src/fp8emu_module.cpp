@@ -14,6 +14,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
@@ -310,44 +311,6 @@ using scaling::QuantizedTensor;
 using scaling::TensorRole;
 using scaling::Usage;
 
-// The recipe record of fp8emu.recipe's classes (fields by TE's names; see python/fp8emu/recipe.py).
-scaling::Recipe make_recipe(const std::string& kind, const std::string& fp8_format, float margin,
-                            int amax_history_len, const std::string& amax_compute_algo, bool fused_update,
-                            bool use_power_2_scales, float amax_epsilon, const std::string& mxfp8_rule,
-                            bool use_f32_scales) {
-  const scaling::RecipeFormat f = scaling::parse_recipe_format(fp8_format);
-  if (kind == "delayed") {
-    scaling::DelayedScaling r;
-    r.fp8_format = f;
-    r.margin = margin;
-    r.amax_history_len = amax_history_len;
-    r.amax_compute_algo = scaling::parse_amax_compute_algo(amax_compute_algo, "amax_compute_algo");
-    r.fused_update = fused_update;
-    return r;
-  }
-  if (kind == "current") {
-    scaling::CurrentScaling r;
-    r.fp8_format = f;
-    r.use_power_2_scales = use_power_2_scales;
-    r.amax_epsilon = amax_epsilon;
-    return r;
-  }
-  if (kind == "mxfp8") {
-    scaling::MXFP8BlockScaling r;
-    r.fp8_format = f;
-    r.rule = scaling::parse_e8m0_rule(mxfp8_rule, "scale_rule");
-    return r;
-  }
-  if (kind == "block") {
-    scaling::Float8BlockScaling r;
-    r.fp8_format = f;
-    r.use_f32_scales = use_f32_scales;
-    r.amax_epsilon = amax_epsilon;
-    return r;
-  }
-  return scaling::parse_recipe(kind);  // throws, naming the recipes
-}
-
 TensorRole parse_role(const std::string& s) {
   if (s == "input") return TensorRole::kInput;
   if (s == "weight") return TensorRole::kWeight;
@@ -458,19 +421,13 @@ void bind_recipes(nb::module_& m) {
 
   nb::class_<PyQuantizer>(m, "Quantizer", "One direction's casts of a recipe; see fp8emu.recipe.Quantizer.")
       .def("__init__",
-           [](PyQuantizer* self, const std::string& kind, const std::string& fp8_format, float margin,
-              int amax_history_len, const std::string& amax_compute_algo, bool fused_update, bool use_power_2_scales,
-              float amax_epsilon, const std::string& mxfp8_rule, bool use_f32_scales, const std::string& direction) {
+           [](PyQuantizer* self, const scaling::Recipe& recipe, const std::string& direction) {
              if (direction != "forward" && direction != "backward")
                throw nb::value_error(("unknown direction '" + direction + "' (accepted: forward, backward)").c_str());
-             const scaling::Recipe r = make_recipe(kind, fp8_format, margin, amax_history_len, amax_compute_algo,
-                                                   fused_update, use_power_2_scales, amax_epsilon, mxfp8_rule,
-                                                   use_f32_scales);
              new (self) PyQuantizer{scaling::make_quantizer(
-                 r, direction == "forward" ? Direction::kForward : Direction::kBackward)};
+                 recipe, direction == "forward" ? Direction::kForward : Direction::kBackward)};
            },
-           "kind"_a, "fp8_format"_a, "margin"_a, "amax_history_len"_a, "amax_compute_algo"_a, "fused_update"_a,
-           "use_power_2_scales"_a, "amax_epsilon"_a, "mxfp8_rule"_a, "use_f32_scales"_a, "direction"_a)
+           "recipe"_a, "direction"_a)
       .def_prop_ro("recipe", [](const PyQuantizer& q) { return std::string(q.q->recipe_name()); })
       .def_prop_ro("format", [](const PyQuantizer& q) { return std::string(format_name(q.q->format())); })
       .def_prop_ro("supports_accumulation_models", [](const PyQuantizer& q) { return q.q->supports_accumulation_models(); })
@@ -622,29 +579,6 @@ nn::NormKind norm_kind_of(const std::string& s) {
   throw nb::value_error(("unknown normalization '" + s + "' (accepted: LayerNorm, RMSNorm)").c_str());
 }
 
-struct RecipeArgs {
-  std::string kind, fp8_format;
-  float margin;
-  int amax_history_len;
-  std::string amax_compute_algo;
-  bool fused_update, use_power_2_scales;
-  float amax_epsilon;
-  std::string mxfp8_rule;
-  bool use_f32_scales;
-  scaling::Recipe recipe() const {
-    return make_recipe(kind, fp8_format, margin, amax_history_len, amax_compute_algo, fused_update, use_power_2_scales,
-                       amax_epsilon, mxfp8_rule, use_f32_scales);
-  }
-};
-
-RecipeArgs recipe_args(const nb::tuple& t) {
-  if (t.size() != 10) throw nb::value_error("recipe arguments: expected a tuple of 10 (fp8emu.recipe._recipe_args)");
-  return RecipeArgs{nb::cast<std::string>(t[0]), nb::cast<std::string>(t[1]), nb::cast<float>(t[2]),
-                    nb::cast<int>(t[3]),         nb::cast<std::string>(t[4]), nb::cast<bool>(t[5]),
-                    nb::cast<bool>(t[6]),        nb::cast<float>(t[7]),       nb::cast<std::string>(t[8]),
-                    nb::cast<bool>(t[9])};
-}
-
 void bind_layers(nb::module_& m) {
   // nn::Norm: the LayerNorm/RMSNorm of fp8emu's C++ layers (fp8emu.torch.LayerNormLinear's norm).
   nb::class_<nn::Norm>(m, "Norm", "fp8emu's C++ LayerNorm/RMSNorm (include/fp8emu/nn/norm.hpp).")
@@ -681,9 +615,8 @@ void bind_layers(nb::module_& m) {
   // same inputs through the C++ layer's own forward/backward, a different path from the Python one.
   nb::class_<nn::Linear>(m, "CppLinear", "fp8emu's C++ nn::Linear (a test oracle of fp8emu.torch.Linear).")
       .def("__init__",
-           [](nn::Linear* self, int in, int out, bool fp8, const nb::tuple& recipe) {
-             new (self) nn::Linear(in, out, fp8 ? nn::Precision::kFp8 : nn::Precision::kFp32,
-                                   recipe_args(recipe).recipe());
+           [](nn::Linear* self, int in, int out, bool fp8, const scaling::Recipe& recipe) {
+             new (self) nn::Linear(in, out, fp8 ? nn::Precision::kFp8 : nn::Precision::kFp32, recipe);
            },
            "in_features"_a, "out_features"_a, "fp8"_a, "recipe"_a)
       .def("set_params",
@@ -715,8 +648,8 @@ void bind_layers(nb::module_& m) {
                                   "fp8emu's C++ nn::LayerNormLinear (a test oracle of fp8emu.torch.LayerNormLinear).")
       .def("__init__",
            [](nn::LayerNormLinear* self, const std::string& normalization, int in, int out, bool fp8,
-              const nb::tuple& recipe, float eps, bool zero_centered_gamma) {
-             nn::LinearSpec spec{fp8 ? nn::Precision::kFp8 : nn::Precision::kFp32, recipe_args(recipe).recipe()};
+              const scaling::Recipe& recipe, float eps, bool zero_centered_gamma) {
+             nn::LinearSpec spec{fp8 ? nn::Precision::kFp8 : nn::Precision::kFp32, recipe};
              new (self) nn::LayerNormLinear(norm_kind_of(normalization), in, out, spec, eps, zero_centered_gamma);
            },
            "normalization"_a, "in_features"_a, "out_features"_a, "fp8"_a, "recipe"_a, "eps"_a, "zero_centered_gamma"_a)
@@ -875,6 +808,7 @@ NB_MODULE(_fp8emu, m) {
   m.def("mma", &mma, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "accumulation"_a, "c"_a.none(), "out"_a,
         "D = A B^T + C as chained tensor-core MMA instructions into out; see fp8emu.mma.");
   m.def("compare", &compare, "x"_a, "y"_a, "Bitwise comparison of two float32 arrays; see fp8emu.compare.");
+  bind_recipe_records(m);  // python/src/recipe_records.cpp
   bind_recipes(m);
   bind_layers(m);
   bind_cuda(m);  // python/src/cuda_arrays.cpp

@@ -11,7 +11,7 @@ import pytest
 
 import fp8emu
 from fp8emu import _fp8emu, layers
-from fp8emu.recipe import _recipe_args
+from fp8emu.recipe import _record
 
 RECIPES = {
     "delayed": fp8emu.DelayedScaling(amax_history_len=4),
@@ -38,7 +38,7 @@ def test_linear_equals_cpp_linear(name):
     w = data(rng, n_out, n_in, 0.05)
     b = data(rng, 1, n_out, 0.1)[0]
     fwd, bwd = fp8emu.Quantizer(recipe, "forward"), fp8emu.Quantizer(recipe, "backward")
-    cpp = _fp8emu.CppLinear(n_in, n_out, True, _recipe_args(recipe))
+    cpp = _fp8emu.CppLinear(n_in, n_out, True, _record(recipe))
     cpp.set_params(w, b)
     for step in range(4):
         x = data(rng, rows, n_in, 1.0 + step)  # a different amax each step
@@ -71,7 +71,7 @@ def test_layernorm_linear_equals_cpp(normalization, name):
     w = data(rng, n_out, n_in, 0.05)
     b = data(rng, 1, n_out, 0.1)[0]
     fwd, bwd = fp8emu.Quantizer(recipe, "forward"), fp8emu.Quantizer(recipe, "backward")
-    cpp = _fp8emu.CppLayerNormLinear(normalization, n_in, n_out, True, _recipe_args(recipe), 1e-5, False)
+    cpp = _fp8emu.CppLayerNormLinear(normalization, n_in, n_out, True, _record(recipe), 1e-5, False)
     cpp.set_params(gamma, beta, w, b)
     for step in range(3):
         x = data(rng, rows, n_in, 2.0) + np.float32(step)

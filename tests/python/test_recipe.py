@@ -296,3 +296,35 @@ def test_callables_errors():
     fwd.quantize(np.ones((2, 2), np.float32), "input")
     with pytest.raises(ValueError, match="expected 3"):
         fwd.update_scales()
+
+
+def test_recipes_reach_cpp_as_records_field_by_field():
+    # Each Python recipe becomes the C++ record of its name (include/fp8emu/scaling/recipe.hpp), every
+    # record field copied from the field of the same name (TE's), with the C++ parsers' checks.
+    from dataclasses import fields
+    from fp8emu.recipe import _record
+    cases = [
+        (fp8emu.DelayedScaling(margin=3, fp8_format=fp8emu.Format.E4M3, amax_history_len=7,
+                               amax_compute_algo="most_recent", fused_update=False),
+         {"margin": 3.0, "fp8_format": "e4m3", "amax_history_len": 7, "amax_compute_algo": "most_recent",
+          "fused_update": False}),
+        (fp8emu.Float8CurrentScaling(use_power_2_scales=True, amax_epsilon=0.5),
+         {"fp8_format": "hybrid", "use_power_2_scales": True, "amax_epsilon": 0.5}),
+        (fp8emu.MXFP8BlockScaling(scale_rule="ocp"), {"fp8_format": "e4m3", "scale_rule": "ocp"}),
+        (fp8emu.Float8BlockScaling(use_f32_scales=True, amax_epsilon=0.25),
+         {"fp8_format": "e4m3", "use_f32_scales": True, "amax_epsilon": 0.25}),
+    ]
+    for recipe, want in cases:
+        rec = _record(recipe)
+        assert rec.name == type(recipe)._kind
+        # Every C++ field has its Python field: a field added on one side only fails here.
+        assert set(rec.field_names()) <= {f.name for f in fields(recipe)}
+        assert {n: getattr(rec, n) for n in rec.field_names()} == want
+    # A callable amax_compute_algo runs in Python; the record keeps "max".
+    assert _record(fp8emu.DelayedScaling(amax_compute_algo=lambda h: h[0])).amax_compute_algo == "max"
+    with pytest.raises(ValueError, match="unknown scale_rule 'floor'"):
+        _record(fp8emu.MXFP8BlockScaling(scale_rule="floor"))
+    with pytest.raises(TypeError, match="fused_update must be a bool"):
+        _record(fp8emu.DelayedScaling(fused_update=1))
+    with pytest.raises(TypeError, match="recipe must be"):
+        _record(object())

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed here: the 
 import fp8emu  # noqa: E402
 import fp8emu.torch as te  # noqa: E402
 from fp8emu import _fp8emu, layers  # noqa: E402
-from fp8emu.recipe import _recipe_args  # noqa: E402
+from fp8emu.recipe import _record  # noqa: E402
 
 
 def bits(t):
@@ -46,7 +46,7 @@ def test_linear_equals_functional_path_and_cpp_linear(recipe):
         m.bias.copy_(randn(n_out, scale=0.1, seed=1))
     w, b = m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy()
     fwd, bwd = fp8emu.Quantizer(recipe, "forward"), fp8emu.Quantizer(recipe, "backward")
-    cpp = _fp8emu.CppLinear(n_in, n_out, True, _recipe_args(recipe))
+    cpp = _fp8emu.CppLinear(n_in, n_out, True, _record(recipe))
     cpp.set_params(w, b)
     for step in range(3):
         x = randn(2, 64, n_in, scale=1.0 + step, seed=10 + step).requires_grad_()  # (batch, seq, in)
@@ -90,7 +90,7 @@ def test_layernorm_linear_equals_cpp(normalization, recipe):
             m.layer_norm_bias.copy_(randn(n_in, scale=0.1, seed=3))
         m.bias.copy_(randn(n_out, scale=0.1, seed=4))
     beta = None if m.layer_norm_bias is None else m.layer_norm_bias.detach().numpy().copy()
-    cpp = _fp8emu.CppLayerNormLinear(normalization, n_in, n_out, True, _recipe_args(recipe), 1e-5, False)
+    cpp = _fp8emu.CppLayerNormLinear(normalization, n_in, n_out, True, _record(recipe), 1e-5, False)
     cpp.set_params(m.layer_norm_weight.detach().numpy().copy(), beta, m.weight.detach().numpy().copy(),
                    m.bias.detach().numpy().copy())
     for step in range(3):

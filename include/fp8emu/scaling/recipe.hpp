@@ -44,7 +44,8 @@ enum class ScalingMode : std::uint8_t {
   /// scaling alike); the GEMM takes any accumulation model (emu::gemm_fp8_tn).
   kPerTensor,
   /// One scale_inv per block of K elements (TE NVTE_MXFP8_1D_SCALING, NVTE_BLOCK_SCALING_1D/2D);
-  /// the block-scaled GEMM accumulates in fp32 (emu::gemm_fp8_block_tn).
+  /// the block-scaled GEMM sums each block's partial under a model, fp32 by default
+  /// (emu::gemm_fp8_block_tn).
   kBlock,
 };
 
@@ -109,6 +110,17 @@ struct DelayedScaling {
     f("margin", margin);
     f("fused_update", fused_update);
   }
+  /// Calls f(name, field) for each plain field of `r` (a const or mutable record) by the name of
+  /// TE's Python recipe class (fp8emu.DelayedScaling): what the Python module's record binding reads
+  /// and writes, field by field, with no per-recipe code of its own.
+  template <class Self, class F>
+  static void visit_fields(Self& r, F&& f) {
+    f("margin", r.margin);
+    f("fp8_format", r.fp8_format);
+    f("amax_history_len", r.amax_history_len);
+    f("amax_compute_algo", r.amax_compute_algo);
+    f("fused_update", r.fused_update);
+  }
 };
 
 /// TE `Float8CurrentScaling`: each tensor is scaled by its own amax at cast time.
@@ -128,6 +140,13 @@ struct CurrentScaling {
     f("fp8_format", to_string(fp8_format));
     f("use_power_2_scales", use_power_2_scales);
     f("amax_epsilon", amax_epsilon);
+  }
+  /// As DelayedScaling::visit_fields (fp8emu.Float8CurrentScaling).
+  template <class Self, class F>
+  static void visit_fields(Self& r, F&& f) {
+    f("fp8_format", r.fp8_format);
+    f("use_power_2_scales", r.use_power_2_scales);
+    f("amax_epsilon", r.amax_epsilon);
   }
 };
 
@@ -153,6 +172,12 @@ struct MXFP8BlockScaling {
     f("fp8_format", to_string(fp8_format));
     f("e8m0_rule", rule == E8M0Rule::kOcp ? "ocp" : "te");
   }
+  /// As DelayedScaling::visit_fields (fp8emu.MXFP8BlockScaling, whose rule is `scale_rule`).
+  template <class Self, class F>
+  static void visit_fields(Self& r, F&& f) {
+    f("fp8_format", r.fp8_format);
+    f("scale_rule", r.rule);
+  }
 };
 
 /// TE `Float8BlockScaling` (DeepSeek-V3 style): 1x128 blocks for activations and gradients, 128x128
@@ -173,6 +198,13 @@ struct Float8BlockScaling {
     f("fp8_format", to_string(fp8_format));
     f("use_f32_scales", use_f32_scales);
     f("amax_epsilon", amax_epsilon);
+  }
+  /// As DelayedScaling::visit_fields (fp8emu.Float8BlockScaling).
+  template <class Self, class F>
+  static void visit_fields(Self& r, F&& f) {
+    f("fp8_format", r.fp8_format);
+    f("use_f32_scales", r.use_f32_scales);
+    f("amax_epsilon", r.amax_epsilon);
   }
 };
 
