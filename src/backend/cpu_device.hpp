@@ -298,7 +298,7 @@ class CpuDevice : public Device {
       }
     }
   }
-  void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, float* out,
+  void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, bool causal, float* out,
                          float* probs) const override {
     FP8EMU_CHECK(B >= 0 && T >= 0 && H >= 0 && d >= 0, "attention: negative size");
     const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D;
@@ -307,13 +307,13 @@ class CpuDevice : public Device {
       for (int h = 0; h < H; ++h) {
         const float* base = qkv + std::size_t(b) * std::size_t(T) * ld + std::size_t(h) * std::size_t(d);
         for (int i = 0; i < T; ++i)
-          core::attention_row_forward(base + std::size_t(i) * ld, base + D, base + 2 * D, int(ld), i, T, d, scale,
+          core::attention_row_forward(base + std::size_t(i) * ld, base + D, base + 2 * D, int(ld), i, T, d, scale, causal,
                                       probs + (std::size_t(b * H + h) * std::size_t(T) + std::size_t(i)) * std::size_t(T),
                                       out + (std::size_t(b) * std::size_t(T) + std::size_t(i)) * D + std::size_t(h) * std::size_t(d));
       }
   }
   void attention_backward(const float* qkv, const float* probs, const float* dout, int B, int T, int H, int d,
-                          float scale, float* ds, float* dqkv) const override {
+                          float scale, bool causal, float* ds, float* dqkv) const override {
     FP8EMU_CHECK(B >= 0 && T >= 0 && H >= 0 && d >= 0, "attention: negative size");
     const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D, TT = std::size_t(T) * std::size_t(T);
 #pragma omp parallel for schedule(static) collapse(2) if (B * H >= 4)
@@ -327,10 +327,10 @@ class CpuDevice : public Device {
         float* dq0 = dqkv + row0 * ld + hd;
         for (int i = 0; i < T; ++i)
           core::attention_row_backward_q(p0 + std::size_t(i) * std::size_t(T), go0 + std::size_t(i) * D, q0 + D,
-                                         q0 + 2 * D, int(ld), i, d, scale, ds0 + std::size_t(i) * std::size_t(T),
+                                         q0 + 2 * D, int(ld), i, T, d, scale, causal, ds0 + std::size_t(i) * std::size_t(T),
                                          dq0 + std::size_t(i) * ld);
         for (int j = 0; j < T; ++j)
-          core::attention_col_backward_kv(ds0, p0, T, q0, int(ld), go0, int(D), j, T, d, dq0 + std::size_t(j) * ld + D,
+          core::attention_col_backward_kv(ds0, p0, T, q0, int(ld), go0, int(D), j, T, d, causal, dq0 + std::size_t(j) * ld + D,
                                           dq0 + std::size_t(j) * ld + 2 * D);
       }
   }

@@ -251,7 +251,7 @@ void DotProductAttention::forward(const float* qkv, int rows, int seq_len, float
     ds_ = Tensor<float>(*device_, prob_rows, T);
   }
   const float scale = 1.0f / std::sqrt(float(d));
-  device_->attention_forward(qkv, B, T, H, d, scale, out, probs_.get());
+  device_->attention_forward(qkv, B, T, H, d, scale, causal_, out, probs_.get());
   rows_ = training ? rows : -1;
   qkv_ = qkv;
   seq_len_ = T;
@@ -261,8 +261,8 @@ void DotProductAttention::forward(const float* qkv, int rows, int seq_len, float
 void DotProductAttention::backward(const float* dout, int rows, float* dqkv) {
   FP8EMU_CHECK(rows_ >= 0 && rows == rows_, "attention: backward without a matching forward");
   const float scale = 1.0f / std::sqrt(float(head_dim_));
-  device_->attention_backward(qkv_, probs_.get(), dout, rows / seq_len_, seq_len_, heads_, head_dim_, scale, ds_.get(),
-                              dqkv);
+  device_->attention_backward(qkv_, probs_.get(), dout, rows / seq_len_, seq_len_, heads_, head_dim_, scale, causal_,
+                              ds_.get(), dqkv);
   rows_ = -1;
 }
 
@@ -302,9 +302,9 @@ void DotProductAttention::to_host() { to_device(backend::cpu_device()); }
 // ---------------------------------------------------------------- TransformerLayer
 
 TransformerLayer::TransformerLayer(int hidden, int heads, int ffn, NormKind norm_kind, MlpActivation act,
-                                   const LinearSpec& spec)
+                                   const LinearSpec& spec, bool causal)
     : qkv(norm_kind, hidden, 3 * hidden, spec),
-      attention(heads, hidden / heads),
+      attention(heads, hidden / heads, causal),
       proj(hidden, hidden, spec.precision, spec.recipe),
       mlp(norm_kind, hidden, ffn, act, spec) {
   FP8EMU_CHECK(heads > 0 && hidden % heads == 0, "TransformerLayer: hidden size ", hidden,

@@ -717,15 +717,20 @@ void check_transformer_ops(const Device& ref, const Device& cand, Report& rep) {
     for (std::size_t i = 0; i < qkv.size(); i += 11) qkv[i] *= 8.0f;  // some peaked rows
     const std::vector<float> dout = inputs(backend::InputFamily::kNormal, std::size_t(rows) * D, mix(seed, 10));
     const float scale = 1.0f / std::sqrt(float(d));
-    Twin<float> tq(ref, cand, qkv), tdo(ref, cand, dout), out(ref, cand, rows, D), probs(ref, cand, B * H * T, T),
-        ds(ref, cand, B * H * T, T), dqkv(ref, cand, rows, 3 * D);
-    ref.attention_forward(tq.r.get(), B, T, H, d, scale, out.r.get(), probs.r.get());
-    cand.attention_forward(tq.c.get(), B, T, H, d, scale, out.c.get(), probs.c.get());
-    ref.attention_backward(tq.r.get(), probs.r.get(), tdo.r.get(), B, T, H, d, scale, ds.r.get(), dqkv.r.get());
-    cand.attention_backward(tq.c.get(), probs.c.get(), tdo.c.get(), B, T, H, d, scale, ds.c.get(), dqkv.c.get());
-    compare(rep, where + " out", out);
-    compare(rep, where + " probs", probs);
-    compare(rep, where + " dqkv", dqkv);
+    for (const bool causal : {true, false}) {
+      const std::string w = where + (causal ? " causal" : " no mask");
+      Twin<float> tq(ref, cand, qkv), tdo(ref, cand, dout), out(ref, cand, rows, D), probs(ref, cand, B * H * T, T),
+          ds(ref, cand, B * H * T, T), dqkv(ref, cand, rows, 3 * D);
+      ref.attention_forward(tq.r.get(), B, T, H, d, scale, causal, out.r.get(), probs.r.get());
+      cand.attention_forward(tq.c.get(), B, T, H, d, scale, causal, out.c.get(), probs.c.get());
+      ref.attention_backward(tq.r.get(), probs.r.get(), tdo.r.get(), B, T, H, d, scale, causal, ds.r.get(),
+                             dqkv.r.get());
+      cand.attention_backward(tq.c.get(), probs.c.get(), tdo.c.get(), B, T, H, d, scale, causal, ds.c.get(),
+                              dqkv.c.get());
+      compare(rep, w + " out", out);
+      compare(rep, w + " probs", probs);
+      compare(rep, w + " dqkv", dqkv);
+    }
   }
   // Embedding: rows of T positions, vocabulary V, width D, P = T + 2 position rows.
   const std::array<int, 4> embed_shapes[] = {{1, 1, 1, 1}, {14, 7, 5, 3}, {300, 30, 97, 33}};
@@ -866,8 +871,8 @@ class TeRuleOnly final : public Forward {
 class ReversedAttention final : public Forward {
  public:
   void attention_backward(const float* q, const float* p, const float* go, int B, int T, int H, int d, float s,
-                          float* ds, float* dq) const override {
-    b.attention_backward(q, p, go, B, T, H, d, s, ds, dq);
+                          bool causal, float* ds, float* dq) const override {
+    b.attention_backward(q, p, go, B, T, H, d, s, causal, ds, dq);
     const std::size_t D = std::size_t(H) * std::size_t(d), ld = 3 * D, TT = std::size_t(T) * std::size_t(T);
     for (int bb = 0; bb < B; ++bb)
       for (int h = 0; h < H; ++h)

@@ -137,6 +137,54 @@ TEST_CASE("attention: forward equals the formula in double, causal, backward mat
            [&](const Matrix& dy, Matrix& dx) { att.backward(dy, dx); }, qkv, {}, 2e-2);
 }
 
+TEST_CASE("attention without a mask: every query sees every key, the forward as the formula and the backward as "
+          "finite differences", "[nn][transformer]") {
+  const int B = 2, T = 5, H = 2, d = 3, D = H * d;
+  nn::Rng rng(13);
+  const Matrix qkv = testing::random_matrix(B * T, 3 * D, rng, 1.0f);
+  nn::DotProductAttention att(H, d, false), causal(H, d);
+  CHECK_FALSE(att.causal());
+  CHECK(causal.causal());
+  Matrix out, out_c;
+  att.forward(qkv, T, out, false);
+  causal.forward(qkv, T, out_c, false);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> s(static_cast<std::size_t>(T));
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < T; ++j) {
+          double v = 0;
+          for (int c = 0; c < d; ++c) v += double(qkv(b * T + i, h * d + c)) * qkv(b * T + j, D + h * d + c);
+          s[std::size_t(j)] = v / std::sqrt(double(d));
+          mx = std::max(mx, s[std::size_t(j)]);
+        }
+        for (double& v : s) sum += (v = std::exp(v - mx));
+        for (int c = 0; c < d; ++c) {
+          double o = 0;
+          for (int j = 0; j < T; ++j) o += s[std::size_t(j)] / sum * qkv(b * T + j, 2 * D + h * d + c);
+          CHECK(std::abs(out(b * T + i, h * d + c) - o) < 1e-5);
+        }
+        // The last query row sees every key under both masks: the same sums in the same order.
+        if (i == T - 1)
+          for (int c = 0; c < d; ++c) CHECK(out(b * T + i, h * d + c) == out_c(b * T + i, h * d + c));
+      }
+  // No causality: changing token 3 of sequence 0 changes the outputs before it too.
+  Matrix q2 = qkv, out2;
+  for (int c = 0; c < 3 * D; ++c) q2(3, c) += 0.5f;
+  att.forward(q2, T, out2, false);
+  bool earlier_changed = false;
+  for (int i = 0; i < 3; ++i)
+    for (int c = 0; c < D; ++c) earlier_changed |= out2(i, c) != out(i, c);
+  CHECK(earlier_changed);
+  check_fd([&](const Matrix& x, Matrix& y, bool t) { att.forward(x, T, y, t); },
+           [&](const Matrix& dy, Matrix& dx) { att.backward(dy, dx); }, qkv, {}, 2e-2);
+  // A TransformerLayer passes its mask on.
+  nn::TransformerLayer enc(8, 2, 16, nn::NormKind::kLayerNorm, nn::MlpActivation::kGelu, fp32(), false);
+  CHECK_FALSE(enc.attention.causal());
+  CHECK_FALSE(nn::TransformerLayer(enc).attention.causal());
+}
+
 TEST_CASE("TransformerLayer backward matches finite differences (FP32)", "[nn][transformer]") {
   nn::Rng rng(4);
   nn::TransformerLayer layer(8, 2, 16, nn::NormKind::kLayerNorm, nn::MlpActivation::kGelu, fp32());

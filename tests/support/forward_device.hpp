@@ -81,12 +81,13 @@ class ForwardDevice : public backend::Device {
                         float* dh) const override {
     b.mlp_act_backward(op, h, da, r, f, dh);
   }
-  void attention_forward(const float* q, int B, int T, int H, int d, float s, float* o, float* p) const override {
-    b.attention_forward(q, B, T, H, d, s, o, p);
+  void attention_forward(const float* q, int B, int T, int H, int d, float s, bool c, float* o,
+                         float* p) const override {
+    b.attention_forward(q, B, T, H, d, s, c, o, p);
   }
   void attention_backward(const float* q, const float* p, const float* go, int B, int T, int H, int d, float s,
-                          float* ds, float* dq) const override {
-    b.attention_backward(q, p, go, B, T, H, d, s, ds, dq);
+                          bool c, float* ds, float* dq) const override {
+    b.attention_backward(q, p, go, B, T, H, d, s, c, ds, dq);
   }
   void embed_forward(const std::uint8_t* t, int r, int T, const float* tok, const float* pos, int D,
                      float* x) const override {

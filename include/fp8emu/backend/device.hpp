@@ -213,16 +213,17 @@ class Device {
   /// Its backward: dh (the shape of h) from h and da [rows, ffn] (core::gelu_tanh_grad times da;
   /// core::swiglu_backward).
   virtual void mlp_act_backward(MlpActOp op, const float* h, const float* da, int rows, int ffn, float* dh) const = 0;
-  /// DotProductAttention::forward, causal, per sequence b < B, head h < H and query row i < T
-  /// (core::attention_row_forward): qkv [B*T, 3*H*d] ([Q | K | V], head h at columns h*d), out
-  /// [B*T, H*d], probs [B*H*T, T] (row (b*H + h)*T + i) kept for the backward; scale 1/sqrt(d).
-  virtual void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, float* out,
+  /// DotProductAttention::forward, causal (each query row sees the keys up to its own) or not (every
+  /// key), per sequence b < B, head h < H and query row i < T (core::attention_row_forward): qkv
+  /// [B*T, 3*H*d] ([Q | K | V], head h at columns h*d), out [B*T, H*d], probs [B*H*T, T] (row
+  /// (b*H + h)*T + i) kept for the backward; scale 1/sqrt(d).
+  virtual void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, bool causal, float* out,
                                  float* probs) const = 0;
   /// DotProductAttention::backward: dqkv [B*T, 3*H*d] (overwritten) from dout [B*T, H*d], with ds
   /// [B*H*T, T] as scratch (core::attention_row_backward_q per query row, then
   /// core::attention_col_backward_kv per key row).
   virtual void attention_backward(const float* qkv, const float* probs, const float* dout, int B, int T, int H,
-                                  int d, float scale, float* ds, float* dqkv) const = 0;
+                                  int d, float scale, bool causal, float* ds, float* dqkv) const = 0;
   /// Token plus position embedding: x[r, :] = tok[tokens[r], :] + pos[r mod T, :], r < rows, width D.
   virtual void embed_forward(const std::uint8_t* tokens, int rows, int T, const float* tok, const float* pos, int D,
                              float* x) const = 0;

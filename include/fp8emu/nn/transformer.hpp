@@ -125,8 +125,12 @@ class LayerNormMLP {
 /// Causal scaled dot-product self-attention over packed QKV, per sequence and head.
 class DotProductAttention {
  public:
-  DotProductAttention(int heads, int head_dim) : heads_(heads), head_dim_(head_dim) {}
-  DotProductAttention(const DotProductAttention& o) : heads_(o.heads_), head_dim_(o.head_dim_) {}
+  /// causal: each query attends to the keys up to its own position (TE's attn_mask_type "causal", its
+  /// default); false: to every key of its sequence ("no_mask", as an encoder or a ViT).
+  DotProductAttention(int heads, int head_dim, bool causal = true)
+      : heads_(heads), head_dim_(head_dim), causal_(causal) {}
+  DotProductAttention(const DotProductAttention& o) : heads_(o.heads_), head_dim_(o.head_dim_), causal_(o.causal_) {}
+  bool causal() const { return causal_; }
   DotProductAttention& operator=(const DotProductAttention& o);
   DotProductAttention(DotProductAttention&&) noexcept = default;
   DotProductAttention& operator=(DotProductAttention&&) noexcept = default;
@@ -144,6 +148,7 @@ class DotProductAttention {
 
  private:
   int heads_, head_dim_, seq_len_ = 0, rows_ = -1;  // rows_: of the last training forward, -1: none
+  bool causal_ = true;
   const backend::Device* device_ = &backend::cpu_device();
   const float* qkv_ = nullptr;                      // the saved input
   backend::DeviceTensor<float> qkv_copy_, probs_, ds_;  // host calls' copy of qkv; probabilities [B*H*T, T]
@@ -152,7 +157,10 @@ class DotProductAttention {
 /// Pre-norm transformer block: x1 = x + proj(attention(qkv(x))); y = x1 + mlp(x1).
 class TransformerLayer {
  public:
-  TransformerLayer(int hidden, int heads, int ffn, NormKind norm_kind, MlpActivation act, const LinearSpec& spec);
+  /// causal: the attention's mask (DotProductAttention; TE's self_attn_mask_type "causal" by
+  /// default, "no_mask" when false).
+  TransformerLayer(int hidden, int heads, int ffn, NormKind norm_kind, MlpActivation act, const LinearSpec& spec,
+                   bool causal = true);
   TransformerLayer(const TransformerLayer& o)
       : qkv(o.qkv), attention(o.attention), proj(o.proj), mlp(o.mlp), act_dtype(o.act_dtype) {}
   TransformerLayer& operator=(const TransformerLayer& o);
