@@ -2,12 +2,15 @@
 
 With PyTorch and an sm_89+/sm_90 GPU, runs torch._scaled_mm (cuBLASLt's FP8 GEMM, fast accumulation)
 and compares it with fp8emu.gemm(accumulation="hopper" on sm_90, "ada" on sm_89). Without one, it
-compares a plain float32 GEMM (NumPy) with the Hopper model, to show what such a check reports.
+compares a plain float32 GEMM (NumPy) with the Hopper model, to show what such a check reports, and
+checks fp8emu's "exact" model against the exact sum of the products computed with Python's
+fractions and rounded once to float32 (on the top-left 8 x 8 outputs).
 
     python examples/python/check_gemm.py [--m 256 --n 128 --k 4096]
 """
 
 import argparse
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -22,6 +25,25 @@ def report(name, got, ref):
     err = np.max(np.abs(got.astype(np.float64) - ref)) / np.max(np.abs(ref))  # relative to the largest output
     print(f"{name}: {'bit-identical' if same else f'{diff} of {ref.size} elements differ, max |diff| / max |D| = {err:.3g}'}")
     return same
+
+
+def round_f32(q):
+    """The float32 nearest to the rational q, ties to even (the exact model's single rounding)."""
+    f = np.float32(float(q))  # within one float32 ulp of q
+    cands = [np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf))]
+    return min(cands, key=lambda c: (abs(Fraction(float(c)) - q), int(np.float32(c).view(np.uint32)) & 1))
+
+
+def exact_reference(a, b, sa, sb, rows, cols):
+    """D = RN(RN(sum_k a_ik b_jk) * RN(sa * sb)) from exact rational sums (no fp8emu code)."""
+    s = np.float32(np.float32(sa) * np.float32(sb))
+    av, bv = a.astype(np.float64), b.astype(np.float64)  # FP8 values are exact in float64
+    d = np.zeros((rows, cols), np.float32)
+    for i in range(rows):
+        for j in range(cols):
+            total = sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(av[i], bv[j])), Fraction(0))
+            d[i, j] = np.float32(round_f32(total) * s)
+    return d
 
 
 def main():
@@ -62,7 +84,9 @@ def main():
         report("NumPy float32 GEMM vs fp8emu hopper", fp32, ref)
         exact = fp8emu.gemm(a, b, scale_inv_a=sa, scale_inv_b=sb, accumulation="exact")
         report("fp8emu exact vs fp8emu hopper", exact, ref)
-        ok = True
+        r, c = min(8, args.m), min(8, args.n)
+        ok = report(f"fp8emu exact vs the exact sum in Python fractions ({r} x {c} outputs)", exact[:r, :c],
+                    exact_reference(a[:r], b[:c], sa, sb, r, c))
     return 0 if ok else 1
 
 

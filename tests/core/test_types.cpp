@@ -248,9 +248,10 @@ TEST_CASE("stochastic rounding: reproducible, and exactly unbiased over the rand
   // frac = floor(0.3 * 2^32) of the float's bits: 1.0375f = 0x3F84CCCD, 20 discarded bits 0x4CCCD.
   const float x = 1.0375f;
   const std::uint64_t frac32 = std::uint64_t(bits(x) & 0xFFFFFu) << 12;
-  // Same bits in, same result out.
-  for (std::uint32_t r : {0u, 1u, 0xB3332FFFu, 0xB3333000u, 0xFFFFFFFFu})
-    CHECK(enc(x, kSpecE4M3, sr, r) == enc(x, kSpecE4M3, sr, r));
+  // The rule for any random word r: round up (0x39) exactly when frac32 + r carries out of 32 bits,
+  // else down (0x38); words around the carry and at both ends.
+  for (std::uint32_t r : {0u, 1u, 0xB3332FFFu, 0xB3333000u, 0xB3333001u, 0xFFFFFFFFu})
+    CHECK(enc(x, kSpecE4M3, sr, r) == (frac32 + r >= (1ull << 32) ? 0x39 : 0x38));
   // Rounds up exactly when frac32 + r carries out of 32 bits.
   CHECK(enc(x, kSpecE4M3, sr, std::uint32_t((1ull << 32) - frac32 - 1)) == 0x38);
   CHECK(enc(x, kSpecE4M3, sr, std::uint32_t((1ull << 32) - frac32)) == 0x39);

@@ -129,20 +129,23 @@ TEST_CASE("128-block scaling: pow2 scales, zero block, 2D tiles and their transp
 }
 
 TEST_CASE("block-scaled GEMM sums each block's partial times its scales", "[emulation][block][gemm]") {
-  // A = [1 x 64]: block 0 all 1.0, block 1 all 2.0; B = [1 x 64]: block 0 all 1.0, block 1 all 0.5.
-  // Each value is stored exactly with a power-of-two E8M0 scale, so D = 32*1 + 32*1 = 64.
+  // A = [1 x 64]: block 0 all 1.0, block 1 all 2.0; B = [1 x 64]: all 1.0. Each value is stored
+  // exactly with a power-of-two E8M0 scale (TE's rule: amax 1.0 -> 256 * 2^-8, amax 2.0 -> 256 *
+  // 2^-7, code 0x78 each), so D = 32*1*1 + 32*2*1 = 96.
   std::vector<float> a(64, 1.0f), b(64, 1.0f);
-  for (int i = 32; i < 64; ++i) {
-    a[std::size_t(i)] = 2.0f;
-    b[std::size_t(i)] = 0.5f;
-  }
+  for (int i = 32; i < 64; ++i) a[std::size_t(i)] = 2.0f;
   const BlockQuantized qa = quantize_mxfp8(a.data(), 1, 64, BlockAxis::kRowwise, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr);
   const BlockQuantized qb = quantize_mxfp8(b.data(), 1, 64, BlockAxis::kRowwise, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr);
+  REQUIRE(qa.scale_inv.size() == 2);
+  CHECK(qa.scale_inv[0] == 0x1p-8f);
+  CHECK(qa.scale_inv[1] == 0x1p-7f);
+  CHECK(qb.scale_inv[0] == 0x1p-8f);
+  CHECK(qb.scale_inv[1] == 0x1p-8f);
   float d = -1.0f;
   gemm_fp8_block_tn(qa, qb, &d);
-  CHECK(d == 64.0f);
-  // Scales are applied per block: with the 2.0 block stored as 256 * 2^-7 and the 0.5 block as
-  // 256 * 2^-9, a GEMM that used one scale for all of K would be off by a factor of 4 in block 1.
+  CHECK(d == 96.0f);
+  // Scales are applied per block: the scale products are 2^-16 in block 0 and 2^-15 in block 1, so a
+  // GEMM that used block 0's product for all of K would give 64, and one that used block 1's 128.
   const BlockQuantized qc = quantize_mxfp8(b.data(), 1, 32, BlockAxis::kRowwise, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr);
   CHECK_THROWS_WITH(gemm_fp8_block_tn(qa, qc, &d), Catch::Contains("K mismatch"));
 }

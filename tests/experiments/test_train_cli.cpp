@@ -183,13 +183,22 @@ TEST_CASE("scale-trace prints TE's scale evolution as CSV", "[cli][trace]") {
 }
 
 TEST_CASE("train with a tensor-core accumulation model", "[cli][hopper]") {
-  const fs::path out = scratch("hopper");
-  const Result r = run("train --epochs 1 --train-samples 300 --test-samples 100 --batch-size 50 --quiet "
-                       "--accumulation hopper --out " + out.string());
+  // The flag reaches the GEMMs: hopper (the default) and fp32 give the same FP32 run and different
+  // FP8 runs (the 14-bit tensor-core accumulator loses bits that fp32 keeps).
+  const std::string flags = "train --epochs 1 --train-samples 300 --test-samples 100 --batch-size 50 --quiet ";
+  const fs::path out = scratch("hopper"), f32 = scratch("acc-fp32");
+  const Result r = run(flags + "--accumulation hopper --out " + out.string());
   INFO(r.output);
   REQUIRE(r.code == 0);
+  REQUIRE(run(flags + "--accumulation fp32 --out " + f32.string()).code == 0);
   const nlohmann::json s = nlohmann::json::parse(slurp(out / "summary.json"));
   CHECK(s["config"]["gemm_accumulation"].get<std::string>().rfind("hopper", 0) == 0);
+  const nlohmann::json t = nlohmann::json::parse(slurp(f32 / "summary.json"));
+  CHECK(t["config"]["gemm_accumulation"].get<std::string>().rfind("fp32", 0) == 0);
+  const std::string mh = metrics_without_seconds(out / "metrics.csv"), mf = metrics_without_seconds(f32 / "metrics.csv");
+  CHECK(mh.substr(0, mh.find("\nfp8_")) == mf.substr(0, mf.find("\nfp8_")));  // the FP32 run
+  CHECK(mh != mf);                                                              // the FP8 run
+  CHECK(slurp(out / "layers.csv") != slurp(f32 / "layers.csv"));
   const Result bad = run("train --accumulation tf32 --out " + scratch("badacc").string());
   CHECK(bad.code == 2);
   CHECK(bad.output.find("unknown accumulation model 'tf32'") != std::string::npos);

@@ -6,9 +6,10 @@
 // 300 in every role, both FP8 formats and every GEMM operand pair and accumulation variant.
 //
 // Without a usable GPU each test prints "SKIPPED: no usable GPU ..." and passes (CTest shows it as
-// skipped) unless FP8EMU_REQUIRE_GPU is set. The last test case needs no GPU: it runs the same
-// comparisons of cpu_device() against itself (no mismatch) and against a cpu_device() with one
-// operation changed (reordered sums, a fused multiply-add, ...), which they must catch.
+// skipped) unless FP8EMU_REQUIRE_GPU is set. The last test case ([device-check]) needs no GPU: it
+// runs the same comparisons of cpu_device() against itself (no mismatch) and against a cpu_device()
+// with one operation changed (reordered sums, a fused multiply-add, ...), which they must catch; the
+// CPU executable fp8emu_test_device_check runs it in every build (CI included).
 #include <catch2/catch.hpp>
 
 #include <cfloat>
@@ -1081,7 +1082,7 @@ TEST_CASE("gpu: device argument errors", "[gpu][device]") {
 
 // Needs no GPU: the comparisons find nothing between cpu_device() and itself, and catch an
 // operation computed in another order or with another rounding.
-TEST_CASE("device comparison: cpu_device against itself and against changed operations", "[gpu][device]") {
+TEST_CASE("device comparison: cpu_device against itself and against changed operations", "[device-check]") {
   const Device& cpu = backend::cpu_device();
   const std::pair<const char*, CheckFn> all[] = {
       {"memory", check_memory},
