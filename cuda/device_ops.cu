@@ -284,18 +284,20 @@ class CudaDevice final : public backend::Device {
   }
 
   // ---- block-scaled casts and GEMM (MXFP8, Float8BlockScaling) ----
-  // The `cuda` kernel set's launchers on the views' device pointers: the fused two-axis cast
-  // (launch_block_cast_both) for MXFP8 and 1 x block, the tile cast, transpose and scale spreading
-  // of quantize_block_2d for tiles; counts as the quantizers take them.
+  // The launchers of cuda/kernels.cu on the views' device pointers: the fused two-axis cast
+  // (launch_block_cast_both, reading the cast's core::BlockRule) for 1 x block, the tile cast,
+  // transpose and scale spreading of quantize_block_2d for tiles; counts as the quantizers take them.
   void block_cast(const backend::BlockCast& c, const float* x, int rows, int cols, backend::BlockView rowwise,
                   backend::BlockView columnwise, CastCounters* counters) const override {
     const bool row = rowwise.codes != nullptr, col = columnwise.codes != nullptr;
     FP8EMU_CHECK(row || col, "block cast: no view asked for (row-wise and column-wise codes both null)");
-    const bool mx = c.kind == backend::BlockCast::kMxfp8;
-    const int block = mx ? 32 : c.block;
-    FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
-    FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
-    emu::require_fp8(c.fmt, mx ? "MXFP8 quantize" : "block quantize");
+    const bool mx = c.scale == backend::BlockScaleFormat::kE8M0;  // E8M0 codes beside scale_inv
+    const int block = c.block;
+    FP8EMU_CHECK(block >= 1, c.what(), ": block size must be >= 1, got ", block);
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, c.what(), ": negative shape");
+    emu::require_fp8(c.fmt, c.what());
+    FP8EMU_CHECK(!c.tiles || !mx, "block cast: ", block, " x ", block,
+                 " tiles take fp32 scales (E8M0 tiles are no recipe's)");
     const std::size_t n = std::size_t(rows) * std::size_t(cols);
     if (n == 0) return;
     State& s = enter();
@@ -314,7 +316,7 @@ class CudaDevice final : public backend::Device {
       return q;
     };
     auto* totals = static_cast<CastTotals*>(temp(2 * sizeof(CastTotals)));
-    if (c.kind == backend::BlockCast::kTile2d) {
+    if (c.tiles) {
       const std::size_t rowwise_blocks = (std::size_t(cols) + block - 1) / block,
                         columnwise_blocks = (std::size_t(rows) + block - 1) / block;
       const std::size_t tiles = rowwise_blocks * columnwise_blocks;
@@ -335,8 +337,7 @@ class CudaDevice final : public backend::Device {
         FP8EMU_CUDA_CHECK_LAUNCH("spread_tile_cols_kernel");
       }
     } else {
-      const core::BlockRule rule =
-          mx ? emu::mxfp8_rule(c.fmt, c.rule) : core::BlockRule::fp32_scale(spec_of(c.fmt), c.pow2, c.epsilon);
+      const core::BlockRule rule = c.block_rule();
       // E8M0 codes: the kernel writes them for the MXFP8 rules; the views keep only scale_inv.
       const std::size_t rb = std::size_t(rows) * ((std::size_t(cols) + block - 1) / block),
                         cb = std::size_t(cols) * ((std::size_t(rows) + block - 1) / block);
@@ -348,7 +349,7 @@ class CudaDevice final : public backend::Device {
       launch_block_cast_both(x, rows, cols, block, c.fmt, rule, ro, co, s.stream);
     }
     // The counts of the row-wise cast when made, else the column-wise one's (the tile cast: one).
-    const CastTotals* counted = c.kind == backend::BlockCast::kTile2d || row ? totals : totals + 1;
+    const CastTotals* counted = c.tiles || row ? totals : totals + 1;
     finish_cast_kernel<<<1, 1, 0, s.stream>>>(counted, n, nullptr, counters);
     FP8EMU_CUDA_CHECK_LAUNCH("finish_cast_kernel");
   }

@@ -64,25 +64,28 @@ std::uint8_t mxfp8_scale_code(float amax, Format fmt, E8M0Rule rule) {
   return core::mxfp8_scale_code(amax, spec_of(fmt), r.kind == core::BlockRule::kMxfp8Te, r.rcp_max);
 }
 
-BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis, Format fmt,
-                              E8M0Rule rule, QuantizeStats* stats) {
-  FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
-  BlockQuantized q = make_block_record(rows, cols, axis, kMxBlock, fmt, true);
+BlockQuantized quantize_blocks(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
+                               const core::BlockRule& rule, QuantizeStats* stats) {
+  const char* what = rule.is_mxfp8() ? "MXFP8 quantize" : "block quantize";
+  FP8EMU_CHECK(block >= 1, what, ": block size must be >= 1, got ", block);
+  FP8EMU_CHECK(rows >= 0 && cols >= 0, what, ": negative shape");
+  BlockQuantized q = make_block_record(rows, cols, axis, block, fmt, rule.is_mxfp8());
   // The vectorised block cast (block_cast.hpp): the bits of core::cast_view_block.
-  const QuantizeStats st =
-      detail::cast_view_blocks(x, rows, cols, axis == BlockAxis::kRowwise, mxfp8_rule(fmt, rule), q);
+  const QuantizeStats st = detail::cast_view_blocks(x, rows, cols, axis == BlockAxis::kRowwise, rule, q);
   if (stats) *stats += st;
   return q;
+}
+
+BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis, Format fmt,
+                              E8M0Rule rule, QuantizeStats* stats) {
+  return quantize_blocks(x, rows, cols, axis, fmt, kMxBlock, mxfp8_rule(fmt, rule), stats);
 }
 
 BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
                                  bool pow2, float epsilon, QuantizeStats* stats) {
   FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
-  BlockQuantized q = make_block_record(rows, cols, axis, block, fmt, false);
-  const QuantizeStats st = detail::cast_view_blocks(x, rows, cols, axis == BlockAxis::kRowwise,
-                                                    core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), q);
-  if (stats) *stats += st;
-  return q;
+  return quantize_blocks(x, rows, cols, axis, fmt, block, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon),
+                         stats);
 }
 
 BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,

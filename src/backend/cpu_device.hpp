@@ -114,7 +114,9 @@ class CpuDevice : public Device {
     FP8EMU_CHECK(row || col, "block cast: no view asked for (row-wise and column-wise codes both null)");
     emu::BlockQuantized r, cq;
     emu::QuantizeStats st;
-    if (c.kind == BlockCast::kTile2d) {
+    if (c.tiles) {
+      FP8EMU_CHECK(c.scale == BlockScaleFormat::kFp32, "block cast: ", c.block, " x ", c.block,
+                   " tiles take fp32 scales (E8M0 tiles are no recipe's)");
       emu::BlockQuantized2D w = quantize_block_2d(x, rows, cols, c.fmt, c.block, c.pow2, c.epsilon, &st);
       r = std::move(w.rowwise);
       cq = std::move(w.columnwise);
@@ -167,12 +169,10 @@ class CpuDevice : public Device {
                                 const emu::GemmAccumulation& acc, float* D) const {
     emu::gemm_fp8_tn(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc, D);
   }
-  /// One view of kMxfp8 / kBlock1d (emu::quantize_mxfp8, emu::quantize_block_1d).
+  /// One view of a 1 x block cast (emu::quantize_blocks with the cast's rule).
   virtual emu::BlockQuantized quantize_blocks(const BlockCast& c, const float* x, int rows, int cols,
                                               emu::BlockAxis axis, emu::QuantizeStats* stats) const {
-    return c.kind == BlockCast::kMxfp8 ? emu::quantize_mxfp8(x, rows, cols, axis, c.fmt, c.rule, stats)
-                                       : emu::quantize_block_1d(x, rows, cols, axis, c.fmt, c.block, c.pow2,
-                                                                c.epsilon, stats);
+    return emu::quantize_blocks(x, rows, cols, axis, c.fmt, c.block, c.block_rule(), stats);
   }
   virtual emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                                   float epsilon, emu::QuantizeStats* stats) const {

@@ -79,13 +79,9 @@ class ElementDevice final : public detail::CpuDevice {
 
   emu::BlockQuantized quantize_blocks(const BlockCast& c, const float* x, int rows, int cols, emu::BlockAxis axis,
                                       emu::QuantizeStats* stats) const override {
-    if (c.kind == BlockCast::kMxfp8) {
-      FP8EMU_CHECK(rows >= 0 && cols >= 0, "MXFP8 quantize: negative shape");
-      return block_cast_view(x, rows, cols, axis, c.fmt, 32, emu::mxfp8_rule(c.fmt, c.rule), stats);
-    }
-    FP8EMU_CHECK(c.block >= 1, "block quantize: block size must be >= 1, got ", c.block);
-    return block_cast_view(x, rows, cols, axis, c.fmt, c.block,
-                           core::BlockRule::fp32_scale(spec_of(c.fmt), c.pow2, c.epsilon), stats);
+    FP8EMU_CHECK(c.block >= 1, c.what(), ": block size must be >= 1, got ", c.block);
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, c.what(), ": negative shape");
+    return block_cast_view(x, rows, cols, axis, c.fmt, c.block, c.block_rule(), stats);
   }
 
   emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,

@@ -318,24 +318,28 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
     const char* label;
     BlockCast cast;
   };
-  auto block_cast_of = [](BlockCast::Kind kind, E8M0Rule rule, int block, bool pow2, float eps) {
-    BlockCast c;
-    c.kind = kind;
-    c.rule = rule;
+  using backend::BlockScaleFormat;
+  const E8M0Rule te = E8M0Rule::kTransformerEngine;
+  auto e8m0 = [](int block, E8M0Rule rule) {
+    BlockCast c = BlockCast::mxfp8(Format::kE4M3, rule);
     c.block = block;
-    c.pow2 = pow2;
-    c.epsilon = eps;
     return c;
   };
-  const BlockVariant kBlockVariants[] = {
-      {"block_cast mxfp8 te", block_cast_of(BlockCast::kMxfp8, E8M0Rule::kTransformerEngine, 32, false, 0.0f)},
-      {"block_cast mxfp8 ocp", block_cast_of(BlockCast::kMxfp8, E8M0Rule::kOcp, 32, false, 0.0f)},
-      {"block_cast 1x128 pow2", block_cast_of(BlockCast::kBlock1d, E8M0Rule::kTransformerEngine, 128, true, 0.0f)},
-      {"block_cast 1x32 eps", block_cast_of(BlockCast::kBlock1d, E8M0Rule::kTransformerEngine, 32, false, 1e-3f)},
-      {"block_cast 1x48", block_cast_of(BlockCast::kBlock1d, E8M0Rule::kTransformerEngine, 48, false, 0.0f)},
-      {"block_cast 128x128 pow2", block_cast_of(BlockCast::kTile2d, E8M0Rule::kTransformerEngine, 128, true, 0.0f)},
-      {"block_cast 16x16", block_cast_of(BlockCast::kTile2d, E8M0Rule::kTransformerEngine, 16, false, 0.0f)},
+  auto fp32 = [](int block, bool tiles, bool pow2, float eps) {
+    return BlockCast::fp32_blocks(Format::kE4M3, block, tiles, pow2, eps);
   };
+  const BlockVariant kBlockVariants[] = {
+      {"block_cast mxfp8 te", e8m0(32, te)},
+      {"block_cast mxfp8 ocp", e8m0(32, E8M0Rule::kOcp)},
+      {"block_cast 1x16 e8m0", e8m0(16, te)},    // E8M0 scales on other blocks: the record's,
+      {"block_cast 1x128 e8m0", e8m0(128, te)},  // no recipe's (the GPU: per copy, and fused)
+      {"block_cast 1x128 pow2", fp32(128, false, true, 0.0f)},
+      {"block_cast 1x32 eps", fp32(32, false, false, 1e-3f)},
+      {"block_cast 1x48", fp32(48, false, false, 0.0f)},
+      {"block_cast 128x128 pow2", fp32(128, true, true, 0.0f)},
+      {"block_cast 16x16", fp32(16, true, false, 0.0f)},
+  };
+
 
   for (const int s : opt.sizes) {
     FP8EMU_CHECK(s >= 1, "device check: sizes must be >= 1, got ", s);
@@ -418,7 +422,7 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
             c.fmt = fmt;
             DeviceCheckRow& r = rec.row(v.label, in);
             std::vector<std::pair<int, int>> vshapes = shapes;
-            if (c.kind == BlockCast::kTile2d && c.block == 128)  // whole tiles next to ragged edge tiles
+            if (c.tiles && c.block == 128)  // whole tiles next to ragged edge tiles
               vshapes.emplace_back((rows + 3) / 4 * 4 + 4, (cols + 3) / 4 * 4 + 128);
             for (const std::pair<int, int>& shape : vshapes) {
               const int cr = shape.first, cc = shape.second;

@@ -9,12 +9,9 @@ BlockQuantizer::BlockQuantizer(const Float8BlockScaling& recipe, Direction direc
 void BlockQuantizer::cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                           DeviceOperand& out, backend::CastCounters* counters) {
   check_device_cast(out, rows, cols, role);
-  backend::BlockCast c;
-  c.kind = role == TensorRole::kWeight ? backend::BlockCast::kTile2d : backend::BlockCast::kBlock1d;
-  c.fmt = format();
-  c.block = kFloat8Block;
-  c.pow2 = !recipe_.use_f32_scales;
-  c.epsilon = recipe_.amax_epsilon;
+  // 128 x 128 tiles for the weights, 1 x 128 blocks for every other role; fp32 scales.
+  const backend::BlockCast c = backend::BlockCast::fp32_blocks(format(), kFloat8Block, role == TensorRole::kWeight,
+                                                               !recipe_.use_f32_scales, recipe_.amax_epsilon);
   cast_blocks(device, c, x, rows, cols, out, counters);
 }
 

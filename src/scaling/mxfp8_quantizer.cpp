@@ -9,10 +9,7 @@ Mxfp8Quantizer::Mxfp8Quantizer(const MXFP8BlockScaling& recipe, Direction direct
 void Mxfp8Quantizer::cast(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                           DeviceOperand& out, backend::CastCounters* counters) {
   check_device_cast(out, rows, cols, role);
-  backend::BlockCast c;
-  c.kind = backend::BlockCast::kMxfp8;
-  c.fmt = format();
-  c.rule = recipe_.rule;
+  backend::BlockCast c = backend::BlockCast::mxfp8(format(), recipe_.rule);
   c.block = kMxfp8Block;
   cast_blocks(device, c, x, rows, cols, out, counters);
 }

@@ -762,23 +762,11 @@ void check_transformer_ops(const Device& ref, const Device& cand, Report& rep) {
 void check_block_ops(const Device& ref, const Device& cand, Report& rep) {
   std::uint64_t seed = 901;
   std::vector<backend::BlockCast> casts;
-  for (const E8M0Rule r : {E8M0Rule::kTransformerEngine, E8M0Rule::kOcp}) {
-    backend::BlockCast c;
-    c.kind = backend::BlockCast::kMxfp8;
-    c.rule = r;
-    c.block = 32;
-    casts.push_back(c);
-  }
-  for (const bool pow2 : {true, false}) {
-    backend::BlockCast c;
-    c.kind = backend::BlockCast::kBlock1d;
-    c.block = 128;
-    c.pow2 = pow2;
-    c.epsilon = pow2 ? 0.0f : 1e-3f;
-    casts.push_back(c);
-    c.kind = backend::BlockCast::kTile2d;
-    casts.push_back(c);
-  }
+  for (const E8M0Rule r : {E8M0Rule::kTransformerEngine, E8M0Rule::kOcp})
+    casts.push_back(backend::BlockCast::mxfp8(Format::kE4M3, r));
+  for (const bool pow2 : {true, false})
+    for (const bool tiles : {false, true})
+      casts.push_back(backend::BlockCast::fp32_blocks(Format::kE4M3, 128, tiles, pow2, pow2 ? 0.0f : 1e-3f));
   // 132 x 260: rows and cols multiples of 4 (the one-pass tile kernel's vectorised path) with ragged tiles.
   const int shapes[][2] = {{1, 1}, {7, 33}, {33, 7}, {130, 300}, {132, 260}};
   for (const backend::BlockCast& base : casts)
@@ -791,9 +779,9 @@ void check_block_ops(const Device& ref, const Device& cand, Report& rep) {
             c.fmt = fmt;
             const int rows = sh[0], cols = sh[1], blk = c.block;
             const int rb = (cols + blk - 1) / blk, cb = (rows + blk - 1) / blk;
-            const std::string where = std::string(c.kind == backend::BlockCast::kMxfp8     ? "mxfp8 "
-                                                  : c.kind == backend::BlockCast::kBlock1d ? "block 1x128 "
-                                                                                           : "block 128x128 ") +
+            const std::string where = std::string(c.scale == backend::BlockScaleFormat::kE8M0 ? "mxfp8 "
+                                                  : !c.tiles                                ? "block 1x128 "
+                                                                                            : "block 128x128 ") +
                                       format_name(fmt) + " " + shape(rows, cols) + " " + backend::to_string(fam) +
                                       " views " + std::to_string(views);
             Twin<float> x(ref, cand, inputs(fam, std::size_t(rows) * cols, mix(++seed, 21)));

@@ -110,7 +110,7 @@ std::vector<Variant> variants() {
 
 backend::BlockCast cast_of(const Variant& v, Format fmt) {
   backend::BlockCast c;
-  c.kind = v.mx ? backend::BlockCast::kMxfp8 : backend::BlockCast::kBlock1d;
+  c.scale = v.mx ? backend::BlockScaleFormat::kE8M0 : backend::BlockScaleFormat::kFp32;
   c.fmt = fmt;
   c.rule = v.rule;
   c.block = v.block;
@@ -237,6 +237,10 @@ TEST_CASE("Two-view block casts: empty shapes, and the errors of the single-axis
     backend::BlockCast bf = b128;
     bf.fmt = Format::kBFloat16;
     CHECK_THROWS_AS(d->block_cast(bf, x, 2, 2, {&code, &scale}, {}, &k), Error);
+    backend::BlockCast e8m0_tiles = mx;
+    e8m0_tiles.tiles = true;
+    CHECK_THROWS_WITH(d->block_cast(e8m0_tiles, x, 2, 2, {&code, &scale}, {}, &k),
+                      Catch::Contains("tiles take fp32 scales"));
   }
 }
 

@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "fp8emu/backend/select.hpp"
+#include "fp8emu/core/cast.hpp"
 #include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
@@ -52,17 +53,52 @@ enum class NormOp : std::uint8_t { kLayerNorm, kRMSNorm };
 /// [rows, 2 ffn] = [a | b] giving silu(a) * b.
 enum class MlpActOp : std::uint8_t { kGelu, kSwiGlu };
 
-/// A block-scaled cast (TE's MXFP8 and Float8BlockScaling quantizers): kMxfp8 (1 x 32 E8M0 blocks,
-/// `rule`), kBlock1d (1 x `block` fp32 scales, compute_scale_from_amax with `pow2` and `epsilon`),
-/// kTile2d (`block` x `block` tiles, the weights' cast of Float8BlockScaling; one cast gives both
-/// views). Element format `fmt`; satfinite, round to nearest even.
+/// The scale of a block-scaled cast: a power of two stored as an E8M0 code (MXFP8; BlockCast::rule
+/// rounds it) or an fp32 scale (Float8BlockScaling: compute_scale_from_amax with BlockCast::pow2
+/// and epsilon).
+enum class BlockScaleFormat : std::uint8_t { kE8M0, kFp32 };
+
+/// A block-scaled cast as data: what Device::block_cast makes, whatever recipe asks (the MXFP8 and
+/// Float8BlockScaling quantizers fill it in; a new block recipe is new values, or a new field read
+/// by the element layer, not a new operation). Elements: `fmt` (FP8), satfinite, round to nearest
+/// even. One scale per 1 x `block` elements along each view's K, or with `tiles` per `block` x
+/// `block` tile of x (one cast gives both views, the column-wise view the transposed tiles; fp32
+/// scales only, as Float8BlockScaling's weights).
 struct BlockCast {
-  enum Kind : std::uint8_t { kMxfp8, kBlock1d, kTile2d } kind = kMxfp8;
   Format fmt = Format::kE4M3;
-  E8M0Rule rule = E8M0Rule::kTransformerEngine;  ///< kMxfp8
-  int block = 32;                                ///< K elements per scale (kMxfp8: 32)
-  bool pow2 = true;                              ///< kBlock1d, kTile2d
-  float epsilon = 0.0f;                          ///< kBlock1d, kTile2d
+  int block = 32;      ///< elements per scale along K (1 x block), or the tile side
+  bool tiles = false;  ///< block x block tiles instead of 1 x block
+  BlockScaleFormat scale = BlockScaleFormat::kE8M0;
+  E8M0Rule rule = E8M0Rule::kTransformerEngine;  ///< kE8M0: TE's round-up or OCP's floor
+  bool pow2 = true;                              ///< kFp32: power-of-2 scales
+  float epsilon = 0.0f;                          ///< kFp32: amax_epsilon
+
+  /// TE's MXFP8: 1 x 32, E8M0 scales by `rule`.
+  static BlockCast mxfp8(Format fmt, E8M0Rule rule) {
+    BlockCast c;
+    c.fmt = fmt;
+    c.rule = rule;
+    return c;
+  }
+  /// Float8BlockScaling's: 1 x `block` blocks, or `block` x `block` tiles, fp32 scales.
+  static BlockCast fp32_blocks(Format fmt, int block, bool tiles, bool pow2, float epsilon) {
+    BlockCast c;
+    c.fmt = fmt;
+    c.block = block;
+    c.tiles = tiles;
+    c.scale = BlockScaleFormat::kFp32;
+    c.pow2 = pow2;
+    c.epsilon = epsilon;
+    return c;
+  }
+  /// The element layer's scale rule of one block (core::block_rule_scale): what every device's
+  /// 1 x block kernels read.
+  core::BlockRule block_rule() const {
+    return scale == BlockScaleFormat::kE8M0 ? core::BlockRule::mxfp8(spec_of(fmt), rule == E8M0Rule::kTransformerEngine)
+                                            : core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon);
+  }
+  /// How errors name the cast: "MXFP8 quantize" (E8M0 scales) or "block quantize".
+  const char* what() const { return scale == BlockScaleFormat::kE8M0 ? "MXFP8 quantize" : "block quantize"; }
 };
 
 /// One view of a block-scaled operand in device memory, as emu::BlockQuantized holds it: codes
@@ -159,8 +195,9 @@ class Device {
   /// TE's two-axis kernels common/cast/mxfp8/quantize_mxfp8.cuh and
   /// common/transpose/quantize_transpose_vector_blockwise.cu write them; the GPU fuses the two in one
   /// read of x) or emu::quantize_block_2d (the column-wise view the transposed tiles). *counters (nullable) adds
-  /// the counts of the row-wise cast when it is made, else the column-wise one's (kTile2d: the one
-  /// cast), as the MXFP8 and block quantizers count. \throws fp8emu::Error with no view asked for.
+  /// the counts of the row-wise cast when it is made, else the column-wise one's (tiles: the one
+  /// cast), as the MXFP8 and block quantizers count. \throws fp8emu::Error with no view asked for,
+  /// a block below 1, a negative shape, a non-FP8 format, or tiles with E8M0 scales.
   virtual void block_cast(const BlockCast& c, const float* x, int rows, int cols, BlockView rowwise,
                           BlockView columnwise, CastCounters* counters) const = 0;
   /// emu::gemm_fp8_block_tn: D [M, N] from A [M, K] with sa [M, ceil(K / block)] and B [N, K] with

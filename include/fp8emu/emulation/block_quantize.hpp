@@ -56,6 +56,16 @@ BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis
 /// E8M0 code of a block amax under a rule (the scale of one MXFP8 block).
 std::uint8_t mxfp8_scale_code(float amax, Format fmt, E8M0Rule rule);
 
+/// 1 x `block` cast along `axis` with any scale rule of the element layer (core::BlockRule: E8M0
+/// as MXFP8's, or fp32 as Float8BlockScaling's): each block's amax, its scale by
+/// core::block_rule_scale, its elements by core::cast_element (core::cast_view_block's bits,
+/// vectorised); e8m0 written for the E8M0 rules. quantize_mxfp8 is this with block 32,
+/// quantize_block_1d with an fp32 rule.
+/// \throws fp8emu::Error for block < 1, a negative shape or a non-FP8 format ("MXFP8 quantize" or
+///         "block quantize" by the rule).
+BlockQuantized quantize_blocks(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
+                               const core::BlockRule& rule, QuantizeStats* stats);
+
 /// 1 x `block` cast (Float8BlockScaling 1D) along `axis`, fp32 scales from compute_scale_from_amax.
 BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
                                  bool pow2, float epsilon, QuantizeStats* stats);
