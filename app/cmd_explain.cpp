@@ -141,9 +141,9 @@ std::vector<Row> system_rows(const FormatInfo& f, std::uint32_t fb, std::uint64_
   rows.push_back({"ml_dtypes kSaturate", f32(Policy::ml_dtypes_saturate())});
   const bool e4m3fn = &s == &kSpecE4M3, e5m2 = &s == &kSpecE5M2;
   if (e4m3fn || e5m2) {
-    rows.push_back({"PyTorch <= 2.11", f32(Policy::pytorch())});
-    // PyTorch 2.12 (pytorch#178817) changed e4m3fn's finite overflow only.
-    rows.push_back({"PyTorch >= 2.12", f32(e4m3fn ? Policy::pytorch_2_12() : Policy::pytorch())});
+    rows.push_back({"PyTorch <= 2.12", f32(Policy::pytorch())});
+    // PyTorch 2.13 (pytorch#178817) changed e4m3fn's overflow only (finite and infinite).
+    rows.push_back({"PyTorch >= 2.13", f32(e4m3fn ? Policy::pytorch_2_13() : Policy::pytorch())});
   }
   auto directed = [&](Rounding r) { return f32({r, Overflow::kNoSat, NanEncoding::kCanonical}); };
   rows.push_back({"round toward zero", directed(Rounding::kTowardZero)});

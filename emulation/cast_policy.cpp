@@ -111,8 +111,8 @@ CastPolicy resolve_cast_policy(Format format, const std::string& policy, const s
                "casts to ", rec.spec->name, " are not modelled)");
   c.from_float = preset->from_float;
   c.from_double = preset->from_double;
-  // PyTorch 2.12 (pytorch#178817) changed e4m3fn's finite overflow only.
-  if (preset->id == PolicyName::kPyTorch212 && format != Format::kE4M3)
+  // PyTorch 2.13 (pytorch#178817) changed e4m3fn's overflow only (finite and infinite).
+  if (preset->id == PolicyName::kPyTorch213 && format != Format::kE4M3)
     c.from_float = c.from_double = kPolicyPresets[int(PolicyName::kPyTorch)].from_float;
   c.double_via_float = preset->double_via_float;
   const std::string r = rounding.empty() ? "nearest" : rounding;

@@ -283,7 +283,7 @@ def cast(
             "ml_dtypes": ml_dtypes' ``astype`` (non-saturating; NaN keeps its sign; float64 arrays
             rounded once, as ml_dtypes 0.7; ml_dtypes 0.6 rounded them to float32 first).
             "ml_dtypes-saturate": ml_dtypes' C++ ``ConvertFrom<kSaturate=true>`` (finite overflow
-            to +-max, Inf kept). "pytorch" / "pytorch-2.12": PyTorch's c10 float8 constructors
+            to +-max, Inf kept). "pytorch" / "pytorch-2.13": PyTorch's c10 float8 constructors
             (e4m3fn and e5m2 only; float64 inputs rounded to float32 first, as PyTorch).
         rounding: "nearest" (default: ties to even), "zero", "up" (toward +Inf), "down" (toward
             -Inf) or "stochastic" (needs ``seed``); E8M0: "up" (default, CUDA's cudaRoundPosInf)

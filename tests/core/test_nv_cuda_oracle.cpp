@@ -111,13 +111,13 @@ TEST_CASE("nv fp8: float entry and the general encoder equal __nv_cvt_float_to_f
       for (const char* what : {"nv::cvt_float_to_fp8 ", "core::encode_f32_bits_with(Policy::cuda_float) "})
         names.push_back(std::string(what) + kFp8Name[f] + " " + kSatName[s]);
   // Where the ecosystem differs from CUDA, counted over all 2^32 inputs. Expected counts are those
-  // measured with ml_dtypes' header (b793a6e) and PyTorch's <= 2.11 algorithm against CUDA 13's
+  // measured with ml_dtypes' header (b793a6e) and PyTorch's <= 2.12 algorithm against CUDA 13's
   // host code (an independent measurement; docs/conversion-policies.md §Where they differ):
   std::vector<std::uint64_t> expected(names.size(), 0);
   const std::uint64_t kNegNaN = (1u << 23) - 1;  // negative NaN patterns
   names.push_back("e4m3 ml_dtypes vs CUDA nosat: exactly the negative NaNs");
   expected.push_back(kNegNaN);
-  names.push_back("e4m3 PyTorch <= 2.11 vs ml_dtypes: identical");
+  names.push_back("e4m3 PyTorch <= 2.12 vs ml_dtypes: identical");
   expected.push_back(0);
   names.push_back("e4m3 ml_dtypes kSaturate vs CUDA satfinite: the 2 infinities + the negative NaNs");
   expected.push_back(kNegNaN + 2);

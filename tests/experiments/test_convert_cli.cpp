@@ -157,8 +157,8 @@ TEST_CASE("explain: values worked by hand from the OCP FP8 tables", "[cli][expla
   CHECK(line_with(r.output, "  * CUDA nosat (float entry)").find("0x7F  NaN") != std::string::npos);
   CHECK(line_with(r.output, "  * ml_dtypes (default cast)").find("0x7F  NaN") != std::string::npos);
   CHECK(line_with(r.output, "    ml_dtypes kSaturate").find("0x7E  448") != std::string::npos);
-  CHECK(line_with(r.output, "  * PyTorch <= 2.11").find("0x7F  NaN") != std::string::npos);
-  CHECK(line_with(r.output, "    PyTorch >= 2.12").find("0x7E  448") != std::string::npos);
+  CHECK(line_with(r.output, "  * PyTorch <= 2.12").find("0x7F  NaN") != std::string::npos);
+  CHECK(line_with(r.output, "    PyTorch >= 2.13").find("0x7E  448") != std::string::npos);
   CHECK(line_with(r.output, "error").find("-17 (stored - fp32 input), relative -3.66 %") != std::string::npos);
 
   // 0.001 < 2^-6 (min normal) is subnormal: 0.001 / 2^-9 = 0.512 rounds to 1, code 0x01 = 2^-9.
@@ -181,7 +181,7 @@ TEST_CASE("explain: values worked by hand from the OCP FP8 tables", "[cli][expla
   CHECK(line_with(r.output, "    CUDA satfinite (float entry)").find("0x7F  NaN") != std::string::npos);
   CHECK(line_with(r.output, "    CUDA nosat (float entry)").find("0x7F  NaN") != std::string::npos);
   CHECK(line_with(r.output, "  * ml_dtypes (default cast)").find("0xFF  -NaN") != std::string::npos);
-  CHECK(line_with(r.output, "  * PyTorch <= 2.11").find("0xFF  -NaN") != std::string::npos);
+  CHECK(line_with(r.output, "  * PyTorch <= 2.12").find("0xFF  -NaN") != std::string::npos);
   CHECK(line_with(r.output, "  * CUDA double entry, satfinite").find("0xFF  -NaN") != std::string::npos);
 }
 

@@ -128,20 +128,41 @@ def test_ml_dtypes_saturate_clips_finite_overflow_only(name, f32_inputs):
 
 
 @pytest.mark.parametrize("name", OCP_FP8)
-@pytest.mark.parametrize("policy", ["pytorch", "pytorch-2.12"])
+@pytest.mark.parametrize("policy", ["pytorch", "pytorch-2.13"])
 def test_pytorch_policies(name, policy, f32_inputs):
-    # PyTorch <= 2.11 equals ml_dtypes except NaN, which is 0x7F | sign (ml_dtypes: E5M2 0x7E | sign);
-    # >= 2.12 also saturates E4M3's finite overflow (pytorch#178817).
+    # PyTorch <= 2.12 equals ml_dtypes except NaN, which is 0x7F | sign (ml_dtypes: E5M2 0x7E | sign);
+    # >= 2.13 also saturates E4M3's overflow, finite and infinite (pytorch#178817).
     x = f32_inputs[name]
     ml = ml_codes(x, name)
     got = codes(fp8emu.cast(x, name, policy=policy))
     want = ml.copy()
     nan_in = np.isnan(x)
     want[nan_in] = np.where(np.signbit(x[nan_in]), 0xFF, 0x7F).astype(np.uint8)
-    if policy == "pytorch-2.12" and name == "e4m3fn":
-        over = np.isfinite(x) & is_nan_code(ml, name)
+    if policy == "pytorch-2.13" and name == "e4m3fn":
+        over = ~np.isnan(x) & is_nan_code(ml, name)  # finite overflow and the infinities
         want[over] = np.where(np.signbit(x[over]), 0xFE, 0x7E).astype(np.uint8)
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", OCP_FP8)
+def test_pytorch_policy_against_real_pytorch(name, f32_inputs):
+    # The oracle is PyTorch itself (scripts/python-test installs it): Tensor.to(float8) on the CPU,
+    # the conversion the policies name: "pytorch-2.13" for PyTorch >= 2.13, "pytorch" before
+    # (measured: 2.12.1 does not saturate; 2.13.0 to 2.15.0 saturate E4M3's overflow and infinities).
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (scripts/python-test installs it)")
+    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
+    policy = "pytorch-2.13" if (major, minor) >= (2, 13) else "pytorch"
+    dtype = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[name]
+    x = f32_inputs[name]
+    want = torch.from_numpy(x).to(dtype).view(torch.uint8).numpy()
+    got = codes(fp8emu.cast(x, name, policy=policy))
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, (f"{bad.size} of {x.size} codes differ from PyTorch {torch.__version__}, first: "
+                           f"x = {x[bad[0]]!r}: fp8emu {got[bad[0]]:#04x}, PyTorch {want[bad[0]]:#04x}")
+    # float64 inputs: PyTorch rounds them to float32 first, as the policy does.
+    x64 = np.array([1.0625 + 2.0**-40, -(1.0625 + 2.0**-40), 3.0000000001, 1e-300, 0.0], np.float64)
+    want64 = torch.from_numpy(x64).to(dtype).view(torch.uint8).numpy()
+    assert np.array_equal(codes(fp8emu.cast(x64, name, policy=policy)), want64)
 
 
 def test_pytorch_policy_rounds_doubles_through_float32():
@@ -276,7 +297,7 @@ def test_stochastic_rounding_against_a_rational_oracle(name):
     "to,policy,rounding,seed",
     [("e4m3fn", "cuda", None, None), ("e5m2", "ml_dtypes", None, None), ("e4m3fnuz", "cuda-nosat", "zero", None),
      ("e2m1fn", "cuda", "stochastic", 42), ("e8m0fnu", "cuda", "zero", None), ("e3m2fn", "ml_dtypes-saturate", "down", None),
-     ("e4m3fn", "pytorch-2.12", None, None)])
+     ("e4m3fn", "pytorch-2.13", None, None)])
 def test_cast_equals_the_cli(cli, tmp_path, to, policy, rounding, seed):
     x = np.concatenate([random_f32(20000, 9), boundary_inputs("e4m3fn")]).reshape(-1, 2)
     np.save(tmp_path / "x.npy", x)
@@ -355,7 +376,7 @@ def test_the_inputs_tell_every_two_policies_apart(name, f32_inputs):
     x = f32_inputs[name]
     names = ["cuda", "cuda-nosat", "ml_dtypes", "ml_dtypes-saturate"]
     if name in OCP_FP8:
-        names += ["pytorch", "pytorch-2.12"]
+        names += ["pytorch", "pytorch-2.13"]
     results = {p: codes(fp8emu.cast(x, name, policy=p)) for p in names}
     info = fp8emu.format_info(name)
     same = set()  # the pairs that agree on every fp32 input, each by the docs' table
@@ -363,10 +384,10 @@ def test_the_inputs_tell_every_two_policies_apart(name, f32_inputs):
         same |= {("cuda", "cuda-nosat"), ("ml_dtypes", "ml_dtypes-saturate")}
     if info.fnuz:  # one NaN code 0x80 for overflow, Inf and NaN alike
         same.add(("cuda-nosat", "ml_dtypes"))
-    if name == "e4m3fn":  # "PyTorch <= 2.11 vs ml_dtypes on none"; 2.12 saturates as kSaturate does
-        same |= {("ml_dtypes", "pytorch"), ("ml_dtypes-saturate", "pytorch-2.12")}
+    if name == "e4m3fn":  # "PyTorch <= 2.12 vs ml_dtypes on none"; >= 2.13 differs from kSaturate at +-Inf
+        same.add(("ml_dtypes", "pytorch"))
     if name == "e5m2":  # pytorch#178817 changed E4M3 only
-        same.add(("pytorch", "pytorch-2.12"))
+        same.add(("pytorch", "pytorch-2.13"))
     for i, p in enumerate(names):
         for q in names[i + 1:]:
             differ = bool(np.any(results[p] != results[q]))

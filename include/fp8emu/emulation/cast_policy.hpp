@@ -12,8 +12,8 @@
 ///     cuda-nosat          the same with __NV_NOSAT
 ///     ml_dtypes           ml_dtypes astype (non-saturating)
 ///     ml_dtypes-saturate  ml_dtypes' C++ ConvertFrom<kSaturate=true>
-///     pytorch             PyTorch c10 Float8_e4m3fn(float) / Float8_e5m2(float), <= 2.11
-///     pytorch-2.12        PyTorch >= 2.12 (pytorch#178817: e4m3fn finite overflow saturates)
+///     pytorch             PyTorch c10 Float8_e4m3fn(float) / Float8_e5m2(float), <= 2.12
+///     pytorch-2.13        PyTorch >= 2.13 (pytorch#178817: e4m3fn finite overflow and +-Inf saturate)
 ///
 /// Rounding names (`--rounding`, `rounding=`): nearest (ties to even), zero, up (toward +Inf), down
 /// (toward -Inf), stochastic (32 random bits per element); E8M0 takes up (CUDA's default) or zero.
@@ -29,7 +29,7 @@
 namespace fp8emu::emu {
 
 /// Run-time selector of a named policy: an index into kPolicyPresets.
-enum class PolicyName : std::uint8_t { kCuda, kCudaNoSat, kMlDtypes, kMlDtypesSaturate, kPyTorch, kPyTorch212 };
+enum class PolicyName : std::uint8_t { kCuda, kCudaNoSat, kMlDtypes, kMlDtypesSaturate, kPyTorch, kPyTorch213 };
 
 /// One named policy.
 struct PolicyPreset {
@@ -57,10 +57,10 @@ inline constexpr PolicyPreset kPolicyPresets[] = {
      Policy::ml_dtypes(), false, false, false},
     {PolicyName::kMlDtypesSaturate, "ml_dtypes-saturate", "ml_dtypes C++ ConvertFrom<kSaturate=true>",
      Policy::ml_dtypes_saturate(), Policy::ml_dtypes_saturate(), false, false, false},
-    {PolicyName::kPyTorch, "pytorch", "PyTorch c10 Float8_e4m3fn(float) / Float8_e5m2(float), <= 2.11",
+    {PolicyName::kPyTorch, "pytorch", "PyTorch c10 Float8_e4m3fn(float) / Float8_e5m2(float), <= 2.12",
      Policy::pytorch(), Policy::pytorch(), true, true, false},
-    {PolicyName::kPyTorch212, "pytorch-2.12", "PyTorch >= 2.12 (e4m3fn finite overflow saturates)",
-     Policy::pytorch_2_12(), Policy::pytorch_2_12(), true, true, false},
+    {PolicyName::kPyTorch213, "pytorch-2.13", "PyTorch >= 2.13 (e4m3fn finite overflow and +-Inf saturate)",
+     Policy::pytorch_2_13(), Policy::pytorch_2_13(), true, true, false},
 };
 inline constexpr int kPolicyPresetCount = int(sizeof(kPolicyPresets) / sizeof(kPolicyPresets[0]));
 
