@@ -37,24 +37,25 @@ TEST_CASE("doctor inspects the machine and says which backends can run", "[cli][
   if (!usable) CHECK(r.output.find("cuda       no: ") != std::string::npos);  // and why
 }
 
-TEST_CASE("backend cuda gives exactly the emulated results (fallback without a GPU)", "[cli][backend]") {
+TEST_CASE("backend cuda: without a GPU the emulator runs and says so, with one the emulator's bits",
+          "[cli][backend]") {
   const fs::path e = scratch("emulated"), c = scratch("cuda");
   const Result re = run("train" + kSmall + " --backend emulated --out " + e.string());
   const Result rc = run("train" + kSmall + " --backend cuda --out " + c.string());
   REQUIRE(re.code == 0);
   REQUIRE(rc.code == 0);
-  CHECK(metrics_without_seconds(e / "metrics.csv") == metrics_without_seconds(c / "metrics.csv"));
-  CHECK(slurp(e / "layers.csv") == slurp(c / "layers.csv"));
   const std::string fallback = "the cuda backend cannot run, using the bit-exact CPU emulator";
-  if (!gpu_usable()) {
+  if (!gpu_usable()) {  // the same program runs both: only the fallback and its record are checked
     CHECK(rc.output.find(fallback) != std::string::npos);
     CHECK(re.output.find(fallback) == std::string::npos);
     // summary.json records what ran, and why.
     const std::string summary = slurp(c / "summary.json");
     CHECK(summary.find("\"backend_used\": \"fc1=emulated,fc2=emulated,fc3=emulated\"") != std::string::npos);
     CHECK(summary.find("\"backend_fallback\"") != std::string::npos);
-  } else {
+  } else {  // the GPU's results against the emulator's (the claim this test exists for)
     CHECK(rc.output.find(fallback) == std::string::npos);
+    CHECK(metrics_without_seconds(e / "metrics.csv") == metrics_without_seconds(c / "metrics.csv"));
+    CHECK(slurp(e / "layers.csv") == slurp(c / "layers.csv"));
   }
 }
 

@@ -187,6 +187,14 @@ TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
   r = run_cli("gemm" + common + " --split-k 2 --out " + (d / "S.npy").string());
   CHECK(r.code == 0);
   CHECK(r.output.find("split-K 2") != std::string::npos);
+  {  // K = 2 fits in one 128-element split range: the plain product, [[6, 6]]
+    const io::NpyArray S = io::read_npy((d / "S.npy").string());
+    REQUIRE(S.data.size() == 8);
+    float s[2];
+    std::memcpy(s, S.data.data(), 8);
+    CHECK(s[0] == 6.0f);
+    CHECK(s[1] == 6.0f);
+  }
   r = run_cli("gemm" + common + " --split-k 0 --out " + (d / "X.npy").string());
   CHECK(r.code == 2);
   CHECK(r.output.find("split_k must be >= 1, got 0") != std::string::npos);
@@ -197,8 +205,16 @@ TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {
   r = run_cli("gemm" + common + " --format-a e5m2 --format-b e5m2 --out " + (d / "X.npy").string());
   CHECK(r.code == 2);
   CHECK(r.output.find("E5M2 x E5M2 is not supported") != std::string::npos);
-  r = run_cli("gemm" + common + " --layout nn --out " + (d / "X.npy").string());
+  r = run_cli("gemm" + common + " --layout nn --out " + (d / "N.npy").string());
   CHECK(r.code == 0);  // B [2, 2] is also a valid [K, N] for K = 2
+  {  // D = A B (not B^T): [1*1 + 2*2, 1*1 + 2*0.5] * 0.5 * 4 = [[10, 4]]
+    const io::NpyArray N = io::read_npy((d / "N.npy").string());
+    REQUIRE(N.data.size() == 8);
+    float n[2];
+    std::memcpy(n, N.data.data(), 8);
+    CHECK(n[0] == 10.0f);
+    CHECK(n[1] == 4.0f);
+  }
   io::NpyArray B3{"|u1", {3, 3}, std::vector<std::uint8_t>(9, 0x38)};
   io::write_npy((d / "B3.npy").string(), B3);
   r = run_cli("gemm --a " + (d / "A.npy").string() + " --b " + (d / "B3.npy").string() + " --out " + (d / "X.npy").string());

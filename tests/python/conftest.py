@@ -1,9 +1,14 @@
 """Shared helpers of the Python module's tests.
 
-Oracles: ml_dtypes (casts and decoding), gfloat (decoding, directed rounding), values worked by hand
-from the format definitions, NumPy float64/float32 arithmetic (GEMMs), NumPy's legacy MT19937
-(stochastic rounding's random words), and the fp8emu command line (same inputs, same bits). Nothing
-here derives an expected value from the module under test.
+Oracles: ml_dtypes (casts and decoding), gfloat (decoding, directed rounding), PyTorch (its own
+float8 casts, for the PyTorch policies), values worked by hand from the format definitions, NumPy
+float64/float32 arithmetic (GEMMs), Python's fractions (exact sums), and NumPy's legacy MT19937
+(stochastic rounding's random words).
+
+Not oracles: the tests named `..._equals_the_cli` (and the scale-trace comparisons of
+test_recipe.py) compare the module with the fp8emu command line, which runs the same C++ library:
+they check the binding's plumbing (argument passing, dtypes, layouts), and the numerics they cover
+rest on the oracles above and on the C++ tests.
 """
 
 import os
