@@ -30,11 +30,17 @@
 #include "fp8emu/config.hpp"
 #include "fp8emu/nn/mlp.hpp"
 #include "fp8emu/nn/transformer.hpp"
+#include "fp8emu/util/enum_names.hpp"
 #include "fp8emu/util/error.hpp"
 #include "fp8emu_internal/resources.hpp"
 
 namespace fp8emu::experiments {
 namespace {
+
+constexpr EnumName<nn::NormKind> kNormNames[] = {{nn::NormKind::kLayerNorm, "layernorm"},
+                                                 {nn::NormKind::kRMSNorm, "rmsnorm"}};
+constexpr EnumName<nn::ActivationDtype> kActivationDtypeNames[] = {{nn::ActivationDtype::kFp32, "fp32"},
+                                                                   {nn::ActivationDtype::kBf16, "bf16"}};
 
 using namespace lm;
 
@@ -550,13 +556,9 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
                 cfg.layers,
                 cfg.ffn,
                 cfg.seq_len,
-                cfg.norm == "rmsnorm" ? nn::NormKind::kRMSNorm : nn::NormKind::kLayerNorm,
+                parse_enum(kNormNames, cfg.norm, "--norm"),
                 nn::parse_mlp_activation(cfg.mlp_activation),
-                cfg.activation_dtype == "bf16" ? nn::ActivationDtype::kBf16 : nn::ActivationDtype::kFp32};
-    FP8EMU_CHECK(cfg.norm == "layernorm" || cfg.norm == "rmsnorm", "unknown --norm '", cfg.norm,
-                 "' (accepted: layernorm, rmsnorm)");
-    FP8EMU_CHECK(cfg.activation_dtype == "fp32" || cfg.activation_dtype == "bf16", "unknown --activation-dtype '",
-                 cfg.activation_dtype, "' (accepted: fp32, bf16)");
+                parse_enum(kActivationDtypeNames, cfg.activation_dtype, "--activation-dtype")};
     accumulation = emu::parse_accumulation(cfg.accumulation);
     {
       const std::vector<std::string> names = layer_names_of(cfg.layers);

@@ -24,7 +24,7 @@ using namespace nb::literals;
 // A field's value for Python: the enums by their TE names, numbers and flags as they are.
 nb::object to_python(scaling::RecipeFormat f) { return nb::str(scaling::to_string(f)); }
 nb::object to_python(scaling::AmaxComputeAlgo a) { return nb::str(scaling::to_string(a)); }
-nb::object to_python(E8M0Rule r) { return nb::str(r == E8M0Rule::kOcp ? "ocp" : "te"); }
+nb::object to_python(E8M0Rule r) { return nb::str(scaling::to_string(r)); }
 template <class T>
 nb::object to_python(const T& v) {
   return nb::cast(v);

@@ -6,15 +6,18 @@
 #include <utility>
 
 #include "fp8emu/core/nn_element.hpp"
+#include "fp8emu/util/enum_names.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
 
-Activation parse_activation(const std::string& s) {
-  if (s == "relu") return Activation::kReLU;
-  if (s == "gelu") return Activation::kGELU;
-  FP8EMU_FAIL("unknown activation '", s, "' (accepted: relu, gelu)");
-}
+namespace {
+constexpr EnumName<Activation> kActivationNames[] = {{Activation::kReLU, "relu"}, {Activation::kGELU, "gelu"}};
+constexpr EnumName<Optimizer::Kind> kOptimizerNames[] = {{Optimizer::Kind::kAdam, "adam"},
+                                                         {Optimizer::Kind::kSgd, "sgd"}};
+}  // namespace
+
+Activation parse_activation(const std::string& s) { return parse_enum(kActivationNames, s, "activation"); }
 
 namespace {
 backend::ActivationOp act_op(Activation a) {
@@ -256,11 +259,7 @@ backend::AdamStep Optimizer::adam_step(float lr, long t) {
   return a;
 }
 
-Optimizer::Kind Optimizer::parse(const std::string& s) {
-  if (s == "adam") return Kind::kAdam;
-  if (s == "sgd") return Kind::kSgd;
-  FP8EMU_FAIL("unknown optimizer '", s, "' (accepted: adam, sgd)");
-}
+Optimizer::Kind Optimizer::parse(const std::string& s) { return parse_enum(kOptimizerNames, s, "optimizer"); }
 
 void Optimizer::step(Mlp& model) {
   std::vector<std::pair<Matrix*, Matrix*>> params;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
+#include "fp8emu/util/enum_names.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
@@ -17,10 +18,13 @@ void round_to_bf16(Matrix& m) {
   backend::cpu_device().round_bf16(m.data.data(), m.size());
 }
 
+namespace {
+constexpr EnumName<MlpActivation> kMlpActivationNames[] = {{MlpActivation::kGelu, "gelu"},
+                                                           {MlpActivation::kSwiGlu, "swiglu"}};
+}  // namespace
+
 MlpActivation parse_mlp_activation(const std::string& s) {
-  if (s == "gelu") return MlpActivation::kGelu;
-  if (s == "swiglu") return MlpActivation::kSwiGlu;
-  FP8EMU_FAIL("unknown MLP activation '", s, "' (accepted: gelu, swiglu)");
+  return parse_enum(kMlpActivationNames, s, "MLP activation");
 }
 
 namespace {

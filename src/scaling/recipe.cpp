@@ -5,45 +5,28 @@
 #include <cstring>
 #include <utility>
 
+#include "fp8emu/util/enum_names.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::scaling {
 
-RecipeFormat parse_recipe_format(const std::string& s) {
-  if (s == "hybrid") return RecipeFormat::kHybrid;
-  if (s == "e4m3") return RecipeFormat::kE4M3;
-  if (s == "e5m2") return RecipeFormat::kE5M2;
-  FP8EMU_FAIL("unknown FP8 format '", s, "' (accepted: hybrid, e4m3)");
-}
+namespace {
+// E5M2 parses so that the recipes' checks can refuse it with TE's message; it is not offered.
+constexpr EnumName<RecipeFormat> kRecipeFormatNames[] = {
+    {RecipeFormat::kHybrid, "hybrid"}, {RecipeFormat::kE4M3, "e4m3"}, {RecipeFormat::kE5M2, "e5m2", false}};
+constexpr EnumName<AmaxComputeAlgo> kAmaxComputeAlgoNames[] = {{AmaxComputeAlgo::kMax, "max"},
+                                                               {AmaxComputeAlgo::kMostRecent, "most_recent"}};
+constexpr EnumName<E8M0Rule> kE8M0RuleNames[] = {{E8M0Rule::kTransformerEngine, "te"}, {E8M0Rule::kOcp, "ocp"}};
+}  // namespace
 
-const char* to_string(RecipeFormat f) {
-  switch (f) {
-    case RecipeFormat::kHybrid: return "hybrid";
-    case RecipeFormat::kE4M3: return "e4m3";
-    case RecipeFormat::kE5M2: return "e5m2";
-  }
-  return "?";
-}
-
-const char* to_string(AmaxComputeAlgo a) {
-  switch (a) {
-    case AmaxComputeAlgo::kMax: return "max";
-    case AmaxComputeAlgo::kMostRecent: return "most_recent";
-  }
-  return "?";
-}
-
+RecipeFormat parse_recipe_format(const std::string& s) { return parse_enum(kRecipeFormatNames, s, "FP8 format"); }
+const char* to_string(RecipeFormat f) { return enum_name(kRecipeFormatNames, f); }
+const char* to_string(AmaxComputeAlgo a) { return enum_name(kAmaxComputeAlgoNames, a); }
 AmaxComputeAlgo parse_amax_compute_algo(const std::string& s, const char* what) {
-  if (s == "max") return AmaxComputeAlgo::kMax;
-  if (s == "most_recent") return AmaxComputeAlgo::kMostRecent;
-  FP8EMU_FAIL("unknown ", what, " '", s, "' (accepted: max, most_recent)");
+  return parse_enum(kAmaxComputeAlgoNames, s, what);
 }
-
-E8M0Rule parse_e8m0_rule(const std::string& s, const char* what) {
-  if (s == "te") return E8M0Rule::kTransformerEngine;
-  if (s == "ocp") return E8M0Rule::kOcp;
-  FP8EMU_FAIL("unknown ", what, " '", s, "' (accepted: te, ocp)");
-}
+E8M0Rule parse_e8m0_rule(const std::string& s, const char* what) { return parse_enum(kE8M0RuleNames, s, what); }
+const char* to_string(E8M0Rule r) { return enum_name(kE8M0RuleNames, r); }
 
 namespace {
 void check_not_e5m2(RecipeFormat f, const char* recipe) {

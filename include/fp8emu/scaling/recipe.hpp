@@ -155,6 +155,8 @@ using ::fp8emu::E8M0Rule;
 /// "te" (TE's rounding up) or "ocp" (the OCP MX floor). \throws fp8emu::Error "unknown <what> '<s>'
 ///         (accepted: te, ocp)".
 E8M0Rule parse_e8m0_rule(const std::string& s, const char* what);
+/// "te" or "ocp".
+const char* to_string(E8M0Rule r);
 
 /// TE `MXFP8BlockScaling`: 32-element blocks along the GEMM's K dim with an E8M0 scale each.
 struct MXFP8BlockScaling {
@@ -170,7 +172,7 @@ struct MXFP8BlockScaling {
   template <class F>
   void visit_parameters(F&& f) const {
     f("fp8_format", to_string(fp8_format));
-    f("e8m0_rule", rule == E8M0Rule::kOcp ? "ocp" : "te");
+    f("e8m0_rule", to_string(rule));
   }
   /// As DelayedScaling::visit_fields (fp8emu.MXFP8BlockScaling, whose rule is `scale_rule`).
   template <class Self, class F>
