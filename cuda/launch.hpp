@@ -110,7 +110,7 @@ struct BlockCastOut {
   std::uint8_t* e8m0 = nullptr;
   CastTotals* totals = nullptr;
 };
-/// Device::block_cast of kMxfp8 / kBlock1d with both views, on device pointers: one read of x
+/// Device::block_cast of 1 x block blocks with both views, on device pointers: one read of x
 /// [rows, cols] writes the row-wise view (K = cols) and/or the column-wise view (K = rows, codes
 /// [cols, rows]) with their scales, each as launch_block_cast with that axis. One fused kernel for
 /// block 32 (MXFP8) and 128 (1x128); other block sizes run launch_block_cast once per copy.

@@ -309,7 +309,7 @@ nb::tuple cuda_cast(const Array& x, const std::string& format, float scale, cons
 #endif
 }
 
-// Recipes' per-tensor cast on a CUDA array: the twin of Kernels::cast_transpose (x float32 [rows,
+// Recipes' per-tensor cast on a CUDA array: the twin of Device::cast_transpose (x float32 [rows,
 // cols]; row-wise codes [rows, cols] and/or column-wise codes [cols, rows]). Returns (rowwise or
 // None, columnwise or None, stats).
 nb::tuple cuda_cast_transpose(const Array& x, const std::string& format, float scale, bool rowwise, bool columnwise,

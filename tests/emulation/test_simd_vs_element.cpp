@@ -111,7 +111,7 @@ TEST_CASE("Element layer: the emulator's dequantize and code transpose equal the
   }
 }
 
-TEST_CASE("Kernel check: NaNs with different payloads count apart, not as mismatches", "[element]") {
+TEST_CASE("Device check: NaNs with different payloads count apart, not as mismatches", "[element]") {
   CHECK(backend::same_f32(core::bits_to_f32(0x7FFFFFFFu), core::bits_to_f32(0xFFC00000u)));
   CHECK_FALSE(backend::same_f32(0.0f, -0.0f));
   CHECK_FALSE(backend::same_f32(INFINITY, core::bits_to_f32(0x7FC00000u)));
@@ -318,7 +318,7 @@ TEST_CASE("CPU fp32 GEMM: every ISA path and thread count sums each element in k
   omp_set_num_threads(saved_threads);
 }
 
-TEST_CASE("CPU block-scaled GEMM: every ISA path and thread count equals the element kernels bit for bit",
+TEST_CASE("CPU block-scaled GEMM: every ISA path and thread count equals element_device() bit for bit",
           "[element][gemm]") {
   // gemm_fp8_block_tn (MXFP8 and 1 x 128 operands) against the element kernel set, which sums each
   // element per block with core functions on one thread; ragged K (a partial last block), NaN/Inf

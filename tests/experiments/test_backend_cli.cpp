@@ -1,6 +1,6 @@
-// --backend, --strict and `fp8emu doctor` (include/fp8emu/backend/kernels.hpp). Without a usable
-// GPU (CI) `--backend cuda` must fall back to the emulator with one line and give exactly the
-// emulated results; --strict must refuse. On a machine with a usable GPU the same flags run the GPU
+// --backend, --strict and `fp8emu doctor` (include/fp8emu/backend/select.hpp). Without a usable
+// GPU (CI) `--backend cuda` must fall back to the emulator with one line and record it; --strict
+// must refuse. On a machine with a usable GPU the same flags run the GPU
 // kernels, which must also give the emulated results (the bit-exactness claim of the backend).
 #include <unistd.h>
 

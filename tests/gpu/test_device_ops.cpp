@@ -2,7 +2,7 @@
 // backend::Device run on cpu_device() and on cuda_device() from the same inputs, the results compared
 // bit for bit (fp32 values by their bits, two NaNs counting as equal as in device_check.hpp: an fp32
 // operation's NaN is the FPU's choice; FP8 codes, counters, amax and scales exactly). Inputs: the
-// kernel check's families (normal, wide, NaN/Inf/zeros, subnormal, overflow), shapes of 1, 7, 33 and
+// device check's families (normal, wide, NaN/Inf/zeros, subnormal, overflow), shapes of 1, 7, 33 and
 // 300 in every role, both FP8 formats and every GEMM operand pair and accumulation variant.
 //
 // Without a usable GPU each test prints "SKIPPED: no usable GPU ..." and passes (CTest shows it as
@@ -400,7 +400,7 @@ void check_gemm_fp8(const Device& ref, const Device& cand, Report& rep) {
   for (const Format a : {Format::kE4M3, Format::kE5M2})
     for (const Format b : {Format::kE4M3, Format::kE5M2})
       if (emu::gemm_operand_pair_supported(a, b)) pairs.emplace_back(a, b);
-  // The kernel check's variants: every model, fast accumulation, a promotion interval of one block
+  // The device check's variants: every model, fast accumulation, a promotion interval of one block
   // (50 without blocks) and of 128, split-K 3 and split-K 2 with promotion every 128.
   const std::vector<emu::GemmAccumulation> accs = backend::device_check_accumulations();
   // Scales as a recipe's state holds them: ordinary, large and small (1 / s subnormal for FLT_MAX),

@@ -43,12 +43,12 @@ Timing bench_quantize(std::size_t n, int reps);
 /// codes, amax and counts) on a [rows, cols] matrix: rate = (4 + 1 + 1) rows cols bytes / s.
 Timing bench_cast_transpose(int rows, int cols, int reps);
 /// The fused two-axis block cast (Device::block_cast with both views for `mxfp8`, E8M0 scales by TE's
-/// rule; else quantize_block_1d_both with 1 x 128 blocks and pow2 scales): fp32 -> E4M3 row-wise
+/// rule; else 1 x 128 blocks with pow2 fp32 scales): fp32 -> E4M3 row-wise
 /// and column-wise codes with their scales and counts, on a [rows, cols] matrix. rate = bytes read
 /// + written / s: (4 + 1 + 1) rows cols plus the scales of both copies (MXFP8: a 4-byte scale_inv
 /// and a 1-byte E8M0 code per 32 elements and copy; 1x128: a 4-byte scale_inv per 128 and copy).
 Timing bench_block_cast_both(int rows, int cols, bool mxfp8, int reps);
-/// The one-pass 128 x 128 tile cast (the kTile2d block_cast kernel: fp32 -> E4M3 row-wise and
+/// The one-pass 128 x 128 tile cast (block_cast's kernel for tiles: fp32 -> E4M3 row-wise and
 /// column-wise codes, pow2 tile scales, counts) on a [rows, cols] matrix: rate = (4 + 1 + 1) rows
 /// cols bytes plus 8 per tile (scale and scale_inv) / s.
 Timing bench_tile_cast_both(int rows, int cols, int reps);
