@@ -339,6 +339,14 @@ nb::object view_of(const std::vector<T>& v, std::initializer_list<std::size_t> s
                   nb::rv_policy::reference);
 }
 
+// A block operand's scale_inv (or E8M0 codes) as a view (n, ceil(k / block)); None for a copy that
+// was not made and for per-tensor operands (block 0: no blocks to count).
+nb::object block_scales(const emu::BlockQuantized& b, bool e8m0, nb::handle owner) {
+  if (b.block < 1) return nb::none();
+  return e8m0 ? view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, owner)
+              : view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, owner);
+}
+
 struct PyQuantizer {
   std::unique_ptr<scaling::Quantizer> q;
 };
@@ -398,20 +406,16 @@ void bind_recipes(nb::module_& m) {
         return view_of(t.columnwise_data, {std::size_t(t.cols), std::size_t(t.rows)}, h);
       })
       .def_prop_ro("rowwise_scale_inv", [](nb::handle h) {
-        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).rowwise_blocks;
-        return view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+        return block_scales(nb::cast<const QuantizedTensor&>(h).rowwise_blocks, false, h);
       })
       .def_prop_ro("columnwise_scale_inv", [](nb::handle h) {
-        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).columnwise_blocks;
-        return view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+        return block_scales(nb::cast<const QuantizedTensor&>(h).columnwise_blocks, false, h);
       })
       .def_prop_ro("rowwise_e8m0", [](nb::handle h) {
-        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).rowwise_blocks;
-        return view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+        return block_scales(nb::cast<const QuantizedTensor&>(h).rowwise_blocks, true, h);
       })
       .def_prop_ro("columnwise_e8m0", [](nb::handle h) {
-        const emu::BlockQuantized& b = nb::cast<const QuantizedTensor&>(h).columnwise_blocks;
-        return view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, h);
+        return block_scales(nb::cast<const QuantizedTensor&>(h).columnwise_blocks, true, h);
       })
       .def_prop_ro("block", [](const QuantizedTensor& t) {
         return t.mode == scaling::ScalingMode::kBlock
