@@ -83,7 +83,6 @@ BlockQuantized quantize_mxfp8(const float* x, int rows, int cols, BlockAxis axis
 
 BlockQuantized quantize_block_1d(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
                                  bool pow2, float epsilon, QuantizeStats* stats) {
-  FP8EMU_CHECK(block >= 1, "block quantize: block size must be >= 1, got ", block);
   return quantize_blocks(x, rows, cols, axis, fmt, block, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon),
                          stats);
 }

@@ -136,6 +136,8 @@ inline Format format_of(const std::string& name, const char* what) {
 void bind_cuda(nb::module_& m);
 /// The C++ recipe records as classes, and recipe_record(name) (python/src/recipe_records.cpp).
 void bind_recipe_records(nb::module_& m);
+/// nv_convert: fp8emu.nv's conversions (python/src/nv_binding.cpp).
+void bind_nv(nb::module_& m);
 /// fp8emu.Quantizer.quantize on a CUDA array x (float32, 2-D, C-contiguous) of the GPU of
 /// backend::cuda_device(): the quantizer's device cast (scaling::Quantizer::quantize_device), after
 /// `stream` (a cudaStream_t as an integer) has reached the call. Returns (a CudaQuantizedTensor whose
