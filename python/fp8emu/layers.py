@@ -28,14 +28,18 @@ accumulation in fprop (``promotion=0``), promoted to fp32 every 128 K-elements i
 Arrays: float32 NumPy arrays (or CPU DLPack arrays), C-contiguous; x is (rows, in_features), W
 (out_features, in_features), b (out_features,) or None. Results are new float32 NumPy arrays.
 
+The Linear's step is fp8emu's C++ program, not a Python composition: ``linear_forward`` and
+``linear_backward`` run ``nn::fp8_linear_fprop`` / ``nn::fp8_linear_backward``
+(``include/fp8emu/nn/linear_step.hpp``), the functions ``nn::Linear`` runs, on the device of the
+arrays given.
+
 On the GPU: every function here but :func:`round_to_bf16` also takes float32 CUDA arrays (PyTorch
-CUDA tensors, CuPy, JAX GPU arrays; all on fp8emu's GPU, in a build with CUDA): every cast, GEMM,
-bias add, bias-grad sum and norm then runs there, through the GPU twins of the same functions (``Quantizer::quantize_device``,
-``scaling::gemm_tn``, ``Device::bias_add``, ``Device::column_sum``, ``Device::norm_forward`` /
-``norm_backward`` and ``round_bf16`` on ``backend::cuda_device()``), with the same bits as on the
-CPU, and the results are CUDA arrays of the input's framework. The quantizers' state stays on the
-host, as TE keeps its recipe state. Each call waits for the input's framework's current stream
-first and returns when its results are complete.
+CUDA tensors, CuPy, JAX GPU arrays; all on fp8emu's GPU, in a build with CUDA): the Linear's step,
+the bias-grad sum and the norm then run there (the same step program, ``Device::column_sum``,
+``Device::norm_forward`` / ``norm_backward`` and ``round_bf16`` on ``backend::cuda_device()``),
+with the same bits as on the CPU, and the results are CUDA arrays of the input's framework. The
+quantizers' state stays on the host, as TE keeps its recipe state. Each call waits for the input's
+framework's current stream first and returns when its results are complete.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from . import _cuda, _fp8emu
-from .recipe import QuantizedTensor, Quantizer, gemm as _recipe_gemm
+from .recipe import QuantizedTensor, Quantizer
 
 __all__ = ["LinearSaved", "linear_forward", "linear_backward", "bias_grad", "LayerNormSaved",
            "layernorm_linear_forward", "layernorm_linear_backward", "round_to_bf16"]
@@ -143,15 +147,18 @@ def linear_forward(
     if x.shape[1] != w_q.cols:
         raise ValueError(f"x has {x.shape[1]} features; the weight takes {w_q.cols}")
     acc = _accumulation(fwd, accumulation)
-    x_q = fwd.quantize(x, "input", "both" if training else "rowwise")
-    y = _recipe_gemm(x_q, w_q, a_usage="rowwise", b_usage="rowwise", accumulation=acc, promotion=promotion)
-    if bias is not None and _cuda.is_cuda(y):  # Device::bias_add: one fp32 add per element, in place
-        _fp8emu.cuda_bias_add(y, bias, _cuda.stream_handle(x, None))
-    elif bias is not None:
+    if bias is not None and not on_gpu:
         b = np.asarray(bias)
         if b.dtype != np.float32 or b.shape != (w_q.rows,):
             raise ValueError(f"bias must be float32 ({w_q.rows},); got {b.dtype} {b.shape}")
-        y += b  # one fp32 add per element, as nn::Linear's add_bias
+        bias = np.ascontiguousarray(b)
+    # The C++ step (nn::fp8_linear_fprop, the program nn::Linear runs) on x's device: the input cast,
+    # fprop GEMM and bias add.
+    stream = _cuda.stream_handle(x, None) if on_gpu else 0
+    framework = _cuda.framework_of(x) if on_gpu else ""
+    y, x_impl, x_stats = _fp8emu.linear_fprop(x, w_q._impl, bias, fwd._impl, bool(training), acc, int(promotion),
+                                              stream, framework)
+    x_q = QuantizedTensor(x_impl, x_stats)
     saved = LinearSaved(x_q, w_q, int(x.shape[0]), w_q.cols, w_q.rows, acc) if training else None
     return y, saved
 
@@ -196,16 +203,13 @@ def linear_backward(
     dy = _f32_2d(dy, "dy")
     if tuple(dy.shape) != (saved.rows, saved.out_features):
         raise ValueError(f"dy has shape {dy.shape}; the forward output was ({saved.rows}, {saved.out_features})")
-    db = bias_grad(dy)
-    dy_q = bwd.quantize(dy, "grad_output", "both")
     prom = promotion if saved.accumulation not in ("fp32", "exact") else 0
-    dw = dx = None
-    if need_wgrad:  # dW = dy^T x: dy column-wise (out, K=rows), x column-wise (in, K=rows)
-        dw = _recipe_gemm(dy_q, saved.x_q, a_usage="columnwise", b_usage="columnwise",
-                          accumulation=saved.accumulation, promotion=prom)
-    if need_dgrad:  # dx = dy W: dy row-wise (rows, K=out), W column-wise (in, K=out)
-        dx = _recipe_gemm(dy_q, saved.w_q, a_usage="rowwise", b_usage="columnwise",
-                          accumulation=saved.accumulation, promotion=prom)
+    on_gpu = _cuda.is_cuda(dy)
+    # The C++ step (nn::fp8_linear_backward) on dy's device: bias grad, grad_output cast, wgrad, dgrad.
+    dx, dw, db, _ = _fp8emu.linear_backward(dy, saved.x_q._impl, saved.w_q._impl, bwd._impl, bool(need_dgrad),
+                                            bool(need_wgrad), saved.accumulation, int(prom),
+                                            _cuda.stream_handle(dy, None) if on_gpu else 0,
+                                            _cuda.framework_of(dy) if on_gpu else "")
     return dx, dw, db
 
 

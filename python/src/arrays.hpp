@@ -6,9 +6,12 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/scaling/quantizer.hpp"
@@ -130,6 +133,33 @@ inline Format format_of(const std::string& name, const char* what) {
   return f;
 }
 
+
+/// fp8emu.Quantizer's extension object: one direction's scaling::Quantizer of a recipe.
+struct PyQuantizer {
+  std::unique_ptr<scaling::Quantizer> q;
+};
+
+/// A cast's counts as Python sees them (QuantizedTensor.stats): count, saturated, underflow, nan.
+inline nb::dict counts_dict(const emu::QuantizeStats& st) {
+  nb::dict d;
+  d["count"] = st.count;
+  d["saturated"] = st.saturated;
+  d["underflow"] = st.underflow;
+  d["nan"] = st.nan;
+  return d;
+}
+
+/// fp8emu.layers' FP8 Linear step (python/src/layer_steps.cpp): linear_fprop and linear_backward,
+/// nn::fp8_linear_fprop / fp8_linear_backward on the device of the arrays given.
+void bind_layer_steps(nb::module_& m);
+/// Their GPU halves (python/src/cuda_arrays.cpp): the same step on backend::cuda_device() for CUDA
+/// arrays; `fn` names the Python function in errors. Without CUDA or a usable GPU: TypeError.
+nb::tuple cuda_linear_fprop(const Array& x, nb::handle weight_q, std::optional<Array> bias, scaling::Quantizer& fwd,
+                            bool training, const emu::GemmAccumulation& acc, std::uintptr_t stream,
+                            const std::string& framework);
+nb::tuple cuda_linear_backward(const Array& dy, nb::handle x_q, nb::handle weight_q, scaling::Quantizer& bwd,
+                               bool need_dgrad, bool need_wgrad, const emu::GemmAccumulation& acc,
+                               std::uintptr_t stream, const std::string& framework);
 
 /// The GPU path's entry points (python/src/cuda_arrays.cpp): cuda_available, cuda_cast, cuda_decode,
 /// cuda_gemm, ...; in a build without CUDA they raise TypeError naming the function and the device.

@@ -347,20 +347,6 @@ nb::object block_scales(const emu::BlockQuantized& b, bool e8m0, nb::handle owne
               : view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, owner);
 }
 
-struct PyQuantizer {
-  std::unique_ptr<scaling::Quantizer> q;
-};
-
-// A quantizer cast's counts as QuantizedTensor.stats.
-nb::dict counts_dict(const emu::QuantizeStats& st) {
-  nb::dict d;
-  d["count"] = st.count;
-  d["saturated"] = st.saturated;
-  d["underflow"] = st.underflow;
-  d["nan"] = st.nan;
-  return d;
-}
-
 QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
                               emu::QuantizeStats& stats) {
   check_array(x, "x");
@@ -737,6 +723,7 @@ NB_MODULE(_fp8emu, m) {
   m.def("compare", &compare, "x"_a, "y"_a, "Bitwise comparison of two float32 arrays; see fp8emu.compare.");
   bind_recipe_records(m);  // python/src/recipe_records.cpp
   bind_recipes(m);
+  bind_layer_steps(m);  // python/src/layer_steps.cpp
   bind_layers(m);
   bind_cuda(m);  // python/src/cuda_arrays.cpp
   bind_nv(m);  // python/src/nv_binding.cpp

@@ -10,6 +10,7 @@
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/nn/linear_step.hpp"
 #include "fp8emu/util/error.hpp"
 
 namespace fp8emu::nn {
@@ -307,11 +308,8 @@ void Linear::step_forward(const float* x, int rows, float* y, bool training, std
     // Row-wise for fprop; a training forward also keeps the column-wise copy for wgrad.
     x_op_ = operand_view(xq_, *fwd_q_, rows, in, scaling::TensorRole::kInput,
                          training ? scaling::Usage::kBoth : scaling::Usage::kRowwise);
-    fwd_q_->cast(d, x, rows, in, scaling::TensorRole::kInput, x_op_, counters_.get() + kX);
+    fp8_linear_fprop(d, *fwd_q_, x, rows, x_op_, w_op_, b(), acc_fprop_, y, counters_.get() + kX);
     if (x_op_.mode == scaling::ScalingMode::kPerTensor) d.copy(last_scale_.get() + kX, x_op_.scale, sizeof(float));
-    // fprop: x [rows, in] . W [out, in]^T
-    scaling::gemm_tn(d, x_op_, scaling::Usage::kRowwise, w_op_, scaling::Usage::kRowwise, acc_fprop_, y);
-    d.bias_add(y, b(), rows, out);
   }
   accumulate_twin(x, rows, y);
   if (training) forward_rows_ = rows;
@@ -348,8 +346,8 @@ void Linear::step_backward(const float* dy, int rows, float* dx) {
   const backend::Device& d = *device_;
   const int in = in_features(), out = out_features();
   const std::size_t ndy = std::size_t(rows) * std::size_t(out);
-  d.column_sum(dy, rows, out, gb());  // from the unquantized gradient
   if (precision_ == Precision::kBf16) {
+    d.column_sum(dy, rows, out, gb());  // from the unquantized gradient
     d.copy(dyb_.get(), dy, ndy * sizeof(float));  // bf16(dy) once, for both GEMMs
     d.round_bf16(dyb_.get(), ndy);
     d.transpose_f32(rows, out, dyb_.get(), dyt_.get());
@@ -359,18 +357,16 @@ void Linear::step_backward(const float* dy, int rows, float* dx) {
       d.round_bf16(dx, std::size_t(rows) * std::size_t(in));
     }
   } else if (precision_ == Precision::kFp32) {
+    d.column_sum(dy, rows, out, gb());
     d.transpose_f32(rows, out, dy, dyt_.get());
     d.gemm_f32_nn(out, in, rows, dyt_.get(), saved_x_, gw());
     if (dx) d.gemm_f32_nn(rows, in, out, dy, w(), dx);
   } else {
     scaling::DeviceOperand dy_op =
         operand_view(dyq_, *bwd_q_, rows, out, scaling::TensorRole::kGradOutput, scaling::Usage::kBoth);
-    bwd_q_->cast(d, dy, rows, out, scaling::TensorRole::kGradOutput, dy_op, counters_.get() + kDy);
+    fp8_linear_backward(d, *bwd_q_, dy, rows, dy_op, x_op_, w_op_, acc_dgrad_, acc_wgrad_, dx, gw(), gb(),
+                        counters_.get() + kDy);
     if (dy_op.mode == scaling::ScalingMode::kPerTensor) d.copy(last_scale_.get() + kDy, dy_op.scale, sizeof(float));
-    // wgrad: dy^T [out, K=rows] . x^T [in, K=rows]^T
-    scaling::gemm_tn(d, dy_op, scaling::Usage::kColumnwise, x_op_, scaling::Usage::kColumnwise, acc_wgrad_, gw());
-    // dgrad: dy [rows, K=out] . W^T [in, K=out]^T
-    if (dx) scaling::gemm_tn(d, dy_op, scaling::Usage::kRowwise, w_op_, scaling::Usage::kColumnwise, acc_dgrad_, dx);
   }
   forward_rows_ = -1;
 }

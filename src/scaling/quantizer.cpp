@@ -220,6 +220,61 @@ void cast_blocks(const backend::Device& device, const backend::BlockCast& cast, 
   device.block_cast(cast, x, rows, cols, row, col, counters);
 }
 
+DeviceOperand host_view(const QuantizedTensor& t) {
+  DeviceOperand o;
+  o.mode = t.mode;
+  o.format = t.format;
+  o.rows = t.rows;
+  o.cols = t.cols;
+  o.usage = t.usage;
+  auto& m = const_cast<QuantizedTensor&>(t);
+  if (t.mode == ScalingMode::kPerTensor) {
+    if (t.has(Usage::kRowwise)) o.rowwise_data = m.rowwise_data.data();
+    if (t.has(Usage::kColumnwise)) o.columnwise_data = m.columnwise_data.data();
+    o.scale = &m.scale;
+    o.host_scale = t.scale;
+    o.host_scale_inv = t.scale_inv;
+    return o;
+  }
+  o.block = t.has(Usage::kRowwise) ? t.rowwise_blocks.block : t.columnwise_blocks.block;
+  if (t.has(Usage::kRowwise)) {
+    o.rowwise_data = m.rowwise_blocks.codes.data();
+    o.rowwise_scale_inv = m.rowwise_blocks.scale_inv.data();
+  }
+  if (t.has(Usage::kColumnwise)) {
+    o.columnwise_data = m.columnwise_blocks.codes.data();
+    o.columnwise_scale_inv = m.columnwise_blocks.scale_inv.data();
+  }
+  return o;
+}
+
+QuantizedTensor host_quantized_tensor(const DeviceOperand& desc) {
+  QuantizedTensor q;
+  q.mode = desc.mode;
+  q.format = desc.format;
+  q.rows = desc.rows;
+  q.cols = desc.cols;
+  q.usage = desc.usage;
+  const std::size_t n = desc.codes();
+  if (q.mode == ScalingMode::kPerTensor) {
+    if (q.has(Usage::kRowwise)) q.rowwise_data.resize(n);
+    if (q.has(Usage::kColumnwise)) q.columnwise_data.resize(n);
+  } else {
+    if (q.has(Usage::kRowwise)) q.rowwise_blocks = block_record(desc.rows, desc.cols, desc.block, desc.format);
+    if (q.has(Usage::kColumnwise)) q.columnwise_blocks = block_record(desc.cols, desc.rows, desc.block, desc.format);
+  }
+  return q;
+}
+
+void finish_host_cast(QuantizedTensor& t) {
+  if (t.mode == ScalingMode::kPerTensor) {
+    t.scale_inv = emu::scale_inv_of(t.scale);
+    return;
+  }
+  if (t.has(Usage::kRowwise)) set_e8m0(t.rowwise_blocks);
+  if (t.has(Usage::kColumnwise)) set_e8m0(t.columnwise_blocks);
+}
+
 void Quantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,
                                 DeviceOperand& out, emu::QuantizeStats* stats) {
   backend::DeviceTensor<backend::CastCounters> counters(device, 1, 1);
@@ -281,36 +336,6 @@ void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usag
 
 namespace {
 
-// A host operand seen as a DeviceOperand of a host-memory device (the pointers alias its buffers;
-// nothing is written through them by a GEMM).
-DeviceOperand host_view(const QuantizedTensor& t) {
-  DeviceOperand o;
-  o.mode = t.mode;
-  o.format = t.format;
-  o.rows = t.rows;
-  o.cols = t.cols;
-  o.usage = t.usage;
-  auto& m = const_cast<QuantizedTensor&>(t);
-  if (t.mode == ScalingMode::kPerTensor) {
-    if (t.has(Usage::kRowwise)) o.rowwise_data = m.rowwise_data.data();
-    if (t.has(Usage::kColumnwise)) o.columnwise_data = m.columnwise_data.data();
-    o.scale = &m.scale;
-    o.host_scale = t.scale;
-    o.host_scale_inv = t.scale_inv;
-    return o;
-  }
-  o.block = t.has(Usage::kRowwise) ? t.rowwise_blocks.block : t.columnwise_blocks.block;
-  if (t.has(Usage::kRowwise)) {
-    o.rowwise_data = m.rowwise_blocks.codes.data();
-    o.rowwise_scale_inv = m.rowwise_blocks.scale_inv.data();
-  }
-  if (t.has(Usage::kColumnwise)) {
-    o.columnwise_data = m.columnwise_blocks.codes.data();
-    o.columnwise_scale_inv = m.columnwise_blocks.scale_inv.data();
-  }
-  return o;
-}
-
 // A host operand copied into a device's memory.
 DeviceQuantizedTensor upload_operand(const backend::Device& device, const QuantizedTensor& t) {
   const DeviceOperand h = host_view(t);
@@ -342,30 +367,11 @@ QuantizedTensor Quantizer::quantize(const backend::Device& device, const float* 
     return d.download();
   }
   // A host-memory device writes straight into the operand's buffers.
-  QuantizedTensor q;
-  q.mode = desc.mode;
-  q.format = desc.format;
-  q.rows = rows;
-  q.cols = cols;
-  q.usage = usage;
-  const std::size_t n = desc.codes();
-  if (q.mode == ScalingMode::kPerTensor) {
-    if (q.has(Usage::kRowwise)) q.rowwise_data.resize(n);
-    if (q.has(Usage::kColumnwise)) q.columnwise_data.resize(n);
-  } else {
-    if (q.has(Usage::kRowwise)) q.rowwise_blocks = block_record(rows, cols, desc.block, desc.format);
-    if (q.has(Usage::kColumnwise)) q.columnwise_blocks = block_record(cols, rows, desc.block, desc.format);
-  }
+  QuantizedTensor q = host_quantized_tensor(desc);
   DeviceOperand out = host_view(q);
-  out.block = desc.block;
+  out.block = desc.block;  // also for a usage with no copy, so the cast's own check names it
   quantize_device(device, x, rows, cols, role, out, stats);
-  if (q.mode == ScalingMode::kPerTensor) {
-    q.scale = out.host_scale;
-    q.scale_inv = out.host_scale_inv;
-  } else {
-    if (q.has(Usage::kRowwise)) set_e8m0(q.rowwise_blocks);
-    if (q.has(Usage::kColumnwise)) set_e8m0(q.columnwise_blocks);
-  }
+  finish_host_cast(q);
   return q;
 }
 

@@ -269,6 +269,17 @@ std::unique_ptr<Quantizer> make_quantizer(const Recipe& recipe, Direction direct
 /// \throws fp8emu::Error for non-positive sizes.
 DeviceOperand device_operand(const Quantizer& q, int rows, int cols, TensorRole role, Usage usage);
 
+/// A host QuantizedTensor with the buffers of the cast `desc` describes (device_operand(...)),
+/// zero-filled: per-tensor codes of each copy, or the block views with their scale_inv.
+QuantizedTensor host_quantized_tensor(const DeviceOperand& desc);
+/// `t`'s buffers seen as a DeviceOperand of a device of host memory (cpu_device(), element_device()):
+/// a cast there writes them in place (per-tensor: `scale` points at t.scale), a GEMM reads them.
+/// The pointers alias t's vectors: valid while t lives and is not resized.
+DeviceOperand host_view(const QuantizedTensor& t);
+/// Completes `t` once a cast into host_view(t) has run: a per-tensor scale_inv = RN(1 / scale)
+/// (emu::scale_inv_of), and the E8M0 codes of MXFP8 block views (exactly their power-of-two scales).
+void finish_host_cast(QuantizedTensor& t);
+
 /// A DeviceOperand that owns its buffers (backend::DeviceTensor, zero-filled, freed on destruction;
 /// move-only): the device-resident QuantizedTensor for C++ callers.
 ///

@@ -1,0 +1,143 @@
+// fp8emu.layers' FP8 Linear step: the C++ step program (nn::fp8_linear_fprop, fp8_linear_backward,
+// include/fp8emu/nn/linear_step.hpp) on the device of the arrays given, so Python runs the same
+// program as nn::Linear instead of composing casts and GEMMs itself. Host arrays run on
+// backend::cpu_device() with host QuantizedTensors; CUDA arrays on backend::cuda_device()
+// (cuda_linear_fprop / cuda_linear_backward in cuda_arrays.cpp) with CudaQuantizedTensors.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fp8emu/backend/device.hpp"
+#include "fp8emu/nn/linear_step.hpp"
+#include "fp8emu/scaling/quantizer.hpp"
+
+#include "arrays.hpp"
+
+namespace fp8emu::python {
+namespace {
+
+using namespace nb::literals;
+using scaling::QuantizedTensor;
+using scaling::TensorRole;
+using scaling::Usage;
+
+bool on_cuda(const Array& a) { return a.device_type() == nb::device::cuda::value; }
+
+// A float32 host array of `ndim` dimensions (each below 2^31).
+const float* host_f32(const Array& a, const char* fn, const char* what, std::size_t ndim) {
+  check_array(a, what);
+  if (!is(a.dtype(), dl::dtype_code::Float, 32))
+    throw nb::type_error((std::string(fn) + ": " + what + " has dtype " + dtype_text(a.dtype()) + "; it must be float32")
+                             .c_str());
+  if (a.ndim() != ndim)
+    throw nb::value_error((std::string(fn) + ": " + what + " has " + std::to_string(a.ndim()) + " dimensions; expected " +
+                           std::to_string(ndim))
+                              .c_str());
+  for (std::size_t i = 0; i < ndim; ++i)
+    if (a.shape(i) > 0x7FFFFFFF) throw nb::value_error((std::string(fn) + ": " + what + ": a dimension exceeds 2^31 - 1").c_str());
+  return static_cast<const float*>(a.data());
+}
+
+const QuantizedTensor& host_operand(nb::handle h, const char* fn, const char* what) {
+  if (!nb::isinstance<QuantizedTensor>(h))
+    throw nb::type_error((std::string(fn) + ": " + what + " is not a quantized tensor in host memory (the arrays are "
+                          "host arrays: quantize it from a host array)")
+                             .c_str());
+  return nb::cast<const QuantizedTensor&>(h);
+}
+
+// A new float32 NumPy array of `shape` owning `v`.
+nb::object numpy_owning(std::vector<float>* v, std::initializer_list<std::size_t> shape) {
+  nb::capsule own(v, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, float>(v->data(), shape.size(), shape.begin(), own));
+}
+
+nb::tuple linear_fprop(const Array& x, nb::handle weight_q, std::optional<Array> bias, PyQuantizer& fwd, bool training,
+                       const std::string& accumulation, int promotion, std::uintptr_t stream,
+                       const std::string& framework) {
+  const emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
+  if (on_cuda(x)) return cuda_linear_fprop(x, weight_q, bias, *fwd.q, training, acc, stream, framework);
+  const char* fn = "fp8emu.layers.linear_forward";
+  const float* px = host_f32(x, fn, "x", 2);
+  const QuantizedTensor& w = host_operand(weight_q, fn, "weight_q");
+  const int rows = int(x.shape(0)), in = int(x.shape(1)), out = w.rows;
+  if (in != w.cols)
+    throw nb::value_error((std::string(fn) + ": x has " + std::to_string(in) + " features; the weight takes " +
+                           std::to_string(w.cols))
+                              .c_str());
+  const float* pb = nullptr;
+  if (bias) {
+    pb = host_f32(*bias, fn, "bias", 1);
+    if (std::int64_t(bias->shape(0)) != out)
+      throw nb::value_error((std::string(fn) + ": bias has shape " + shape_text(shape_of(*bias)) + "; expected (" +
+                             std::to_string(out) + ",)")
+                                .c_str());
+  }
+  QuantizedTensor xq = scaling::host_quantized_tensor(
+      scaling::device_operand(*fwd.q, rows, in, TensorRole::kInput, training ? Usage::kBoth : Usage::kRowwise));
+  auto* y = new std::vector<float>(std::size_t(rows) * std::size_t(out));
+  nb::object y_arr = numpy_owning(y, {std::size_t(rows), std::size_t(out)});
+  backend::CastCounters counts{};
+  {
+    nb::gil_scoped_release release;
+    scaling::DeviceOperand x_op = scaling::host_view(xq);
+    nn::fp8_linear_fprop(backend::cpu_device(), *fwd.q, px, rows, x_op, scaling::host_view(w), pb, acc, y->data(),
+                         &counts);
+    scaling::finish_host_cast(xq);
+  }
+  return nb::make_tuple(y_arr, nb::cast(std::move(xq)), counts_dict(backend::stats_of(counts)));
+}
+
+nb::tuple linear_backward(const Array& dy, nb::handle x_q, nb::handle weight_q, PyQuantizer& bwd, bool need_dgrad,
+                          bool need_wgrad, const std::string& accumulation, int promotion, std::uintptr_t stream,
+                          const std::string& framework) {
+  const emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
+  if (on_cuda(dy)) return cuda_linear_backward(dy, x_q, weight_q, *bwd.q, need_dgrad, need_wgrad, acc, stream, framework);
+  const char* fn = "fp8emu.layers.linear_backward";
+  const float* pdy = host_f32(dy, fn, "dy", 2);
+  const QuantizedTensor& xq = host_operand(x_q, fn, "the saved input");
+  const QuantizedTensor& w = host_operand(weight_q, fn, "the saved weight");
+  const int rows = xq.rows, in = xq.cols, out = w.rows;
+  if (std::int64_t(dy.shape(0)) != rows || std::int64_t(dy.shape(1)) != out)
+    throw nb::value_error((std::string(fn) + ": dy has shape " + shape_text(shape_of(dy)) + "; the forward output was (" +
+                           std::to_string(rows) + ", " + std::to_string(out) + ")")
+                              .c_str());
+  QuantizedTensor dyq =
+      scaling::host_quantized_tensor(scaling::device_operand(*bwd.q, rows, out, TensorRole::kGradOutput, Usage::kBoth));
+  auto* db = new std::vector<float>(std::size_t(out));
+  nb::object db_arr = numpy_owning(db, {std::size_t(out)});
+  std::vector<float>* dx = need_dgrad ? new std::vector<float>(std::size_t(rows) * std::size_t(in)) : nullptr;
+  nb::object dx_arr = dx ? numpy_owning(dx, {std::size_t(rows), std::size_t(in)}) : nb::none();
+  std::vector<float>* dw = need_wgrad ? new std::vector<float>(std::size_t(out) * std::size_t(in)) : nullptr;
+  nb::object dw_arr = dw ? numpy_owning(dw, {std::size_t(out), std::size_t(in)}) : nb::none();
+  backend::CastCounters counts{};
+  {
+    nb::gil_scoped_release release;
+    scaling::DeviceOperand dy_op = scaling::host_view(dyq);
+    nn::fp8_linear_backward(backend::cpu_device(), *bwd.q, pdy, rows, dy_op, scaling::host_view(xq),
+                            scaling::host_view(w), acc, acc, dx ? dx->data() : nullptr, dw ? dw->data() : nullptr,
+                            db->data(), &counts);
+  }
+  return nb::make_tuple(dx_arr, dw_arr, db_arr, counts_dict(backend::stats_of(counts)));
+}
+
+}  // namespace
+
+void bind_layer_steps(nb::module_& m) {
+  m.def("linear_fprop", &linear_fprop, "x"_a, "weight_q"_a, "bias"_a.none(), "fwd"_a, "training"_a, "accumulation"_a,
+        "promotion"_a, "stream"_a, "framework"_a,
+        "fprop of an FP8 Linear (nn::fp8_linear_fprop) on x's device: (y, x_q, counts); see "
+        "fp8emu.layers.linear_forward.");
+  m.def("linear_backward", &linear_backward, "dy"_a, "x_q"_a, "weight_q"_a, "bwd"_a, "need_dgrad"_a, "need_wgrad"_a,
+        "accumulation"_a, "promotion"_a, "stream"_a, "framework"_a,
+        "dgrad, wgrad and bias grad of an FP8 Linear (nn::fp8_linear_backward) on dy's device: (dx, dw, db, "
+        "counts); see fp8emu.layers.linear_backward.");
+}
+
+}  // namespace fp8emu::python
