@@ -72,9 +72,6 @@ class DelayedScaling:
     reduce_amax: bool = True
     fused_update: bool = True  #: fp8emu's name for TE's NVTE_UNFUSED_FP8_UPDATE=0
 
-    def _callables(self) -> bool:
-        return callable(self.amax_compute_algo) or self.scaling_factor_compute_algo is not None
-
     _kind = "delayed"
 
 
@@ -186,13 +183,14 @@ class QuantizedTensor:
                 f"usage={self.usage!r}, device={self.device!r})")
 
 
-def _field_value(value: Any) -> Any:
-    # TE's Format enum by its name; a callable amax_compute_algo runs in Python
-    # (Quantizer.update_scales), so the C++ record keeps "max" and the history either way.
+def _field_value(recipe: Any, name: str) -> Any:
+    # TE's Format enum by its name; TE's callables go to the C++ record, whose update calls them (a
+    # scaling_factor_compute_algo with this recipe object, as TE passes its recipe).
+    value = getattr(recipe, name)
     if isinstance(value, Format):
         return value.value
-    if callable(value):
-        return "max"
+    if name == "scaling_factor_compute_algo" and value is not None and callable(value):
+        return lambda amax, scale, fp8_max, _record: value(amax, scale, fp8_max, recipe)
     return value
 
 
@@ -211,7 +209,7 @@ def _record(recipe: Any) -> Any:
                         f"Float8BlockScaling (got {type(recipe).__name__})")
     record = _fp8emu.recipe_record(kind)
     for name in record.field_names():
-        setattr(record, name, _field_value(getattr(recipe, name)))
+        setattr(record, name, _field_value(recipe, name))
     return record
 
 
@@ -296,48 +294,18 @@ class Quantizer:
     def update_scales(self) -> None:
         """TE's scale update after this direction's pass (delayed scaling; a no-op otherwise).
 
-        With TE's callables (DelayedScaling.amax_compute_algo as a function, or
-        scaling_factor_compute_algo), TE's Python path runs here on the stored state:
-        amax = amax_compute_algo(history) (or the named algorithm), the history rolled by one row
-        (``torch.roll(h, -1, 0)``, row 0 zeroed), then the scales from scaling_factor_compute_algo
-        or TE's default (``_default_sf_compute``), in float32.
+        The update is the C++ one (``DelayedScalingState::update``, the quantizer's). With TE's
+        callables (DelayedScaling.amax_compute_algo as a function, or scaling_factor_compute_algo)
+        it takes TE's Python path and calls them as TE does, once with every slot: amax =
+        amax_compute_algo(history) on a float32 copy of the (amax_history_len, slots) history
+        before the roll (or the named algorithm), the history rolled by one row
+        (``torch.roll(h, -1, 0)``, row 0 zeroed), then the scales from
+        scaling_factor_compute_algo(amax, scale, fp8_max, recipe) or TE's default
+        (``_default_sf_compute``), stored as float32. A callable that raises leaves the state as it was.
         Raises:
             ValueError: a callable returned the wrong number of values.
         """
-        callables = getattr(self.recipe, "_callables", None)
-        if callables is None or not callables():
-            self._impl.update_scales()
-            return
-        r = self.recipe
-        scales, history = self._impl.state()
-        scales, history = scales.astype(np.float32), history.astype(np.float32)
-        if callable(r.amax_compute_algo):
-            amax = np.asarray(r.amax_compute_algo(history.copy()), np.float32).reshape(-1)
-        elif r.amax_compute_algo == "most_recent":
-            amax = history[0].copy()
-        else:
-            amax = np.max(history, axis=0)  # NaN propagates, as torch.max
-        if amax.shape != scales.shape:
-            raise ValueError(f"amax_compute_algo returned {amax.size} value(s); expected {scales.size} "
-                             f"(one amax per slot of the {history.shape} history)")
-        if history.shape[0] > 1:
-            history = np.roll(history, -1, axis=0)
-        history[0] = 0.0
-        from . import format_info  # the registry's largest finite value (a Python float, exact)
-
-        fp8_max = float(format_info(self.format).max)
-        if r.scaling_factor_compute_algo is not None:
-            new = np.asarray(r.scaling_factor_compute_algo(amax.copy(), scales.copy(), fp8_max, r), np.float32)
-            if new.size != scales.size and new.size != 1:
-                raise ValueError(f"scaling_factor_compute_algo returned {new.size} value(s); expected {scales.size}")
-            new = np.broadcast_to(new.reshape(-1), scales.shape).copy()
-        else:
-            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-                sf = (np.float32(fp8_max) / amax) / np.float32(2.0 ** r.margin)
-            sf = np.where(amax > 0.0, sf, scales)
-            sf = np.where(np.isfinite(amax), sf, scales)
-            new = np.where(np.isinf(sf), np.finfo(np.float32).max, sf).astype(np.float32)
-        self._impl.set_state(np.ascontiguousarray(new, np.float32), np.ascontiguousarray(history, np.float32))
+        self._impl.update_scales()
 
     def scale(self, role: str) -> Optional[float]:
         """Delayed scaling: the role's current scale (the next cast multiplies by it); None otherwise."""

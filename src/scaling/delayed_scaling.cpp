@@ -51,36 +51,38 @@ void DelayedScalingState::update(const DelayedScaling& recipe, Format fmt) {
     return;
   }
 
-  // Unfused path (TE _amax_and_scale_update / _default_sf_compute).
-  const float pow2_margin = powf(2.0f, recipe.margin);
-  std::vector<float> column(static_cast<std::size_t>(L));
-  for (std::size_t j = 0; j < n; ++j) {
-    for (int i = 0; i < L; ++i) column[std::size_t(i)] = h(i, j);
-    float amax;
-    if (recipe.amax_compute_fn) {
-      amax = recipe.amax_compute_fn(column.data(), L);
-    } else if (recipe.amax_compute_algo == AmaxComputeAlgo::kMostRecent) {
-      amax = column[0];
-    } else {
-      amax = column[0];  // torch.max: NaN propagates
-      for (int i = 1; i < L && !std::isnan(amax); ++i)
-        amax = std::isnan(column[std::size_t(i)]) ? column[std::size_t(i)] : std::fmax(amax, column[std::size_t(i)]);
+  // Unfused path (TE _amax_and_scale_update / _default_sf_compute): the amaxes and the new scales
+  // first (a user callable may throw: nothing has changed then), then the roll and the stores.
+  std::vector<float> amax(n), scale(n);
+  if (recipe.amax_compute_fn) {
+    recipe.amax_compute_fn(history_.data(), L, num_slots_, amax.data());
+  } else {
+    for (std::size_t j = 0; j < n; ++j) {
+      float a = h(0, j);
+      if (recipe.amax_compute_algo != AmaxComputeAlgo::kMostRecent)  // torch.max: NaN propagates
+        for (int i = 1; i < L && !std::isnan(a); ++i) a = std::isnan(h(i, j)) ? h(i, j) : std::fmax(a, h(i, j));
+      amax[j] = a;
     }
-    // torch.roll(h, -1, 0); h[0] = 0
-    for (int i = 0; i + 1 < L; ++i) h(i, j) = column[std::size_t(i) + 1];
-    h(L - 1, j) = column[0];
-    h(0, j) = 0.0f;
-    const float old = scale_[j];
-    float s;
-    if (recipe.scaling_factor_compute_fn) {
-      s = recipe.scaling_factor_compute_fn(amax, old, fp8_max, recipe);
-    } else {
-      s = (fp8_max / amax) / pow2_margin;
-      if (!(amax > 0.0f) || !std::isfinite(amax)) s = old;
-      if (std::isinf(s)) s = FLT_MAX;
-    }
-    scale_[j] = s;
   }
+  if (recipe.scaling_factor_compute_fn) {
+    recipe.scaling_factor_compute_fn(amax.data(), scale_.data(), num_slots_, fp8_max, recipe, scale.data());
+  } else {
+    const float pow2_margin = powf(2.0f, recipe.margin);
+    for (std::size_t j = 0; j < n; ++j) {
+      float s = (fp8_max / amax[j]) / pow2_margin;
+      if (!(amax[j] > 0.0f) || !std::isfinite(amax[j])) s = scale_[j];
+      if (std::isinf(s)) s = FLT_MAX;
+      scale[j] = s;
+    }
+  }
+  // torch.roll(h, -1, 0); h[0] = 0
+  for (std::size_t j = 0; j < n; ++j) {
+    const float first = h(0, j);
+    for (int i = 0; i + 1 < L; ++i) h(i, j) = h(i + 1, j);
+    h(L - 1, j) = first;
+    h(0, j) = 0.0f;
+  }
+  scale_ = scale;
 }
 
 }  // namespace fp8emu::scaling

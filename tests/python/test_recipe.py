@@ -249,8 +249,8 @@ AMAX_SPECIAL = AMAX + [float("inf"), 3.0, float("nan"), 1e-40, 6.0]
 @pytest.mark.parametrize("history_len,margin", [(3, 0), (1, 0), (5, 1)])
 def test_callable_amax_compute_algo_equals_tes_python_path(history_len, margin):
     # A callable taking the (history_len, slots) history: TE's Python path. With the function
-    # torch.max(h, dim=0) is, it must give what the C++ unfused path (fused_update=False) gives:
-    # scales and every history row, bit for bit (two independent implementations of TE's path).
+    # torch.max(h, dim=0) is, it must give what the named algorithm on TE's Python path
+    # (fused_update=False) gives: scales and every history row, bit for bit.
     seen = []
 
     def amax_max(h):
@@ -294,8 +294,24 @@ def test_callables_errors():
     bad = fp8emu.DelayedScaling(amax_compute_algo=lambda h: np.zeros(7, np.float32))
     fwd = fp8emu.Quantizer(bad, "forward")
     fwd.quantize(np.ones((2, 2), np.float32), "input")
+    before = [fwd.scale(r) for r in ("input", "weight")], fwd.amax_history("input").copy()
     with pytest.raises(ValueError, match="expected 3"):
         fwd.update_scales()
+    # Nothing changed: the history did not roll, no scale was stored (TE computes before it stores).
+    assert [fwd.scale(r) for r in ("input", "weight")] == before[0]
+    assert np.array_equal(fwd.amax_history("input"), before[1]) and before[1][0] == 1.0
+
+    def raises(amax, scale, fp8_max, recipe):
+        raise ZeroDivisionError("user code")
+
+    fwd = fp8emu.Quantizer(fp8emu.DelayedScaling(scaling_factor_compute_algo=raises), "forward")
+    fwd.quantize(np.ones((2, 2), np.float32), "input")
+    with pytest.raises(ZeroDivisionError, match="user code"):
+        fwd.update_scales()
+    assert fwd.amax_history("input")[0] == 1.0 and fwd.scale("input") == 1.0
+    wrong = fp8emu.Quantizer(fp8emu.DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: s[:2]), "forward")
+    with pytest.raises(ValueError, match="scaling_factor_compute_algo returned 2 value"):
+        wrong.update_scales()
 
 
 def test_recipes_reach_cpp_as_records_field_by_field():
@@ -307,7 +323,7 @@ def test_recipes_reach_cpp_as_records_field_by_field():
         (fp8emu.DelayedScaling(margin=3, fp8_format=fp8emu.Format.E4M3, amax_history_len=7,
                                amax_compute_algo="most_recent", fused_update=False),
          {"margin": 3.0, "fp8_format": "e4m3", "amax_history_len": 7, "amax_compute_algo": "most_recent",
-          "fused_update": False}),
+          "scaling_factor_compute_algo": None, "fused_update": False}),
         (fp8emu.Float8CurrentScaling(use_power_2_scales=True, amax_epsilon=0.5),
          {"fp8_format": "hybrid", "use_power_2_scales": True, "amax_epsilon": 0.5}),
         (fp8emu.MXFP8BlockScaling(scale_rule="ocp"), {"fp8_format": "e4m3", "scale_rule": "ocp"}),
@@ -320,8 +336,13 @@ def test_recipes_reach_cpp_as_records_field_by_field():
         # Every C++ field has its Python field: a field added on one side only fails here.
         assert set(rec.field_names()) <= {f.name for f in fields(recipe)}
         assert {n: getattr(rec, n) for n in rec.field_names()} == want
-    # A callable amax_compute_algo runs in Python; the record keeps "max".
-    assert _record(fp8emu.DelayedScaling(amax_compute_algo=lambda h: h[0])).amax_compute_algo == "max"
+    # TE's callables reach the record (its C++ update calls them): amax_compute_algo as given.
+    first_row = lambda h: h[0]  # noqa: E731
+    assert _record(fp8emu.DelayedScaling(amax_compute_algo=first_row)).amax_compute_algo is first_row
+    assert callable(_record(fp8emu.DelayedScaling(scaling_factor_compute_algo=lambda a, s, m, r: s))
+                    .scaling_factor_compute_algo)
+    with pytest.raises(TypeError, match="scaling_factor_compute_algo must be a callable or None"):
+        _record(fp8emu.DelayedScaling(scaling_factor_compute_algo=3))
     with pytest.raises(ValueError, match="unknown scale_rule 'floor'"):
         _record(fp8emu.MXFP8BlockScaling(scale_rule="floor"))
     with pytest.raises(TypeError, match="fused_update must be a bool"):

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -77,22 +78,54 @@ TEST_CASE("unfused delayed update always rolls, fused keeps the window on amax 0
   CHECK(scales(trace_delayed(r, Format::kE4M3, {2})) == std::vector<float>{112.0f});
 }
 
+TEST_CASE("a delayed update whose callable throws changes nothing", "[scaling][delayed]") {
+  // TE's callables run before the history rolls and the scales are stored; one that throws (a
+  // Python error in fp8emu.DelayedScaling's callable) must leave the whole state as it was.
+  DelayedScalingState st(3, 4);
+  st.record_amax(0, 2.0f);
+  st.record_amax(1, 5.0f);
+  DelayedScaling fused;
+  fused.amax_history_len = 4;
+  st.update(fused, Format::kE4M3);  // a fused update first: new scales, a rolled window
+  st.record_amax(2, 7.0f);
+  const std::vector<float> scales = st.scales(), history = st.history_values();
+  DelayedScaling amax_throws = fused;
+  amax_throws.amax_compute_fn = [](const float*, int, int, float*) { throw std::runtime_error("user amax"); };
+  CHECK_THROWS_WITH(st.update(amax_throws, Format::kE4M3), "user amax");
+  CHECK(st.scales() == scales);
+  CHECK(st.history_values() == history);
+  DelayedScaling scale_throws = fused;
+  scale_throws.scaling_factor_compute_fn = [](const float*, const float*, int, float, const DelayedScaling&, float*) {
+    throw std::runtime_error("user scale");
+  };
+  CHECK_THROWS_WITH(st.update(scale_throws, Format::kE4M3), "user scale");
+  CHECK(st.scales() == scales);
+  CHECK(st.history_values() == history);
+}
+
 TEST_CASE("delayed update with user callables and an amax reduction hook", "[scaling][delayed]") {
   DelayedScaling r;
   r.amax_history_len = 3;
-  // amax_compute_algo callable: the sum of the history column (rows oldest-first, row 0 = staging).
-  r.amax_compute_fn = [](const float* h, int L) {
-    float s = 0;
-    for (int i = 0; i < L; ++i) s += h[i];
-    return s;
+  // amax_compute_algo callable: the sum of each slot's history column (rows oldest-first, row 0 =
+  // staging), called once with the whole [L, slots] history, as TE calls it.
+  int calls = 0;
+  r.amax_compute_fn = [&calls](const float* h, int L, int slots, float* amax) {
+    ++calls;
+    for (int j = 0; j < slots; ++j) {
+      float s = 0;
+      for (int i = 0; i < L; ++i) s += h[i * slots + j];
+      amax[j] = s;
+    }
   };
   // step 0: column [2,0,0] -> 2 -> 224; roll -> [0,0,2]. step 1: [4,0,2] -> 6 -> 448/6.
   CHECK(scales(trace_delayed(r, Format::kE4M3, {2, 4})) == std::vector<float>{224.0f, kE4M3Max / 6.0f});
+  CHECK(calls == 2);  // once per update, every slot at once
   // scaling_factor_compute_algo callable gets (amax, old scale, fp8_max).
   DelayedScaling f;
   f.amax_history_len = 1;
-  f.scaling_factor_compute_fn = [](float amax, float old, float fp8_max, const DelayedScaling&) {
-    return old + fp8_max / amax;
+  f.scaling_factor_compute_fn = [](const float* amax, const float* old, int slots, float fp8_max,
+                                    const DelayedScaling&, float* out) {
+    for (int j = 0; j < slots; ++j) out[j] = old[j] + fp8_max / amax[j];
   };
   CHECK(scales(trace_delayed(f, Format::kE5M2, {7})) == std::vector<float>{1.0f + 8192.0f});
   // reduce hook: another rank saw amax 16 in slot 0 -> MAX gives 16 -> 448/16 = 28.

@@ -65,7 +65,8 @@ class DelayedScalingState {
   /// fused_update = false or by a callable), for each slot j:
   ///   amax = max over all L rows (NaN propagates, as torch.max) | h[0] (most_recent) | callable;
   ///   the window always rolls (h[i] <- h[i+1], h[L-1] <- old h[0], then h[0] <- 0);
-  ///   scale = callable(amax, old, fp8_max, recipe), or RN(RN(fp8_max / amax) / RN(2^margin)) kept
+  ///   scale = callable(amax, old, fp8_max, recipe) (TE's callables are called once with every slot,
+  ///   before anything changes), or RN(RN(fp8_max / amax) / RN(2^margin)) kept
   ///   only where amax > 0 and finite, and an infinite scale becomes FLT_MAX.
   /// \param fmt  Format whose max finite value the scale targets.
   /// \throws fp8emu::Error if the recipe is invalid.

@@ -63,14 +63,19 @@ AmaxComputeAlgo parse_amax_compute_algo(const std::string& s, const char* what);
 
 struct DelayedScaling;
 
-/// A user `amax_compute_algo` callable (TE accepts a callable on the history): receives one tensor's
-/// amax history column as TE stores it: `history[0]` is this step's amax (the staging row) and
-/// `history[1..L-1]` are the earlier steps, oldest first. Returns the amax to scale by. Using one
-/// selects TE's unfused update path.
-using AmaxComputeFn = std::function<float(const float* history, int history_len)>;
-/// A user `scaling_factor_compute_algo`: (amax, old scale, fp8_max, recipe) -> new scale. Using one
-/// selects TE's unfused update path.
-using ScalingFactorFn = std::function<float(float amax, float scale, float fp8_max, const DelayedScaling&)>;
+/// A user `amax_compute_algo` callable, as TE calls it (pytorch/quantization.py
+/// _compute_amax_and_update_history): once per update with the whole amax history of the direction
+/// as TE stores it, `history` [history_len, slots] row-major (row 0 this step's amaxes, rows
+/// 1..L-1 the earlier steps, oldest first; before the roll); writes the amax to scale by of every
+/// slot into `amax` [slots]. Using one selects TE's unfused update path. It may throw; nothing of
+/// the state has changed then.
+using AmaxComputeFn = std::function<void(const float* history, int history_len, int slots, float* amax)>;
+/// A user `scaling_factor_compute_algo`, as TE calls it (_compute_scaling_factor): once per update
+/// with the amaxes and the current scales of every slot ([slots] each), the format's max finite
+/// value and the recipe; writes the new scales into `scale_out` [slots]. Using one selects TE's
+/// unfused update path. It may throw; nothing of the state has changed then.
+using ScalingFactorFn = std::function<void(const float* amax, const float* scale, int slots, float fp8_max,
+                                           const DelayedScaling& recipe, float* scale_out)>;
 /// Data-parallel amax reduction hook (TE all-reduce MAX over the amax reduction group): called on
 /// the buffer of this step's amaxes (one per tensor slot) before the update; must replace each
 /// value by its maximum over the ranks. Absent: single process.
@@ -110,15 +115,17 @@ struct DelayedScaling {
     f("margin", margin);
     f("fused_update", fused_update);
   }
-  /// Calls f(name, field) for each plain field of `r` (a const or mutable record) by the name of
-  /// TE's Python recipe class (fp8emu.DelayedScaling): what the Python module's record binding reads
-  /// and writes, field by field, with no per-recipe code of its own.
+  /// Calls f(name, field...) for each field of `r` (a const or mutable record) by the name of TE's
+  /// Python recipe class (fp8emu.DelayedScaling): what the Python module's record binding reads and
+  /// writes, field by field, with no per-recipe code of its own. TE's `amax_compute_algo` (a name or
+  /// a callable) is two C++ fields, passed together; the callables are TE's.
   template <class Self, class F>
   static void visit_fields(Self& r, F&& f) {
     f("margin", r.margin);
     f("fp8_format", r.fp8_format);
     f("amax_history_len", r.amax_history_len);
-    f("amax_compute_algo", r.amax_compute_algo);
+    f("amax_compute_algo", r.amax_compute_algo, r.amax_compute_fn);  // TE's one field: a name or a callable
+    f("scaling_factor_compute_algo", r.scaling_factor_compute_fn);
     f("fused_update", r.fused_update);
   }
 };
