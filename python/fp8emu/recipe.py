@@ -283,8 +283,7 @@ class Quantizer:
         from . import _cuda
 
         if _cuda.is_cuda(x):
-            impl, stats = self._impl.quantize_cuda(x, role, usage, _cuda.stream_handle(x, stream),
-                                                   _cuda.framework_of(x))
+            impl, stats = self._impl.quantize(x, role, usage, _cuda.stream_handle(x, stream), _cuda.framework_of(x))
         else:
             if stream is not None:
                 raise ValueError("fp8emu.Quantizer.quantize: stream applies to CUDA arrays only")
@@ -348,7 +347,4 @@ def gemm(a: QuantizedTensor, b: QuantizedTensor, *, a_usage: str = "rowwise", b_
     if a.is_cuda != b.is_cuda:
         raise TypeError(f"fp8emu.recipe.gemm: a is on {a.device} and b on {b.device}; both operands must be on "
                         f"the same device (quantize both from CPU arrays, or both from CUDA arrays)")
-    if a.is_cuda:
-        return _fp8emu.gemm_tn_cuda(a._impl, a_usage, b._impl, b_usage, accumulation, int(promotion),
-                                    a._impl.framework)
     return _fp8emu.gemm_tn(a._impl, a_usage, b._impl, b_usage, accumulation, int(promotion))

@@ -152,7 +152,7 @@ inline nb::dict counts_dict(const emu::QuantizeStats& st) {
 /// fp8emu.layers' FP8 Linear step (python/src/layer_steps.cpp): linear_fprop and linear_backward,
 /// nn::fp8_linear_fprop / fp8_linear_backward on the device of the arrays given.
 void bind_layer_steps(nb::module_& m);
-/// Their GPU halves (python/src/cuda_arrays.cpp): the same step on backend::cuda_device() for CUDA
+/// Their GPU halves (python/src/cuda_recipes.cpp): the same step on backend::cuda_device() for CUDA
 /// arrays; `fn` names the Python function in errors. Without CUDA or a usable GPU: TypeError.
 nb::tuple cuda_linear_fprop(const Array& x, nb::handle weight_q, std::optional<Array> bias, scaling::Quantizer& fwd,
                             bool training, const emu::GemmAccumulation& acc, std::uintptr_t stream,
@@ -161,7 +161,7 @@ nb::tuple cuda_linear_backward(const Array& dy, nb::handle x_q, nb::handle weigh
                                bool need_dgrad, bool need_wgrad, const emu::GemmAccumulation& acc,
                                std::uintptr_t stream, const std::string& framework);
 
-/// The GPU path's entry points (python/src/cuda_arrays.cpp): cuda_available, cuda_cast, cuda_decode,
+/// Registers the GPU path's entry points (python/src/cuda_arrays.cpp; cuda_recipes.cpp, cuda_layers.cpp): cuda_available, cuda_cast, cuda_decode,
 /// cuda_gemm, ...; in a build without CUDA they raise TypeError naming the function and the device.
 void bind_cuda(nb::module_& m);
 /// The C++ recipe records as classes, and recipe_record(name) (python/src/recipe_records.cpp).
@@ -177,8 +177,10 @@ void bind_nv(nb::module_& m);
 nb::tuple cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRole role, scaling::Usage usage,
                         std::uintptr_t stream, const std::string& framework);
 /// fp8emu.recipe.gemm of two CudaQuantizedTensor (scaling::gemm_tn on backend::cuda_device()):
-/// D (M, N) float32, a new CUDA array of `framework`, complete when it returns.
+/// D (M, N) float32, a new CUDA array of a's framework, complete when it returns.
 nb::object cuda_gemm_tn(nb::handle a, scaling::Usage a_usage, nb::handle b, scaling::Usage b_usage,
-                        const emu::GemmAccumulation& acc, const std::string& framework);
+                        const emu::GemmAccumulation& acc);
+/// fp8emu.layers.bias_grad's column sum of a CUDA array (python/src/cuda_layers.cpp).
+nb::object cuda_column_sum(const Array& dy, std::uintptr_t stream, const std::string& framework);
 
 }  // namespace fp8emu::python

@@ -423,28 +423,27 @@ void bind_recipes(nb::module_& m) {
       .def_prop_ro("supports_accumulation_models", [](const PyQuantizer& q) { return q.q->supports_accumulation_models(); })
       .def_prop_ro("reads_bf16_norm_output", [](const PyQuantizer& q) { return q.q->reads_bf16_norm_output(); })
       .def("quantize",
-           [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage) {
+           [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
+              std::uintptr_t stream, const std::string& framework) -> nb::tuple {
+             if (x.device_type() == nb::device::cuda::value) {  // the device cast on x's GPU
+               const TensorRole r = parse_role(role);
+               const Usage u = parse_usage(usage);
+               const bool fwd = self.q->direction() == Direction::kForward;
+               if (scaling::direction_of(r) != self.q->direction())  // the quantizer's check, before device work
+                 throw nb::value_error((std::string(self.q->recipe_name()) + " quantizer: the " +
+                                        (fwd ? "forward" : "backward") + " quantizer casts only " +
+                                        (fwd ? "input and weight" : "grad_output") + " tensors (got role '" + role +
+                                        "')")
+                                           .c_str());
+               return cuda_quantize(*self.q, x, r, u, stream, framework);
+             }
              emu::QuantizeStats st;
              QuantizedTensor t = quantize_with(self, x, role, usage, st);
              return nb::make_tuple(nb::cast(std::move(t)), counts_dict(st));
            },
-           "x"_a, "role"_a, "usage"_a)
-      .def("quantize_cuda",
-           [](PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
-              std::uintptr_t stream, const std::string& framework) {
-             const TensorRole r = parse_role(role);
-             const Usage u = parse_usage(usage);
-             const bool fwd = self.q->direction() == Direction::kForward;
-             if (scaling::direction_of(r) != self.q->direction())  // the quantizer's own check, before any device work
-               throw nb::value_error((std::string(self.q->recipe_name()) + " quantizer: the " +
-                                      (fwd ? "forward" : "backward") + " quantizer casts only " +
-                                      (fwd ? "input and weight" : "grad_output") + " tensors (got role '" + role + "')")
-                                         .c_str());
-             return cuda_quantize(*self.q, x, r, u, stream, framework);
-           },
-           "x"_a, "role"_a, "usage"_a, "stream"_a, "framework"_a,
-           "Quantizer.quantize of a CUDA array: the device cast on its GPU, (CudaQuantizedTensor, counts) "
-           "(python/src/cuda_arrays.cpp).")
+           "x"_a, "role"_a, "usage"_a, "stream"_a = 0, "framework"_a = "",
+           "Quantizer.quantize on x's device: (QuantizedTensor or CudaQuantizedTensor, counts); a CUDA x is "
+           "cast on its GPU after `stream` (python/src/cuda_recipes.cpp).")
       .def("update_scales", [](PyQuantizer& self) { self.q->update_scales(); })
       .def("set_state",
            [](PyQuantizer& self, const Array& scales, const Array& history) {
@@ -479,37 +478,56 @@ void bind_recipes(nb::module_& m) {
 
   m.def("slot_of", [](const std::string& role) { return scaling::slot_of(parse_role(role)); }, "role"_a);
   m.def("gemm_tn",
-        [](const QuantizedTensor& a, const std::string& a_usage, const QuantizedTensor& b, const std::string& b_usage,
-           const std::string& accumulation, int promotion) {
+        [](nb::handle a, const std::string& a_usage, nb::handle b, const std::string& b_usage,
+           const std::string& accumulation, int promotion) -> nb::object {
           const Usage ua = parse_usage(a_usage), ub = parse_usage(b_usage);
           if (ua == Usage::kBoth || ub == Usage::kBoth) throw nb::value_error("gemm_tn reads one copy of each operand: "
                                                                               "'rowwise' or 'columnwise'");
           const emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
+          if (!nb::isinstance<QuantizedTensor>(a))  // GPU operands (or a TypeError naming them there)
+            return cuda_gemm_tn(a, ua, b, ub, acc);
+          if (!nb::isinstance<QuantizedTensor>(b))
+            throw nb::type_error("fp8emu.recipe.gemm: b is not a quantized tensor in host memory, a is");
+          const QuantizedTensor& qa = nb::cast<const QuantizedTensor&>(a);
+          const QuantizedTensor& qb = nb::cast<const QuantizedTensor&>(b);
           const bool arow = ua == Usage::kRowwise, brow = ub == Usage::kRowwise;
-          const std::size_t M = std::size_t(arow ? a.rows : a.cols), N = std::size_t(brow ? b.rows : b.cols);
+          const std::size_t M = std::size_t(arow ? qa.rows : qa.cols), N = std::size_t(brow ? qb.rows : qb.cols);
           auto* d = new std::vector<float>(M * N);
           nb::capsule own(d, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
           {
             nb::gil_scoped_release release;
-            scaling::gemm_tn(backend::cpu_device(), a, ua, b, ub, acc, d->data());
+            scaling::gemm_tn(backend::cpu_device(), qa, ua, qb, ub, acc, d->data());
           }
           std::size_t shape[2] = {M, N};
-          return nb::ndarray<nb::numpy, float>(d->data(), 2, shape, own);
+          return nb::cast(nb::ndarray<nb::numpy, float>(d->data(), 2, shape, own));
         },
-        "a"_a, "a_usage"_a, "b"_a, "b_usage"_a, "accumulation"_a, "promotion"_a,
-        "D = A B^T of two quantized operands (scaling::gemm_tn); see fp8emu.recipe.gemm.");
-  m.def("gemm_tn_cuda",
-        [](nb::handle a, const std::string& a_usage, nb::handle b, const std::string& b_usage,
-           const std::string& accumulation, int promotion, const std::string& framework) {
-          const Usage ua = parse_usage(a_usage), ub = parse_usage(b_usage);
-          if (ua == Usage::kBoth || ub == Usage::kBoth) throw nb::value_error("gemm_tn reads one copy of each operand: "
-                                                                              "'rowwise' or 'columnwise'");
-          const emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
-          return cuda_gemm_tn(a, ua, b, ub, acc, framework);
+        "a"_a.none(), "a_usage"_a, "b"_a.none(), "b_usage"_a, "accumulation"_a, "promotion"_a,
+        "D = A B^T of two quantized operands (scaling::gemm_tn) on their device: host operands on the CPU, GPU "
+        "operands on the GPU (a new CUDA array of a's framework); see fp8emu.recipe.gemm.");
+  m.def("column_sum",
+        [](const Array& dy, std::uintptr_t stream, const std::string& framework) -> nb::object {
+          if (dy.device_type() == nb::device::cuda::value) return cuda_column_sum(dy, stream, framework);
+          check_array(dy, "dy");
+          if (!is(dy.dtype(), dl::dtype_code::Float, 32) || dy.ndim() != 2)
+            throw nb::type_error(("fp8emu.layers.bias_grad: dy must be a 2-D float32 array, got " +
+                                  dtype_text(dy.dtype()) + " with " + std::to_string(dy.ndim()) + " dimensions")
+                                     .c_str());
+          if (dy.shape(0) > 0x7FFFFFFF || dy.shape(1) > 0x7FFFFFFF)
+            throw nb::value_error("fp8emu.layers.bias_grad: dy: a dimension exceeds 2^31 - 1");
+          const int rows = int(dy.shape(0)), cols = int(dy.shape(1));
+          auto* out = new std::vector<float>(std::size_t(cols));
+          nb::capsule own(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+          const float* p = static_cast<const float*>(dy.data());
+          {
+            nb::gil_scoped_release release;
+            backend::cpu_device().column_sum(p, rows, cols, out->data());
+          }
+          std::size_t shape[1] = {std::size_t(cols)};
+          return nb::cast(nb::ndarray<nb::numpy, float>(out->data(), 1, shape, own));
         },
-        "a"_a.none(), "a_usage"_a, "b"_a.none(), "b_usage"_a, "accumulation"_a, "promotion"_a, "framework"_a,
-        "D = A B^T of two quantized operands on the GPU (scaling::gemm_tn on backend::cuda_device()); see "
-        "fp8emu.recipe.gemm.");
+        "dy"_a, "stream"_a = 0, "framework"_a = "",
+        "out[j] = sum over rows of dy[i, j] in row order from +0, fp32 (backend::Device::column_sum) on dy's "
+        "device; see fp8emu.layers.bias_grad.");
 }
 
 

@@ -130,11 +130,11 @@ nb::tuple linear_backward(const Array& dy, nb::handle x_q, nb::handle weight_q, 
 }  // namespace
 
 void bind_layer_steps(nb::module_& m) {
-  m.def("linear_fprop", &linear_fprop, "x"_a, "weight_q"_a, "bias"_a.none(), "fwd"_a, "training"_a, "accumulation"_a,
+  m.def("linear_fprop", &linear_fprop, "x"_a, "weight_q"_a.none(), "bias"_a.none(), "fwd"_a, "training"_a, "accumulation"_a,
         "promotion"_a, "stream"_a, "framework"_a,
         "fprop of an FP8 Linear (nn::fp8_linear_fprop) on x's device: (y, x_q, counts); see "
         "fp8emu.layers.linear_forward.");
-  m.def("linear_backward", &linear_backward, "dy"_a, "x_q"_a, "weight_q"_a, "bwd"_a, "need_dgrad"_a, "need_wgrad"_a,
+  m.def("linear_backward", &linear_backward, "dy"_a, "x_q"_a.none(), "weight_q"_a.none(), "bwd"_a, "need_dgrad"_a, "need_wgrad"_a,
         "accumulation"_a, "promotion"_a, "stream"_a, "framework"_a,
         "dgrad, wgrad and bias grad of an FP8 Linear (nn::fp8_linear_backward) on dy's device: (dx, dw, db, "
         "counts); see fp8emu.layers.linear_backward.");

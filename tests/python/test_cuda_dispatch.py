@@ -199,9 +199,9 @@ def test_recipe_gemm_checks_its_operands_devices():
     # The GPU GEMM of quantized operands says why it cannot run here; host operands keep the emulator;
     # anything but a QuantizedTensor is a TypeError naming it.
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.recipe.gemm")):
-        _fp8emu.gemm_tn_cuda(None, "rowwise", None, "rowwise", "fp32", 0, "torch")
+        _fp8emu.gemm_tn(None, "rowwise", None, "rowwise", "fp32", 0)
     with pytest.raises(ValueError, match="one copy of each operand"):
-        _fp8emu.gemm_tn_cuda(None, "both", None, "rowwise", "fp32", 0, "torch")
+        _fp8emu.gemm_tn(None, "both", None, "rowwise", "fp32", 0)
     q = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward")
     a = q.quantize(np.ones((4, 32), np.float32), "input")
     assert not a.is_cuda and a.device == "cpu" and "device='cpu'" in repr(a)
@@ -220,8 +220,12 @@ def test_layers_send_cuda_arrays_to_the_gpu_path():
         layers.linear_forward(FakeCudaArray((4, 32)), FakeCudaArray((8, 32)), None, fwd)
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.bias_grad")):
         layers.bias_grad(FakeCudaArray((4, 8)))
+    # The Linear step's one entry each sends CUDA arrays to the GPU half.
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.linear_forward")):
-        _fp8emu.cuda_bias_add(FakeCudaArray((4, 8)), FakeCudaArray((8,)), 0)
+        _fp8emu.linear_fprop(FakeCudaArray((4, 32)), None, None, fwd._impl, True, "fp32", 0, 0, "")
+    bwd = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "backward")
+    with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.linear_backward")):
+        _fp8emu.linear_backward(FakeCudaArray((4, 8)), None, None, bwd._impl, True, True, "fp32", 0, 0, "")
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.layernorm_linear_forward")):
         layers.layernorm_linear_forward(FakeCudaArray((4, 32)), FakeCudaArray((32,)), FakeCudaArray((32,)),
                                         FakeCudaArray((8, 32)), None, fwd)
@@ -246,7 +250,7 @@ def test_layers_send_cuda_arrays_to_the_gpu_path():
 
 def test_the_extension_entry_points_exist_in_every_build():
     for name in ("cuda_available", "cuda_why_not", "cuda_cast", "cuda_cast_transpose", "cuda_amax", "cuda_decode",
-                 "cuda_gemm", "gemm_tn_cuda", "CudaQuantizedTensor", "cuda_bias_add", "cuda_column_sum",
+                 "cuda_gemm", "gemm_tn", "CudaQuantizedTensor", "column_sum", "linear_fprop", "linear_backward",
                  "cuda_device_index", "cuda_norm_forward", "cuda_norm_backward"):
         assert hasattr(_fp8emu, name), name
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.Quantizer.quantize")):
