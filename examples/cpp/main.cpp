@@ -79,8 +79,8 @@ int main() {
   std::printf("delayed scaling, step 0 (every scale starts at 1):\n");
   emu::QuantizeStats stats0;
   const scaling::QuantizedTensor q0 = quantizer.quantize(cpu, x.data(), 2, 4, TensorRole::kInput, Usage::kRowwise, &stats0);
-  check_float("scale", q0.scale, 1.0f);
-  check_float("scale_inv", q0.scale_inv, 1.0f);
+  check_float("scale", q0.per_tensor().scale, 1.0f);
+  check_float("scale_inv", q0.per_tensor().scale_inv, 1.0f);
   // Scale 1, so each code is x rounded to E4M3:
   //   3.5    = 1.75 * 2^1: E = 1+7 = 1000, M = 110                         -> 0 1000 110 = 0x46
   //  -1      = 1.0 * 2^0:  E = 0111, M = 000, sign 1                        -> 1 0111 000 = 0xB8
@@ -91,7 +91,7 @@ int main() {
   //  -2      = 1.0 * 2^1                                                    -> 1 1000 000 = 0xC0
   //   1e-4   / 2^-9 = 0.0512 -> 0: flushed to zero (one underflow)          -> 0x00
   //   0.0625 = 2^-4: E = -4+7 = 0011                                        -> 0 0011 000 = 0x18
-  check_codes("codes", q0.rowwise_data, {0x46, 0xB8, 0x2A, 0x05, 0x00, 0xC0, 0x00, 0x18});
+  check_codes("codes", q0.per_tensor().rowwise_data, {0x46, 0xB8, 0x2A, 0x05, 0x00, 0xC0, 0x00, 0x18});
   check_count("underflow (1e-4 -> 0)", stats0.underflow, 1);
   check_count("saturated", stats0.saturated, 0);
   // The cast records the tensor's amax in its slot's staging row of the history.
@@ -109,8 +109,8 @@ int main() {
   std::printf("delayed scaling, step 1 (the amax doubled; the scale is step 0's):\n");
   emu::QuantizeStats stats1;
   const scaling::QuantizedTensor q1 = quantizer.quantize(cpu, y.data(), 2, 4, TensorRole::kInput, Usage::kRowwise, &stats1);
-  check_float("scale", q1.scale, 128.0f);
-  check_float("scale_inv = RN(1/128)", q1.scale_inv, 0.0078125f);
+  check_float("scale", q1.per_tensor().scale, 128.0f);
+  check_float("scale_inv = RN(1/128)", q1.per_tensor().scale_inv, 0.0078125f);
   // y * 128 = x * 256 (exact), then rounded to E4M3:
   //   7 * 128      = 896  > 1.75 * 2^8, saturates                          -> 0 1111 110 = 0x7E
   //  -2 * 128      = -256 = -2^8: E = 1111, M = 000                         -> 1 1111 000 = 0xF8
@@ -123,12 +123,12 @@ int main() {
   //   2e-4 * 128   = 0.0256 in [2^-6, 2^-5), spacing 2^-9: 0.0256 / 2^-9 = 13.1 -> 13 * 2^-9
   //                = 1.625 * 2^-6: E = 0001, M = 101                        -> 0 0001 101 = 0x0D
   //   0.125 * 128  = 16 = 2^4: E = 1011                                     -> 0 1011 000 = 0x58
-  check_codes("codes", q1.rowwise_data, {0x7E, 0xF8, 0x6A, 0x42, 0x00, 0xFE, 0x0D, 0x58});
+  check_codes("codes", q1.per_tensor().rowwise_data, {0x7E, 0xF8, 0x6A, 0x42, 0x00, 0xFE, 0x0D, 0x58});
   check_count("saturated (896 and -512)", stats1.saturated, 2);
   check_count("underflow", stats1.underflow, 0);
   // Dequantized, code * scale_inv: 0x7E is 1.75 * 2^8 * 2^-7 = 3.5, not y = 7.
   std::vector<float> y_deq(y.size());
-  emu::dequantize(q1.rowwise_data.data(), y_deq.size(), q1.scale_inv, q1.format, y_deq.data());
+  emu::dequantize(q1.per_tensor().rowwise_data.data(), y_deq.size(), q1.per_tensor().scale_inv, q1.format, y_deq.data());
   check_float("dequantized y[0] (y = 7)", y_deq[0], 3.5f);
   check_float("dequantized y[2] (y = 0.6)", y_deq[2], 0.625f);  // 80 / 128
 

@@ -18,10 +18,12 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "fp8emu/core/accumulation.hpp"
@@ -339,12 +341,16 @@ nb::object view_of(const std::vector<T>& v, std::initializer_list<std::size_t> s
                   nb::rv_policy::reference);
 }
 
-// A block operand's scale_inv (or E8M0 codes) as a view (n, ceil(k / block)); None for a copy that
-// was not made and for per-tensor operands (block 0: no blocks to count).
-nb::object block_scales(const emu::BlockQuantized& b, bool e8m0, nb::handle owner) {
+// A block operand's scale_inv (or E8M0 codes) of one copy as a view (n, ceil(k / block)); None for
+// a copy that was not made and for per-tensor operands (no blocks).
+nb::object block_scales(nb::handle h, bool rowwise, bool e8m0) {
+  const QuantizedTensor& t = nb::cast<const QuantizedTensor&>(h);
+  const auto* s = std::get_if<scaling::BlockStorage>(&t.storage);
+  if (!s) return nb::none();
+  const emu::BlockQuantized& b = rowwise ? s->rowwise : s->columnwise;
   if (b.block < 1) return nb::none();
-  return e8m0 ? view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, owner)
-              : view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, owner);
+  return e8m0 ? view_of(b.e8m0, {std::size_t(b.n), std::size_t(b.blocks())}, h)
+              : view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, h);
 }
 
 QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
@@ -368,45 +374,43 @@ QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::stri
 }
 
 void bind_recipes(nb::module_& m) {
+  // One class for every scaling mode's storage: the attributes a mode does not have are None (NaN
+  // for the per-tensor scales), as fp8emu.recipe.QuantizedTensor documents.
   nb::class_<QuantizedTensor>(m, "QuantizedTensor", "A recipe's FP8 operand; see fp8emu.recipe.QuantizedTensor.")
       .def_prop_ro("mode", [](const QuantizedTensor& t) {
-        return t.mode == scaling::ScalingMode::kPerTensor ? "per_tensor" : "block";
+        return t.mode() == scaling::ScalingMode::kPerTensor ? "per_tensor" : "block";
       })
       .def_prop_ro("format", [](const QuantizedTensor& t) { return std::string(format_name(t.format)); })
       .def_ro("rows", &QuantizedTensor::rows)
       .def_ro("cols", &QuantizedTensor::cols)
       .def_prop_ro("usage", [](const QuantizedTensor& t) { return usage_name(t.usage); })
-      .def_ro("scale", &QuantizedTensor::scale)
-      .def_ro("scale_inv", &QuantizedTensor::scale_inv)
+      .def_prop_ro("scale", [](const QuantizedTensor& t) {
+        const auto* p = std::get_if<scaling::PerTensorStorage>(&t.storage);
+        return p ? p->scale : std::numeric_limits<float>::quiet_NaN();
+      })
+      .def_prop_ro("scale_inv", [](const QuantizedTensor& t) {
+        const auto* p = std::get_if<scaling::PerTensorStorage>(&t.storage);
+        return p ? p->scale_inv : std::numeric_limits<float>::quiet_NaN();
+      })
       .def_prop_ro("rowwise_data", [](nb::handle h) {
         const QuantizedTensor& t = nb::cast<const QuantizedTensor&>(h);
-        if (t.mode == scaling::ScalingMode::kBlock)
-          return view_of(t.rowwise_blocks.codes, {std::size_t(t.rowwise_blocks.n), std::size_t(t.rowwise_blocks.k)}, h);
-        return view_of(t.rowwise_data, {std::size_t(t.rows), std::size_t(t.cols)}, h);
+        if (const auto* b = std::get_if<scaling::BlockStorage>(&t.storage))
+          return view_of(b->rowwise.codes, {std::size_t(b->rowwise.n), std::size_t(b->rowwise.k)}, h);
+        return view_of(t.per_tensor().rowwise_data, {std::size_t(t.rows), std::size_t(t.cols)}, h);
       })
       .def_prop_ro("columnwise_data", [](nb::handle h) {
         const QuantizedTensor& t = nb::cast<const QuantizedTensor&>(h);
-        if (t.mode == scaling::ScalingMode::kBlock)
-          return view_of(t.columnwise_blocks.codes,
-                         {std::size_t(t.columnwise_blocks.n), std::size_t(t.columnwise_blocks.k)}, h);
-        return view_of(t.columnwise_data, {std::size_t(t.cols), std::size_t(t.rows)}, h);
+        if (const auto* b = std::get_if<scaling::BlockStorage>(&t.storage))
+          return view_of(b->columnwise.codes, {std::size_t(b->columnwise.n), std::size_t(b->columnwise.k)}, h);
+        return view_of(t.per_tensor().columnwise_data, {std::size_t(t.cols), std::size_t(t.rows)}, h);
       })
-      .def_prop_ro("rowwise_scale_inv", [](nb::handle h) {
-        return block_scales(nb::cast<const QuantizedTensor&>(h).rowwise_blocks, false, h);
-      })
-      .def_prop_ro("columnwise_scale_inv", [](nb::handle h) {
-        return block_scales(nb::cast<const QuantizedTensor&>(h).columnwise_blocks, false, h);
-      })
-      .def_prop_ro("rowwise_e8m0", [](nb::handle h) {
-        return block_scales(nb::cast<const QuantizedTensor&>(h).rowwise_blocks, true, h);
-      })
-      .def_prop_ro("columnwise_e8m0", [](nb::handle h) {
-        return block_scales(nb::cast<const QuantizedTensor&>(h).columnwise_blocks, true, h);
-      })
+      .def_prop_ro("rowwise_scale_inv", [](nb::handle h) { return block_scales(h, true, false); })
+      .def_prop_ro("columnwise_scale_inv", [](nb::handle h) { return block_scales(h, false, false); })
+      .def_prop_ro("rowwise_e8m0", [](nb::handle h) { return block_scales(h, true, true); })
+      .def_prop_ro("columnwise_e8m0", [](nb::handle h) { return block_scales(h, false, true); })
       .def_prop_ro("block", [](const QuantizedTensor& t) {
-        return t.mode == scaling::ScalingMode::kBlock
-                   ? (t.rowwise_blocks.block ? t.rowwise_blocks.block : t.columnwise_blocks.block)
-                   : 0;
+        const auto* b = std::get_if<scaling::BlockStorage>(&t.storage);
+        return b ? (b->rowwise.block ? b->rowwise.block : b->columnwise.block) : 0;
       });
 
   nb::class_<PyQuantizer>(m, "Quantizer", "One direction's casts of a recipe; see fp8emu.recipe.Quantizer.")

@@ -135,22 +135,22 @@ DeviceQuantizedTensor::DeviceQuantizedTensor(const backend::Device& device, cons
 QuantizedTensor DeviceQuantizedTensor::download() const {
   FP8EMU_CHECK(device_ != nullptr, "device operand: download of an empty DeviceQuantizedTensor");
   QuantizedTensor q;
-  q.mode = op_.mode;
   q.format = op_.format;
   q.rows = op_.rows;
   q.cols = op_.cols;
   q.usage = op_.usage;
   if (op_.mode == ScalingMode::kPerTensor) {
+    PerTensorStorage& p = q.storage.emplace<PerTensorStorage>();
     if (op_.has(Usage::kRowwise)) {
-      q.rowwise_data.resize(op_.codes());
-      rowwise_.download(q.rowwise_data.data());
+      p.rowwise_data.resize(op_.codes());
+      rowwise_.download(p.rowwise_data.data());
     }
     if (op_.has(Usage::kColumnwise)) {
-      q.columnwise_data.resize(op_.codes());
-      columnwise_.download(q.columnwise_data.data());
+      p.columnwise_data.resize(op_.codes());
+      columnwise_.download(p.columnwise_data.data());
     }
-    scale_.download(&q.scale);
-    q.scale_inv = emu::scale_inv_of(q.scale);
+    scale_.download(&p.scale);
+    p.scale_inv = emu::scale_inv_of(p.scale);
     return q;
   }
   // One block view as emu::BlockQuantized holds it: n rows of k codes, ceil(k / block) scales each.
@@ -168,8 +168,9 @@ QuantizedTensor DeviceQuantizedTensor::download() const {
     set_e8m0(b);
     return b;
   };
-  if (op_.has(Usage::kRowwise)) q.rowwise_blocks = view(rowwise_, rowwise_scale_inv_, op_.rows, op_.cols);
-  if (op_.has(Usage::kColumnwise)) q.columnwise_blocks = view(columnwise_, columnwise_scale_inv_, op_.cols, op_.rows);
+  BlockStorage& b = q.storage.emplace<BlockStorage>();
+  if (op_.has(Usage::kRowwise)) b.rowwise = view(rowwise_, rowwise_scale_inv_, op_.rows, op_.cols);
+  if (op_.has(Usage::kColumnwise)) b.columnwise = view(columnwise_, columnwise_scale_inv_, op_.cols, op_.rows);
   return q;
 }
 
@@ -220,59 +221,79 @@ void cast_blocks(const backend::Device& device, const backend::BlockCast& cast, 
   device.block_cast(cast, x, rows, cols, row, col, counters);
 }
 
+const PerTensorStorage& QuantizedTensor::per_tensor() const {
+  const auto* p = std::get_if<PerTensorStorage>(&storage);
+  FP8EMU_CHECK(p, "quantized tensor: block-scaled, not per-tensor");
+  return *p;
+}
+PerTensorStorage& QuantizedTensor::per_tensor() {
+  return const_cast<PerTensorStorage&>(static_cast<const QuantizedTensor&>(*this).per_tensor());
+}
+const BlockStorage& QuantizedTensor::blocks() const {
+  const auto* b = std::get_if<BlockStorage>(&storage);
+  FP8EMU_CHECK(b, "quantized tensor: per-tensor, not block-scaled");
+  return *b;
+}
+BlockStorage& QuantizedTensor::blocks() {
+  return const_cast<BlockStorage&>(static_cast<const QuantizedTensor&>(*this).blocks());
+}
+
 DeviceOperand host_view(const QuantizedTensor& t) {
   DeviceOperand o;
-  o.mode = t.mode;
+  o.mode = t.mode();
   o.format = t.format;
   o.rows = t.rows;
   o.cols = t.cols;
   o.usage = t.usage;
   auto& m = const_cast<QuantizedTensor&>(t);
-  if (t.mode == ScalingMode::kPerTensor) {
-    if (t.has(Usage::kRowwise)) o.rowwise_data = m.rowwise_data.data();
-    if (t.has(Usage::kColumnwise)) o.columnwise_data = m.columnwise_data.data();
-    o.scale = &m.scale;
-    o.host_scale = t.scale;
-    o.host_scale_inv = t.scale_inv;
+  if (auto* p = std::get_if<PerTensorStorage>(&m.storage)) {
+    if (t.has(Usage::kRowwise)) o.rowwise_data = p->rowwise_data.data();
+    if (t.has(Usage::kColumnwise)) o.columnwise_data = p->columnwise_data.data();
+    o.scale = &p->scale;
+    o.host_scale = p->scale;
+    o.host_scale_inv = p->scale_inv;
     return o;
   }
-  o.block = t.has(Usage::kRowwise) ? t.rowwise_blocks.block : t.columnwise_blocks.block;
+  BlockStorage& b = m.blocks();
+  o.block = t.has(Usage::kRowwise) ? b.rowwise.block : b.columnwise.block;
   if (t.has(Usage::kRowwise)) {
-    o.rowwise_data = m.rowwise_blocks.codes.data();
-    o.rowwise_scale_inv = m.rowwise_blocks.scale_inv.data();
+    o.rowwise_data = b.rowwise.codes.data();
+    o.rowwise_scale_inv = b.rowwise.scale_inv.data();
   }
   if (t.has(Usage::kColumnwise)) {
-    o.columnwise_data = m.columnwise_blocks.codes.data();
-    o.columnwise_scale_inv = m.columnwise_blocks.scale_inv.data();
+    o.columnwise_data = b.columnwise.codes.data();
+    o.columnwise_scale_inv = b.columnwise.scale_inv.data();
   }
   return o;
 }
 
 QuantizedTensor host_quantized_tensor(const DeviceOperand& desc) {
   QuantizedTensor q;
-  q.mode = desc.mode;
   q.format = desc.format;
   q.rows = desc.rows;
   q.cols = desc.cols;
   q.usage = desc.usage;
   const std::size_t n = desc.codes();
-  if (q.mode == ScalingMode::kPerTensor) {
-    if (q.has(Usage::kRowwise)) q.rowwise_data.resize(n);
-    if (q.has(Usage::kColumnwise)) q.columnwise_data.resize(n);
+  if (desc.mode == ScalingMode::kPerTensor) {
+    PerTensorStorage& p = q.storage.emplace<PerTensorStorage>();
+    if (q.has(Usage::kRowwise)) p.rowwise_data.resize(n);
+    if (q.has(Usage::kColumnwise)) p.columnwise_data.resize(n);
   } else {
-    if (q.has(Usage::kRowwise)) q.rowwise_blocks = block_record(desc.rows, desc.cols, desc.block, desc.format);
-    if (q.has(Usage::kColumnwise)) q.columnwise_blocks = block_record(desc.cols, desc.rows, desc.block, desc.format);
+    BlockStorage& b = q.storage.emplace<BlockStorage>();
+    if (q.has(Usage::kRowwise)) b.rowwise = block_record(desc.rows, desc.cols, desc.block, desc.format);
+    if (q.has(Usage::kColumnwise)) b.columnwise = block_record(desc.cols, desc.rows, desc.block, desc.format);
   }
   return q;
 }
 
 void finish_host_cast(QuantizedTensor& t) {
-  if (t.mode == ScalingMode::kPerTensor) {
-    t.scale_inv = emu::scale_inv_of(t.scale);
+  if (auto* p = std::get_if<PerTensorStorage>(&t.storage)) {
+    p->scale_inv = emu::scale_inv_of(p->scale);
     return;
   }
-  if (t.has(Usage::kRowwise)) set_e8m0(t.rowwise_blocks);
-  if (t.has(Usage::kColumnwise)) set_e8m0(t.columnwise_blocks);
+  BlockStorage& b = t.blocks();
+  if (t.has(Usage::kRowwise)) set_e8m0(b.rowwise);
+  if (t.has(Usage::kColumnwise)) set_e8m0(b.columnwise);
 }
 
 void Quantizer::quantize_device(const backend::Device& device, const float* x, int rows, int cols, TensorRole role,

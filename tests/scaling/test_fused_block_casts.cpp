@@ -287,11 +287,11 @@ TEST_CASE("MXFP8 and 1x128 quantizers: both usages equal the row-wise and column
         q->quantize(k, x.data(), rows, cols, scaling::TensorRole::kInput, scaling::Usage::kRowwise, &s_row);
     const scaling::QuantizedTensor col =
         q->quantize(k, x.data(), rows, cols, scaling::TensorRole::kInput, scaling::Usage::kColumnwise, &s_col);
-    CHECK(diff_block(both.rowwise_blocks, row.rowwise_blocks) == "");
-    CHECK(diff_block(both.columnwise_blocks, col.columnwise_blocks) == "");
+    CHECK(diff_block(both.blocks().rowwise, row.blocks().rowwise) == "");
+    CHECK(diff_block(both.blocks().columnwise, col.blocks().columnwise) == "");
     CHECK(diff_stats(s_both, s_row) == "");  // kBoth counts the row-wise cast only
     CHECK(s_col.count == std::uint64_t(rows) * std::uint64_t(cols));
-    CHECK(row.columnwise_blocks.codes.empty());
-    CHECK(col.rowwise_blocks.codes.empty());
+    CHECK(row.blocks().columnwise.codes.empty());
+    CHECK(col.blocks().rowwise.codes.empty());
   }
 }

@@ -108,14 +108,14 @@ TEST_CASE("delayed quantizer: stored scale, amax into history row 0, update", "[
   std::vector<std::uint8_t> want(x.size()), want_t(x.size());
   const emu::QuantizeStats want_stats = emu::quantize(x.data(), x.size(), 0.5f, Format::kE4M3, want.data(), nullptr);
   emu::transpose(R, C, want.data(), want_t.data());
-  CHECK(t.mode == ScalingMode::kPerTensor);
+  CHECK(t.mode() == ScalingMode::kPerTensor);
   CHECK(t.format == Format::kE4M3);
   CHECK(t.rows == R);
   CHECK(t.cols == C);
-  CHECK(t.rowwise_data == want);
-  CHECK(t.columnwise_data == want_t);
-  CHECK(t.scale == 0.5f);
-  CHECK(t.scale_inv == 2.0f);
+  CHECK(t.per_tensor().rowwise_data == want);
+  CHECK(t.per_tensor().columnwise_data == want_t);
+  CHECK(t.per_tensor().scale == 0.5f);
+  CHECK(t.per_tensor().scale_inv == 2.0f);
   CHECK(stats.count == want_stats.count);
   CHECK(stats.saturated == want_stats.saturated);
   // The weight's slot (1) got the amax; the input's slot did not.
@@ -130,7 +130,7 @@ TEST_CASE("delayed quantizer: stored scale, amax into history row 0, update", "[
 
   // Row-wise only: no column-wise copy, and the GEMM refuses to read one.
   const QuantizedTensor r = q->quantize(K, x.data(), R, C, TensorRole::kInput, Usage::kRowwise, nullptr);
-  CHECK(r.columnwise_data.empty());
+  CHECK(r.per_tensor().columnwise_data.empty());
   CHECK_FALSE(r.has(Usage::kColumnwise));
   std::vector<float> d(std::size_t(R) * R);
   CHECK_THROWS_WITH(gemm_tn(K, r, Usage::kColumnwise, r, Usage::kColumnwise, {}, d.data()),
@@ -156,9 +156,9 @@ TEST_CASE("current quantizer: scale from the tensor's own amax", "[scaling][quan
     std::vector<std::uint8_t> want(x.size());
     emu::quantize(x.data(), x.size(), scale, f, want.data(), nullptr);
     CHECK(t.format == f);
-    CHECK(t.rowwise_data == want);
-    CHECK(t.scale == scale);
-    CHECK(bits(t.scale_inv) == bits(1.0f / scale));
+    CHECK(t.per_tensor().rowwise_data == want);
+    CHECK(t.per_tensor().scale == scale);
+    CHECK(bits(t.per_tensor().scale_inv) == bits(1.0f / scale));
     CHECK(stats.nan == 1);
     CHECK(stats.count == std::uint64_t(R * C));
   }
@@ -177,17 +177,17 @@ TEST_CASE("MXFP8 quantizer: independent row- and column-wise E8M0 casts", "[scal
       emu::quantize_mxfp8(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, E8M0Rule::kOcp, &want_stats);
   const emu::BlockQuantized col =
       emu::quantize_mxfp8(x.data(), R, C, emu::BlockAxis::kColumnwise, Format::kE4M3, E8M0Rule::kOcp, nullptr);
-  CHECK(t.mode == ScalingMode::kBlock);
-  CHECK(std::isnan(t.scale));
-  testing::check_same_blocks(t.rowwise_blocks, row);
-  testing::check_same_blocks(t.columnwise_blocks, col);
+  CHECK(t.mode() == ScalingMode::kBlock);
+  CHECK_THROWS_WITH(t.per_tensor(), Catch::Contains("block-scaled, not per-tensor"));
+  testing::check_same_blocks(t.blocks().rowwise, row);
+  testing::check_same_blocks(t.blocks().columnwise, col);
   CHECK(stats.count == want_stats.count);  // the row-wise cast only
   CHECK(stats.saturated == want_stats.saturated);
   // Column-wise only: its cast is the one counted.
   emu::QuantizeStats col_stats;
   const QuantizedTensor c = q->quantize(K, x.data(), R, C, TensorRole::kInput, Usage::kColumnwise, &col_stats);
-  testing::check_same_blocks(c.columnwise_blocks, col);
-  CHECK(c.rowwise_blocks.codes.empty());
+  testing::check_same_blocks(c.blocks().columnwise, col);
+  CHECK(c.blocks().rowwise.codes.empty());
   CHECK(col_stats.count == std::uint64_t(R * C));
 }
 
@@ -199,18 +199,18 @@ TEST_CASE("128-block quantizer: 1x128 activations, 128x128 weight tiles", "[scal
   auto fwd = make_quantizer(recipe, Direction::kForward);
   auto bwd = make_quantizer(recipe, Direction::kBackward);
   const QuantizedTensor xi = fwd->quantize(K, x.data(), R, C, TensorRole::kInput, Usage::kBoth, nullptr);
-  testing::check_same_blocks(xi.rowwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, 128,
+  testing::check_same_blocks(xi.blocks().rowwise, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, 128,
                                                        true, 1e-3f, nullptr));
-  testing::check_same_blocks(xi.columnwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kColumnwise, Format::kE4M3,
+  testing::check_same_blocks(xi.blocks().columnwise, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kColumnwise, Format::kE4M3,
                                                           128, true, 1e-3f, nullptr));
   const QuantizedTensor w = fwd->quantize(K, x.data(), R, C, TensorRole::kWeight, Usage::kBoth, nullptr);
   const emu::BlockQuantized2D tiles = emu::quantize_block_2d(x.data(), R, C, Format::kE4M3, 128, true, 1e-3f, nullptr);
-  testing::check_same_blocks(w.rowwise_blocks, tiles.rowwise);
-  testing::check_same_blocks(w.columnwise_blocks, tiles.columnwise);
+  testing::check_same_blocks(w.blocks().rowwise, tiles.rowwise);
+  testing::check_same_blocks(w.blocks().columnwise, tiles.columnwise);
   const QuantizedTensor g = bwd->quantize(K, x.data(), R, C, TensorRole::kGradOutput, Usage::kRowwise, nullptr);
-  testing::check_same_blocks(g.rowwise_blocks, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, 128,
+  testing::check_same_blocks(g.blocks().rowwise, emu::quantize_block_1d(x.data(), R, C, emu::BlockAxis::kRowwise, Format::kE4M3, 128,
                                                       true, 1e-3f, nullptr));
-  CHECK(g.columnwise_blocks.codes.empty());
+  CHECK(g.blocks().columnwise.codes.empty());
 }
 
 TEST_CASE("gemm_tn of quantized operands against the emu:: GEMMs", "[scaling][quantizer][gemm]") {
@@ -223,8 +223,9 @@ TEST_CASE("gemm_tn of quantized operands against the emu:: GEMMs", "[scaling][qu
     const emu::GemmAccumulation acc = emu::te_fprop(emu::Accumulation::kHopper);
     std::vector<float> got(std::size_t(M) * N), want(got.size());
     gemm_tn(K, qa, Usage::kRowwise, qb, Usage::kRowwise, acc, got.data());
-    emu::gemm_fp8_tn(M, N, Kd, qa.rowwise_data.data(), Format::kE4M3, qa.scale_inv, qb.rowwise_data.data(),
-                     Format::kE4M3, qb.scale_inv, acc, want.data());
+    const scaling::PerTensorStorage &pa = qa.per_tensor(), &pb = qb.per_tensor();
+    emu::gemm_fp8_tn(M, N, Kd, pa.rowwise_data.data(), Format::kE4M3, pa.scale_inv, pb.rowwise_data.data(),
+                     Format::kE4M3, pb.scale_inv, acc, want.data());
     CHECK(same_bits(got, want));
   }
   SECTION("per-tensor, column-wise operands read the transposes") {

@@ -57,17 +57,20 @@ inline void check_same_blocks(const emu::BlockQuantized& got, const emu::BlockQu
 }
 
 inline void check_same_operand(const scaling::QuantizedTensor& got, const scaling::QuantizedTensor& want) {
-  CHECK(got.mode == want.mode);
+  REQUIRE(got.mode() == want.mode());
   CHECK(got.format == want.format);
   CHECK(got.rows == want.rows);
   CHECK(got.cols == want.cols);
   CHECK(got.usage == want.usage);
-  CHECK(got.rowwise_data == want.rowwise_data);
-  CHECK(got.columnwise_data == want.columnwise_data);
-  CHECK(bits(got.scale) == bits(want.scale));
-  CHECK(bits(got.scale_inv) == bits(want.scale_inv));
-  check_same_blocks(got.rowwise_blocks, want.rowwise_blocks);
-  check_same_blocks(got.columnwise_blocks, want.columnwise_blocks);
+  if (want.mode() == scaling::ScalingMode::kPerTensor) {
+    CHECK(got.per_tensor().rowwise_data == want.per_tensor().rowwise_data);
+    CHECK(got.per_tensor().columnwise_data == want.per_tensor().columnwise_data);
+    CHECK(bits(got.per_tensor().scale) == bits(want.per_tensor().scale));
+    CHECK(bits(got.per_tensor().scale_inv) == bits(want.per_tensor().scale_inv));
+    return;
+  }
+  check_same_blocks(got.blocks().rowwise, want.blocks().rowwise);
+  check_same_blocks(got.blocks().columnwise, want.blocks().columnwise);
 }
 
 /// The recipes the checks run: every recipe, with the parameters that change the arithmetic.
@@ -142,9 +145,9 @@ inline void check_device_quantizers(const backend::Device& dev) {
               CHECK(ds.saturated == hs.saturated);
               CHECK(ds.underflow == hs.underflow);
               CHECK(ds.nan == hs.nan);
-              if (want.mode == scaling::ScalingMode::kPerTensor) {
-                CHECK(bits(got.operand().host_scale) == bits(want.scale));
-                CHECK(bits(got.operand().host_scale_inv) == bits(want.scale_inv));
+              if (want.mode() == scaling::ScalingMode::kPerTensor) {
+                CHECK(bits(got.operand().host_scale) == bits(want.per_tensor().scale));
+                CHECK(bits(got.operand().host_scale_inv) == bits(want.per_tensor().scale_inv));
               }
             }
         host->update_scales();

@@ -28,6 +28,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
@@ -68,30 +69,48 @@ inline bool has_usage(Usage usage, Usage part) {
   return (static_cast<unsigned>(usage) & static_cast<unsigned>(part)) == static_cast<unsigned>(part);
 }
 
-/// One FP8 operand as the GEMM reads it (TE Float8Tensor / MXFP8Tensor / Float8BlockwiseQTensor).
-/// The source is an fp32 row-major matrix of Shape [rows, cols].
+/// Per-tensor scaling's storage (TE Float8Tensor): codes and one fp32 scale for the whole tensor.
+struct PerTensorStorage {
+  /// Codes of the row-wise copy, Shape [rows, cols] row-major (empty without kRowwise).
+  std::vector<std::uint8_t> rowwise_data;
+  /// Codes of the column-wise copy, Shape [cols, rows] row-major: the transpose of the row-wise
+  /// codes (TE's FP8 transpose, cast_transpose, since Hopper/Ada FP8 GEMMs take only TN).
+  std::vector<std::uint8_t> columnwise_data;
+  /// The scale the cast multiplied by (fp32, unitless).
+  float scale = std::numeric_limits<float>::quiet_NaN();
+  /// RN(1/scale), the dequantization multiplier the GEMM applies.
+  float scale_inv = std::numeric_limits<float>::quiet_NaN();
+};
+
+/// Block scaling's storage (TE MXFP8Tensor, Float8BlockwiseQTensor): codes and one scale per block
+/// of K, for each copy.
+struct BlockStorage {
+  /// Row-wise copy, view [rows, cols] with K = cols, one scale_inv per block of K.
+  emu::BlockQuantized rowwise;
+  /// Column-wise copy, view [cols, rows] with K = rows, quantized independently from the fp32
+  /// source (MXFP8, 1x128) or the transposed tiles (128x128 weights).
+  emu::BlockQuantized columnwise;
+};
+
+/// One FP8 operand as the GEMM reads it: a variant of one storage per scaling mode, as TE keeps one
+/// tensor class per mode (Float8Tensor, MXFP8Tensor / Float8BlockwiseQTensor). The source is an
+/// fp32 row-major matrix of Shape [rows, cols].
 struct QuantizedTensor {
-  ScalingMode mode = ScalingMode::kPerTensor;
   Format format = Format::kE4M3;
   int rows = 0, cols = 0;  ///< Shape of the fp32 source.
-  Usage usage = Usage::kRowwise;  ///< Which copies below are present.
+  Usage usage = Usage::kRowwise;  ///< Which copies the storage holds.
+  std::variant<PerTensorStorage, BlockStorage> storage;
 
-  /// kPerTensor: codes of the row-wise copy, Shape [rows, cols] row-major (empty without kRowwise).
-  std::vector<std::uint8_t> rowwise_data;
-  /// kPerTensor: codes of the column-wise copy, Shape [cols, rows] row-major: the transpose of the
-  /// row-wise codes (TE's FP8 transpose, cast_transpose, since Hopper/Ada FP8 GEMMs take only TN).
-  std::vector<std::uint8_t> columnwise_data;
-  /// kPerTensor: the scale the cast multiplied by (fp32, unitless). NaN for block modes.
-  float scale = std::numeric_limits<float>::quiet_NaN();
-  /// kPerTensor: RN(1/scale), the dequantization multiplier the GEMM applies. NaN for block modes.
-  float scale_inv = std::numeric_limits<float>::quiet_NaN();
-
-  /// kBlock: row-wise copy, view [rows, cols] with K = cols, one scale_inv per block of K.
-  emu::BlockQuantized rowwise_blocks;
-  /// kBlock: column-wise copy, view [cols, rows] with K = rows, quantized independently from the
-  /// fp32 source (MXFP8, 1x128) or the transposed tiles (128x128 weights).
-  emu::BlockQuantized columnwise_blocks;
-
+  /// The scaling mode of the storage held.
+  ScalingMode mode() const {
+    return std::holds_alternative<PerTensorStorage>(storage) ? ScalingMode::kPerTensor : ScalingMode::kBlock;
+  }
+  /// The per-tensor storage. 	hrows fp8emu::Error for a block-scaled tensor.
+  const PerTensorStorage& per_tensor() const;
+  PerTensorStorage& per_tensor();
+  /// The block storage. 	hrows fp8emu::Error for a per-tensor tensor.
+  const BlockStorage& blocks() const;
+  BlockStorage& blocks();
   bool has(Usage u) const { return has_usage(usage, u); }
 };
 
