@@ -219,10 +219,16 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
+def _stream_args(x: Any) -> Tuple[int, str]:
+    """The stream and framework arguments of an extension entry for x: x's framework's current
+    stream for a CUDA array; none for a host array."""
+    return (_cuda.stream_handle(x, None), _cuda.framework_of(x)) if _cuda.is_cuda(x) else (0, "")
+
+
 @dataclass
-class _CudaNorm:
-    """The GPU norm's saved state (the forward's gamma, x-hat and rsigma as CUDA arrays), with
-    nn::Norm's backward."""
+class _SavedNorm:
+    """The norm's saved state (the forward's gamma, x-hat and rsigma, on the input's device), with
+    nn::Norm's backward (Device::norm_backward, in C++)."""
 
     normalization: str
     zero_centered_gamma: bool
@@ -231,11 +237,10 @@ class _CudaNorm:
     rsigma: Any
 
     def backward(self, dln: Any, grad_ln_out: Any = None) -> Tuple[Any, Any, Any]:
-        """dx, dgamma, dbeta from the Linear's dgrad dln plus grad_ln_out (one fp32 add, on the GPU;
-        layernorm_linear_backward has checked grad_ln_out)."""
-        return _fp8emu.cuda_norm_backward(dln, grad_ln_out, self.xhat, self.rsigma, self.gamma, self.normalization,
-                                          self.zero_centered_gamma, _cuda.stream_handle(dln, None),
-                                          _cuda.framework_of(dln))
+        """dx, dgamma, dbeta from the Linear's dgrad dln plus grad_ln_out (one fp32 add;
+        layernorm_linear_backward has checked grad_ln_out's side)."""
+        return _fp8emu.norm_backward(dln, grad_ln_out, self.xhat, self.rsigma, self.gamma, self.normalization,
+                                     self.zero_centered_gamma, *_stream_args(dln))
 
 
 @dataclass
@@ -281,19 +286,15 @@ def layernorm_linear_forward(
         TypeError, ValueError: as :func:`linear_forward`; an unknown normalization.
     """
     x = _f32_2d(x, "x")
-    if _cuda.is_cuda(x):  # the norm on the GPU (Device::norm_forward: nn::Norm's arithmetic)
-        ln, xhat, rsigma, gamma = _fp8emu.cuda_norm_forward(
-            x, ln_weight, ln_bias, normalization, float(eps), bool(zero_centered_gamma),
-            bool(fwd.reads_bf16_norm_output), _cuda.stream_handle(x, None), _cuda.framework_of(x))
-        norm = _CudaNorm(normalization, bool(zero_centered_gamma), gamma, xhat, rsigma)
-        y, lin = linear_forward(ln, weight, bias, fwd, training=training, weight_q=weight_q)
-        return y, (LayerNormSaved(norm, lin, ln) if training else None), ln
-    norm = _fp8emu.Norm(normalization, x.shape[1], float(eps), bool(zero_centered_gamma))
-    gamma = np.ascontiguousarray(ln_weight, np.float32)
-    beta = None if ln_bias is None else np.ascontiguousarray(ln_bias, np.float32)
-    ln = norm.forward(x, gamma, beta, training)
-    if fwd.reads_bf16_norm_output:
-        ln = round_to_bf16(ln)
+    if not _cuda.is_cuda(x):
+        ln_weight = np.ascontiguousarray(ln_weight, np.float32)
+        ln_bias = None if ln_bias is None else np.ascontiguousarray(ln_bias, np.float32)
+    # The norm in C++ on x's device (Device::norm_forward: nn::Norm's arithmetic), its output rounded
+    # to bf16 there when the quantizer reads the bf16 copy.
+    ln, xhat, rsigma, gamma = _fp8emu.norm_forward(x, ln_weight, ln_bias, normalization, float(eps),
+                                                   bool(zero_centered_gamma), bool(fwd.reads_bf16_norm_output),
+                                                   *_stream_args(x))
+    norm = _SavedNorm(normalization, bool(zero_centered_gamma), gamma, xhat, rsigma)
     y, lin = linear_forward(ln, weight, bias, fwd, training=training, weight_q=weight_q)
     return y, (LayerNormSaved(norm, lin, ln) if training else None), ln
 
@@ -316,20 +317,16 @@ def layernorm_linear_backward(
         ``(dx, d_ln_weight, d_ln_bias, dW, db)``: float32 (rows, in), (in,), (in,) (zeros for
         RMSNorm), (out, in) or None, (out,).
     """
-    if isinstance(saved.norm, _CudaNorm):
-        if grad_ln_out is not None:  # checked before the cast records dy's amax
-            if not _cuda.is_cuda(grad_ln_out):
-                raise TypeError(f"grad_ln_out must be a CUDA array on dy's device when dy is a CUDA array "
-                                f"(got {type(grad_ln_out).__name__})")
-            want = (saved.linear.rows, saved.linear.in_features)
-            if tuple(grad_ln_out.shape) != want:
-                raise ValueError(f"grad_ln_out has shape {tuple(grad_ln_out.shape)}; expected {want} (the norm "
-                                 f"output's)")
-        dln, dw, db = linear_backward(dy, saved.linear, bwd, need_dgrad=True, need_wgrad=need_wgrad)
-        dx, dgamma, dbeta = saved.norm.backward(dln, grad_ln_out)
-        return dx, dgamma, dbeta, dw, db
+    if grad_ln_out is not None:  # checked before the cast records dy's amax
+        if _cuda.is_cuda(grad_ln_out) != _cuda.is_cuda(dy):
+            raise TypeError(f"grad_ln_out must be a {'CUDA' if _cuda.is_cuda(dy) else 'host'} array on dy's device "
+                            f"(got {type(grad_ln_out).__name__})")
+        want = (saved.linear.rows, saved.linear.in_features)
+        if tuple(grad_ln_out.shape) != want:
+            raise ValueError(f"grad_ln_out has shape {tuple(grad_ln_out.shape)}; expected {want} (the norm "
+                             f"output's)")
+        if not _cuda.is_cuda(grad_ln_out):
+            grad_ln_out = _f32_2d(grad_ln_out, "grad_ln_out")
     dln, dw, db = linear_backward(dy, saved.linear, bwd, need_dgrad=True, need_wgrad=need_wgrad)
-    if grad_ln_out is not None:
-        dln = dln + _f32_2d(grad_ln_out, "grad_ln_out")
-    dx, dgamma, dbeta = saved.norm.backward(dln)
+    dx, dgamma, dbeta = saved.norm.backward(dln, grad_ln_out)
     return dx, dgamma, dbeta, dw, db

@@ -161,6 +161,14 @@ nb::tuple cuda_linear_backward(const Array& dy, nb::handle x_q, nb::handle weigh
                                bool need_dgrad, bool need_wgrad, const emu::GemmAccumulation& acc,
                                std::uintptr_t stream, const std::string& framework);
 
+/// fp8emu.layers' norm on CUDA arrays (python/src/cuda_layers.cpp): Device::norm_forward / norm_backward on
+/// backend::cuda_device(); norm_forward / norm_backward (layer_steps.cpp) dispatch to them.
+nb::tuple cuda_norm_forward(const Array& x, const Array& gamma, std::optional<Array> beta,
+                            const std::string& normalization, float eps, bool zero_centered_gamma, bool round_bf16,
+                            std::uintptr_t stream, const std::string& framework);
+nb::tuple cuda_norm_backward(const Array& dy, std::optional<Array> grad_ln_out, const Array& xhat, const Array& rsigma,
+                             const Array& gamma, const std::string& normalization, bool zero_centered_gamma,
+                             std::uintptr_t stream, const std::string& framework);
 /// Registers the GPU path's entry points (python/src/cuda_arrays.cpp; cuda_recipes.cpp, cuda_layers.cpp): cuda_available, cuda_cast, cuda_decode,
 /// cuda_gemm, ...; in a build without CUDA they raise TypeError naming the function and the device.
 void bind_cuda(nb::module_& m);

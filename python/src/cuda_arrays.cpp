@@ -318,15 +318,6 @@ void bind_cuda(nb::module_& m) {
       .def_ro("columnwise_scale_inv", &CudaQuantized::columnwise_scale_inv)
       .def_prop_ro("rowwise_e8m0", [](const CudaQuantized&) { return nb::none(); })
       .def_prop_ro("columnwise_e8m0", [](const CudaQuantized&) { return nb::none(); });
-  m.def("cuda_column_sum", &cuda_column_sum, "dy"_a, "stream"_a, "framework"_a,
-        "out[j] = sum over rows of dy[i, j] in row order from +0, fp32, on CUDA arrays (Device::column_sum).");
-  m.def("cuda_norm_forward", &cuda_norm_forward, "x"_a, "gamma"_a, "beta"_a.none(), "normalization"_a, "eps"_a,
-        "zero_centered_gamma"_a, "round_bf16"_a, "stream"_a, "framework"_a,
-        "LayerNorm/RMSNorm forward on CUDA arrays (Device::norm_forward): (y, xhat, rsigma, gamma copy).");
-  m.def("cuda_norm_backward", &cuda_norm_backward, "dy"_a, "grad_ln_out"_a.none(), "xhat"_a, "rsigma"_a, "gamma"_a,
-        "normalization"_a, "zero_centered_gamma"_a, "stream"_a, "framework"_a,
-        "LayerNorm/RMSNorm backward on CUDA arrays (Device::add of grad_ln_out, Device::norm_backward): "
-        "(dx, grad_gamma, grad_beta).");
   m.def("cuda_available", [] { return backend::cuda_status().usable(); },
         "True when this build has CUDA and a GPU of compute capability >= 8.9 can run its kernels.");
   m.def("cuda_device_index",

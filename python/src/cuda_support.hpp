@@ -386,14 +386,4 @@ inline const CudaQuantized& cuda_operand(nb::handle h, const char* fn, const cha
 
 }  // namespace gpu
 
-// ---- the entry points (defined in the files named above; bound by bind_cuda, cuda_arrays.cpp)
-// cuda_layers.cpp: the norm of layernorm_linear_forward /
-// _backward, on CUDA arrays (the host declarations of the recipe entries are in arrays.hpp).
-nb::tuple cuda_norm_forward(const Array& x, const Array& gamma, std::optional<Array> beta,
-                            const std::string& normalization, float eps, bool zero_centered_gamma, bool round_bf16,
-                            std::uintptr_t stream, const std::string& framework);
-nb::tuple cuda_norm_backward(const Array& dy, std::optional<Array> grad_ln_out, const Array& xhat, const Array& rsigma,
-                             const Array& gamma, const std::string& normalization, bool zero_centered_gamma,
-                             std::uintptr_t stream, const std::string& framework);
-
 }  // namespace fp8emu::python

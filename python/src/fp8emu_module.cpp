@@ -592,37 +592,6 @@ nn::NormKind norm_kind_of(const std::string& s) {
 }
 
 void bind_layers(nb::module_& m) {
-  // nn::Norm: the LayerNorm/RMSNorm of fp8emu's C++ layers (fp8emu.torch.LayerNormLinear's norm).
-  nb::class_<nn::Norm>(m, "Norm", "fp8emu's C++ LayerNorm/RMSNorm (include/fp8emu/nn/norm.hpp).")
-      .def("__init__",
-           [](nn::Norm* self, const std::string& kind, int features, float eps, bool zero_centered_gamma) {
-             new (self) nn::Norm(norm_kind_of(kind), features, eps, zero_centered_gamma);
-           },
-           "normalization"_a, "features"_a, "eps"_a, "zero_centered_gamma"_a)
-      .def("forward",
-           [](nn::Norm& self, const Array& x, const Array& gamma, std::optional<Array> beta, bool training) {
-             nn::Matrix xm = matrix_of(x, "x");
-             fill_matrix(self.gamma, gamma, "gamma");
-             if (beta) fill_matrix(self.beta, *beta, "beta");
-             nn::Matrix y;
-             {
-               nb::gil_scoped_release release;
-               self.forward(xm, y, training);
-             }
-             return numpy_of(y);
-           },
-           "x"_a, "gamma"_a, "beta"_a.none(), "training"_a)
-      .def("backward",
-           [](nn::Norm& self, const Array& dy) {
-             nn::Matrix dym = matrix_of(dy, "dy"), dx;
-             {
-               nb::gil_scoped_release release;
-               self.backward(dym, dx);
-             }
-             return nb::make_tuple(numpy_of(dx), numpy_of(self.grad_gamma, true), numpy_of(self.grad_beta, true));
-           },
-           "dy"_a);
-
   // The C++ layers themselves (nn::Linear, nn::LayerNormLinear), as test oracles of fp8emu.torch: the
   // same inputs through the C++ layer's own forward/backward, a different path from the Python one.
   nb::class_<nn::Linear>(m, "CppLinear", "fp8emu's C++ nn::Linear (a test oracle of fp8emu.torch.Linear).")

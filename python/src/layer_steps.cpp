@@ -8,9 +8,11 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fp8emu/backend/device.hpp"
@@ -127,9 +129,110 @@ nb::tuple linear_backward(const Array& dy, nb::handle x_q, nb::handle weight_q, 
   return nb::make_tuple(dx_arr, dw_arr, db_arr, counts_dict(backend::stats_of(counts)));
 }
 
+backend::NormOp norm_op_of(const char* fn, const std::string& s) {
+  if (s == "LayerNorm") return backend::NormOp::kLayerNorm;
+  if (s == "RMSNorm") return backend::NormOp::kRMSNorm;
+  throw nb::value_error((std::string(fn) + ": unknown normalization '" + s + "' (accepted: LayerNorm, RMSNorm)").c_str());
+}
+
+// The norm of layernorm_linear_forward: Device::norm_forward (nn::Norm's arithmetic) then, with
+// round_bf16, Device::round_bf16 of its output; (y, xhat, rsigma, a copy of gamma) on x's device.
+nb::tuple norm_forward(const Array& x, const Array& gamma, std::optional<Array> beta, const std::string& normalization,
+                       float eps, bool zero_centered_gamma, bool round_bf16, std::uintptr_t stream,
+                       const std::string& framework) {
+  if (on_cuda(x))
+    return cuda_norm_forward(x, gamma, beta, normalization, eps, zero_centered_gamma, round_bf16, stream, framework);
+  const char* fn = "fp8emu.layers.layernorm_linear_forward";
+  const backend::NormOp op = norm_op_of(fn, normalization);
+  const float* px = host_f32(x, fn, "x", 2);
+  const float* pg = host_f32(gamma, fn, "ln_weight", 1);
+  const float* pb = beta ? host_f32(*beta, fn, "ln_bias", 1) : nullptr;
+  const std::size_t rows = x.shape(0), cols = x.shape(1);
+  for (const auto& [arr, name] : {std::pair<const Array*, const char*>{&gamma, "ln_weight"},
+                                  {beta ? &*beta : nullptr, "ln_bias"}})
+    if (arr && arr->shape(0) != cols)
+      throw nb::value_error((std::string(fn) + ": " + name + " has shape " + shape_text(shape_of(*arr)) +
+                             "; expected (" + std::to_string(cols) + ",)")
+                                .c_str());
+  // nn::Norm's own checks, with its messages.
+  if (cols == 0) throw nb::value_error((std::string(fn) + ": Norm: features must be positive, got 0").c_str());
+  if (!std::isfinite(eps) || eps < 0.0f)
+    throw nb::value_error((std::string(fn) + ": Norm: eps must be finite and >= 0, got " + std::to_string(eps)).c_str());
+  auto* y = new std::vector<float>(rows * cols);
+  auto* xhat = new std::vector<float>(rows * cols);
+  auto* rsigma = new std::vector<float>(rows);
+  auto* g = new std::vector<float>(pg, pg + cols);  // the backward's gamma is the forward's (nn::Norm keeps a copy)
+  nb::object ys = numpy_owning(y, {rows, cols}), xs = numpy_owning(xhat, {rows, cols}),
+             rs = numpy_owning(rsigma, {rows}), gs = numpy_owning(g, {cols});
+  {
+    nb::gil_scoped_release release;
+    const backend::Device& d = backend::cpu_device();
+    const std::vector<float> zeros(pb || op != backend::NormOp::kLayerNorm ? 0 : cols, 0.0f);  // nn::Norm's beta
+    d.norm_forward(op, px, int(rows), int(cols), g->data(), pb ? pb : zeros.data(), eps, zero_centered_gamma,
+                   y->data(), xhat->data(), rsigma->data());
+    if (round_bf16) d.round_bf16(y->data(), rows * cols);
+  }
+  return nb::make_tuple(ys, xs, rs, gs);
+}
+
+// Its backward: Device::add of grad_ln_out (when given) to dy, then Device::norm_backward;
+// (dx, grad_gamma, grad_beta) on dy's device, grad_beta zeros for RMSNorm.
+nb::tuple norm_backward(const Array& dy, std::optional<Array> grad_ln_out, const Array& xhat, const Array& rsigma,
+                        const Array& gamma, const std::string& normalization, bool zero_centered_gamma,
+                        std::uintptr_t stream, const std::string& framework) {
+  if (on_cuda(dy))
+    return cuda_norm_backward(dy, grad_ln_out, xhat, rsigma, gamma, normalization, zero_centered_gamma, stream,
+                              framework);
+  const char* fn = "fp8emu.layers.layernorm_linear_backward";
+  const backend::NormOp op = norm_op_of(fn, normalization);
+  const float* pdy = host_f32(dy, fn, "dy", 2);
+  const float* pxh = host_f32(xhat, fn, "xhat", 2);
+  const float* prs = host_f32(rsigma, fn, "rsigma", 1);
+  const float* pg = host_f32(gamma, fn, "ln_weight", 1);
+  const std::size_t rows = dy.shape(0), cols = dy.shape(1);
+  if (shape_of(xhat) != shape_of(dy) || rsigma.shape(0) != rows || gamma.shape(0) != cols)
+    throw nb::value_error((std::string(fn) + ": dy " + shape_text(shape_of(dy)) + ", xhat " + shape_text(shape_of(xhat)) +
+                           ", rsigma " + shape_text(shape_of(rsigma)) + " and ln_weight " + shape_text(shape_of(gamma)) +
+                           " do not match (the forward's rows and features)")
+                              .c_str());
+  const float* pgl = nullptr;
+  if (grad_ln_out) {
+    pgl = host_f32(*grad_ln_out, fn, "grad_ln_out", 2);
+    if (shape_of(*grad_ln_out) != shape_of(dy))
+      throw nb::value_error((std::string(fn) + ": grad_ln_out has shape " + shape_text(shape_of(*grad_ln_out)) +
+                             "; expected " + shape_text(shape_of(dy)) + " (the norm output's)")
+                                .c_str());
+  }
+  auto* dx = new std::vector<float>(rows * cols);
+  auto* dg = new std::vector<float>(cols);
+  auto* db = new std::vector<float>(cols);
+  nb::object dxs = numpy_owning(dx, {rows, cols}), dgs = numpy_owning(dg, {cols}), dbs = numpy_owning(db, {cols});
+  {
+    nb::gil_scoped_release release;
+    const backend::Device& d = backend::cpu_device();
+    std::vector<float> sum;
+    if (pgl) {  // the norm output's gradient: the Linear's dgrad plus grad_ln_out, one fp32 add each
+      sum.resize(rows * cols);
+      d.add(pdy, pgl, sum.data(), rows * cols);
+      pdy = sum.data();
+    }
+    d.norm_backward(op, pdy, pxh, prs, int(rows), int(cols), pg, zero_centered_gamma, dx->data(), dg->data(),
+                    db->data());
+  }
+  return nb::make_tuple(dxs, dgs, dbs);
+}
+
 }  // namespace
 
 void bind_layer_steps(nb::module_& m) {
+  m.def("norm_forward", &norm_forward, "x"_a, "gamma"_a, "beta"_a.none(), "normalization"_a, "eps"_a,
+        "zero_centered_gamma"_a, "round_bf16"_a, "stream"_a, "framework"_a,
+        "LayerNorm/RMSNorm forward (Device::norm_forward, nn::Norm's arithmetic) on x's device: (y, xhat, rsigma, "
+        "gamma copy); see fp8emu.layers.layernorm_linear_forward.");
+  m.def("norm_backward", &norm_backward, "dy"_a, "grad_ln_out"_a.none(), "xhat"_a, "rsigma"_a, "gamma"_a,
+        "normalization"_a, "zero_centered_gamma"_a, "stream"_a, "framework"_a,
+        "LayerNorm/RMSNorm backward (Device::add of grad_ln_out, Device::norm_backward) on dy's device: (dx, "
+        "grad_gamma, grad_beta).");
   m.def("linear_fprop", &linear_fprop, "x"_a, "weight_q"_a.none(), "bias"_a.none(), "fwd"_a, "training"_a, "accumulation"_a,
         "promotion"_a, "stream"_a, "framework"_a,
         "fprop of an FP8 Linear (nn::fp8_linear_fprop) on x's device: (y, x_q, counts); see "

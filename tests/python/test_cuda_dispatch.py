@@ -230,11 +230,11 @@ def test_layers_send_cuda_arrays_to_the_gpu_path():
         layers.layernorm_linear_forward(FakeCudaArray((4, 32)), FakeCudaArray((32,)), FakeCudaArray((32,)),
                                         FakeCudaArray((8, 32)), None, fwd)
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.layernorm_linear_backward")):
-        _fp8emu.cuda_norm_backward(FakeCudaArray((4, 32)), None, FakeCudaArray((4, 32)), FakeCudaArray((4,)),
-                                   FakeCudaArray((32,)), "LayerNorm", False, 0, "")
+        _fp8emu.norm_backward(FakeCudaArray((4, 32)), None, FakeCudaArray((4, 32)), FakeCudaArray((4,)),
+                              FakeCudaArray((32,)), "LayerNorm", False, 0, "")
     with pytest.raises(ValueError, match=r"unknown normalization 'BatchNorm'"):
-        _fp8emu.cuda_norm_forward(FakeCudaArray((4, 32)), FakeCudaArray((32,)), None, "BatchNorm", 1e-5, False,
-                                  False, 0, "")
+        _fp8emu.norm_forward(FakeCudaArray((4, 32)), FakeCudaArray((32,)), None, "BatchNorm", 1e-5, False,
+                             False, 0, "")
     assert _fp8emu.cuda_device_index() == -1
     # x and the weight on different sides: a TypeError before any cast (the quantizer's state untouched).
     dq = fp8emu.Quantizer(fp8emu.DelayedScaling(amax_history_len=4), "forward")
@@ -251,7 +251,7 @@ def test_layers_send_cuda_arrays_to_the_gpu_path():
 def test_the_extension_entry_points_exist_in_every_build():
     for name in ("cuda_available", "cuda_why_not", "cuda_cast", "cuda_cast_transpose", "cuda_amax", "cuda_decode",
                  "cuda_gemm", "gemm_tn", "CudaQuantizedTensor", "column_sum", "linear_fprop", "linear_backward",
-                 "cuda_device_index", "cuda_norm_forward", "cuda_norm_backward"):
+                 "cuda_device_index", "norm_forward", "norm_backward"):
         assert hasattr(_fp8emu, name), name
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.Quantizer.quantize")):
         _fp8emu.cuda_cast_transpose(FakeCudaArray((4, 8)), "e4m3fn", 1.0, True, True, 0, "")

@@ -90,6 +90,27 @@ def test_layernorm_linear_equals_cpp(normalization, name):
             assert np.array_equal(bits(dbeta), bits(dbeta_c))
 
 
+def test_norm_output_read_as_bf16_rounds_a_nan_as_cuda_does():
+    # Current scaling reads the norm's bf16 output. TE's norm writes it with CUDA's conversion, whose
+    # host code (cuda_bf16.hpp: __float2bfloat16_rn through __internal_float2bfloat16) returns the
+    # canonical NaN 0x7FFF for any NaN input, sign and payload dropped; the other values round to
+    # nearest even (as ml_dtypes does).
+    # The same bits on the host as on the GPU (Device::round_bf16) and in nn::LayerNormLinear.
+    rng = np.random.default_rng(5)
+    x = data(rng, 4, 32, 1.0)
+    x[1, 3] = np.float32("nan")
+    x[2, :] = -np.float32("nan")  # a NaN row: every output of the row is NaN
+    gamma = np.ones(32, np.float32)
+    w = data(rng, 8, 32, 0.1)
+    fwd = fp8emu.Quantizer(RECIPES["current"], "forward")
+    _, _, ln = layers.layernorm_linear_forward(x, gamma, None, w, None, fwd, normalization="RMSNorm")
+    nan = np.isnan(ln)
+    assert nan[1].all() and nan[2].all() and not nan[[0, 3]].any()
+    assert (bits(ln[nan]) == 0x7FFF0000).all()
+    finite = ln[~nan]
+    assert np.array_equal(bits(finite), bits(finite.astype(ml_dtypes.bfloat16).astype(np.float32)))
+
+
 def test_delayed_scaling_history_as_te_updates_it():
     """TE's update worked in NumPy: after step t, scale = RN(448 / max(amax of the last L steps)) and
     the history keeps the last L - 1 amaxes (row 0 cleared for the next step)."""
