@@ -1,7 +1,7 @@
 """The GPU path of :func:`fp8emu.cast`, :func:`fp8emu.decode` and :func:`fp8emu.gemm` for CUDA arrays.
 
 A CUDA DLPack array (PyTorch CUDA tensor, CuPy array, JAX GPU array, or anything whose
-``__dlpack_device__()`` is ``(2, id)``) is read in place by the extension (python/src/cuda_arrays.cpp),
+``__dlpack_device__()`` is ``(2, id)``) is read in place by the extension (python/src/cuda_*.cpp),
 which runs the CUDA twins of the emulator's kernels on it through the library's device API
 (include/fp8emu/cuda/device.hpp) and returns a new CUDA array of the same framework. See
 docs/python.md §GPU arrays: what runs on the GPU, the bits, streams and errors.
@@ -123,7 +123,8 @@ def cast(x: Any, fmt: str, scale: float, policy: str, rounding: Optional[str], s
                          "only; copy x to the host for stochastic rounding")
     fw = framework_of(x)
     s = stream_handle(x, stream)
-    codes, _stats = _fp8emu.cuda_cast(x, fmt, float(scale), policy, rounding or "", s, fw, _check_out(out, "fp8emu.cast"))
+    codes, _stats = _fp8emu.cast(x, fmt, float(scale), policy, rounding or "", 0, False, _check_out(out, "fp8emu.cast"),
+                                 s, fw)
     if out is not None:
         return out
     return codes_as(codes, fmt, fw)
@@ -133,7 +134,7 @@ def decode(codes: Any, fmt: str, scale_inv: float, out: Any, stream: Any) -> Any
     """fp8emu.decode of CUDA codes (E4M3/E5M2) to float32."""
     fw = framework_of(codes)
     s = stream_handle(codes, stream)
-    y = _fp8emu.cuda_decode(codes, fmt, float(scale_inv), s, fw, _check_out(out, "fp8emu.decode"))
+    y = _fp8emu.decode(codes, fmt, float(scale_inv), _check_out(out, "fp8emu.decode"), s, fw)
     return out if out is not None else y
 
 
@@ -151,9 +152,9 @@ def gemm(qa: Any, qb: Any, fa: str, fb: str, *, scale_inv_a: float, scale_inv_b:
                             f"arrays (got {type(arr).__name__} on device {device_of(arr)})")
     fw = framework_of(qa) or framework_of(qb)
     s = stream_handle(qa if framework_of(qa) else qb, stream)
-    d, amax = _fp8emu.cuda_gemm(qa, qb, fa, fb, float(scale_inv_a), float(scale_inv_b), accumulation, int(promotion),
-                                int(split_k), layout, out_kind, float(d_scale), float(alpha), float(beta), c, bias,
-                                bool(return_amax), s, fw, _check_out(out, fn))
+    d, amax = _fp8emu.gemm(qa, qb, fa, fb, float(scale_inv_a), float(scale_inv_b), accumulation, int(promotion),
+                           int(split_k), layout, out_kind, float(d_scale), float(alpha), float(beta), c, bias,
+                           _check_out(out, fn), bool(return_amax), s, fw)
     if out is not None:
         result = out
     elif out_kind in ("float32", "bfloat16", "float16"):

@@ -169,6 +169,18 @@ nb::tuple cuda_norm_forward(const Array& x, const Array& gamma, std::optional<Ar
 nb::tuple cuda_norm_backward(const Array& dy, std::optional<Array> grad_ln_out, const Array& xhat, const Array& rsigma,
                              const Array& gamma, const std::string& normalization, bool zero_centered_gamma,
                              std::uintptr_t stream, const std::string& framework);
+/// fp8emu.cast, decode and gemm on CUDA arrays (python/src/cuda_arrays.cpp); the module's cast, decode
+/// and gemm entries dispatch to them.
+nb::tuple cuda_cast(const Array& x, const std::string& format, float scale, const std::string& policy,
+                    const std::string& rounding, std::uintptr_t stream, const std::string& framework,
+                    std::optional<OutArray> out);
+nb::object cuda_decode(const Array& codes, const std::string& format, float scale_inv, std::uintptr_t stream,
+                       const std::string& framework, std::optional<OutArray> out);
+nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a, const std::string& format_b,
+                    float scale_inv_a, float scale_inv_b, const std::string& accumulation, int promotion, int split_k,
+                    const std::string& layout, const std::string& out_kind, float d_scale, float alpha, float beta,
+                    std::optional<Array> c, std::optional<Array> bias, bool return_amax, std::uintptr_t stream,
+                    const std::string& framework, std::optional<OutArray> out);
 /// Registers the GPU path's entry points (python/src/cuda_arrays.cpp; cuda_recipes.cpp, cuda_layers.cpp): cuda_available, cuda_cast, cuda_decode,
 /// cuda_gemm, ...; in a build without CUDA they raise TypeError naming the function and the device.
 void bind_cuda(nb::module_& m);

@@ -331,17 +331,9 @@ void bind_cuda(nb::module_& m) {
         "cannot run.");
   m.def("cuda_why_not", [] { return backend::cuda_status().why_not(); },
         "Why the GPU path cannot run here (empty when cuda_available()).");
-  m.def("cuda_cast", &cuda_cast, "x"_a, "format"_a, "scale"_a, "policy"_a, "rounding"_a, "stream"_a, "framework"_a,
-        "out"_a.none(), "fp8emu.cast on a CUDA array: (codes, stats).");
   m.def("cuda_cast_transpose", &cuda_cast_transpose, "x"_a, "format"_a, "scale"_a, "rowwise"_a, "columnwise"_a,
         "stream"_a, "framework"_a, "A per-tensor recipe cast on a CUDA array: (rowwise, columnwise, stats).");
   m.def("cuda_amax", &cuda_amax, "x"_a, "stream"_a, "The amax of a float32 CUDA array (NaN ignored).");
-  m.def("cuda_decode", &cuda_decode, "codes"_a, "format"_a, "scale_inv"_a, "stream"_a, "framework"_a, "out"_a.none(),
-        "fp8emu.decode on a CUDA array.");
-  m.def("cuda_gemm", &cuda_gemm, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "scale_inv_a"_a, "scale_inv_b"_a,
-        "accumulation"_a, "promotion"_a, "split_k"_a, "layout"_a, "out_kind"_a, "d_scale"_a, "alpha"_a, "beta"_a,
-        "c"_a.none(), "bias"_a.none(), "return_amax"_a, "stream"_a, "framework"_a, "out"_a.none(),
-        "fp8emu.gemm on CUDA arrays, with its epilogue: (D, amax or None).");
 }
 
 }  // namespace fp8emu::python

@@ -89,7 +89,7 @@ nb::dict format_dict(const FormatRecord& r) {
   return d;
 }
 
-void cast(const Array& x, const std::string& format, float scale, const std::string& policy,
+void host_cast(const Array& x, const std::string& format, float scale, const std::string& policy,
           const std::string& rounding, std::uint32_t seed, bool bf16_bits, OutArray out) {
   const std::size_t n = check_array(x, "x");
   emu::CastSource src = emu::CastSource::kF32;
@@ -119,7 +119,7 @@ void cast(const Array& x, const std::string& format, float scale, const std::str
   emu::cast_array(xp, src, n, scale, p, seed, q);
 }
 
-void decode(const Array& codes, const std::string& format, float scale_inv, OutArray out) {
+void host_decode(const Array& codes, const std::string& format, float scale_inv, OutArray out) {
   const std::size_t n = check_array(codes, "codes");
   if (!is_code_dtype(codes.dtype()))
     throw nb::type_error(("codes has dtype " + dtype_text(codes.dtype()) +
@@ -140,7 +140,7 @@ void decode(const Array& codes, const std::string& format, float scale_inv, OutA
 }
 
 // D = A B^T (tn) or A B (nn) on the GEMM models; see fp8emu.gemm. Returns the amax of D (before d_scale).
-float gemm(const Array& a, const Array& b, const std::string& format_a, const std::string& format_b,
+float host_gemm(const Array& a, const Array& b, const std::string& format_a, const std::string& format_b,
            float scale_inv_a, float scale_inv_b, const std::string& accumulation, int promotion, int split_k,
            const std::string& layout, const std::string& out_kind, float d_scale, float alpha, float beta,
            std::optional<Array> c, std::optional<Array> bias, OutArray out) {
@@ -703,12 +703,51 @@ NB_MODULE(_fp8emu, m) {
     for (const AccumulationModel& a : kAccumulationModels) v.emplace_back(a.name, a.hardware, a.block);
     return v;
   }, "The GEMM accumulation models: (name, hardware, block).");
-  m.def("cast", &cast, "x"_a, "format"_a, "scale"_a, "policy"_a, "rounding"_a, "seed"_a, "bf16_bits"_a, "out"_a,
-        "Cast x into out (codes); see fp8emu.cast.");
-  m.def("decode", &decode, "codes"_a, "format"_a, "scale_inv"_a, "out"_a, "Decode codes into out; see fp8emu.decode.");
-  m.def("gemm", &gemm, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "scale_inv_a"_a, "scale_inv_b"_a, "accumulation"_a,
-        "promotion"_a, "split_k"_a, "layout"_a, "out_dtype"_a, "d_scale"_a, "alpha"_a, "beta"_a, "c"_a.none(), "bias"_a.none(),
-        "out"_a, "D = A B^T or A B into out; returns the amax of D; see fp8emu.gemm.");
+  // One entry each for the array functions: a CUDA array runs on its GPU (python/src/cuda_arrays.cpp),
+  // returning new arrays of `framework` (or writing `out`); host arrays are written into `out`.
+  const auto on_cuda = [](const Array& a) { return a.device_type() == nb::device::cuda::value; };
+  const auto need_out = [](std::optional<OutArray>& out, const char* fn) -> OutArray& {
+    if (!out) throw nb::value_error((std::string(fn) + ": host arrays need `out`").c_str());
+    return *out;
+  };
+  m.def("cast",
+        [on_cuda, need_out](const Array& x, const std::string& format, float scale, const std::string& policy,
+                            const std::string& rounding, std::uint32_t seed, bool bf16_bits,
+                            std::optional<OutArray> out, std::uintptr_t stream, const std::string& framework) -> nb::object {
+          if (on_cuda(x)) return cuda_cast(x, format, scale, policy, rounding, stream, framework, out);
+          host_cast(x, format, scale, policy, rounding, seed, bf16_bits, need_out(out, "cast"));
+          return nb::none();
+        },
+        "x"_a, "format"_a, "scale"_a, "policy"_a, "rounding"_a, "seed"_a, "bf16_bits"_a, "out"_a.none(),
+        "stream"_a = 0, "framework"_a = "",
+        "Cast x on its device: into out (host), or (codes, stats) on the GPU; see fp8emu.cast.");
+  m.def("decode",
+        [on_cuda, need_out](const Array& codes, const std::string& format, float scale_inv, std::optional<OutArray> out,
+                            std::uintptr_t stream, const std::string& framework) -> nb::object {
+          if (on_cuda(codes)) return cuda_decode(codes, format, scale_inv, stream, framework, out);
+          host_decode(codes, format, scale_inv, need_out(out, "decode"));
+          return nb::none();
+        },
+        "codes"_a, "format"_a, "scale_inv"_a, "out"_a.none(), "stream"_a = 0, "framework"_a = "",
+        "Decode codes on their device: into out (host), or a new array / out on the GPU; see fp8emu.decode.");
+  m.def("gemm",
+        [on_cuda, need_out](const Array& a, const Array& b, const std::string& format_a, const std::string& format_b,
+                            float scale_inv_a, float scale_inv_b, const std::string& accumulation, int promotion,
+                            int split_k, const std::string& layout, const std::string& out_dtype, float d_scale,
+                            float alpha, float beta, std::optional<Array> c, std::optional<Array> bias,
+                            std::optional<OutArray> out, bool return_amax, std::uintptr_t stream,
+                            const std::string& framework) -> nb::object {
+          if (on_cuda(a) || on_cuda(b))
+            return cuda_gemm(a, b, format_a, format_b, scale_inv_a, scale_inv_b, accumulation, promotion, split_k,
+                             layout, out_dtype, d_scale, alpha, beta, c, bias, return_amax, stream, framework, out);
+          return nb::float_(host_gemm(a, b, format_a, format_b, scale_inv_a, scale_inv_b, accumulation, promotion,
+                                      split_k, layout, out_dtype, d_scale, alpha, beta, c, bias, need_out(out, "gemm")));
+        },
+        "a"_a, "b"_a, "format_a"_a, "format_b"_a, "scale_inv_a"_a, "scale_inv_b"_a, "accumulation"_a, "promotion"_a,
+        "split_k"_a, "layout"_a, "out_dtype"_a, "d_scale"_a, "alpha"_a, "beta"_a, "c"_a.none(), "bias"_a.none(),
+        "out"_a.none(), "return_amax"_a = false, "stream"_a = 0, "framework"_a = "",
+        "D = A B^T or A B on the operands' device: into out returning the amax of D (host), or (D, amax or None) on "
+        "the GPU; see fp8emu.gemm.");
   m.def("mma", &mma, "a"_a, "b"_a, "format_a"_a, "format_b"_a, "accumulation"_a, "c"_a.none(), "out"_a,
         "D = A B^T + C as chained tensor-core MMA instructions into out; see fp8emu.mma.");
   m.def("compare", &compare, "x"_a, "y"_a, "Bitwise comparison of two float32 arrays; see fp8emu.compare.");

@@ -126,7 +126,7 @@ def test_cast_stats_and_amax_equal_the_emulator():
         amax = np.float32(np.nanmax(np.abs(x)))
         assert np.float32(st["amax"]) == amax == np.float32(fwd.amax_history("input")[0])
         assert np.float32(_fp8emu.cuda_amax(cuda(x), 0)) == amax
-        _codes, st2 = _fp8emu.cuda_cast(cuda(x), "e4m3fn", 1.0, "cuda", "", 0, "torch", None)
+        _codes, st2 = _fp8emu.cast(cuda(x), "e4m3fn", 1.0, "cuda", "", 0, False, None, 0, "torch")
         assert st2["amax"] == st["amax"] and st2["saturated"] == st["saturated"] and st2["nan"] == st["nan"]
 
 
