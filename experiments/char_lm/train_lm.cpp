@@ -1,12 +1,10 @@
 // `fp8emu train-lm` (see train_lm.hpp): the corpus, the model, its training step and its result
-// files. The run list, results folder, checkpoints and plot are the shared runner's
-// (common/runner.hpp).
+// files. The job around them (flags agreed by every rank, results folder, resume, checkpoints,
+// progress, file rewriting) is the shared skeleton's (common/job.hpp).
 #include "char_lm/train_lm.hpp"
 #include "char_lm/char_lm_model.hpp"
 #include "char_lm/corpus.hpp"
 #include "char_lm/lm_log.hpp"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -20,11 +18,12 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <sstream>
 
 #include "common/data_parallel.hpp"
 #include "common/dist.hpp"
+#include "common/job.hpp"
+#include "common/progress.hpp"
 #include "common/runner.hpp"
 #include "fp8emu/backend/select.hpp"
 #include "fp8emu/config.hpp"
@@ -48,27 +47,6 @@ using nn::Matrix;
 using common::fmt_g;
 
 // ---------------------------------------------------------------- training
-
-class Progress {
- public:
-  Progress(bool on, std::string run, int steps) : on_(on), tty_(::isatty(2) != 0), run_(std::move(run)), steps_(steps) {}
-  void update(int step, double loss, double val) {
-    if (!on_) return;
-    const int pct = int(100.0 * step / steps_);
-    const bool eval = !std::isnan(val);
-    if (!tty_ && !eval) return;  // a log file gets one line per evaluation
-    if (tty_ && step % 5 != 0 && !eval && step != steps_) return;
-    std::fprintf(stderr, "%s[%s] step %d/%d %3d%%  loss %.4f", tty_ ? "\r" : "", run_.c_str(), step, steps_, pct, loss);
-    if (eval) std::fprintf(stderr, "  val %.4f%s", val, tty_ ? "\n" : "");
-    if (!tty_) std::fprintf(stderr, "\n");
-    std::fflush(stderr);
-  }
-
- private:
-  bool on_, tty_;
-  std::string run_;
-  int steps_;
-};
 
 // "name=value,..." against the known layer names. \throws fp8emu::Error naming the valid names.
 std::vector<std::pair<std::size_t, std::string>> parse_layer_values(const std::string& flag, const std::string& spec,
@@ -110,7 +88,7 @@ struct Context {
   std::vector<backend::Kind> backends;  // per Linear, resolved (after any cuda fallback)
   const backend::Device* resident;      // --resident: where runs keep their model between steps
   const Corpus& corpus;
-  std::vector<Batch> val_batches;
+  const std::vector<Batch>& val_batches;
   std::string checkpoint_path;
 };
 
@@ -185,7 +163,7 @@ void add_step_seconds(LmLog& log, double seconds) {
   log.step_seconds += seconds;
 }
 
-LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp, const LmState* resume,
+LmLog train_one(const Context& ctx, const RunSpec& run, common::DataParallel& dp, const LmState* resume,
                 const std::function<void(const LmState&)>& checkpoint) {
   const TrainLmConfig& cfg = ctx.cfg;
   CharLm model(ctx.spec, {run.precision, run.recipe}, cfg.fp8_head, cfg.seed);
@@ -320,7 +298,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
   };
   const auto t0 = std::chrono::steady_clock::now();
   const double seconds_before = log.seconds.empty() ? 0.0 : log.seconds.back();
-  Progress progress(cfg.progress && dp.root(), run.name, cfg.steps);
+  common::Progress progress(cfg.progress && dp.root(), run.name, cfg.steps);
   const std::size_t max_start = ctx.corpus.train.size() - std::size_t(cfg.seq_len) - 1;
   const int S = dp.shards(), rows = cfg.batch_size * cfg.seq_len;
   for (int step = first + 1; step <= cfg.steps; ++step) {
@@ -375,7 +353,7 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
     double val = NAN;
     if (!cfg.evaluate && !std::isfinite(loss)) {
       log.diverged = true;
-      progress.update(step, loss, val);
+      progress.step(step, loss, val);
       break;
     }
     if (cfg.evaluate && (step % cfg.eval_every == 0 || step == cfg.steps || !std::isfinite(loss))) {
@@ -430,11 +408,11 @@ LmLog train_run(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       loss_count = 0;
       if (!std::isfinite(loss) || !std::isfinite(val)) {
         log.diverged = true;
-        progress.update(step, loss, val);
+        progress.step(step, loss, val);
         break;
       }
     }
-    progress.update(step, loss, val);
+    progress.step(step, loss, val);
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps) checkpoint(capture(step));
   }
   to_host();  // a run that ended early (diverged) may still be on the device
@@ -495,26 +473,27 @@ std::string shards_csv(const std::vector<LmLog>& logs, const std::vector<std::st
   return os.str();
 }
 
-// The experiment on every rank of the job (one rank without mpirun).
-std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
-  const common::dist::Group& group = common::dist::world();
-  std::ostringstream quiet;  // lines every rank would print: rank 0's go to stderr
-  std::ostream& log_stream = group.root() ? static_cast<std::ostream&>(std::cerr) : quiet;
-  // 1. Flags, before touching data or disk (every rank; the same verdict).
-  scaling::RecipeSet rs = cfg.recipes;
-  std::vector<RunSpec> runs;
-  std::optional<LmSpec> spec_holder;
-  emu::Accumulation accumulation{};
-  std::vector<backend::Kind> backends;
-  const backend::Device* resident = nullptr;
-  std::optional<common::DataParallel> dp_holder;
-  group.agree([&] {
+// The experiment as a job of the shared skeleton (common/job.hpp), on every rank of the job.
+class LmJob : public common::Job<Codec> {
+ public:
+  explicit LmJob(TrainLmConfig cfg)
+      : Job({"train-lm", cfg.out_dir, cfg.resume, "lm-",
+             {"metrics.csv", "layers.csv", "shards.csv", "samples.txt", "summary.json", "curves.png"},
+             cfg.checkpoint_every, cfg.progress}),
+        cfg_(std::move(cfg)),
+        rs_(cfg_.recipes) {}
+
+ private:
+  // The flags, before touching data or disk.
+  void configure() override {
+    const TrainLmConfig& cfg = cfg_;
+    scaling::RecipeSet& rs = rs_;
     if (!cfg.format.empty()) rs.set_format(scaling::parse_recipe_format(cfg.format));
-    runs = {{"fp32", nn::Precision::kFp32, rs.get<scaling::DelayedScaling>()}};
-    if (cfg.bf16_baseline) runs.push_back({"bf16", nn::Precision::kBf16, rs.get<scaling::DelayedScaling>()});
+    runs_ = {{"fp32", nn::Precision::kFp32, rs.get<scaling::DelayedScaling>()}};
+    if (cfg.bf16_baseline) runs_.push_back({"bf16", nn::Precision::kBf16, rs.get<scaling::DelayedScaling>()});
     for (const scaling::Recipe& r : rs.select(cfg.recipe))
-      runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
-    for (const RunSpec& r : runs) scaling::validate(r.recipe);
+      runs_.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
+    for (const RunSpec& r : runs_) scaling::validate(r.recipe);
     FP8EMU_CHECK(cfg.steps >= 1, "--steps must be >= 1, got ", cfg.steps);
     FP8EMU_CHECK(cfg.batch_size >= 1 && cfg.batch_size <= kMaxDim, "--batch-size must be in [1, ", kMaxDim, "], got ",
                  cfg.batch_size);
@@ -549,195 +528,192 @@ std::vector<LmRunResult> lm_job(TrainLmConfig cfg) {
                            std::to_string(cfg.ffn) + " on batches of " + std::to_string(cfg.batch_size) +
                            " sequences (--batch-size) of " + std::to_string(cfg.seq_len) + " bytes (--seq-len)");
     }
-    dp_holder.emplace(group, cfg.dp_shards, common::parse_amax_reduction(cfg.amax_reduction));
-    spec_holder = LmSpec{0,
-                cfg.d_model,
-                cfg.heads,
-                cfg.layers,
-                cfg.ffn,
-                cfg.seq_len,
-                parse_enum(kNormNames, cfg.norm, "--norm"),
-                nn::parse_mlp_activation(cfg.mlp_activation),
-                parse_enum(kActivationDtypeNames, cfg.activation_dtype, "--activation-dtype")};
-    accumulation = emu::parse_accumulation(cfg.accumulation);
+    common::DataParallel& dp = make_data_parallel(cfg.dp_shards, cfg.amax_reduction);
+    spec_ = LmSpec{0,
+                   cfg.d_model,
+                   cfg.heads,
+                   cfg.layers,
+                   cfg.ffn,
+                   cfg.seq_len,
+                   parse_enum(kNormNames, cfg.norm, "--norm"),
+                   nn::parse_mlp_activation(cfg.mlp_activation),
+                   parse_enum(kActivationDtypeNames, cfg.activation_dtype, "--activation-dtype")};
+    accumulation_ = emu::parse_accumulation(cfg.accumulation);
     {
       const std::vector<std::string> names = layer_names_of(cfg.layers);
       for (const auto& lr : parse_layer_values("--layer-recipe", cfg.layer_recipe, names)) rs.find(lr.second);
       for (const auto& la : parse_layer_values("--layer-accumulation", cfg.layer_accumulation, names))
         emu::parse_accumulation(la.second);
-      backend::set_cuda_device_slot(group.local_rank());  // each rank of a node its own GPU
-      backends = backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated),
-                                  cfg.strict, log_stream);
+      backend::set_cuda_device_slot(group().local_rank());  // each rank of a node its own GPU
+      backends_ = backend::resolve(backend::parse_layer_backends(cfg.backend, names, backend::Kind::kEmulated),
+                                   cfg.strict, log_stream());
     }
-    resident = common::resident_device(cfg.resident, backends, dp_holder->shards());
+    resident_ = common::resident_device(cfg.resident, backends_, dp.shards());
     common::set_threads(cfg.threads);
-  });
-  common::DataParallel& dp = *dp_holder;
-  LmSpec& spec = *spec_holder;
-  if (resident && resident != &backend::cpu_device() && backend::library_gemms())
-    log_stream << "note: FP8EMU_DEVICE_GEMM=library: the GPU's fp32 and bf16 GEMMs run on cuBLASLt (a speed "
-                  "baseline), so the fp32 and bf16 runs, and the FP8 runs' fp32 head and FP32-twin errors, are "
-                  "not bit-identical to --backend emulated\n";
+    if (resident_ && resident_ != &backend::cpu_device() && backend::library_gemms())
+      log_stream() << "note: FP8EMU_DEVICE_GEMM=library: the GPU's fp32 and bf16 GEMMs run on cuBLASLt (a speed "
+                      "baseline), so the fp32 and bf16 runs, and the FP8 runs' fp32 head and FP32-twin errors, are "
+                      "not bit-identical to --backend emulated\n";
+  }
 
-  // 2. The corpus (every rank reads it).
-  Corpus corpus;
-  group.agree([&] { corpus = load_corpus(cfg.text, cfg.seq_len, cfg.val_fraction); });
-  spec.vocab = int(corpus.vocab.size());
-
-  // 3. The output folder (after a resume's checkpoint has been read and checked).
-  std::ostringstream fp;
-  fp << "text=" << cfg.text << " bytes=" << corpus.train.size() + corpus.val.size() << " vocab=" << spec.vocab
-     << " steps=" << cfg.steps << " batch=" << cfg.batch_size << " seq=" << cfg.seq_len << " d=" << cfg.d_model
-     << " heads=" << cfg.heads << " layers=" << cfg.layers << " ffn=" << cfg.ffn << " norm=" << cfg.norm
-     << " act=" << cfg.mlp_activation << " dtype=" << cfg.activation_dtype << " recipe=" << cfg.recipe
-     << " format=" << cfg.format << " acc=" << cfg.accumulation << " head=" << cfg.fp8_head
-     << " lr=" << fmt_g(cfg.lr) << " seed=" << cfg.seed << " eval=" << cfg.eval_every << "x" << cfg.eval_batches
-     << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars << " layer_recipe=" << cfg.layer_recipe
-     << " layer_acc=" << cfg.layer_accumulation << " dp_shards=" << dp.shards()
-     << " amax_reduction=" << dp.reduction().name() << (cfg.bf16_baseline ? " bf16=1" : "");
-  const nlohmann::json changed = common::changed_recipe_parameters(cfg.recipes);
-  if (!changed.empty()) fp << " recipes=" << changed.dump();  // only then: earlier fingerprints stay valid
-  common::ResultsFolder out = common::shared_results_folder(
-      group, cfg.out_dir, cfg.resume, "lm-",
-      {"metrics.csv", "layers.csv", "shards.csv", "samples.txt", "summary.json", "curves.png"});
-  cfg.out_dir = out.dir();
-  const common::Checkpoint<Codec> ck = common::shared_resume_point<Codec>(
-      group, out, !cfg.resume.empty(), fp.str(), runs.size(),
-      [](const std::string& path, const std::string& theirs, const std::string& ours) {
-        return path + " was written with different flags or data; resume with the same flags (checkpoint: " +
-               excerpt(theirs, 4000) + "; now: " + excerpt(ours, 4000) + ")";
-      });
-  group.on_root([&] {
-    out.prepare(!cfg.resume.empty());
-    if (dp.shards() == 1) std::filesystem::remove(out.path("shards.csv"));  // an older run's
-  });
-
-  Context ctx{cfg, rs, spec, accumulation, backends, resident, corpus, {}, out.checkpoint_path()};
-  {
-    // Fixed validation windows, evenly spaced over the validation split (the same for every run).
-    const std::size_t span = corpus.val.size() - std::size_t(cfg.seq_len) - 1;
+  // The corpus, and the fixed validation windows, evenly spaced over the validation split (the
+  // same for every run).
+  void load_data() override {
+    const TrainLmConfig& cfg = cfg_;
+    corpus_ = load_corpus(cfg.text, cfg.seq_len, cfg.val_fraction);
+    spec_.vocab = int(corpus_.vocab.size());
+    val_batches_.clear();
+    const std::size_t span = corpus_.val.size() - std::size_t(cfg.seq_len) - 1;
     for (int b = 0; b < cfg.eval_batches; ++b) {
       std::vector<std::size_t> starts;
       for (int i = 0; i < cfg.batch_size; ++i) {
         const std::size_t k = std::size_t(b) * std::size_t(cfg.batch_size) + std::size_t(i);
         starts.push_back(span * k / std::max<std::size_t>(1, std::size_t(cfg.eval_batches * cfg.batch_size)));
       }
-      ctx.val_batches.push_back(window_batch(corpus.val, starts, cfg.seq_len));
+      val_batches_.push_back(window_batch(corpus_.val, starts, cfg.seq_len));
     }
   }
-  if (cfg.progress && group.root()) {
-    std::fprintf(stderr,
-                 "fp8emu train-lm: %zu bytes of text from %s (%zu files, %d distinct bytes), transformer %d x "
-                 "(d %d, %d heads, ffn %d), %d steps of %d x %d tokens",
-                 corpus.train.size() + corpus.val.size(), cfg.text.c_str(), corpus.files, spec.vocab, cfg.layers,
-                 cfg.d_model, cfg.heads, cfg.ffn, cfg.steps, cfg.batch_size, cfg.seq_len);
-    if (dp.shards() > 1 || dp.ranks() > 1)
-      std::fprintf(stderr, ", %d shards on %d rank(s), amax reduction %s", dp.shards(), dp.ranks(),
-                   dp.reduction().name().c_str());
-    std::fprintf(stderr, ", results in %s\n", cfg.out_dir.c_str());
-  }
-  common::dist::set_termination_note(
-      cfg.checkpoint_every > 0
-          ? "fp8emu train-lm: rank 0 stopped by mpirun (another rank failed or the job was stopped); the last "
-            "checkpoint is intact: continue with --resume " + cfg.out_dir + " and the same flags (any rank count "
-            "that divides --dp-shards)\n"
-          : "fp8emu train-lm: rank 0 stopped by mpirun (another rank failed or the job was stopped); no checkpoint "
-            "was written (--checkpoint-every 0)\n");
-  const std::vector<std::string> names = layer_names_of(cfg.layers);
 
-  // 4. The runs: FP32, then each FP8 recipe, from the same initial weights and batches.
-  const std::vector<LmLog> logs = common::run_all<Codec>(
-      runs.size(), ck, group.root() ? ctx.checkpoint_path : std::string(), cfg.checkpoint_every > 0,
-      [&](std::size_t r, const LmState* resume, const std::function<void(const LmState&)>& checkpoint) {
-        return train_run(ctx, runs[r], dp, resume, checkpoint);
-      },
-      [&](const std::vector<LmLog>& so_far) {
-        if (!group.root()) return;
-        out.write("metrics.csv", metrics_csv(so_far));
-        out.write("layers.csv", layers_csv(so_far));
-        if (dp.shards() > 1) out.write("shards.csv", shards_csv(so_far, names, dp.shards()));
-      });
-  std::vector<LmRunResult> results;
-  if (!group.root()) {
-    for (const LmLog& l : logs)
-      results.push_back({l.name, l.val_loss.empty() ? 0.0 : l.val_loss.back(),
-                         l.train_loss.empty() ? 0.0 : l.train_loss.back(), l.step_seconds, l.timed_steps,
-                         l.first_step_seconds});
-    return results;
+  std::string fingerprint() override {
+    const TrainLmConfig& cfg = cfg_;
+    std::ostringstream fp;
+    fp << "text=" << cfg.text << " bytes=" << corpus_.train.size() + corpus_.val.size() << " vocab=" << spec_.vocab
+       << " steps=" << cfg.steps << " batch=" << cfg.batch_size << " seq=" << cfg.seq_len << " d=" << cfg.d_model
+       << " heads=" << cfg.heads << " layers=" << cfg.layers << " ffn=" << cfg.ffn << " norm=" << cfg.norm
+       << " act=" << cfg.mlp_activation << " dtype=" << cfg.activation_dtype << " recipe=" << cfg.recipe
+       << " format=" << cfg.format << " acc=" << cfg.accumulation << " head=" << cfg.fp8_head
+       << " lr=" << fmt_g(cfg.lr) << " seed=" << cfg.seed << " eval=" << cfg.eval_every << "x" << cfg.eval_batches
+       << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars << " layer_recipe=" << cfg.layer_recipe
+       << " layer_acc=" << cfg.layer_accumulation << " dp_shards=" << dp().shards()
+       << " amax_reduction=" << dp().reduction().name() << (cfg.bf16_baseline ? " bf16=1" : "");
+    const nlohmann::json changed = common::changed_recipe_parameters(cfg.recipes);
+    if (!changed.empty()) fp << " recipes=" << changed.dump();  // only then: earlier fingerprints stay valid
+    return fp.str();
   }
 
-  // 5. Samples, summary, plot.
-  std::ostringstream samples;
-  for (const LmLog& l : logs) samples << "=== " << l.name << " (temperature 0.8, from a newline)\n" << l.sample << "\n\n";
-  out.write("samples.txt", samples.str());
-  const bool plot = cfg.evaluate && write_plot(out, logs);  // no curves without evaluations
-  nlohmann::json j;
-  j["fp8emu_version"] = FP8EMU_VERSION_STRING;
-  j["config"] = {{"text", cfg.text},          {"bytes", corpus.train.size() + corpus.val.size()},
-                 {"vocab", spec.vocab},       {"steps", cfg.steps},
-                 {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len},
-                 {"d_model", cfg.d_model},    {"heads", cfg.heads},
-                 {"layers", cfg.layers},      {"ffn", cfg.ffn},
-                 {"norm", cfg.norm},          {"mlp_activation", cfg.mlp_activation},
-                 {"activation_dtype", cfg.activation_dtype}, {"recipe", cfg.recipe},
-                 {"format", cfg.format},      {"accumulation", cfg.accumulation},
-                 {"backend", cfg.backend},    {"fp8_head", cfg.fp8_head}, {"bf16", cfg.bf16_baseline},
-                 {"layer_recipe", cfg.layer_recipe}, {"layer_accumulation", cfg.layer_accumulation},
-                 {"lr", cfg.lr},              {"seed", cfg.seed},
-                 {"eval_every", cfg.eval_every}, {"eval_batches", cfg.eval_batches}};
-  if (!changed.empty()) j["config"]["recipes"] = changed;
-  j["config"]["data_parallel"] = {
-      {"dp_shards", dp.shards()}, {"amax_reduction", dp.reduction().name()}, {"ranks", dp.ranks()}};
-  nlohmann::json rj = nlohmann::json::object();
-  for (const LmLog& l : logs) {
-    nlohmann::json x;
-    x["val_loss"] = l.val_loss.empty() ? 0.0 : l.val_loss.back();
-    x["val_perplexity"] = l.val_loss.empty() ? 0.0 : std::exp(l.val_loss.back());
-    x["train_loss"] = l.train_loss.empty() ? 0.0 : l.train_loss.back();
-    x["steps"] = l.steps.empty() ? 0 : l.steps.back();
-    x["seconds"] = l.seconds.empty() ? 0.0 : l.seconds.back();
-    x["step_seconds"] = l.step_seconds;  // the training steps of this process alone (see LmLog)
-    x["timed_steps"] = l.timed_steps;
-    x["first_step_seconds"] = l.first_step_seconds;
-    x["diverged"] = l.diverged;
-    x["sample"] = l.sample;
-    x["data_parallel"] = common::data_parallel_run_json(l.shard_scales, dp.shards(), l.ranks_identical, l.checksum);
-    rj[l.name] = x;
-    results.push_back({l.name, l.val_loss.empty() ? 0.0 : l.val_loss.back(),
-                       l.train_loss.empty() ? 0.0 : l.train_loss.back(), l.step_seconds, l.timed_steps,
-                       l.first_step_seconds});
+  std::size_t run_count() const override { return runs_.size(); }
+
+  std::string mismatch_message(const std::string& path, const std::string& theirs,
+                               const std::string& ours) const override {
+    return path + " was written with different flags or data; resume with the same flags (checkpoint: " +
+           excerpt(theirs, 4000) + "; now: " + excerpt(ours, 4000) + ")";
   }
-  j["runs"] = rj;
-  // What actually ran; the head runs FP32 unless --fp8-head.
-  common::record_backends(j["config"], cfg.backend, layer_names_of(cfg.layers), !cfg.fp8_head);
-  j["config"]["resident"] = cfg.resident;
-  // FP8EMU_DEVICE_GEMM=library (or bench lm --library-gemms): the GPU's fp32/bf16 GEMMs on cuBLASLt.
-  j["config"]["library_gemms"] = resident != nullptr && resident != &backend::cpu_device() && backend::library_gemms();
-  // The first FP8 run against FP32 (and against BF16 with --bf16).
-  const std::size_t first_fp8 = cfg.bf16_baseline ? 2 : 1;
-  if (logs.size() > first_fp8 && !logs[0].val_loss.empty() && !logs[first_fp8].val_loss.empty())
-    j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[first_fp8].val_loss.back() / logs[0].val_loss.back() - 1.0);
-  if (cfg.bf16_baseline && logs.size() > 2 && !logs[1].val_loss.empty() && !logs[2].val_loss.empty())
-    j["fp8_vs_bf16_val_loss_percent"] = 100.0 * (logs[2].val_loss.back() / logs[1].val_loss.back() - 1.0);
-  // null when gnuplot is missing, failed or ran out of time (a plot is an extra; the note said why).
-  j["plot"] = plot ? nlohmann::json("curves.png") : nlohmann::json(nullptr);
-  // Samples are raw bytes of the corpus and need not be valid UTF-8: invalid sequences become U+FFFD
-  // in summary.json (samples.txt keeps the bytes).
-  out.write("summary.json", common::json_text(j, 1));
-  if (cfg.progress) {
-    for (const LmRunResult& r : results)
-      std::fprintf(stderr, "  %-12s val loss %.4f (perplexity %.3f)\n", r.name.c_str(), r.final_val_loss,
-                   std::exp(r.final_val_loss));
-    std::fprintf(stderr, "results: %s\n", cfg.out_dir.c_str());
+
+  std::string header() const override {
+    const TrainLmConfig& cfg = cfg_;
+    return "fp8emu train-lm: " + std::to_string(corpus_.train.size() + corpus_.val.size()) + " bytes of text from " +
+           cfg.text + " (" + std::to_string(corpus_.files) + " files, " + std::to_string(spec_.vocab) +
+           " distinct bytes), transformer " + std::to_string(cfg.layers) + " x (d " + std::to_string(cfg.d_model) +
+           ", " + std::to_string(cfg.heads) + " heads, ffn " + std::to_string(cfg.ffn) + "), " +
+           std::to_string(cfg.steps) + " steps of " + std::to_string(cfg.batch_size) + " x " +
+           std::to_string(cfg.seq_len) + " tokens";
   }
-  return results;
-}
+
+  LmLog train_run(std::size_t i, const LmState* state, const CheckpointFn& checkpoint, const ReportFn&) override {
+    const Context ctx{cfg_, rs_, spec_, accumulation_, backends_, resident_, corpus_, val_batches_,
+                      folder().checkpoint_path()};
+    return train_one(ctx, runs_[i], dp(), state, checkpoint);
+  }
+
+  std::vector<std::pair<std::string, std::string>> run_files(const std::vector<LmLog>& logs) const override {
+    std::vector<std::pair<std::string, std::string>> files{{"metrics.csv", metrics_csv(logs)},
+                                                           {"layers.csv", layers_csv(logs)}};
+    if (dp().shards() > 1)
+      files.emplace_back("shards.csv", shards_csv(logs, layer_names_of(cfg_.layers), dp().shards()));
+    return files;
+  }
+
+  // Samples, plot, summary.
+  void finish(const std::vector<LmLog>& logs) override {
+    const TrainLmConfig& cfg = cfg_;
+    const common::ResultsFolder& out = folder();
+    const common::DataParallel& dp = this->dp();
+    std::ostringstream samples;
+    for (const LmLog& l : logs) samples << "=== " << l.name << " (temperature 0.8, from a newline)\n" << l.sample << "\n\n";
+    out.write("samples.txt", samples.str());
+    const bool plot = cfg.evaluate && write_plot(out, logs);  // no curves without evaluations
+    const nlohmann::json changed = common::changed_recipe_parameters(cfg.recipes);
+    nlohmann::json j;
+    j["fp8emu_version"] = FP8EMU_VERSION_STRING;
+    j["config"] = {{"text", cfg.text},          {"bytes", corpus_.train.size() + corpus_.val.size()},
+                   {"vocab", spec_.vocab},       {"steps", cfg.steps},
+                   {"batch_size", cfg.batch_size}, {"seq_len", cfg.seq_len},
+                   {"d_model", cfg.d_model},    {"heads", cfg.heads},
+                   {"layers", cfg.layers},      {"ffn", cfg.ffn},
+                   {"norm", cfg.norm},          {"mlp_activation", cfg.mlp_activation},
+                   {"activation_dtype", cfg.activation_dtype}, {"recipe", cfg.recipe},
+                   {"format", cfg.format},      {"accumulation", cfg.accumulation},
+                   {"backend", cfg.backend},    {"fp8_head", cfg.fp8_head}, {"bf16", cfg.bf16_baseline},
+                   {"layer_recipe", cfg.layer_recipe}, {"layer_accumulation", cfg.layer_accumulation},
+                   {"lr", cfg.lr},              {"seed", cfg.seed},
+                   {"eval_every", cfg.eval_every}, {"eval_batches", cfg.eval_batches}};
+    if (!changed.empty()) j["config"]["recipes"] = changed;
+    j["config"]["data_parallel"] = {
+        {"dp_shards", dp.shards()}, {"amax_reduction", dp.reduction().name()}, {"ranks", dp.ranks()}};
+    nlohmann::json rj = nlohmann::json::object();
+    for (const LmLog& l : logs) {
+      nlohmann::json x;
+      x["val_loss"] = l.val_loss.empty() ? 0.0 : l.val_loss.back();
+      x["val_perplexity"] = l.val_loss.empty() ? 0.0 : std::exp(l.val_loss.back());
+      x["train_loss"] = l.train_loss.empty() ? 0.0 : l.train_loss.back();
+      x["steps"] = l.steps.empty() ? 0 : l.steps.back();
+      x["seconds"] = l.seconds.empty() ? 0.0 : l.seconds.back();
+      x["step_seconds"] = l.step_seconds;  // the training steps of this process alone (see LmLog)
+      x["timed_steps"] = l.timed_steps;
+      x["first_step_seconds"] = l.first_step_seconds;
+      x["diverged"] = l.diverged;
+      x["sample"] = l.sample;
+      x["data_parallel"] = common::data_parallel_run_json(l.shard_scales, dp.shards(), l.ranks_identical, l.checksum);
+      rj[l.name] = x;
+    }
+    j["runs"] = rj;
+    // What actually ran; the head runs FP32 unless --fp8-head.
+    common::record_backends(j["config"], cfg.backend, layer_names_of(cfg.layers), !cfg.fp8_head);
+    j["config"]["resident"] = cfg.resident;
+    // FP8EMU_DEVICE_GEMM=library (or bench lm --library-gemms): the GPU's fp32/bf16 GEMMs on cuBLASLt.
+    j["config"]["library_gemms"] = resident_ != nullptr && resident_ != &backend::cpu_device() && backend::library_gemms();
+    // The first FP8 run against FP32 (and against BF16 with --bf16).
+    const std::size_t first_fp8 = cfg.bf16_baseline ? 2 : 1;
+    if (logs.size() > first_fp8 && !logs[0].val_loss.empty() && !logs[first_fp8].val_loss.empty())
+      j["fp8_vs_fp32_val_loss_percent"] = 100.0 * (logs[first_fp8].val_loss.back() / logs[0].val_loss.back() - 1.0);
+    if (cfg.bf16_baseline && logs.size() > 2 && !logs[1].val_loss.empty() && !logs[2].val_loss.empty())
+      j["fp8_vs_bf16_val_loss_percent"] = 100.0 * (logs[2].val_loss.back() / logs[1].val_loss.back() - 1.0);
+    // null when gnuplot is missing, failed or ran out of time (a plot is an extra; the note said why).
+    j["plot"] = plot ? nlohmann::json("curves.png") : nlohmann::json(nullptr);
+    // Samples are raw bytes of the corpus and need not be valid UTF-8: invalid sequences become U+FFFD
+    // in summary.json (samples.txt keeps the bytes).
+    out.write("summary.json", common::json_text(j, 1));
+    if (cfg.progress) {
+      for (const LmLog& l : logs) {
+        const double val = l.val_loss.empty() ? 0.0 : l.val_loss.back();
+        std::fprintf(stderr, "  %-12s val loss %.4f (perplexity %.3f)\n", l.name.c_str(), val, std::exp(val));
+      }
+      std::fprintf(stderr, "results: %s\n", out.dir().c_str());
+    }
+  }
+
+  TrainLmConfig cfg_;
+  scaling::RecipeSet rs_;
+  std::vector<RunSpec> runs_;
+  LmSpec spec_{};
+  emu::Accumulation accumulation_{};
+  std::vector<backend::Kind> backends_;
+  const backend::Device* resident_ = nullptr;
+  Corpus corpus_;
+  std::vector<Batch> val_batches_;
+};
 
 }  // namespace
 
 std::vector<LmRunResult> run_train_lm(TrainLmConfig cfg) {
   std::vector<LmRunResult> results;
-  common::dist::run_or_abort("train-lm", [&] { results = lm_job(std::move(cfg)); });
+  common::dist::run_or_abort("train-lm", [&] {
+    LmJob job(std::move(cfg));
+    for (const LmLog& l : job.run())
+      results.push_back({l.name, l.val_loss.empty() ? 0.0 : l.val_loss.back(),
+                         l.train_loss.empty() ? 0.0 : l.train_loss.back(), l.step_seconds, l.timed_steps,
+                         l.first_step_seconds});
+  });
   return results;
 }
 

@@ -1,11 +1,9 @@
 // The main experiment: FP32 vs emulated FP8 on Fashion-MNIST: the data, the MLP, its training
-// step and its result files. The run list, results folder, checkpoints and plot are the shared
-// runner's (common/runner.hpp).
+// step and its result files. The job around them (flags agreed by every rank, results folder,
+// resume, checkpoints, progress, file rewriting) is the shared skeleton's (common/job.hpp).
 #include "train.hpp"
 #include "fashion_mnist/dataset.hpp"
 #include "fashion_mnist/run_log.hpp"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -20,11 +18,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <memory>
-#include <optional>
 #include <sstream>
 
 #include "common/data_parallel.hpp"
 #include "common/dist.hpp"
+#include "common/job.hpp"
+#include "common/progress.hpp"
 #include "common/runner.hpp"
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/backend/select.hpp"
@@ -101,33 +100,6 @@ void restore(const RunState& s, nn::Mlp& model, nn::Optimizer& opt, nn::Rng& rng
   }
   order = s.order;
 }
-
-class Progress {
- public:
-  Progress(bool on, std::string run, int epoch, int epochs, int batches)
-      : on_(on), tty_(::isatty(2) != 0), run_(std::move(run)), epoch_(epoch), epochs_(epochs),
-        batches_(batches) {}
-  void update(int done, double loss) {
-    if (!on_) return;
-    const int pct = batches_ ? int(100.0 * done / batches_) : 100;
-    if (tty_) {
-      if (done % 20 != 0 && done != batches_) return;
-      std::fprintf(stderr, "\r[%s] epoch %d/%d  %3d%%  batch %d/%d  loss %.4f", run_.c_str(), epoch_,
-                   epochs_, pct, done, batches_, loss);
-      if (done == batches_) std::fprintf(stderr, "\n");
-    } else if (pct / 25 > last_quarter_ || done == batches_) {
-      last_quarter_ = pct / 25;
-      std::fprintf(stderr, "[%s] epoch %d/%d  %3d%%  batch %d/%d  loss %.4f\n", run_.c_str(), epoch_,
-                   epochs_, pct, done, batches_, loss);
-    }
-    std::fflush(stderr);
-  }
-
- private:
-  bool on_, tty_;
-  std::string run_;
-  int epoch_, epochs_, batches_, last_quarter_ = 0;
-};
 
 // The test set in batches of kEvalBatch; batch k is evaluated by shard k mod S (with that shard's
 // quantizer state, as the rank holding it would), each shard summing its batches in order; the
@@ -252,7 +224,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       opt.to_device(*resident, model.params());
       on_device = true;
     }
-    Progress progress(cfg.progress && dp.root(), name, epoch, cfg.epochs, batches);
+    common::Progress progress(cfg.progress && dp.root(), name, epoch, cfg.epochs, batches);
     double loss_sum = 0.0;
     std::vector<std::array<float, 3>> shard0_scales(model.layers.size());  // shard 0's last casts
     const auto steps_t0 = std::chrono::steady_clock::now();
@@ -264,7 +236,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
         gather(train, order, begin, cnt, x, y);
         const double loss = model.train_step(x, y, cnt, opt) / double(cnt);
         loss_sum += loss;
-        progress.update(b + 1, loss_sum / (b + 1));
+        progress.batch(b + 1, loss_sum / (b + 1));
         continue;
       }
       std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
@@ -292,7 +264,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
       const double loss = total / double(cnt);
       opt.step(model);
       loss_sum += loss;
-      progress.update(b + 1, loss_sum / (b + 1));
+      progress.batch(b + 1, loss_sum / (b + 1));
     }
     if (on_device) {
       model.to_host();  // waits for the device's last step
@@ -502,22 +474,23 @@ std::string shards_csv(const std::vector<RunLog>& logs, const std::vector<std::s
   return os.str();
 }
 
-// The experiment on every rank of the job (one rank without mpirun).
-std::vector<RunResult> train_job(TrainConfig cfg) {
-  const common::dist::Group& group = common::dist::world();
-  std::ostringstream quiet;  // lines every rank would print: rank 0's go to stderr
-  std::ostream& log_stream = group.root() ? static_cast<std::ostream&>(std::cerr) : quiet;
+// The experiment as a job of the shared skeleton (common/job.hpp), on every rank of the job.
+class TrainJob : public common::Job<Codec> {
+ public:
+  explicit TrainJob(TrainConfig cfg)
+      : Job({"train", cfg.out_dir, cfg.resume, "",
+             {"metrics.csv", "layers.csv", "shards.csv", "summary.json", "curves.png"}, cfg.checkpoint_every,
+             cfg.progress}),
+        cfg_(std::move(cfg)) {}
 
-  // 1. Check the whole configuration before touching data or disk (every rank; the same verdict).
-  std::vector<scaling::Recipe> recipes;
-  Settings set;
-  int threads = 0;
-  std::optional<common::DataParallel> dp_holder;
-  group.agree([&] {
+ private:
+  // Check the whole configuration before touching data or disk.
+  void configure() override {
+    TrainConfig& cfg = cfg_;
     if (!cfg.format.empty()) {
       cfg.recipes.set_format(scaling::parse_recipe_format(cfg.format));
     }
-    recipes = cfg.recipes.select(cfg.recipe);
+    recipes_ = cfg.recipes.select(cfg.recipe);
     cfg.recipes.validate();  // every recipe's parameters, whichever recipes run
     FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
     FP8EMU_CHECK(cfg.epochs >= 1, "--epochs must be >= 1, got ", cfg.epochs);
@@ -528,29 +501,29 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
     FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
     for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1 && h <= kMaxWidth, "--hidden sizes must be in [1, ", kMaxWidth, "], got ", h);
     FP8EMU_CHECK(cfg.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", cfg.threads);
-    dp_holder.emplace(group, cfg.dp_shards, common::parse_amax_reduction(cfg.amax_reduction));
-    set.activation = nn::parse_activation(cfg.activation);
-    set.accumulation = emu::parse_accumulation(cfg.accumulation);
-    set.optimizer = nn::Optimizer::parse(cfg.optimizer);
+    common::DataParallel& dp = make_data_parallel(cfg.dp_shards, cfg.amax_reduction);
+    set_.activation = nn::parse_activation(cfg.activation);
+    set_.accumulation = emu::parse_accumulation(cfg.accumulation);
+    set_.optimizer = nn::Optimizer::parse(cfg.optimizer);
     {
       std::vector<int> sizes{1};  // only the layer count matters for the names
       sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
       sizes.push_back(1);
-      backend::set_cuda_device_slot(group.local_rank());  // each rank of a node its own GPU
-      set.backends = backend::resolve(
+      backend::set_cuda_device_slot(group().local_rank());  // each rank of a node its own GPU
+      set_.backends = backend::resolve(
           backend::parse_layer_backends(cfg.backend, layer_names(sizes), backend::Kind::kEmulated), cfg.strict,
-          log_stream);
+          log_stream());
     }
-    set.resident = common::resident_device(cfg.resident, set.backends, dp_holder->shards());
-    threads = common::set_threads(cfg.threads);
-  });
-  common::DataParallel& dp = *dp_holder;
+    set_.resident = common::resident_device(cfg.resident, set_.backends, dp.shards());
+    threads_ = common::set_threads(cfg.threads);
+  }
 
-  // 2. Data (every rank reads it).
-  Split train, test;
-  group.agree([&] {
-    train = load_split(cfg.data_dir, "train", cfg.train_samples);
-    test = load_split(cfg.data_dir, "t10k", cfg.test_samples);
+  void load_data() override {
+    TrainConfig& cfg = cfg_;
+    train_ = load_split(cfg.data_dir, "train", cfg.train_samples);
+    test_ = load_split(cfg.data_dir, "t10k", cfg.test_samples);
+    const Split& train = train_;
+    const Split& test = test_;
     FP8EMU_CHECK(test.x.cols == train.x.cols, cfg.data_dir, ": test images have ", test.x.cols,
                  " pixels, training images ", train.x.cols);
     const int batch = std::min(cfg.batch_size, train.x.rows);
@@ -574,116 +547,103 @@ std::vector<RunResult> train_job(TrainConfig cfg) {
     io::check_memory(data + 12 * params + 8 * rows * widths,
                      "the MLP " + mlp + "-" + std::to_string(kClasses) + " (--hidden) with batches of " +
                          std::to_string(rows) + " images (--batch-size)");
-  });
-
-  // 3. The output folder, once the data is known to be good. On --resume the checkpoint is read and
-  // checked first, so a bad resume touches nothing (common::ResultsFolder::prepare). Rank 0 alone
-  // touches files; the other ranks get the folder's name and the checkpoint from it.
-  common::ResultsFolder out = common::shared_results_folder(
-      group, cfg.out_dir, cfg.resume, "", {"metrics.csv", "layers.csv", "shards.csv", "summary.json", "curves.png"});
-  cfg.out_dir = out.dir();
-  set.sizes = {train.x.cols};
-  set.sizes.insert(set.sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
-  set.sizes.push_back(kClasses);
-  const std::vector<int>& sizes = set.sizes;
-  cfg.train_samples = train.x.rows;  // what was used (the request may exceed the file)
-  cfg.test_samples = test.x.rows;
-  nlohmann::json config = config_json(cfg, sizes, threads, dp);
-  // FP8EMU_DEVICE_GEMM=library on a GPU-resident run: its fp32 GEMMs on cuBLASLt (not bit-identical);
-  // recorded (and part of the fingerprint) only then.
-  if (set.resident && set.resident != &backend::cpu_device() && backend::library_gemms()) {
-    config["library_gemms"] = true;
-    log_stream << "note: FP8EMU_DEVICE_GEMM=library: the GPU's fp32 GEMMs run on cuBLASLt (a speed baseline), so "
-                  "the fp32 run and the FP8 runs' FP32-twin errors are not bit-identical to --backend emulated\n";
   }
-  nlohmann::json fingerprint_json = config;
-  fingerprint_json.erase("threads");  // results do not depend on it
-  fingerprint_json.erase("resident");  // nor on where the model lives
-  fingerprint_json["data_parallel"].erase("ranks");  // nor on the rank count
-  const std::string fingerprint = fingerprint_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::vector<common::RunSpec> runs{{"fp32", nn::Precision::kFp32, scaling::DelayedScaling{}}};
-  if (cfg.bf16_baseline) runs.push_back({"bf16", nn::Precision::kBf16, scaling::DelayedScaling{}});
-  for (const auto& r : recipes)
-    runs.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
-  const std::string checkpoint_path = out.checkpoint_path();
-  const bool resuming = !cfg.resume.empty();
-  const common::Checkpoint<Codec> resumed = common::shared_resume_point<Codec>(
-      group, out, resuming, fingerprint, runs.size(),
-      [](const std::string& path, const std::string& theirs, const std::string&) {
-        return path + " was written by a run with other settings; resume with the same flags as that run (its "
-                      "configuration: " + excerpt(theirs, 4000) + ")";
-      });
-  group.on_root([&] {
-    out.prepare(resuming);
-    if (dp.shards() == 1) std::filesystem::remove(out.path("shards.csv"));  // an older run's
-  });
-  if (cfg.progress && group.root()) {
-    std::fprintf(stderr, "fp8emu train: %d train / %d test images from %s, MLP", train.x.rows, test.x.rows,
-                 cfg.data_dir.c_str());
-    for (std::size_t i = 0; i < sizes.size(); ++i) std::fprintf(stderr, "%s%d", i ? "-" : " ", sizes[i]);
-    std::fprintf(stderr, ", %d epochs, %d threads", cfg.epochs, threads);
-    if (dp.shards() > 1 || dp.ranks() > 1)
-      std::fprintf(stderr, ", %d shards on %d rank(s), amax reduction %s", dp.shards(), dp.ranks(),
-                   dp.reduction().name().c_str());
-    std::fprintf(stderr, ", results in %s\n", cfg.out_dir.c_str());
-    if (resuming)
-      std::fprintf(stderr, "resuming from %s: %zu run(s) done, run %u at epoch %d\n", checkpoint_path.c_str(),
-                   resumed.completed.size(), resumed.current_run + 1,
-                   resumed.has_state ? resumed.state.epochs_done + 1 : 1);
+
+  std::string fingerprint() override {
+    TrainConfig& cfg = cfg_;
+    set_.sizes = {train_.x.cols};
+    set_.sizes.insert(set_.sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
+    set_.sizes.push_back(kClasses);
+    cfg.train_samples = train_.x.rows;  // what was used (the request may exceed the file)
+    cfg.test_samples = test_.x.rows;
+    config_ = config_json(cfg, set_.sizes, threads_, dp());
+    // FP8EMU_DEVICE_GEMM=library on a GPU-resident run: its fp32 GEMMs on cuBLASLt (not bit-identical);
+    // recorded (and part of the fingerprint) only then.
+    if (set_.resident && set_.resident != &backend::cpu_device() && backend::library_gemms()) {
+      config_["library_gemms"] = true;
+      log_stream() << "note: FP8EMU_DEVICE_GEMM=library: the GPU's fp32 GEMMs run on cuBLASLt (a speed baseline), "
+                      "so the fp32 run and the FP8 runs' FP32-twin errors are not bit-identical to --backend "
+                      "emulated\n";
+    }
+    runs_ = {{"fp32", nn::Precision::kFp32, scaling::DelayedScaling{}}};
+    if (cfg.bf16_baseline) runs_.push_back({"bf16", nn::Precision::kBf16, scaling::DelayedScaling{}});
+    for (const auto& r : recipes_)
+      runs_.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
+    nlohmann::json fingerprint_json = config_;
+    fingerprint_json.erase("threads");  // results do not depend on it
+    fingerprint_json.erase("resident");  // nor on where the model lives
+    fingerprint_json["data_parallel"].erase("ranks");  // nor on the rank count
+    return fingerprint_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  common::dist::set_termination_note(
-      cfg.checkpoint_every > 0
-          ? "fp8emu train: rank 0 stopped by mpirun (another rank failed or the job was stopped); the last "
-            "checkpoint is intact: continue with --resume " + cfg.out_dir + " and the same flags (any rank count "
-            "that divides --dp-shards)\n"
-          : "fp8emu train: rank 0 stopped by mpirun (another rank failed or the job was stopped); no checkpoint "
-            "was written (--checkpoint-every 0)\n");
 
-  // 4. The runs; metrics files are rewritten after every epoch (by rank 0).
-  const std::vector<std::string> names = layer_names(sizes);
-  std::vector<RunLog> done;  // the runs finished before the current one
-  auto save = [&](const RunLog& current) {
-    if (!group.root()) return;
-    std::vector<RunLog> all = done;
-    all.push_back(current);
-    out.write("metrics.csv", metrics_csv(all));
-    out.write("layers.csv", layers_csv(all));
-    if (dp.shards() > 1) out.write("shards.csv", shards_csv(all, names, dp.shards()));
-  };
-  done = resumed.completed;
-  const std::vector<RunLog> logs = common::run_all<Codec>(
-      runs.size(), resumed, group.root() ? checkpoint_path : std::string(), cfg.checkpoint_every > 0,
-      [&](std::size_t i, const RunState* state, const std::function<void(const RunState&)>& checkpoint) {
-        return train_one(cfg, set, runs[i], train, test, dp, save, state, checkpoint, checkpoint_path);
-      },
-      [&](const std::vector<RunLog>& so_far) { done = so_far; });
+  std::size_t run_count() const override { return runs_.size(); }
 
-  std::vector<RunResult> results;
-  for (auto& l : logs) results.push_back(l.result);
-  if (!group.root()) return results;
+  std::string mismatch_message(const std::string& path, const std::string& theirs, const std::string&) const override {
+    return path + " was written by a run with other settings; resume with the same flags as that run (its "
+                  "configuration: " + excerpt(theirs, 4000) + ")";
+  }
 
-  // 5. Plot and summary (the summary last: its presence marks a finished run).
-  const bool plot = cfg.report && write_plot(out, logs);
-  out.write("summary.json", common::json_text(summary_json(logs, config, plot, dp.shards()), 2));
-  if (!cfg.report) return results;
+  std::string header() const override {
+    std::string h = "fp8emu train: " + std::to_string(train_.x.rows) + " train / " + std::to_string(test_.x.rows) +
+                    " test images from " + cfg_.data_dir + ", MLP";
+    for (std::size_t i = 0; i < set_.sizes.size(); ++i) h += (i ? "-" : " ") + std::to_string(set_.sizes[i]);
+    return h + ", " + std::to_string(cfg_.epochs) + " epochs, " + std::to_string(threads_) + " threads";
+  }
 
-  std::printf("%-12s %14s %10s %10s %9s\n", "run", "test_accuracy", "train_loss", "test_loss", "seconds");
-  for (const auto& l : logs)
-    std::printf("%-12s %14.4f %10.4f %10.4f %9.1f\n", l.result.name.c_str(), l.result.test_accuracy.back(),
-                l.result.train_loss.back(), l.result.test_loss.back(), l.result.seconds);
-  for (std::size_t i = 1; i < logs.size(); ++i)
-    std::printf("%s - fp32 test accuracy: %+.2f percentage points\n", logs[i].result.name.c_str(),
-                100.0 * (logs[i].result.test_accuracy.back() - logs[0].result.test_accuracy.back()));
-  std::printf("results: %s (summary.json, metrics.csv, layers.csv%s%s)\n", cfg.out_dir.c_str(),
-              dp.shards() > 1 ? ", shards.csv" : "", plot ? ", curves.png" : "");
-  return results;
-}
+  std::string resume_line(const common::Checkpoint<Codec>& resumed) const override {
+    return "resuming from " + folder().checkpoint_path() + ": " + std::to_string(resumed.completed.size()) +
+           " run(s) done, run " + std::to_string(resumed.current_run + 1) + " at epoch " +
+           std::to_string(resumed.has_state ? resumed.state.epochs_done + 1 : 1) + "\n";
+  }
+
+  RunLog train_run(std::size_t i, const RunState* state, const CheckpointFn& checkpoint,
+                   const ReportFn& report) override {
+    return train_one(cfg_, set_, runs_[i], train_, test_, dp(), report, state, checkpoint,
+                     folder().checkpoint_path());
+  }
+
+  std::vector<std::pair<std::string, std::string>> run_files(const std::vector<RunLog>& logs) const override {
+    std::vector<std::pair<std::string, std::string>> files{{"metrics.csv", metrics_csv(logs)},
+                                                           {"layers.csv", layers_csv(logs)}};
+    if (dp().shards() > 1) files.emplace_back("shards.csv", shards_csv(logs, layer_names(set_.sizes), dp().shards()));
+    return files;
+  }
+
+  // Plot and summary (the summary last: its presence marks a finished run), and the table on stdout.
+  void finish(const std::vector<RunLog>& logs) override {
+    const TrainConfig& cfg = cfg_;
+    const common::ResultsFolder& out = folder();
+    const bool plot = cfg.report && write_plot(out, logs);
+    out.write("summary.json", common::json_text(summary_json(logs, config_, plot, dp().shards()), 2));
+    if (!cfg.report) return;
+    std::printf("%-12s %14s %10s %10s %9s\n", "run", "test_accuracy", "train_loss", "test_loss", "seconds");
+    for (const auto& l : logs)
+      std::printf("%-12s %14.4f %10.4f %10.4f %9.1f\n", l.result.name.c_str(), l.result.test_accuracy.back(),
+                  l.result.train_loss.back(), l.result.test_loss.back(), l.result.seconds);
+    for (std::size_t i = 1; i < logs.size(); ++i)
+      std::printf("%s - fp32 test accuracy: %+.2f percentage points\n", logs[i].result.name.c_str(),
+                  100.0 * (logs[i].result.test_accuracy.back() - logs[0].result.test_accuracy.back()));
+    std::printf("results: %s (summary.json, metrics.csv, layers.csv%s%s)\n", out.dir().c_str(),
+                dp().shards() > 1 ? ", shards.csv" : "", plot ? ", curves.png" : "");
+  }
+
+  TrainConfig cfg_;
+  std::vector<scaling::Recipe> recipes_;
+  Settings set_;
+  int threads_ = 0;
+  Split train_, test_;
+  nlohmann::json config_;
+  std::vector<common::RunSpec> runs_;
+};
 
 }  // namespace
 
 std::vector<RunResult> run_train(TrainConfig cfg) {
   std::vector<RunResult> results;
-  common::dist::run_or_abort("train", [&] { results = train_job(std::move(cfg)); });
+  common::dist::run_or_abort("train", [&] {
+    TrainJob job(std::move(cfg));
+    for (const RunLog& l : job.run()) results.push_back(l.result);
+  });
   return results;
 }
 
