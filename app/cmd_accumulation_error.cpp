@@ -28,4 +28,6 @@ Command add_accumulation_error(CLI::App& app) {
           }};
 }
 
+const CommandRegistrar registered{30, add_accumulation_error};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

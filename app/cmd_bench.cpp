@@ -330,4 +330,6 @@ Command add_bench(CLI::App& app) {
           }};
 }
 
+const CommandRegistrar registered{70, add_bench};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

@@ -55,4 +55,6 @@ Command add_compare(CLI::App& app) {
   return {compare, [o] { return run_compare(o->x, o->y, std::cout, std::cerr); }};
 }
 
+const CommandRegistrar registered{50, add_compare};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

@@ -266,4 +266,6 @@ Command add_convert(CLI::App& app) {
   return {convert_cmd, [o] { return run_convert(*o, std::cout, std::cerr); }};
 }
 
+const CommandRegistrar registered{120, add_convert};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

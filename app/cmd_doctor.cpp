@@ -46,4 +46,6 @@ Command add_doctor(CLI::App& app) {
   return {doctor, [] { return run_doctor(std::cout); }};
 }
 
+const CommandRegistrar registered{60, add_doctor};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

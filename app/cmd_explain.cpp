@@ -317,4 +317,6 @@ Command add_explain(CLI::App& app) {
   return {explain_cmd, [o] { return run_explain(*o, std::cout, std::cerr); }};
 }
 
+const CommandRegistrar registered{100, add_explain};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

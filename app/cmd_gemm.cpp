@@ -159,4 +159,6 @@ Command add_gemm(CLI::App& app) {
   return {gemm_cmd, [o] { return run_gemm(*o, std::cout, std::cerr); }};
 }
 
+const CommandRegistrar registered{40, add_gemm};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

@@ -257,4 +257,6 @@ Command add_mma_check(CLI::App& app) {
   return {check, [o] { return run_mma_check(*o, std::cout, std::cerr); }};
 }
 
+const CommandRegistrar registered{90, add_mma_check};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

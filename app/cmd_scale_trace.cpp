@@ -56,4 +56,6 @@ Command add_scale_trace(CLI::App& app) {
   return {trace, [o] { return run_scale_trace(*o); }};
 }
 
+const CommandRegistrar registered{20, add_scale_trace};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

@@ -95,4 +95,6 @@ Command add_table(CLI::App& app) {
   return {table_cmd, [o] { return run_table(*o, std::cout, std::cerr); }};
 }
 
+const CommandRegistrar registered{110, add_table};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

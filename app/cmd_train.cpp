@@ -79,4 +79,6 @@ Command add_train(CLI::App& app) {
           }};
 }
 
+const CommandRegistrar registered{10, add_train};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

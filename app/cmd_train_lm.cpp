@@ -78,4 +78,6 @@ Command add_train_lm(CLI::App& app) {
           }};
 }
 
+const CommandRegistrar registered{130, add_train_lm};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

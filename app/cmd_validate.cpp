@@ -512,4 +512,6 @@ Command add_validate(CLI::App& app) {
   return {validate, [o] { return run_validate(*o, std::cout, std::cerr); }};
 }
 
+const CommandRegistrar registered{80, add_validate};  // position in `fp8emu --help` (commands.hpp)
+
 }  // namespace fp8emu::cli

@@ -1,13 +1,18 @@
-// The subcommands of the fp8emu tool. Each app/cmd_<name>.cpp defines add_<name>, which registers
-// the subcommand, its options and its help on the App, beside the run_<name> that does the work;
-// app/main.cpp only builds the App from these and runs the one that was chosen.
+// The subcommands of the fp8emu tool. Each app/cmd_<name>.cpp defines add_<name>, which adds the
+// subcommand, its options and its help to the App, beside the run_<name> that does the work, and
+// registers it with a CommandRegistrar; app/main.cpp only builds the App from the registered
+// commands and runs the one that was chosen. A new command is one new app/cmd_<name>.cpp (CMake
+// picks it up): nothing here or in main.cpp changes.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "fp8emu/format/format_spec.hpp"
 #include "fp8emu/scaling/recipe.hpp"
@@ -69,18 +74,43 @@ inline std::string recipe_list() {
   return s;
 }
 
-Command add_train(CLI::App& app);               // cmd_train.cpp: experiments/fashion_mnist
-Command add_scale_trace(CLI::App& app);         // cmd_scale_trace.cpp
-Command add_accumulation_error(CLI::App& app);  // cmd_accumulation_error.cpp: experiments/accumulation_error
-Command add_gemm(CLI::App& app);                // cmd_gemm.cpp
-Command add_compare(CLI::App& app);             // cmd_compare.cpp
-Command add_doctor(CLI::App& app);              // cmd_doctor.cpp
-Command add_bench(CLI::App& app);               // cmd_bench.cpp: bench gemm | convert | gpu
-Command add_validate(CLI::App& app);            // cmd_validate.cpp
-Command add_mma_check(CLI::App& app);           // cmd_mma_check.cpp
-Command add_explain(CLI::App& app);             // cmd_explain.cpp
-Command add_table(CLI::App& app);               // cmd_table.cpp
-Command add_convert(CLI::App& app);             // cmd_convert.cpp
-Command add_train_lm(CLI::App& app);            // cmd_train_lm.cpp: experiments/char_lm
+/// Adds one subcommand to `app` and returns it (an app/cmd_<name>.cpp's add_<name>).
+using AddCommand = Command (*)(CLI::App& app);
+
+/// A command's registration: `position` orders `fp8emu --help` (ascending). Today's commands use
+/// train 10, scale-trace 20, accumulation-error 30, gemm 40, compare 50, doctor 60, bench 70,
+/// validate 80, mma-check 90, explain 100, table 110, convert 120, train-lm 130; a new one takes
+/// a free position (a later one lists it last).
+struct RegisteredCommand {
+  int position;
+  AddCommand add;
+};
+
+/// The commands registered in this program, in registration (static initialisation) order.
+inline std::vector<RegisteredCommand>& command_registry() {
+  static std::vector<RegisteredCommand> registry;
+  return registry;
+}
+
+/// Registers a command when the program starts: each app/cmd_<name>.cpp defines, at namespace scope,
+///   const CommandRegistrar registered{position, add_<name>};
+struct CommandRegistrar {
+  CommandRegistrar(int position, AddCommand add) { command_registry().push_back({position, add}); }
+};
+
+/// Adds every registered command to `app` in the order of their positions.
+/// \throws std::logic_error when two commands share a position (a fault of the program).
+inline std::vector<Command> add_registered_commands(CLI::App& app) {
+  std::vector<RegisteredCommand> sorted = command_registry();
+  std::sort(sorted.begin(), sorted.end(),
+            [](const RegisteredCommand& a, const RegisteredCommand& b) { return a.position < b.position; });
+  std::vector<Command> commands;
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (i > 0 && sorted[i].position == sorted[i - 1].position)
+      throw std::logic_error("two fp8emu commands registered at position " + std::to_string(sorted[i].position));
+    commands.push_back(sorted[i].add(app));
+  }
+  return commands;
+}
 
 }  // namespace fp8emu::cli

@@ -42,12 +42,8 @@ int main(int argc, char** argv) {
   CLI::App app{"fp8emu: bit-exact FP8 emulation and FP8-vs-FP32 training experiments"};
   app.require_subcommand(1);
   app.set_version_flag("--version", FP8EMU_VERSION_STRING);
-  // In the order of `fp8emu --help`.
-  const std::vector<Command> commands{
-      add_train(app),    add_scale_trace(app), add_accumulation_error(app), add_gemm(app),
-      add_compare(app),  add_doctor(app),      add_bench(app),              add_validate(app),
-      add_mma_check(app), add_explain(app),    add_table(app),              add_convert(app),
-      add_train_lm(app)};
+  // Every app/cmd_<name>.cpp, in the order of `fp8emu --help` (their positions, commands.hpp).
+  const std::vector<Command> commands = add_registered_commands(app);
 
   // The one error wrapper. Command-line errors: --help and --version exit 0 through CLI11; any
   // other is bad input: one line, exit 2 (as the tools' own input errors). A command that throws

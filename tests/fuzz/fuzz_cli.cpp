@@ -127,10 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   CLI::App app{"fp8emu"};
   app.require_subcommand(1);
-  const std::vector<cli::Command> commands{
-      cli::add_train(app),   cli::add_train_lm(app), cli::add_scale_trace(app),
-      cli::add_explain(app), cli::add_mma_check(app), cli::add_gemm(app),
-      cli::add_compare(app), cli::add_table(app),     cli::add_accumulation_error(app)};
+  const std::vector<cli::Command> commands = cli::add_registered_commands(app);  // the cmd_*.cpp linked in
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   const std::vector<std::string> protected_args = cli::protect_negative_values(int(argv.size()), argv.data());
