@@ -1,5 +1,6 @@
 // train-lm's per-run log and state at a step boundary, and their checkpoint codec (the runner's
-// envelope, common/runner.hpp, around them).
+// envelope, common/runner.hpp, around them; the parts shared with train are
+// common/run_record.hpp's).
 #pragma once
 
 #include <cmath>
@@ -7,30 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "common/run_record.hpp"
 #include "common/runner.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 
 namespace fp8emu::experiments::lm {
 
-struct LayerPoint {  // one Linear at one evaluation
-  std::string layer;
-  double rel_error = 0.0;
-  float scale_x = NAN, scale_w = NAN, scale_dy = NAN;
-  emu::QuantizeStats x, w, dy;
-};
-
-struct LmLog {
+struct LmLog : common::RunRecord {  // the shared record: seconds, layers, shards' scales, ranks' check
   std::string name;
   std::vector<int> steps;  // evaluation steps
-  std::vector<double> train_loss, val_loss, seconds;
-  std::vector<std::vector<LayerPoint>> layers;
+  std::vector<double> train_loss, val_loss;
   std::string sample;
-  bool diverged = false;
-  // Data parallelism: per evaluation every shard's stored scales (FP8 runs with --dp-shards > 1),
-  // whether the ranks' parameters were identical at every evaluation, rank 0's last checksum.
-  std::vector<std::vector<float>> shard_scales;
-  bool ranks_identical = true;
-  std::uint64_t checksum = 0;
   // Time in the training steps alone (forward, loss, backward, updates; no evaluation, checkpoint or
   // copy to the host) and their count, of this process: not checkpointed, so a resumed run counts
   // the steps it ran itself.
@@ -46,39 +34,21 @@ struct LmState {  // a run at a step boundary
   int step = 0;
   double loss_sum = 0.0;
   int loss_count = 0;
-  std::vector<std::vector<float>> params, opt_m, opt_v;
-  std::vector<std::vector<float>> fwd_state, bwd_state;  // per Linear, Quantizer::save_state
-  std::vector<emu::QuantizeStats> stats;  // 3 per Linear
-  long opt_steps = 0;
-  std::string rng;
-  std::vector<std::vector<float>> shard_states;  // every shard's quantizer state (--dp-shards > 1)
+  std::vector<emu::QuantizeStats> stats;  // 3 per Linear: the casts since the last evaluation
+  common::ModelState model;               // parameters, moments, the sampler's generator
 };
 
 // ---- Checkpoints: the runner's envelope (common/runner.hpp) around these logs and states.
 struct Codec : common::CodecTypes<LmLog, LmState> {
-  static constexpr common::CheckpointId id{"FP8EMU-LM-CHECKPOINT-3", "fp8emu train-lm checkpoint"};
+  static constexpr common::CheckpointId id{"FP8EMU-LM-CHECKPOINT-4", "fp8emu train-lm checkpoint"};
 
   static void put_log(common::Writer& w, const LmLog& l) {
     w.str(l.name);
     w.vec(l.steps);
     w.vec(l.train_loss);
     w.vec(l.val_loss);
-    w.vec(l.seconds);
-    common::put_table(w, l.layers, [&](const LayerPoint& p) {
-      w.str(p.layer);
-      w.pod(p.rel_error);
-      w.pod(p.scale_x);
-      w.pod(p.scale_w);
-      w.pod(p.scale_dy);
-      common::put_stats(w, p.x);
-      common::put_stats(w, p.w);
-      common::put_stats(w, p.dy);
-    });
     w.str(l.sample);
-    w.pod(std::uint8_t(l.diverged));
-    common::put_tensors(w, {&l.shard_scales});
-    w.pod(std::uint8_t(l.ranks_identical));
-    w.pod(l.checksum);
+    common::put_record(w, l);
   }
 
   static LmLog get_log(common::Reader& r, const std::string& path) {
@@ -87,24 +57,8 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     l.steps = r.vec<int>();
     l.train_loss = r.vec<double>();
     l.val_loss = r.vec<double>();
-    l.seconds = r.vec<double>();
-    l.layers = common::get_table<LayerPoint>(r, path, "evaluations", 1000000, 10000, [&] {
-      LayerPoint p;
-      p.layer = r.str();
-      p.rel_error = r.pod<double>();
-      p.scale_x = r.pod<float>();
-      p.scale_w = r.pod<float>();
-      p.scale_dy = r.pod<float>();
-      p.x = common::get_stats(r);
-      p.w = common::get_stats(r);
-      p.dy = common::get_stats(r);
-      return p;
-    });
     l.sample = r.str();
-    l.diverged = r.pod<std::uint8_t>() != 0;
-    common::get_tensors(r, path, {&l.shard_scales});
-    l.ranks_identical = r.pod<std::uint8_t>() != 0;
-    l.checksum = r.pod<std::uint64_t>();
+    static_cast<common::RunRecord&>(l) = common::get_record(r, path, "evaluations");
     return l;
   }
 
@@ -113,12 +67,9 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     w.pod(std::int32_t(s.step));
     w.pod(s.loss_sum);
     w.pod(std::int32_t(s.loss_count));
-    common::put_tensors(w, {&s.params, &s.fwd_state, &s.bwd_state, &s.opt_m, &s.opt_v});
     w.pod(std::uint64_t(s.stats.size()));
     for (const auto& st : s.stats) common::put_stats(w, st);
-    w.pod(std::int64_t(s.opt_steps));
-    w.str(s.rng);
-    common::put_tensors(w, {&s.shard_states});
+    common::put_model(w, s.model);
   }
 
   static LmState get_state(common::Reader& r, const std::string& path) {
@@ -127,13 +78,10 @@ struct Codec : common::CodecTypes<LmLog, LmState> {
     s.step = r.pod<std::int32_t>();
     s.loss_sum = r.pod<double>();
     s.loss_count = r.pod<std::int32_t>();
-    common::get_tensors(r, path, {&s.params, &s.fwd_state, &s.bwd_state, &s.opt_m, &s.opt_v});
     const std::uint64_t k = r.pod<std::uint64_t>();
     FP8EMU_CHECK(k <= 100000, path, ": corrupt checkpoint (stats)");
     for (std::uint64_t i = 0; i < k; ++i) s.stats.push_back(common::get_stats(r));
-    s.opt_steps = long(r.pod<std::int64_t>());
-    s.rng = r.str();
-    common::get_tensors(r, path, {&s.shard_states});
+    s.model = common::get_model(r, path);
     return s;
   }
 };

@@ -24,6 +24,7 @@
 #include "common/dist.hpp"
 #include "common/job.hpp"
 #include "common/progress.hpp"
+#include "common/run_record.hpp"
 #include "common/runner.hpp"
 #include "fp8emu/backend/select.hpp"
 #include "fp8emu/config.hpp"
@@ -202,77 +203,30 @@ LmLog train_one(const Context& ctx, const RunSpec& run, common::DataParallel& dp
   int loss_count = 0;
   if (resume) {
     const LmState& s = *resume;
-    FP8EMU_CHECK(s.params.size() == params.size() && s.fwd_state.size() == lins.size() &&
-                     s.bwd_state.size() == lins.size() &&
-                     s.stats.size() == 3 * lins.size(),
-                 ctx.checkpoint_path, ": the checkpoint's model does not match this configuration");
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      FP8EMU_CHECK(s.params[i].size() == params[i].first->size(), ctx.checkpoint_path,
-                   ": checkpointed tensor ", i, " has a different shape");
-      params[i].first->data = s.params[i];
-    }
-    for (std::size_t i = 0; i < lins.size(); ++i) {
-      try {
-        lins[i]->load_state(scaling::Direction::kForward, s.fwd_state[i]);
-        lins[i]->load_state(scaling::Direction::kBackward, s.bwd_state[i]);
-      } catch (const Error& e) {
-        FP8EMU_FAIL(ctx.checkpoint_path, ": checkpointed layer ", i, ": ", e.what());
+    FP8EMU_CHECK(s.stats.size() == 3 * lins.size(), ctx.checkpoint_path,
+                 ": the checkpoint's model does not match this configuration");
+    common::restore_model(s.model, lins, params, opt, sampler, ctx.checkpoint_path);
+    if (dp.root())  // the counts of every shard: rank 0 carries them on
+      for (std::size_t i = 0; i < lins.size(); ++i) {
+        lins[i]->stats.input = s.stats[3 * i];
+        lins[i]->stats.weight = s.stats[3 * i + 1];
+        lins[i]->stats.grad_output = s.stats[3 * i + 2];
       }
-      if (!dp.root()) continue;  // the counts of every shard: rank 0 carries them on
-      lins[i]->stats.input = s.stats[3 * i];
-      lins[i]->stats.weight = s.stats[3 * i + 1];
-      lins[i]->stats.grad_output = s.stats[3 * i + 2];
-    }
-    opt.restore(s.opt_steps, s.opt_m, s.opt_v);
-    try {
-      sampler.set_state(s.rng);
-    } catch (const std::exception&) {
-      FP8EMU_FAIL(ctx.checkpoint_path, ": corrupt checkpoint (generator state)");
-    }
     log = s.log;
     first = s.step;
     loss_sum = s.loss_sum;
     loss_count = s.loss_count;
   }
   dp.bind(lins, params);
-  if (resume) dp.restore_states(resume->shard_states, ctx.checkpoint_path);
-  // The casts' counts of every shard, summed over the ranks (collective).
-  auto global_stats = [&] {
-    std::vector<std::uint64_t> c;
-    for (nn::Linear* l : lins)
-      for (const emu::QuantizeStats* st : {&l->stats.input, &l->stats.weight, &l->stats.grad_output})
-        c.insert(c.end(), {st->count, st->saturated, st->underflow, st->nan});
-    c = dp.sum_over_ranks(c);
-    std::vector<emu::QuantizeStats> out(3 * lins.size());
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      out[i].count = c[4 * i];
-      out[i].saturated = c[4 * i + 1];
-      out[i].underflow = c[4 * i + 2];
-      out[i].nan = c[4 * i + 3];
-    }
-    return out;
-  };
+  if (resume) dp.restore_states(resume->model.shard_states, ctx.checkpoint_path);
   auto capture = [&](int step) {  // collective
     LmState s;
     s.log = log;
     s.step = step;
     s.loss_sum = loss_sum;
     s.loss_count = loss_count;
-    for (auto& p : params) s.params.push_back(p.first->data);
-    auto layer_states = [&] {  // shard 0's
-      for (nn::Linear* l : lins) {
-        s.fwd_state.push_back(l->save_state(scaling::Direction::kForward));
-        s.bwd_state.push_back(l->save_state(scaling::Direction::kBackward));
-      }
-    };
-    if (dp.owns(0)) dp.with_shard(0, layer_states);
-    else layer_states();
-    s.shard_states = dp.all_states();
-    s.stats = global_stats();
-    s.opt_steps = opt.steps();
-    s.opt_m = opt.first_moments();
-    s.opt_v = opt.second_moments();
-    s.rng = sampler.state();
+    s.model = common::capture_model(lins, params, opt, sampler, dp);
+    s.stats = common::cast_counts(lins, dp);
     return s;
   };
 
@@ -374,32 +328,25 @@ LmLog train_one(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       } else {
         val = mean_val_loss(model, ctx, dp, lins, twin ? &twins : nullptr, keep_scales);
       }
-      const std::vector<emu::QuantizeStats> stats = global_stats();
+      const std::vector<emu::QuantizeStats> stats = common::cast_counts(lins, dp);
       if (fp8 && S > 1) log.shard_scales.push_back(dp.shard_scales());
-      const std::vector<std::uint64_t> sums = dp.parameter_checksums();
-      log.checksum = sums[0];
-      if (std::any_of(sums.begin(), sums.end(), [&](std::uint64_t c) { return c != sums[0]; })) {
-        if (log.ranks_identical && dp.root())
-          std::fprintf(stderr, "warning: run %s: the ranks' parameters differ at step %d (rank 0's are written)\n",
-                       run.name.c_str(), step);
-        log.ranks_identical = false;
-      }
+      common::check_ranks(dp, log, run.name, "at step " + std::to_string(step));
       log.steps.push_back(step);
       log.train_loss.push_back(loss_sum / loss_count);
       log.val_loss.push_back(val);
       log.seconds.push_back(seconds_before +
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      std::vector<LayerPoint> pts;
+      std::vector<common::LayerCasts> pts;
       for (std::size_t i = 0; i < lins.size(); ++i) {
-        LayerPoint p;
+        common::LayerCasts p;
         p.layer = named[i].first;
         p.rel_error = twins[i].ref > 0 ? std::sqrt(twins[i].err / twins[i].ref) : 0.0;
-        p.scale_x = shard0_scales[i][0];
-        p.scale_w = shard0_scales[i][1];
-        p.scale_dy = shard0_dy_scale[i];
-        p.x = stats[3 * i];
-        p.w = stats[3 * i + 1];
-        p.dy = stats[3 * i + 2];
+        p.scale_input = shard0_scales[i][0];
+        p.scale_weight = shard0_scales[i][1];
+        p.scale_grad_output = shard0_dy_scale[i];
+        p.input = stats[3 * i];
+        p.weight = stats[3 * i + 1];
+        p.grad_output = stats[3 * i + 2];
         lins[i]->stats = nn::LinearFp8Stats{};
         pts.push_back(p);
       }
@@ -442,11 +389,11 @@ std::string layers_csv(const std::vector<LmLog>& logs) {
   auto sc = [](float s) { return std::isnan(s) ? std::string() : fmt_g(s); };
   for (const LmLog& l : logs)
     for (std::size_t i = 0; i < l.layers.size(); ++i)
-      for (const LayerPoint& p : l.layers[i])
-        os << l.name << ',' << l.steps[i] << ',' << p.layer << ',' << fmt_g(p.rel_error) << ',' << sc(p.scale_x) << ','
-           << sc(p.scale_w) << ',' << sc(p.scale_dy) << ',' << p.x.saturated << ',' << p.x.underflow << ','
-           << p.w.saturated << ',' << p.dy.saturated << ',' << p.dy.underflow << ','
-           << p.x.count + p.w.count + p.dy.count << '\n';
+      for (const common::LayerCasts& p : l.layers[i])
+        os << l.name << ',' << l.steps[i] << ',' << p.layer << ',' << fmt_g(p.rel_error) << ',' << sc(p.scale_input)
+           << ',' << sc(p.scale_weight) << ',' << sc(p.scale_grad_output) << ',' << p.input.saturated << ','
+           << p.input.underflow << ',' << p.weight.saturated << ',' << p.grad_output.saturated << ','
+           << p.grad_output.underflow << ',' << p.input.count + p.weight.count + p.grad_output.count << '\n';
   return os.str();
 }
 

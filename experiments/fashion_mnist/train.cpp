@@ -24,6 +24,7 @@
 #include "common/dist.hpp"
 #include "common/job.hpp"
 #include "common/progress.hpp"
+#include "common/run_record.hpp"
 #include "common/runner.hpp"
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/backend/select.hpp"
@@ -46,60 +47,6 @@ constexpr int kEvalBatch = 1000;
 constexpr int kMaxWidth = 1 << 16;
 constexpr int kMaxThreads = 1024;
 
-
-// Collective (every rank calls it at the same point): the shards' states are gathered.
-RunState capture(const RunLog& log, int epochs_done, const nn::Mlp& model, const nn::Optimizer& opt,
-                 const nn::Rng& rng, const std::vector<int>& order, common::DataParallel& dp) {
-  RunState s;
-  s.log = log;
-  s.epochs_done = epochs_done;
-  auto layer_states = [&] {  // shard 0's (the layers' own with one shard)
-    for (const nn::Linear& l : model.layers) {
-      s.fwd_state.push_back(l.save_state(scaling::Direction::kForward));
-      s.bwd_state.push_back(l.save_state(scaling::Direction::kBackward));
-    }
-  };
-  if (dp.owns(0)) dp.with_shard(0, layer_states);
-  else layer_states();
-  s.shard_states = dp.all_states();
-  for (const nn::Linear& l : model.layers) {
-    s.weights.push_back(l.weight.data);
-    s.biases.push_back(l.bias.data);
-  }
-  s.opt_steps = opt.steps();
-  s.opt_m = opt.first_moments();
-  s.opt_v = opt.second_moments();
-  s.rng = rng.state();
-  s.order = order;
-  return s;
-}
-
-void restore(const RunState& s, nn::Mlp& model, nn::Optimizer& opt, nn::Rng& rng, std::vector<int>& order,
-             const std::string& path) {
-  FP8EMU_CHECK(s.weights.size() == model.layers.size() && s.fwd_state.size() == model.layers.size() &&
-                   s.bwd_state.size() == model.layers.size() && s.order.size() == order.size(), path,
-               ": the checkpoint's model or data does not match this configuration");
-  for (std::size_t i = 0; i < model.layers.size(); ++i) {
-    nn::Linear& l = model.layers[i];
-    FP8EMU_CHECK(s.weights[i].size() == l.weight.size() && s.biases[i].size() == l.bias.size(), path,
-                 ": checkpointed layer ", i, " has a different shape");
-    l.weight.data = s.weights[i];
-    l.bias.data = s.biases[i];
-    try {
-      l.load_state(scaling::Direction::kForward, s.fwd_state[i]);
-      l.load_state(scaling::Direction::kBackward, s.bwd_state[i]);
-    } catch (const Error& e) {
-      FP8EMU_FAIL(path, ": checkpointed layer ", i, ": ", e.what());
-    }
-  }
-  opt.restore(s.opt_steps, s.opt_m, s.opt_v);
-  try {
-    rng.set_state(s.rng);
-  } catch (const std::exception&) {
-    FP8EMU_FAIL(path, ": corrupt checkpoint (generator state)");
-  }
-  order = s.order;
-}
 
 // The test set in batches of kEvalBatch; batch k is evaluated by shard k mod S (with that shard's
 // quantizer state, as the rank holding it would), each shard summing its batches in order; the
@@ -183,7 +130,6 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
   const bool fp8 = precision == nn::Precision::kFp8;
   int first_epoch = 1;
   double seconds_before = 0.0;  // training time before a resume
-  if (resume) restore(*resume, model, opt, shuffle_rng, order, checkpoint_path);
   std::vector<nn::Linear*> linears;
   common::Parameters params;  // Optimizer::step(Mlp&)'s order
   for (nn::Linear& l : model.layers) {
@@ -191,9 +137,15 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
     params.emplace_back(&l.weight, &l.grad_weight);
     params.emplace_back(&l.bias, &l.grad_bias);
   }
+  if (resume) {
+    common::restore_model(resume->model, linears, params, opt, shuffle_rng, checkpoint_path);
+    FP8EMU_CHECK(resume->order.size() == order.size(), checkpoint_path,
+                 ": the checkpoint's data does not match this configuration");
+    order = resume->order;
+  }
   dp.bind(linears, params);
   if (resume) {
-    dp.restore_states(resume->shard_states, checkpoint_path);
+    dp.restore_states(resume->model.shard_states, checkpoint_path);
     log = resume->log;
     first_epoch = resume->epochs_done + 1;
     seconds_before = log.result.seconds;
@@ -278,36 +230,19 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
     log.result.steps += batches;
     // What the training casts did this epoch (every shard's counts; shard 0's last scales), taken
     // before evaluation casts the test set.
-    std::vector<LayerEpoch> le(fp8 ? model.layers.size() : 0);
-    std::vector<std::uint64_t> counts;
-    for (std::size_t l = 0; l < le.size(); ++l)
-      for (const emu::QuantizeStats* st :
-           {&model.layers[l].stats.input, &model.layers[l].stats.weight, &model.layers[l].stats.grad_output})
-        counts.insert(counts.end(), {st->count, st->saturated, st->underflow, st->nan});
-    counts = dp.sum_over_ranks(counts);
+    std::vector<common::LayerCasts> le(fp8 ? model.layers.size() : 0);
+    const std::vector<emu::QuantizeStats> counts =
+        common::cast_counts(std::vector<nn::Linear*>(linears.begin(), linears.begin() + long(le.size())), dp);
     for (std::size_t l = 0; l < le.size(); ++l) {
-      const std::uint64_t* c = &counts[12 * l];
-      for (emu::QuantizeStats* st : {&le[l].input, &le[l].weight, &le[l].grad_output}) {
-        *st = {};
-        st->count = c[0];
-        st->saturated = c[1];
-        st->underflow = c[2];
-        st->nan = c[3];
-        c += 4;
-      }
+      le[l].input = counts[3 * l];
+      le[l].weight = counts[3 * l + 1];
+      le[l].grad_output = counts[3 * l + 2];
       le[l].scale_input = shard0_scales[l][0];
       le[l].scale_weight = shard0_scales[l][1];
       le[l].scale_grad_output = shard0_scales[l][2];
     }
     if (fp8 && S > 1) log.shard_scales.push_back(dp.shard_scales());
-    const std::vector<std::uint64_t> sums = dp.parameter_checksums();
-    log.checksum = sums[0];
-    if (std::any_of(sums.begin(), sums.end(), [&](std::uint64_t c) { return c != sums[0]; })) {
-      if (log.ranks_identical && dp.root())
-        std::fprintf(stderr, "warning: run %s: the ranks' parameters differ after epoch %d (rank 0's are written)\n",
-                     name.c_str(), epoch);
-      log.ranks_identical = false;
-    }
+    common::check_ranks(dp, log, name, "after epoch " + std::to_string(epoch));
     double test_loss = 0, test_acc = 0;
     std::vector<double> rel;
     evaluate(model, test, fp8, dp, test_loss, test_acc, fp8 ? &rel : nullptr);
@@ -332,7 +267,7 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
                    log.result.seconds);
     on_epoch(log);
     if (cfg.checkpoint_every > 0 && epoch % cfg.checkpoint_every == 0 && epoch < cfg.epochs)
-      checkpoint(capture(log, epoch, model, opt, shuffle_rng, order, dp));
+      checkpoint({log, epoch, common::capture_model(linears, params, opt, shuffle_rng, dp), order});
   }
   return log;
 }
@@ -356,7 +291,7 @@ std::string layers_csv(const std::vector<RunLog>& logs) {
   for (const auto& l : logs)
     for (std::size_t e = 0; e < l.layers.size(); ++e)
       for (std::size_t k = 0; k < l.layers[e].size(); ++k) {
-        const LayerEpoch& x = l.layers[e][k];
+        const common::LayerCasts& x = l.layers[e][k];
         os << l.result.name << ',' << e + 1 << ',' << k << ',' << fmt_g(x.rel_error) << ','
            << fmt_g(frac(x.input.saturated, x.input.count)) << ','
            << fmt_g(frac(x.input.underflow, x.input.count)) << ','
@@ -418,7 +353,7 @@ nlohmann::json summary_json(const std::vector<RunLog>& logs, const nlohmann::jso
     if (!l.layers.empty()) {
       nlohmann::json layers = nlohmann::json::array();
       for (std::size_t k = 0; k < l.layers.back().size(); ++k) {
-        const LayerEpoch& x = l.layers.back()[k];
+        const common::LayerCasts& x = l.layers.back()[k];
         layers.push_back({{"layer", k},
                           {"rel_error", x.rel_error},
                           {"input_saturated", frac(x.input.saturated, x.input.count)},

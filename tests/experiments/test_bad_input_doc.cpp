@@ -216,7 +216,7 @@ class Fixtures {
       raw.resize(raw.size() / 2);
       return fp8emu::testing::write_plain(f, raw);
     }
-    // checkpoints (train: FP8EMU-CHECKPOINT-3, train-lm: FP8EMU-LM-CHECKPOINT-3), each in a folder
+    // checkpoints (train: FP8EMU-CHECKPOINT-4, train-lm: FP8EMU-LM-CHECKPOINT-4), each in a folder
     if (name == "ck-empty-folder") return fs::create_directories(p), void();
     if (name == "ck-checksum") return write(p / "checkpoint.bin", Bytes{1, 2, 3, 4, 5, 6, 7, 8});
     if (name == "ck-short") return write(p / "checkpoint.bin", Bytes{1, 2});
@@ -226,22 +226,22 @@ class Fixtures {
       return write(p / "checkpoint.bin", checksummed(body));
     }
     if (name == "ck-train-magic-only") {
-      put_str(body, "FP8EMU-CHECKPOINT-3");
+      put_str(body, "FP8EMU-CHECKPOINT-4");
       return write(p / "checkpoint.bin", checksummed(body));
     }
     if (name == "ck-length") {
-      put_str(body, "FP8EMU-CHECKPOINT-3");
+      put_str(body, "FP8EMU-CHECKPOINT-4");
       put_u64(body, std::uint64_t(1) << 40);  // a fingerprint of 2^40 bytes
       return write(p / "checkpoint.bin", checksummed(body));
     }
     if (name == "ck-runs") {
-      put_str(body, "FP8EMU-CHECKPOINT-3");
+      put_str(body, "FP8EMU-CHECKPOINT-4");
       put_str(body, "{}");
       put_u64(body, 17);
       return write(p / "checkpoint.bin", checksummed(body));
     }
     if (name == "ck-fingerprint") {  // a well-formed checkpoint of other settings
-      put_str(body, "FP8EMU-CHECKPOINT-3");
+      put_str(body, "FP8EMU-CHECKPOINT-4");
       put_str(body, "{\"other\":1}");
       put_u64(body, 0);
       body.insert(body.end(), {0, 0, 0, 0, 0});  // current run 0, no state

@@ -384,20 +384,22 @@ TEST_CASE("corrupt checkpoints and mismatched resumes give clear errors", "[cli]
   CHECK(r.code == 2);
   CHECK(r.output.find("no checkpoint to resume from") != std::string::npos);
   CHECK(!fs::exists(none));  // nothing created
-  // A checkpoint of format 1 (before data parallelism): its magic string and a valid CRC.
-  const fs::path old_format = scratch("ck-v1");
-  fs::create_directories(old_format);
-  const std::string magic = "FP8EMU-CHECKPOINT-1";
-  std::vector<std::uint8_t> v1(8, 0);
-  v1[0] = std::uint8_t(magic.size());
-  v1.insert(v1.end(), magic.begin(), magic.end());
-  const std::uint32_t crc = std::uint32_t(crc32(0L, v1.data(), uInt(v1.size())));
-  for (int i = 0; i < 4; ++i) v1.push_back(std::uint8_t(crc >> (8 * i)));
-  fp8emu::testing::write_plain((old_format / "checkpoint.bin").string(), v1);
-  r = run("train" + flags + " --resume " + old_format.string());
-  CHECK(r.code == 2);
-  CHECK(r.output.find("written by another fp8emu version (format FP8EMU-CHECKPOINT-1; this one reads "
-                      "FP8EMU-CHECKPOINT-3), so it cannot be resumed") != std::string::npos);
+  // Checkpoints of format 1 (before data parallelism) and 3 (before train and train-lm shared their
+  // log and state layout): the magic string and a valid CRC.
+  for (const std::string magic : {"FP8EMU-CHECKPOINT-1", "FP8EMU-CHECKPOINT-3"}) {
+    const fs::path old_format = scratch("ck-v" + magic.substr(magic.size() - 1));
+    fs::create_directories(old_format);
+    std::vector<std::uint8_t> v1(8, 0);
+    v1[0] = std::uint8_t(magic.size());
+    v1.insert(v1.end(), magic.begin(), magic.end());
+    const std::uint32_t crc = std::uint32_t(crc32(0L, v1.data(), uInt(v1.size())));
+    for (int i = 0; i < 4; ++i) v1.push_back(std::uint8_t(crc >> (8 * i)));
+    fp8emu::testing::write_plain((old_format / "checkpoint.bin").string(), v1);
+    r = run("train" + flags + " --resume " + old_format.string());
+    CHECK(r.code == 2);
+    CHECK(r.output.find("written by another fp8emu version (format " + magic +
+                        "; this one reads FP8EMU-CHECKPOINT-4), so it cannot be resumed") != std::string::npos);
+  }
 }
 
 TEST_CASE("data-parallel shards on one process: thread-independent, amax group matters, bad flags",

@@ -250,7 +250,7 @@ TEST_CASE("train-lm --resume: a checkpoint magic with a newline gives one escape
   INFO(r.output);
   CHECK(r.code != 0);
   CHECK(r.output.find("written by another fp8emu version (format FP8EMU-LM-CHECKPOINT-\\n; this one reads "
-                      "FP8EMU-LM-CHECKPOINT-3)") != std::string::npos);
+                      "FP8EMU-LM-CHECKPOINT-4)") != std::string::npos);
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }
 
