@@ -439,6 +439,7 @@ class LmJob : public common::Job<Codec> {
     for (const scaling::Recipe& r : rs.select(cfg.recipe))
       runs_.push_back({std::string("fp8_") + scaling::recipe_name(r), nn::Precision::kFp8, r});
     for (const RunSpec& r : runs_) scaling::validate(r.recipe);
+    common::check_run_config(cfg);
     FP8EMU_CHECK(cfg.steps >= 1, "--steps must be >= 1, got ", cfg.steps);
     FP8EMU_CHECK(cfg.batch_size >= 1 && cfg.batch_size <= kMaxDim, "--batch-size must be in [1, ", kMaxDim, "], got ",
                  cfg.batch_size);
@@ -449,13 +450,10 @@ class LmJob : public common::Job<Codec> {
                  cfg.heads);
     FP8EMU_CHECK(cfg.layers >= 1 && cfg.layers <= 64, "--layers must be in [1, 64], got ", cfg.layers);
     FP8EMU_CHECK(cfg.ffn >= 1 && cfg.ffn <= 4 * kMaxDim, "--ffn must be in [1, ", 4 * kMaxDim, "], got ", cfg.ffn);
-    FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
     FP8EMU_CHECK(cfg.eval_every >= 1, "--eval-every must be >= 1, got ", cfg.eval_every);
     FP8EMU_CHECK(cfg.eval_batches >= 1 && cfg.eval_batches <= 1000, "--eval-batches must be in [1, 1000]");
     check_val_fraction(cfg.val_fraction);
     FP8EMU_CHECK(cfg.sample_chars >= 0 && cfg.sample_chars <= 100000, "--sample-chars must be in [0, 100000]");
-    FP8EMU_CHECK(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be in [0, 1024]");
-    FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
     FP8EMU_CHECK(cfg.dp_shards <= cfg.batch_size, "--dp-shards ", cfg.dp_shards, " exceeds --batch-size ",
                  cfg.batch_size, ": every shard needs at least one sequence of a batch");
     {

@@ -6,15 +6,18 @@
 #include <string>
 #include <vector>
 
-#include "fp8emu/scaling/recipe.hpp"
+#include "common/run_config.hpp"
 
 namespace fp8emu::experiments {
 
-struct TrainLmConfig {
+/// The experiment's settings: the shared training flags (common::RunConfig, as `fp8emu train`
+/// takes them; --checkpoint-every in steps, --backend per layer l<i>.qkv, l<i>.proj, l<i>.fc1,
+/// l<i>.fc2, head) and its own.
+struct TrainLmConfig : common::RunConfig {
+  TrainLmConfig() : RunConfig(3e-3f) {}
   /// A text file, or a folder whose regular files (sorted by name, `.dat` index files and
   /// symbolic links skipped) are concatenated. Default: Debian's `fortunes` package.
   std::string text = "/usr/share/games/fortunes";
-  std::string out_dir;         ///< Empty: results/lm-<timestamp>.
   int steps = 1200;            ///< Optimizer steps per run.
   int batch_size = 16;         ///< Sequences per step.
   int seq_len = 64;            ///< Tokens per sequence.
@@ -25,19 +28,6 @@ struct TrainLmConfig {
   std::string norm = "layernorm";        ///< "layernorm" | "rmsnorm".
   std::string mlp_activation = "gelu";   ///< "gelu" | "swiglu".
   std::string activation_dtype = "fp32"; ///< "fp32" | "bf16" (TE's usual activations).
-  std::string recipe = "delayed";        ///< "delayed", "current", "mxfp8", "block" or "all".
-  std::string format;                    ///< "hybrid"/"e4m3"; empty: each recipe's TE default.
-  /// Every recipe's parameters (TE's defaults), as `fp8emu train` takes them (--margin,
-  /// --amax-history-len, ...); --format and --recipe then pick from this set.
-  scaling::RecipeSet recipes;
-  std::string accumulation = "hopper";   ///< As `fp8emu train`.
-  /// Where the FP8 Linears run: emulated | cuda | reference, for all or per layer
-  /// ("l0.qkv=reference,l1.fc2=cuda"); layers l<i>.qkv, l<i>.proj, l<i>.fc1, l<i>.fc2, head.
-  std::string backend = "emulated";
-  bool strict = false;
-  /// As `fp8emu train --resident`: "auto" (the GPU when every layer runs on cuda with one shard),
-  /// "on" (also the CPU with emulated layers: the same step program), "off". Same results.
-  std::string resident = "auto";
   /// Per-layer recipe of the FP8 runs, "l0.fc1=current,head=delayed" (names as --backend); layers
   /// not named use the run's recipe.
   std::string layer_recipe;
@@ -46,30 +36,14 @@ struct TrainLmConfig {
   /// The LM head runs FP32 unless this is set (TE practice: first and last layers stay in higher
   /// precision); per-layer --backend can still choose for it when set.
   bool fp8_head = false;
-  /// Also train a BF16 run ("bf16", after "fp32"): every Linear, the head included, in
-  /// nn::Precision::kBf16 (operands and outputs in bf16, fp32 accumulation), as a bf16 autocast
-  /// runs them; the speed baseline FP8 is measured against (`fp8emu bench gpu`).
-  bool bf16_baseline = false;
-  float lr = 3e-3f;
-  std::uint64_t seed = 1;
   int eval_every = 100;        ///< Validation loss every N steps (and at the end).
   int eval_batches = 8;        ///< Fixed validation batches (same for every run).
   double val_fraction = 0.1;   ///< The last fraction of the corpus is the validation split.
   int sample_chars = 300;      ///< Length of the sample generated per run (temperature 0.8).
-  int threads = 0;
-  int checkpoint_every = 0;    ///< Steps between checkpoints (0: none).
-  std::string resume;          ///< Continue from <dir>/checkpoint.bin.
-  bool progress = true;
   /// false: the training steps alone, for benchmarks (`fp8emu bench gpu`): no validation loss,
   /// layers.csv rows, FP32 twins or sample (metrics.csv has its header only; summary.json's losses are
   /// 0). A non-finite training loss still ends the run as diverged. Not a command-line flag.
   bool evaluate = true;
-  /// Data parallelism (docs/data-parallel.md): each batch of sequences is cut into this many fixed
-  /// shards, each with its own casts and quantizer state, combined in shard order; `mpirun -np N`
-  /// (N dividing it) spreads them over N ranks with bit-identical results for every N.
-  int dp_shards = 1;
-  /// Delayed scaling's amax-reduction group over the shards: "dp", "none" or "group=K".
-  std::string amax_reduction = "dp";
 };
 
 struct LmRunResult {

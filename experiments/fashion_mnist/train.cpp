@@ -43,7 +43,6 @@ using common::fmt_scale;
 using common::frac;
 constexpr int kEvalBatch = 1000;
 constexpr int kMaxWidth = 1 << 16;
-constexpr int kMaxThreads = 1024;
 
 
 // The test set in batches of kEvalBatch; batch k is evaluated by shard k mod S (with that shard's
@@ -425,15 +424,12 @@ class TrainJob : public common::Job<Codec> {
     }
     recipes_ = cfg.recipes.select(cfg.recipe);
     cfg.recipes.validate();  // every recipe's parameters, whichever recipes run
-    FP8EMU_CHECK(std::isfinite(cfg.lr) && cfg.lr > 0.0f, "--lr must be positive and finite, got ", cfg.lr);
+    common::check_run_config(cfg);
     FP8EMU_CHECK(cfg.epochs >= 1, "--epochs must be >= 1, got ", cfg.epochs);
     FP8EMU_CHECK(cfg.batch_size >= 1, "--batch-size must be >= 1, got ", cfg.batch_size);
     FP8EMU_CHECK(cfg.train_samples >= 1, "--train-samples must be >= 1, got ", cfg.train_samples);
     FP8EMU_CHECK(cfg.test_samples >= 1, "--test-samples must be >= 1, got ", cfg.test_samples);
-    FP8EMU_CHECK(cfg.threads >= 0, "--threads must be >= 0, got ", cfg.threads);
-    FP8EMU_CHECK(cfg.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", cfg.checkpoint_every);
     for (int h : cfg.hidden) FP8EMU_CHECK(h >= 1 && h <= kMaxWidth, "--hidden sizes must be in [1, ", kMaxWidth, "], got ", h);
-    FP8EMU_CHECK(cfg.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", cfg.threads);
     common::DataParallel& dp = make_data_parallel(cfg.dp_shards, cfg.amax_reduction);
     set_.activation = nn::parse_activation(cfg.activation);
     set_.accumulation = emu::parse_accumulation(cfg.accumulation);

@@ -1,0 +1,84 @@
+// The flags of the training commands (see run_flags.hpp).
+#include "run_flags.hpp"
+
+#include <memory>
+#include <string>
+
+#include "commands.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+
+namespace fp8emu::cli {
+
+std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfig& cfg, const RunFlagWords& words) {
+  struct Named {
+    std::string algo = "max", mx_rule = "te";
+    bool unfused = false, quiet = false;
+  };
+  auto n = std::make_shared<Named>();
+  scaling::RecipeSet& recipes = cfg.recipes;
+  auto& delayed = recipes.get<scaling::DelayedScaling>();
+  auto& current = recipes.get<scaling::CurrentScaling>();
+  cmd->add_option("--out", cfg.out_dir, "Output folder (default " + words.out_default + ")");
+  cmd->add_option("--resume", cfg.resume,
+                  "Continue the interrupted run whose checkpoint.bin is in this folder (same flags as that run)");
+  cmd->add_option("--seed", cfg.seed, "Seed of the initial weights and the batches")->capture_default_str();
+  cmd->add_option("--threads", cfg.threads, "OpenMP threads (0: OpenMP default)")->capture_default_str();
+  cmd->add_option("--recipe", cfg.recipe, "FP8 recipe: " + recipe_list() + ", or all (FP32 and every recipe)")
+      ->capture_default_str();
+  cmd->add_option("--format", cfg.format,
+                  "FP8 formats for every recipe: hybrid (E4M3 fwd, E5M2 bwd) or e4m3 "
+                  "(default: TE's per recipe, hybrid for delayed/current, e4m3 for mxfp8/block)");
+  cmd->add_option("--amax-history-len", delayed.amax_history_len, "Delayed scaling amax_history_len")
+      ->capture_default_str();
+  cmd->add_option("--amax-compute-algo", n->algo, "Delayed scaling amax_compute_algo: max or most_recent")
+      ->capture_default_str();
+  cmd->add_option("--margin", delayed.margin, "Delayed scaling margin")->capture_default_str();
+  cmd->add_flag("--unfused-update", n->unfused, "Delayed scaling: TE's unfused (Python) update path");
+  cmd->add_flag("--pow2", current.use_power_2_scales, "Current scaling: power-of-2 scales");
+  cmd->add_option("--amax-epsilon", current.amax_epsilon, "Current and block scaling amax_epsilon")
+      ->capture_default_str();
+  cmd->add_flag("--block-f32-scales", recipes.get<scaling::Float8BlockScaling>().use_f32_scales,
+                "Block scaling: plain fp32 scales instead of powers of 2");
+  cmd->add_option("--mxfp8-rule", n->mx_rule, "MXFP8 E8M0 scale rule: te (round up) or ocp (floor)")
+      ->capture_default_str();
+  cmd->add_option("--accumulation", cfg.accumulation,
+                  "FP8 GEMM accumulation (delayed/current): " + emu::accumulation_names() + " (TE's fast/split wrappers)")
+      ->capture_default_str();
+  cmd->add_option("--backend", cfg.backend,
+                  "Where the Linear layers run: emulated, cuda (falls back to emulated without a usable GPU) or "
+                  "reference (FP32); for all layers or per layer, e.g. " + words.layer_example)
+      ->capture_default_str();
+  cmd->add_flag("--strict", cfg.strict, "With --backend cuda: fail instead of falling back to the emulator");
+  cmd->add_option("--resident", cfg.resident,
+                  "Keep each run's model and optimizer state on the device between steps: auto (on the GPU when "
+                  "every layer runs on cuda), on (also on the CPU with --backend emulated: the same step program), "
+                  "off. Same results")
+      ->capture_default_str();
+  cmd->add_flag("--bf16", cfg.bf16_baseline,
+                "Also train a BF16 run (every Linear with bf16 operands and outputs, fp32 accumulation), the "
+                "baseline FP8 is measured against");
+  cmd->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
+  cmd->add_option("--checkpoint-every", cfg.checkpoint_every,
+                  "Write <out>/checkpoint.bin every N " + words.step + " and at the end of each run (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--dp-shards", cfg.dp_shards,
+                  "Data parallelism: cut " + words.batch + " into S fixed shards (each with its own casts and "
+                  "scales); mpirun -np N with N dividing S gives the same bits for every N")
+      ->capture_default_str();
+  cmd->add_option("--amax-reduction", cfg.amax_reduction,
+                  "Delayed scaling's amax-reduction group over the shards: dp (all, TE's default), none (each "
+                  "shard its own amax and scale) or group=K (K consecutive shards)")
+      ->capture_default_str();
+  cmd->add_flag("--quiet", n->quiet, "No progress output");
+  return [n, &cfg] {
+    scaling::RecipeSet& r = cfg.recipes;
+    auto& d = r.get<scaling::DelayedScaling>();
+    d.fused_update = !n->unfused;
+    d.amax_compute_algo = scaling::parse_amax_compute_algo(n->algo, "--amax-compute-algo");
+    r.get<scaling::Float8BlockScaling>().amax_epsilon = r.get<scaling::CurrentScaling>().amax_epsilon;
+    r.get<scaling::MXFP8BlockScaling>().rule = scaling::parse_e8m0_rule(n->mx_rule, "--mxfp8-rule");
+    cfg.progress = !n->quiet;
+  };
+}
+
+}  // namespace fp8emu::cli
