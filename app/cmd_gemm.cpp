@@ -55,14 +55,14 @@ std::vector<std::uint8_t> operand(const io::NpyArray& a, const std::string& path
 int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
   try {
     const Format fa = parse_format(o.format_a, "--format-a"), fb = parse_format(o.format_b, "--format-b");
-    FP8EMU_CHECK(o.layout == "tn" || o.layout == "nn", "unknown --layout '", o.layout, "' (accepted: tn, nn)");
+    const emu::GemmLayout layout = emu::parse_gemm_layout(o.layout, "--layout");
     const emu::GemmAccumulation acc{emu::parse_accumulation(o.accumulation), o.promotion, o.split_k};
     const io::NpyArray A = io::read_npy(o.a), B = io::read_npy(o.b);
     float sa = o.scale_inv_a, sb = o.scale_inv_b;
     std::vector<std::uint8_t> qa = operand(A, o.a, fa, sa, out), qb = operand(B, o.b, fb, sb, out);
     const std::size_t M = A.shape[0], K = A.shape[1];
     std::size_t N = 0;
-    if (o.layout == "tn") {
+    if (layout == emu::GemmLayout::kTn) {
       FP8EMU_CHECK(B.shape[1] == K, "shape mismatch: A is [", M, ", ", K, "], B is [", B.shape[0], ", ",
                    B.shape[1], "]; the tn layout needs B as [N, ", K, "]");
       N = B.shape[0];
@@ -119,7 +119,7 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
     D.data.resize(M * N * D.itemsize());
     emu::gemm_fp8_tn(int(M), int(N), int(K), qa.data(), fa, sa, qb.data(), fb, sb, acc, ep, D.data.data());
     io::write_npy(o.out, D);
-    out << "D = A" << (o.layout == "tn" ? " B^T" : " B") << ": [" << M << ", " << N << "], K = " << K << ", "
+    out << "D = A" << (layout == emu::GemmLayout::kTn ? " B^T" : " B") << ": [" << M << ", " << N << "], K = " << K << ", "
         << emu::to_string(acc.model)
         << (acc.promotion_interval ? " promoted every " + std::to_string(acc.promotion_interval) : std::string(" fast"))
         << (acc.split_k > 1 ? ", split-K " + std::to_string(acc.split_k) : std::string()) << ", " << o.output << " written to " << o.out << "; amax of D " << amax_d << "\n";

@@ -10,6 +10,7 @@
 #include "fp8emu/core/epilogue.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/util/enum_names.hpp"
 #include "fp8emu/util/error.hpp"
 #include "gemm_kernel.hpp"
 #include "gemm_tensor_core.hpp"
@@ -24,6 +25,12 @@ Accumulation parse_accumulation(const std::string& s) {
 }
 
 const char* to_string(Accumulation a) { return model_of(a).name; }
+
+namespace {
+constexpr EnumName<GemmLayout> kLayoutNames[] = {{GemmLayout::kTn, "tn"}, {GemmLayout::kNn, "nn"}};
+}  // namespace
+
+GemmLayout parse_gemm_layout(const std::string& s, const char* what) { return parse_enum(kLayoutNames, s, what); }
 
 std::string accumulation_names() {
   std::string out;

@@ -194,10 +194,14 @@ nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a,
   if (!is_fp8(fa) || !is_fp8(fb))
     value_error(fn, "gemm takes OCP FP8 operands (e4m3fn, e5m2); got format_a " + std::string(format_name(fa)) +
                         ", format_b " + format_name(fb));
-  if (layout != "tn" && layout != "nn") value_error(fn, "unknown layout '" + layout + "' (accepted: tn, nn)");
+  bool tn = true;
+  try {
+    tn = emu::parse_gemm_layout(layout, "layout") == emu::GemmLayout::kTn;
+  } catch (const fp8emu::Error& e) {
+    value_error(fn, e.what());
+  }
   const std::int64_t M = std::int64_t(a.shape(0)), K = std::int64_t(a.shape(1));
   const std::int64_t b0 = std::int64_t(b.shape(0)), b1 = std::int64_t(b.shape(1));
-  const bool tn = layout == "tn";
   if ((tn ? b1 : b0) != K)
     value_error(fn, "shape mismatch: a is " + shape_text(shape_of(a)) + ", b is " + shape_text(shape_of(b)) +
                         "; layout '" + layout + "' needs b as " +

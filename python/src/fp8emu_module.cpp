@@ -163,12 +163,11 @@ float host_gemm(const Array& a, const Array& b, const std::string& format_a, con
     throw nb::value_error(("gemm takes OCP FP8 operands (e4m3fn, e5m2); got format_a " + std::string(format_name(fa)) +
                            ", format_b " + format_name(fb))
                               .c_str());
-  if (layout != "tn" && layout != "nn")
-    throw nb::value_error(("unknown layout '" + layout + "' (accepted: tn, nn)").c_str());
+  const bool tn = emu::parse_gemm_layout(layout, "layout") == emu::GemmLayout::kTn;
   const std::int64_t M = std::int64_t(a.shape(0)), K = std::int64_t(a.shape(1));
   const std::int64_t b0 = std::int64_t(b.shape(0)), b1 = std::int64_t(b.shape(1));
   std::int64_t N = 0;
-  if (layout == "tn") {
+  if (tn) {
     if (b1 != K)
       throw nb::value_error(("shape mismatch: a is (" + std::to_string(M) + ", " + std::to_string(K) + "), b is (" +
                              std::to_string(b0) + ", " + std::to_string(b1) +
@@ -228,7 +227,7 @@ float host_gemm(const Array& a, const Array& b, const std::string& format_a, con
   void* d = out.data();
   nb::gil_scoped_release release;
   std::vector<std::uint8_t> bt;
-  if (layout == "nn") {
+  if (!tn) {
     bt.resize(std::size_t(K) * std::size_t(N));
     emu::transpose(int(K), int(N), pb, bt.data());
     pb = bt.data();

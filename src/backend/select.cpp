@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "fp8emu/backend/device.hpp"
+#include "fp8emu/util/enum_names.hpp"
 #include "fp8emu/util/error.hpp"
 
 #if defined(FP8EMU_HAVE_CUDA)
@@ -15,21 +16,14 @@
 
 namespace fp8emu::backend {
 
-Kind parse_kind(const std::string& s) {
-  if (s == "reference") return Kind::kReference;
-  if (s == "emulated") return Kind::kEmulated;
-  if (s == "cuda") return Kind::kCuda;
-  FP8EMU_FAIL("unknown backend '", s, "' (expected reference, emulated or cuda)");
-}
+namespace {
+constexpr EnumName<Kind> kKindNames[] = {
+    {Kind::kReference, "reference"}, {Kind::kEmulated, "emulated"}, {Kind::kCuda, "cuda"}};
+}  // namespace
 
-const char* to_string(Kind k) {
-  switch (k) {
-    case Kind::kReference: return "reference";
-    case Kind::kEmulated: return "emulated";
-    case Kind::kCuda: return "cuda";
-  }
-  return "?";
-}
+Kind parse_kind(const std::string& s) { return parse_enum(kKindNames, s, "backend"); }
+
+const char* to_string(Kind k) { return enum_name(kKindNames, k); }
 
 bool CudaStatus::usable() const {
   if (!built) return false;

@@ -49,6 +49,12 @@ const char* to_string(Accumulation a);
 /// The accepted names, comma-separated, in table order (for help texts and errors).
 std::string accumulation_names();
 
+/// The operand layout of an FP8 GEMM: TN, D = A B^T with B as [N, K] (the only layout Hopper's and
+/// Ada's FP8 GEMMs take), or NN, D = A B with B as [K, N] (transposed to TN first, an exact copy).
+enum class GemmLayout : std::uint8_t { kTn, kNn };
+/// "tn" | "nn". \throws fp8emu::Error "unknown <what> '<s>' (accepted: tn, nn)".
+GemmLayout parse_gemm_layout(const std::string& s, const char* what);
+
 /// An accumulation model plus the GEMM-level wrappers: promotion and split-K (see the file comment).
 struct GemmAccumulation {
   Accumulation model = Accumulation::kFp32;
