@@ -274,27 +274,17 @@ LmLog train_one(const Context& ctx, const RunSpec& run, common::DataParallel& dp
       if (!evaluates && (step == cfg.steps || !std::isfinite(loss) || checkpoints)) to_host();
     } else {
       // Each shard: its sequences' forward, the loss over the whole batch's tokens, backward.
-      std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
-      std::vector<bool> has_rows(static_cast<std::size_t>(S));
-      for (int sh = 0; sh < S; ++sh) has_rows[std::size_t(sh)] = dp.rows(cfg.batch_size, sh).count() > 0;
-      dp.for_each_shard([&](int sh) {
-        const common::Rows r = dp.rows(cfg.batch_size, sh);
-        if (r.count() == 0) return;
+      const double total = dp.step(cfg.batch_size, [&](int sh, common::Rows r) {
         const Batch batch = window_batch(
             ctx.corpus.train, std::vector<std::size_t>(starts.begin() + r.begin, starts.begin() + r.end), cfg.seq_len);
         Matrix logits, dlogits;
         model.forward(batch.input, cfg.seq_len, logits, true);
-        totals[std::size_t(sh - dp.first_shard())] = nn::softmax_cross_entropy_sum(logits, batch.target, &dlogits, rows);
+        const double shard_loss = nn::softmax_cross_entropy_sum(logits, batch.target, &dlogits, rows);
         model.backward(dlogits);
-        dp.keep_gradients(sh);
         if (sh == 0)
           for (std::size_t i = 0; i < lins.size(); ++i) shard0_dy_scale[i] = lins[i]->last_scale_grad_output();
+        return shard_loss;
       });
-      // TE's update points with the amax reduction (forward scales at autocast exit, backward ones
-      // after the backward; the backward never reads the forward scales, so both are updated here).
-      dp.update_scales();
-      dp.reduce_gradients(has_rows);
-      const double total = dp.sum_shards(totals, &has_rows)[0];
       loss = total / double(rows);
       opt.step(params);
       add_step_seconds(log, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());

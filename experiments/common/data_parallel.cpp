@@ -206,6 +206,21 @@ void DataParallel::update_scales() {
   }
 }
 
+double DataParallel::step(int batch_rows, const std::function<double(int shard, Rows rows)>& shard_step) {
+  std::vector<double> totals(std::size_t(local_shards()), 0.0);
+  std::vector<bool> has_rows(static_cast<std::size_t>(shards_));
+  for (int sh = 0; sh < shards_; ++sh) has_rows[std::size_t(sh)] = rows(batch_rows, sh).count() > 0;
+  for_each_shard([&](int sh) {
+    const Rows r = rows(batch_rows, sh);
+    if (r.count() == 0) return;
+    totals[std::size_t(sh - first_shard())] = shard_step(sh, r);
+    keep_gradients(sh);
+  });
+  update_scales();
+  reduce_gradients(has_rows);
+  return sum_shards(totals, &has_rows)[0];
+}
+
 std::vector<double> DataParallel::gather_shards(const std::vector<double>& local) const {
   FP8EMU_CHECK(local.size() % std::size_t(local_shards()) == 0, "data parallel: values per shard do not divide");
   return group_.allgather(local);

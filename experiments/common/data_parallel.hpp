@@ -96,6 +96,16 @@ class DataParallel {
   /// every layer's forward and backward scales are updated (Linear::update_*_scales).
   void update_scales();
 
+  /// Collective. One training step of a batch of `batch_rows` rows cut into the shards: for every
+  /// shard of this rank that has rows, in shard order with its quantizer states, `shard_step(shard,
+  /// rows)` runs that shard's forward and backward and returns its summed loss; then its gradients
+  /// are kept, TE's scale update runs with the amax reduction (update_scales: the forward scales at
+  /// autocast exit and the backward ones after the backward; the backward never reads the forward
+  /// scales, so both are updated here) and the gradients are reduced (reduce_gradients).
+  /// \return the batch's summed loss: the shards' sums added in shard order (sum_shards), the same
+  ///         bits for every rank count. The optimizer step is the caller's.
+  double step(int batch_rows, const std::function<double(int shard, Rows rows)>& shard_step);
+
   /// Collective. `local` holds k values per shard of this rank (in shard order); returns the S * k
   /// values of every shard in shard order.
   std::vector<double> gather_shards(const std::vector<double>& local) const;

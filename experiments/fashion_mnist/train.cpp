@@ -188,28 +188,17 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
         progress.batch(b + 1, loss_sum / (b + 1));
         continue;
       }
-      std::vector<double> totals(std::size_t(dp.local_shards()), 0.0);
-      std::vector<bool> has_rows(static_cast<std::size_t>(S));
-      for (int sh = 0; sh < S; ++sh) has_rows[std::size_t(sh)] = dp.rows(cnt, sh).count() > 0;
-      dp.for_each_shard([&](int sh) {
-        const common::Rows r = dp.rows(cnt, sh);
-        if (r.count() == 0) return;
+      const double total = dp.step(cnt, [&](int sh, common::Rows r) {
         gather(train, order, begin + std::size_t(r.begin), r.count(), x, y);
         model.forward(x, logits, true);
-        totals[std::size_t(sh - dp.first_shard())] = nn::softmax_cross_entropy_sum(logits, y, &dlogits, cnt);
+        const double shard_loss = nn::softmax_cross_entropy_sum(logits, y, &dlogits, cnt);
         model.backward(dlogits);
-        dp.keep_gradients(sh);
         if (sh == 0)
           for (std::size_t l = 0; l < model.layers.size(); ++l)
             shard0_scales[l] = {model.layers[l].last_scale_input(), model.layers[l].last_scale_weight(),
                                 model.layers[l].last_scale_grad_output()};
+        return shard_loss;
       });
-      // TE's update points (autocast exit: forward scales; after the backward: backward scales),
-      // with the amax reduction before the roll. The backward never reads the forward scales, so
-      // updating both here gives the same bits as updating the forward ones before the backward.
-      dp.update_scales();
-      dp.reduce_gradients(has_rows);
-      const double total = dp.sum_shards(totals, &has_rows)[0];
       const double loss = total / double(cnt);
       opt.step(model);
       loss_sum += loss;
