@@ -25,8 +25,11 @@ accumulation in fprop (``promotion=0``), promoted to fp32 every 128 K-elements i
 128-block) accumulate in fp32 per block. Every cast rounds to nearest even and saturates
 (``__NV_SATFINITE``).
 
-Arrays: float32 NumPy arrays (or CPU DLPack arrays), C-contiguous; x is (rows, in_features), W
-(out_features, in_features), b (out_features,) or None. Results are new float32 NumPy arrays.
+Arrays: float32 NumPy arrays (or CPU DLPack arrays) in any layout (a strided host view is copied to
+C order; the results do not depend on it); x is (rows, in_features), W (out_features,
+in_features), b (out_features,) or None. Results are new float32 NumPy arrays. Every check
+(types, sides, shapes, the accumulation, the operands' modes and formats) runs before the first
+cast, so a call that raises leaves the quantizers' state as it was.
 
 The Linear's step is fp8emu's C++ program, not a Python composition: ``linear_forward`` and
 ``linear_backward`` run ``nn::fp8_linear_fprop`` / ``nn::fp8_linear_backward``
@@ -59,6 +62,10 @@ __all__ = ["LinearSaved", "linear_forward", "linear_backward", "bias_grad", "Lay
 def _f32_2d(x: Any, what: str) -> np.ndarray:
     if _cuda.is_cuda(x):  # the GPU path: the extension checks dtype, shape and layout where it reads x
         return x
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is not None and not isinstance(x, np.ndarray) and dev()[0] not in (1, 3):  # kDLCPU, kDLCUDAHost
+        raise TypeError(f"{what} is an array on DLPack device type {dev()[0]}; fp8emu.layers takes host arrays, "
+                        f"or CUDA arrays on fp8emu's GPU")
     a = np.asarray(x)
     if a.dtype != np.float32:
         raise TypeError(f"{what} has dtype {a.dtype}; it must be float32")
@@ -71,6 +78,42 @@ def _accumulation(q: Quantizer, accumulation: Optional[str]) -> str:
     if accumulation is not None:
         return accumulation
     return "hopper" if q.supports_accumulation_models else "fp32"
+
+
+def _int(v: Any, what: str) -> int:
+    """v as a C int, or ValueError naming it."""
+    i = int(v)
+    if not -2**31 <= i < 2**31:
+        raise ValueError(f"{what} {i} is out of range")
+    return i
+
+
+def _stream_args(x: Any) -> Tuple[int, str]:
+    """The stream and framework arguments of an extension entry for x: x's framework's current
+    stream for a CUDA array; none for a host array."""
+    return (_cuda.stream_handle(x, None), _cuda.framework_of(x)) if _cuda.is_cuda(x) else (0, "")
+
+
+def _f32_1d(v: Any, what: str) -> np.ndarray:
+    """A host float32 vector (any layout: copied to C order), or TypeError / ValueError naming it."""
+    a = np.asarray(v)
+    if a.dtype != np.float32:
+        raise TypeError(f"{what} has dtype {a.dtype}; it must be float32")
+    if a.ndim != 1:
+        raise ValueError(f"{what} has {a.ndim} dimensions; expected 1")
+    return np.ascontiguousarray(a)
+
+
+def _check_quantizer(q: Any, what: str) -> None:
+    if not isinstance(q, Quantizer):
+        raise TypeError(f"{what} must be an fp8emu.Quantizer, got {type(q).__name__}")
+
+
+def _same_side(arr: Any, on_gpu: bool, what: str) -> None:
+    """TypeError unless arr (not None) is on x's side: a CUDA array with CUDA x, a host one with host x."""
+    if arr is not None and _cuda.is_cuda(arr) != on_gpu:
+        raise TypeError(f"{what} must be a {'CUDA' if on_gpu else 'host'} array on x's device, as x "
+                        f"(got {type(arr).__name__} {'on the GPU' if _cuda.is_cuda(arr) else 'on the host'})")
 
 
 @dataclass
@@ -130,35 +173,39 @@ def linear_forward(
         TypeError: arrays that are not float32. ValueError: shapes that do not match, a model the
         recipe does not take.
     """
+    # Every check before the first cast records an amax: here the sides and types, in the extension
+    # the shapes, the accumulation and the operands' modes and formats (nn::check_fp8_linear_fprop).
+    _check_quantizer(fwd, "fwd")
     x = _f32_2d(x, "x")
-    # One side for everything, checked before any cast records an amax.
     on_gpu = _cuda.is_cuda(x)
-    if on_gpu and bias is not None and not _cuda.is_cuda(bias):
-        raise TypeError(f"bias must be a CUDA array on x's device when x is a CUDA array "
-                        f"(got {type(bias).__name__})")
-    w_side = weight_q.is_cuda if weight_q is not None else _cuda.is_cuda(weight)
-    if w_side != on_gpu:
-        what = "weight_q" if weight_q is not None else "weight"
-        raise TypeError(f"x is {'a CUDA' if on_gpu else 'a host'} array but {what} is "
-                        f"{'on the GPU' if w_side else 'on the host'}: pass both on one side")
-    w_q = weight_q if weight_q is not None else quantize_weight(weight, fwd)
-    if len(x.shape) != 2:
-        raise ValueError(f"x has {len(x.shape)} dimensions; expected 2")
-    if x.shape[1] != w_q.cols:
-        raise ValueError(f"x has {x.shape[1]} features; the weight takes {w_q.cols}")
-    acc = _accumulation(fwd, accumulation)
+    _same_side(bias, on_gpu, "bias")
+    if weight_q is not None:
+        if not isinstance(weight_q, QuantizedTensor):
+            raise TypeError(f"weight_q must be a QuantizedTensor (LinearSaved.w_q or quantize_weight), got "
+                            f"{type(weight_q).__name__}")
+        if weight_q.is_cuda != on_gpu:
+            raise TypeError(f"x is {'a CUDA' if on_gpu else 'a host'} array but weight_q is "
+                            f"{'on the GPU' if weight_q.is_cuda else 'on the host'}: pass both on one side")
+        w_arr = None
+    else:
+        if _cuda.is_cuda(weight) != on_gpu:
+            raise TypeError(f"x is {'a CUDA' if on_gpu else 'a host'} array but weight is "
+                            f"{'on the GPU' if _cuda.is_cuda(weight) else 'on the host'}: pass both on one side")
+        w_arr = _f32_2d(weight, "weight")
     if bias is not None and not on_gpu:
         b = np.asarray(bias)
-        if b.dtype != np.float32 or b.shape != (w_q.rows,):
-            raise ValueError(f"bias must be float32 ({w_q.rows},); got {b.dtype} {b.shape}")
+        if b.dtype != np.float32:
+            raise TypeError(f"bias has dtype {b.dtype}; it must be float32")
         bias = np.ascontiguousarray(b)
-    # The C++ step (nn::fp8_linear_fprop, the program nn::Linear runs) on x's device: the input cast,
-    # fprop GEMM and bias add.
-    stream = _cuda.stream_handle(x, None) if on_gpu else 0
-    framework = _cuda.framework_of(x) if on_gpu else ""
-    y, x_impl, x_stats = _fp8emu.linear_fprop(x, w_q._impl, bias, fwd._impl, bool(training), acc, int(promotion),
-                                              stream, framework)
+    acc = _accumulation(fwd, accumulation)
+    # The C++ step on x's device (the weight's cast when no weight_q is given, then
+    # nn::fp8_linear_fprop, the program nn::Linear runs: the input cast, fprop GEMM and bias add).
+    stream, framework = _stream_args(x)
+    y, x_impl, x_stats, w_new = _fp8emu.linear_fprop(x, w_arr, None if weight_q is None else weight_q._impl, bias,
+                                                     fwd._impl, bool(training), acc, _int(promotion, "promotion"),
+                                                     stream, framework)
     x_q = QuantizedTensor(x_impl, x_stats)
+    w_q = weight_q if w_new is None else QuantizedTensor(*w_new)
     saved = LinearSaved(x_q, w_q, int(x.shape[0]), w_q.cols, w_q.rows, acc) if training else None
     return y, saved
 
@@ -199,16 +246,18 @@ def linear_backward(
     Raises:
         TypeError: dy not float32. ValueError: dy's shape differs from the forward output.
     """
+    _check_quantizer(bwd, "bwd")
+    if not isinstance(saved, LinearSaved):
+        raise TypeError(f"saved must be the LinearSaved of a training linear_forward, got {type(saved).__name__} "
+                        f"(a forward with training=False saves nothing)")
     dy = _f32_2d(dy, "dy")
     if tuple(dy.shape) != (saved.rows, saved.out_features):
         raise ValueError(f"dy has shape {dy.shape}; the forward output was ({saved.rows}, {saved.out_features})")
     prom = promotion if saved.accumulation not in ("fp32", "exact") else 0
-    on_gpu = _cuda.is_cuda(dy)
     # The C++ step (nn::fp8_linear_backward) on dy's device: bias grad, grad_output cast, wgrad, dgrad.
     dx, dw, db, _ = _fp8emu.linear_backward(dy, saved.x_q._impl, saved.w_q._impl, bwd._impl, bool(need_dgrad),
-                                            bool(need_wgrad), saved.accumulation, int(prom),
-                                            _cuda.stream_handle(dy, None) if on_gpu else 0,
-                                            _cuda.framework_of(dy) if on_gpu else "")
+                                            bool(need_wgrad), saved.accumulation, _int(prom, "promotion"),
+                                            *_stream_args(dy))
     return dx, dw, db
 
 
@@ -217,12 +266,6 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
     import ml_dtypes
 
     return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
-
-
-def _stream_args(x: Any) -> Tuple[int, str]:
-    """The stream and framework arguments of an extension entry for x: x's framework's current
-    stream for a CUDA array; none for a host array."""
-    return (_cuda.stream_handle(x, None), _cuda.framework_of(x)) if _cuda.is_cuda(x) else (0, "")
 
 
 @dataclass
@@ -285,10 +328,14 @@ def layernorm_linear_forward(
     Raises:
         TypeError, ValueError: as :func:`linear_forward`; an unknown normalization.
     """
+    _check_quantizer(fwd, "fwd")
     x = _f32_2d(x, "x")
-    if not _cuda.is_cuda(x):
-        ln_weight = np.ascontiguousarray(ln_weight, np.float32)
-        ln_bias = None if ln_bias is None else np.ascontiguousarray(ln_bias, np.float32)
+    on_gpu = _cuda.is_cuda(x)
+    for arr, what in ((ln_weight, "ln_weight"), (ln_bias, "ln_bias"), (weight, "weight"), (bias, "bias")):
+        _same_side(arr, on_gpu, what)
+    if not on_gpu:
+        ln_weight = _f32_1d(ln_weight, "ln_weight")
+        ln_bias = None if ln_bias is None else _f32_1d(ln_bias, "ln_bias")
     # The norm in C++ on x's device (Device::norm_forward: nn::Norm's arithmetic), its output rounded
     # to bf16 there when the quantizer reads the bf16 copy.
     ln, xhat, rsigma, gamma = _fp8emu.norm_forward(x, ln_weight, ln_bias, normalization, float(eps),
@@ -317,7 +364,13 @@ def layernorm_linear_backward(
         ``(dx, d_ln_weight, d_ln_bias, dW, db)``: float32 (rows, in), (in,), (in,) (zeros for
         RMSNorm), (out, in) or None, (out,).
     """
+    _check_quantizer(bwd, "bwd")
+    if not isinstance(saved, LayerNormSaved):
+        raise TypeError(f"saved must be the LayerNormSaved of a training layernorm_linear_forward, got "
+                        f"{type(saved).__name__}")
     if grad_ln_out is not None:  # checked before the cast records dy's amax
+        if not _cuda.is_cuda(grad_ln_out):
+            grad_ln_out = np.asarray(grad_ln_out)
         if _cuda.is_cuda(grad_ln_out) != _cuda.is_cuda(dy):
             raise TypeError(f"grad_ln_out must be a {'CUDA' if _cuda.is_cuda(dy) else 'host'} array on dy's device "
                             f"(got {type(grad_ln_out).__name__})")

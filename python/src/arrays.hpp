@@ -134,10 +134,17 @@ inline Format format_of(const std::string& name, const char* what) {
 }
 
 
-/// fp8emu.Quantizer's extension object: one direction's scaling::Quantizer of a recipe.
+/// fp8emu.Quantizer's extension object: one direction's scaling::Quantizer of a recipe, and the
+/// Python callables its recipe's hooks hold (TE's amax_compute_algo and scaling_factor_compute_algo),
+/// which the garbage collector sees through the type's traverse and clear slots.
 struct PyQuantizer {
   std::unique_ptr<scaling::Quantizer> q;
+  std::vector<std::shared_ptr<nb::object>> callables;
 };
+
+/// The Python callables a recipe record's hooks hold (python/src/recipe_records.cpp): the shared
+/// references its quantizers' copies of the hooks call.
+std::vector<std::shared_ptr<nb::object>> recipe_callables(const scaling::Recipe& recipe);
 
 /// A cast's counts as Python sees them (QuantizedTensor.stats): count, saturated, underflow, nan.
 inline nb::dict counts_dict(const emu::QuantizeStats& st) {
@@ -154,9 +161,9 @@ inline nb::dict counts_dict(const emu::QuantizeStats& st) {
 void bind_layer_steps(nb::module_& m);
 /// Their GPU halves (python/src/cuda_recipes.cpp): the same step on backend::cuda_device() for CUDA
 /// arrays; `fn` names the Python function in errors. Without CUDA or a usable GPU: TypeError.
-nb::tuple cuda_linear_fprop(const Array& x, nb::handle weight_q, std::optional<Array> bias, scaling::Quantizer& fwd,
-                            bool training, const emu::GemmAccumulation& acc, std::uintptr_t stream,
-                            const std::string& framework);
+nb::tuple cuda_linear_fprop(const Array& x, std::optional<Array> weight, nb::handle weight_q, std::optional<Array> bias,
+                            scaling::Quantizer& fwd, bool training, const emu::GemmAccumulation& acc,
+                            std::uintptr_t stream, const std::string& framework);
 nb::tuple cuda_linear_backward(const Array& dy, nb::handle x_q, nb::handle weight_q, scaling::Quantizer& bwd,
                                bool need_dgrad, bool need_wgrad, const emu::GemmAccumulation& acc,
                                std::uintptr_t stream, const std::string& framework);

@@ -88,18 +88,22 @@ nb::object cuda_gemm_tn(nb::handle a, scaling::Usage a_usage, nb::handle b, scal
 // fp8emu.layers' FP8 Linear step on CUDA arrays: nn::fp8_linear_fprop / fp8_linear_backward on
 // backend::cuda_device(), the program nn::Linear runs, with new CUDA arrays of `framework` for the
 // results and the input's (dy's) quantized tensor.
-nb::tuple cuda_linear_fprop(const Array& x, nb::handle weight_q, std::optional<Array> bias, scaling::Quantizer& fwd,
-                            bool training, const emu::GemmAccumulation& acc, std::uintptr_t stream,
-                            const std::string& framework) {
+nb::tuple cuda_linear_fprop(const Array& x, std::optional<Array> weight, nb::handle weight_q, std::optional<Array> bias,
+                            scaling::Quantizer& fwd, bool training, const emu::GemmAccumulation& acc,
+                            std::uintptr_t stream, const std::string& framework) {
   const char* fn = "fp8emu.layers.linear_forward";
   require_gpu(fn, "x");
 #ifdef FP8EMU_HAVE_CUDA
   const int device = device_f32(fn, x, "x", 2);
-  const CudaQuantized& w = cuda_operand(weight_q, fn, "weight_q");
-  same_device(fn, device, w.device, "weight_q");
-  const int rows = int(x.shape(0)), in = int(x.shape(1)), out = w.op.rows;
-  if (in != w.op.cols)
-    value_error(fn, "x has " + std::to_string(in) + " features; the weight takes " + std::to_string(w.op.cols));
+  const int rows = int(x.shape(0)), in = int(x.shape(1));
+  if (rows < 1 || in < 1) value_error(fn, "x has shape " + shape_text(shape_of(x)) + "; it needs rows and features");
+  if (weight_q.is_none() && !weight) value_error(fn, "give weight or weight_q");
+  if (weight_q.is_none()) same_device(fn, device, device_f32(fn, *weight, "weight", 2), "weight");
+  const CudaQuantized* given = weight_q.is_none() ? nullptr : &cuda_operand(weight_q, fn, "weight_q");
+  if (given) same_device(fn, device, given->device, "weight_q");
+  const int out = given ? given->op.rows : int(weight->shape(0));
+  const int w_in = given ? given->op.cols : int(weight->shape(1));
+  if (in != w_in) value_error(fn, "x has " + std::to_string(in) + " features; the weight takes " + std::to_string(w_in));
   const float* pb = nullptr;
   if (bias) {
     same_device(fn, device, device_f32(fn, *bias, "bias", 1), "bias");
@@ -109,32 +113,50 @@ nb::tuple cuda_linear_fprop(const Array& x, nb::handle weight_q, std::optional<A
   }
   require_device_gpu(fn, "x", device);
   DeviceScope scope(fn, device);
+  std::optional<CudaQuantized> wq_new;
+  if (!given)
+    wq_new = new_operand(fn, fwd, out, in, scaling::TensorRole::kWeight, scaling::Usage::kBoth, device, framework);
   CudaQuantized xq = new_operand(fn, fwd, rows, in, scaling::TensorRole::kInput,
                                  training ? scaling::Usage::kBoth : scaling::Usage::kRowwise, device, framework);
+  scaling::DeviceOperand& w_op = wq_new ? wq_new->op : const_cast<scaling::DeviceOperand&>(given->op);
+  try {
+    nn::check_fp8_linear_fprop(fwd, xq.op, rows, w_op, acc);  // every check before the first cast
+  } catch (const fp8emu::Error& e) {
+    value_error(fn, e.what());
+  }
   std::optional<OutArray> none;
   Output y = output_for(fn, none, device, {rows, out}, nb::dtype<float>(), false, framework);
   const float* px = static_cast<const float*>(x.data());
-  backend::CastCounters c{};
+  const float* pw = wq_new ? static_cast<const float*>(weight->data()) : nullptr;
+  backend::CastCounters c[2]{};
   on_device(fn, stream, nullptr, [&](const backend::Device& dev) {
-    backend::DeviceTensor<backend::CastCounters> counters(dev, 1, 1);
-    nn::fp8_linear_fprop(dev, fwd, px, rows, xq.op, w.op, pb, acc, static_cast<float*>(y.data), counters.get());
-    counters.download(&c);  // waits for the step
-    if (xq.op.mode == scaling::ScalingMode::kPerTensor) {
+    backend::DeviceTensor<backend::CastCounters> counters(dev, 1, 2);
+    if (wq_new) fwd.cast(dev, pw, out, in, scaling::TensorRole::kWeight, w_op, counters.get() + 1);
+    nn::fp8_linear_fprop(dev, fwd, px, rows, xq.op, w_op, pb, acc, static_cast<float*>(y.data), counters.get());
+    counters.download(c);  // waits for the step
+    for (scaling::DeviceOperand* op : {&xq.op, wq_new ? &wq_new->op : nullptr}) {
+      if (!op || op->mode != scaling::ScalingMode::kPerTensor) continue;
       float sc = 0.0f;
-      dev.download(&sc, xq.op.scale, sizeof(float));
-      xq.op.host_scale = sc;
-      xq.op.host_scale_inv = emu::scale_inv_of(sc);
+      dev.download(&sc, op->scale, sizeof(float));
+      op->host_scale = sc;
+      op->host_scale_inv = emu::scale_inv_of(sc);
     }
   });
-  const emu::QuantizeStats st = backend::stats_of(c);
-  nb::dict d;
-  d["count"] = st.count;
-  d["saturated"] = st.saturated;
-  d["underflow"] = st.underflow;
-  d["nan"] = st.nan;
-  return nb::make_tuple(y.result, nb::cast(std::move(xq)), d);
+  const auto counts = [](const backend::CastCounters& k) {
+    const emu::QuantizeStats st = backend::stats_of(k);
+    nb::dict d;
+    d["count"] = st.count;
+    d["saturated"] = st.saturated;
+    d["underflow"] = st.underflow;
+    d["nan"] = st.nan;
+    return d;
+  };
+  nb::object w_out = nb::none();
+  if (wq_new) w_out = nb::make_tuple(nb::cast(std::move(*wq_new)), counts(c[1]));
+  return nb::make_tuple(y.result, nb::cast(std::move(xq)), counts(c[0]), w_out);
 #else
-  (void)x, (void)weight_q, (void)bias, (void)fwd, (void)training, (void)acc, (void)stream, (void)framework;
+  (void)x, (void)weight, (void)weight_q, (void)bias, (void)fwd, (void)training, (void)acc, (void)stream,
+      (void)framework;
   return {};
 #endif
 }

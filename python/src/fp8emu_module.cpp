@@ -372,6 +372,26 @@ QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::stri
   return self.q->quantize(backend::cpu_device(), p, rows, cols, r, u, &stats);
 }
 
+// The garbage collector's view of a Quantizer: the Python callables its recipe's hooks hold (a
+// callable that refers back to its quantizer, or to a module holding it, makes a cycle only the
+// collector can break). Clearing drops them; the hooks then hold None.
+int quantizer_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  for (const auto& c : nb::inst_ptr<PyQuantizer>(self)->callables)
+    if (c && c->ptr()) Py_VISIT(c->ptr());
+  return 0;
+}
+int quantizer_clear(PyObject* self) {
+  if (!nb::inst_ready(self)) return 0;
+  for (auto& c : nb::inst_ptr<PyQuantizer>(self)->callables)
+    if (c) *c = nb::none();
+  return 0;
+}
+PyType_Slot kQuantizerSlots[] = {{Py_tp_traverse, (void*)quantizer_traverse},
+                                 {Py_tp_clear, (void*)quantizer_clear},
+                                 {0, nullptr}};
+
 void bind_recipes(nb::module_& m) {
   // One class for every scaling mode's storage: the attributes a mode does not have are None (NaN
   // for the per-tensor scales), as fp8emu.recipe.QuantizedTensor documents.
@@ -412,13 +432,15 @@ void bind_recipes(nb::module_& m) {
         return b ? (b->rowwise.block ? b->rowwise.block : b->columnwise.block) : 0;
       });
 
-  nb::class_<PyQuantizer>(m, "Quantizer", "One direction's casts of a recipe; see fp8emu.recipe.Quantizer.")
+  nb::class_<PyQuantizer>(m, "Quantizer", "One direction's casts of a recipe; see fp8emu.recipe.Quantizer.",
+                          nb::type_slots(kQuantizerSlots))
       .def("__init__",
            [](PyQuantizer* self, const scaling::Recipe& recipe, const std::string& direction) {
              if (direction != "forward" && direction != "backward")
                throw nb::value_error(("unknown direction '" + direction + "' (accepted: forward, backward)").c_str());
              new (self) PyQuantizer{scaling::make_quantizer(
-                 recipe, direction == "forward" ? Direction::kForward : Direction::kBackward)};
+                 recipe, direction == "forward" ? Direction::kForward : Direction::kBackward),
+                 recipe_callables(recipe)};
            },
            "recipe"_a, "direction"_a)
       .def_prop_ro("recipe", [](const PyQuantizer& q) { return std::string(q.q->recipe_name()); })

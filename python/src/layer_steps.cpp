@@ -60,15 +60,29 @@ nb::object numpy_owning(std::vector<float>* v, std::initializer_list<std::size_t
   return nb::cast(nb::ndarray<nb::numpy, float>(v->data(), shape.size(), shape.begin(), own));
 }
 
-nb::tuple linear_fprop(const Array& x, nb::handle weight_q, std::optional<Array> bias, PyQuantizer& fwd, bool training,
-                       const std::string& accumulation, int promotion, std::uintptr_t stream,
-                       const std::string& framework) {
+nb::tuple linear_fprop(const Array& x, std::optional<Array> weight, nb::handle weight_q, std::optional<Array> bias,
+                       PyQuantizer& fwd, bool training, const std::string& accumulation, int promotion,
+                       std::uintptr_t stream, const std::string& framework) {
   const emu::GemmAccumulation acc{emu::parse_accumulation(accumulation), promotion};
-  if (on_cuda(x)) return cuda_linear_fprop(x, weight_q, bias, *fwd.q, training, acc, stream, framework);
+  if (on_cuda(x)) return cuda_linear_fprop(x, weight, weight_q, bias, *fwd.q, training, acc, stream, framework);
   const char* fn = "fp8emu.layers.linear_forward";
   const float* px = host_f32(x, fn, "x", 2);
-  const QuantizedTensor& w = host_operand(weight_q, fn, "weight_q");
-  const int rows = int(x.shape(0)), in = int(x.shape(1)), out = w.rows;
+  const int rows = int(x.shape(0)), in = int(x.shape(1));
+  if (rows < 1 || in < 1)
+    throw nb::value_error((std::string(fn) + ": x has shape " + shape_text(shape_of(x)) + "; it needs rows and features")
+                              .c_str());
+  // The weight: cast here (after every check) from `weight`, or the caller's cast `weight_q`.
+  std::optional<QuantizedTensor> wq_new;
+  const float* pw = nullptr;
+  if (weight_q.is_none()) {
+    if (!weight) throw nb::value_error((std::string(fn) + ": give weight or weight_q").c_str());
+    pw = host_f32(*weight, fn, "weight", 2);
+    wq_new = scaling::host_quantized_tensor(scaling::device_operand(*fwd.q, int(weight->shape(0)),
+                                                                    int(weight->shape(1)), TensorRole::kWeight,
+                                                                    Usage::kBoth));
+  }
+  const QuantizedTensor& w = wq_new ? *wq_new : host_operand(weight_q, fn, "weight_q");
+  const int out = w.rows;
   if (in != w.cols)
     throw nb::value_error((std::string(fn) + ": x has " + std::to_string(in) + " features; the weight takes " +
                            std::to_string(w.cols))
@@ -83,17 +97,24 @@ nb::tuple linear_fprop(const Array& x, nb::handle weight_q, std::optional<Array>
   }
   QuantizedTensor xq = scaling::host_quantized_tensor(
       scaling::device_operand(*fwd.q, rows, in, TensorRole::kInput, training ? Usage::kBoth : Usage::kRowwise));
+  scaling::DeviceOperand x_op = scaling::host_view(xq), w_op = scaling::host_view(w);
+  nn::check_fp8_linear_fprop(*fwd.q, x_op, rows, w_op, acc);  // every check before the first cast
   auto* y = new std::vector<float>(std::size_t(rows) * std::size_t(out));
   nb::object y_arr = numpy_owning(y, {std::size_t(rows), std::size_t(out)});
-  backend::CastCounters counts{};
+  backend::CastCounters counts{}, w_counts{};
   {
     nb::gil_scoped_release release;
-    scaling::DeviceOperand x_op = scaling::host_view(xq);
-    nn::fp8_linear_fprop(backend::cpu_device(), *fwd.q, px, rows, x_op, scaling::host_view(w), pb, acc, y->data(),
-                         &counts);
+    const backend::Device& d = backend::cpu_device();
+    if (wq_new) {
+      fwd.q->cast(d, pw, out, in, TensorRole::kWeight, w_op, &w_counts);
+      scaling::finish_host_cast(*wq_new);
+    }
+    nn::fp8_linear_fprop(d, *fwd.q, px, rows, x_op, w_op, pb, acc, y->data(), &counts);
     scaling::finish_host_cast(xq);
   }
-  return nb::make_tuple(y_arr, nb::cast(std::move(xq)), counts_dict(backend::stats_of(counts)));
+  nb::object w_out = nb::none();
+  if (wq_new) w_out = nb::make_tuple(nb::cast(std::move(*wq_new)), counts_dict(backend::stats_of(w_counts)));
+  return nb::make_tuple(y_arr, nb::cast(std::move(xq)), counts_dict(backend::stats_of(counts)), w_out);
 }
 
 nb::tuple linear_backward(const Array& dy, nb::handle x_q, nb::handle weight_q, PyQuantizer& bwd, bool need_dgrad,
@@ -233,9 +254,10 @@ void bind_layer_steps(nb::module_& m) {
         "normalization"_a, "zero_centered_gamma"_a, "stream"_a, "framework"_a,
         "LayerNorm/RMSNorm backward (Device::add of grad_ln_out, Device::norm_backward) on dy's device: (dx, "
         "grad_gamma, grad_beta).");
-  m.def("linear_fprop", &linear_fprop, "x"_a, "weight_q"_a.none(), "bias"_a.none(), "fwd"_a, "training"_a, "accumulation"_a,
-        "promotion"_a, "stream"_a, "framework"_a,
-        "fprop of an FP8 Linear (nn::fp8_linear_fprop) on x's device: (y, x_q, counts); see "
+  m.def("linear_fprop", &linear_fprop, "x"_a, "weight"_a.none(), "weight_q"_a.none(), "bias"_a.none(), "fwd"_a,
+        "training"_a, "accumulation"_a, "promotion"_a, "stream"_a, "framework"_a,
+        "fprop of an FP8 Linear on x's device, every check before the first cast: the weight's cast when "
+        "weight_q is None, then nn::fp8_linear_fprop: (y, x_q, x counts, (w_q, w counts) or None); see "
         "fp8emu.layers.linear_forward.");
   m.def("linear_backward", &linear_backward, "dy"_a, "x_q"_a.none(), "weight_q"_a.none(), "bwd"_a, "need_dgrad"_a, "need_wgrad"_a,
         "accumulation"_a, "promotion"_a, "stream"_a, "framework"_a,

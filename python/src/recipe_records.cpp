@@ -188,6 +188,15 @@ void bind_records(nb::module_& m, std::index_sequence<I...>) {
 
 }  // namespace
 
+std::vector<std::shared_ptr<nb::object>> recipe_callables(const scaling::Recipe& recipe) {
+  std::vector<std::shared_ptr<nb::object>> out;
+  if (const auto* d = std::get_if<scaling::DelayedScaling>(&recipe)) {
+    if (const auto* a = d->amax_compute_fn.target<PyAmaxCompute>()) out.push_back(a->fn);
+    if (const auto* f = d->scaling_factor_compute_fn.target<PyScalingFactor>()) out.push_back(f->fn);
+  }
+  return out;
+}
+
 void bind_recipe_records(nb::module_& m) {
   bind_records(m, std::make_index_sequence<std::variant_size_v<scaling::Recipe>>{});
   m.def("recipe_record", [](const std::string& name) { return scaling::parse_recipe(name); }, "name"_a,

@@ -323,19 +323,36 @@ void check_operand(const Operand& t, Usage u, const char* which) {
 }
 }  // namespace
 
-void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usage, const DeviceOperand& b,
-             Usage b_usage, const emu::GemmAccumulation& acc, float* d) {
-  for (const auto& [t, u, which] : {std::tuple<const DeviceOperand&, Usage, const char*>{a, a_usage, "A"},
-                                    {b, b_usage, "B"}}) {
-    check_operand(t, u, which);
-    FP8EMU_CHECK(u == Usage::kRowwise ? t.rowwise_data != nullptr : t.columnwise_data != nullptr, "gemm_tn: operand ",
-                 which, " has no buffer for its ", usage_name(u), " codes");
-  }
+void check_gemm_tn(const DeviceOperand& a, Usage a_usage, const DeviceOperand& b, Usage b_usage,
+                   const emu::GemmAccumulation& acc) {
+  check_operand(a, a_usage, "A");
+  check_operand(b, b_usage, "B");
   FP8EMU_CHECK(a.mode == b.mode, "gemm_tn: the operands have different scaling modes");
   const bool a_row = a_usage == Usage::kRowwise, b_row = b_usage == Usage::kRowwise;
   const int M = a_row ? a.rows : a.cols, K = a_row ? a.cols : a.rows;
   const int N = b_row ? b.rows : b.cols, KB = b_row ? b.cols : b.rows;
   FP8EMU_CHECK(K == KB, "gemm_tn: K differs, ", K, " for A and ", KB, " for B");
+  if (a.mode == ScalingMode::kPerTensor) {
+    emu::check_gemm_tn(M, N, K, a.format, b.format, acc);
+    return;
+  }
+  FP8EMU_CHECK(a.block == b.block, "gemm_tn: the operands' block lengths differ, ", a.block, " and ", b.block);
+  FP8EMU_CHECK(a.block >= 1, "gemm_tn: a block operand's block length must be >= 1, got ", a.block);
+  emu::require_fp8(a.format, "block-scaled GEMM operand A");
+  emu::require_fp8(b.format, "block-scaled GEMM operand B");
+  emu::check_block_accumulation(acc);
+}
+
+void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usage, const DeviceOperand& b,
+             Usage b_usage, const emu::GemmAccumulation& acc, float* d) {
+  check_gemm_tn(a, a_usage, b, b_usage, acc);
+  for (const auto& [t, u, which] : {std::tuple<const DeviceOperand&, Usage, const char*>{a, a_usage, "A"},
+                                    {b, b_usage, "B"}})
+    FP8EMU_CHECK(u == Usage::kRowwise ? t.rowwise_data != nullptr : t.columnwise_data != nullptr, "gemm_tn: operand ",
+                 which, " has no buffer for its ", usage_name(u), " codes");
+  const bool a_row = a_usage == Usage::kRowwise, b_row = b_usage == Usage::kRowwise;
+  const int M = a_row ? a.rows : a.cols, K = a_row ? a.cols : a.rows;
+  const int N = b_row ? b.rows : b.cols;
   const std::uint8_t* qa = a_row ? a.rowwise_data : a.columnwise_data;
   const std::uint8_t* qb = b_row ? b.rowwise_data : b.columnwise_data;
   switch (a.mode) {
@@ -344,7 +361,6 @@ void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usag
       device.gemm_fp8_tn(M, N, K, qa, a.format, a.scale, qb, b.format, b.scale, acc, d);
       return;
     case ScalingMode::kBlock: {
-      FP8EMU_CHECK(a.block == b.block, "gemm_tn: the operands' block lengths differ, ", a.block, " and ", b.block);
       const float* sa = a_row ? a.rowwise_scale_inv : a.columnwise_scale_inv;
       const float* sb = b_row ? b.rowwise_scale_inv : b.columnwise_scale_inv;
       FP8EMU_CHECK(sa && sb, "gemm_tn: a block device operand has no scale_inv for the copy read");

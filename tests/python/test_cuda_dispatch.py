@@ -216,13 +216,13 @@ def test_layers_send_cuda_arrays_to_the_gpu_path():
     from fp8emu import layers
 
     fwd = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward")
-    with pytest.raises(TypeError, match=_device_error(r"fp8emu.Quantizer.quantize")):
+    with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.linear_forward")):
         layers.linear_forward(FakeCudaArray((4, 32)), FakeCudaArray((8, 32)), None, fwd)
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.bias_grad")):
         layers.bias_grad(FakeCudaArray((4, 8)))
     # The Linear step's one entry each sends CUDA arrays to the GPU half.
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.linear_forward")):
-        _fp8emu.linear_fprop(FakeCudaArray((4, 32)), None, None, fwd._impl, True, "fp32", 0, 0, "")
+        _fp8emu.linear_fprop(FakeCudaArray((4, 32)), None, None, None, fwd._impl, True, "fp32", 0, 0, "")
     bwd = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "backward")
     with pytest.raises(TypeError, match=_device_error(r"fp8emu.layers.linear_backward")):
         _fp8emu.linear_backward(FakeCudaArray((4, 8)), None, None, bwd._impl, True, True, "fp32", 0, 0, "")

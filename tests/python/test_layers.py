@@ -181,3 +181,57 @@ def test_errors():
     with pytest.raises(ValueError):
         layers.layernorm_linear_forward(x, np.ones(8, np.float32), None, np.zeros((2, 8), np.float32), None, fwd,
                                         normalization="BatchNorm")
+
+
+def test_errors_come_before_any_cast_and_change_no_state():
+    # Every check of linear_forward / linear_backward runs before the first cast, so a call that
+    # raises leaves delayed scaling's amax history as it was (all zero here: nothing was cast).
+    rng = np.random.default_rng(7)
+    x, w, b = data(rng, 8, 32, 100.0), data(rng, 16, 32, 100.0), data(rng, 1, 16)[0]
+
+    def fresh():
+        return fp8emu.Quantizer(fp8emu.DelayedScaling(amax_history_len=4), "forward")
+
+    bad_calls = [
+        (ValueError, "features", lambda q: layers.linear_forward(x[:, :16], w, b, q)),
+        (ValueError, "bias", lambda q: layers.linear_forward(x, w, b[:8], q)),
+        (TypeError, "bias has dtype", lambda q: layers.linear_forward(x, w, b.astype(np.float64), q)),
+        (ValueError, "accumulation", lambda q: layers.linear_forward(x, w, b, q, accumulation="bogus")),
+        (ValueError, "rows and features", lambda q: layers.linear_forward(x[:0], w, b, q)),
+        (ValueError, "promotion", lambda q: layers.linear_forward(x, w, b, q, promotion=7)),
+        # a weight cast by another recipe's or direction's quantizer
+        (ValueError, "not a cast of the delayed forward quantizer",
+         lambda q: layers.linear_forward(x, None, b, q, weight_q=fp8emu.Quantizer(
+             fp8emu.MXFP8BlockScaling(), "forward").quantize(w, "weight", "both"))),
+        (ValueError, "not a cast of the delayed forward quantizer",
+         lambda q: layers.linear_forward(x, None, b, q, weight_q=fp8emu.Quantizer(
+             fp8emu.DelayedScaling(), "backward").quantize(w, "grad_output", "both"))),
+    ]
+    for error, match, call in bad_calls:
+        q = fresh()
+        with pytest.raises(error, match=match):
+            call(q)
+        assert not q.amax_history("input").any() and not q.amax_history("weight").any(), match
+
+    # Backward: a saved state of other layers' operands (it used to write past dx), a bad promotion
+    # and a saved state of another recipe, each refused before dy's cast.
+    fwd, bwd = fresh(), fp8emu.Quantizer(fp8emu.DelayedScaling(amax_history_len=4), "backward")
+    _, saved = layers.linear_forward(x, w, b, fwd)
+    wide = fresh().quantize(data(rng, 16, 4096), "weight", "both")
+    dy = data(rng, 8, 16)
+    mx_fwd = fp8emu.Quantizer(fp8emu.MXFP8BlockScaling(), "forward")
+    _, mx_saved = layers.linear_forward(x, w, b, mx_fwd)
+    for error, match, s, kw in [
+        (ValueError, "features, the saved weight", layers.LinearSaved(saved.x_q, wide, 8, 32, 16, "hopper"), {}),
+        (ValueError, "promotion", saved, {"promotion": -5}),
+        (ValueError, "scaling modes", mx_saved, {}),
+    ]:
+        with pytest.raises(error, match=match):
+            layers.linear_backward(dy, s, bwd, **kw)
+        assert not bwd.amax_history("grad_output").any(), match
+    with pytest.raises(TypeError, match="saved must be the LinearSaved"):
+        layers.linear_backward(dy, None, bwd)
+    with pytest.raises(TypeError, match="fwd must be an fp8emu.Quantizer"):
+        layers.linear_forward(x, w, b, None)
+    with pytest.raises(TypeError, match="ln_weight has dtype float64"):
+        layers.layernorm_linear_forward(x, np.ones(32), None, w, b, fresh())

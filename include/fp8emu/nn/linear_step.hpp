@@ -38,6 +38,13 @@ void fp8_linear_fprop(const backend::Device& device, scaling::Quantizer& fwd, co
                       scaling::DeviceOperand& x_op, const scaling::DeviceOperand& w_op, const float* bias,
                       const emu::GemmAccumulation& acc, float* y, backend::CastCounters* x_counts);
 
+/// The checks fp8_linear_fprop makes before its cast, on their own (a caller that casts the weight
+/// first makes them before that cast): x_op [rows, in] matches the weight's input features, w_op is
+/// a cast of `fwd` (its scaling mode and format) with a row-wise copy, and the fprop GEMM takes the
+/// operands and `acc` (scaling::check_gemm_tn). \throws fp8emu::Error naming the problem.
+void check_fp8_linear_fprop(const scaling::Quantizer& fwd, const scaling::DeviceOperand& x_op, int rows,
+                            const scaling::DeviceOperand& w_op, const emu::GemmAccumulation& acc);
+
 /// backward of an FP8 Linear: db [out] (nullable: not wanted), dy [rows, out] cast into `dy_op` with
 /// `bwd`, dW [out, in] = dy^T x (nullable: not wanted) and dx [rows, in] = dy W (nullable).
 /// \param dy_op  device_operand(bwd, rows, out, kGradOutput, kBoth) with its buffers set.

@@ -337,6 +337,14 @@ void cast_per_tensor(const backend::Device& device, const float* x, int rows, in
 void cast_blocks(const backend::Device& device, const backend::BlockCast& cast, const float* x, int rows, int cols,
                  DeviceOperand& out, backend::CastCounters* counters);
 
+/// The checks of gemm_tn(device, a, a_usage, b, b_usage, acc, d) without the GEMM: the copies read
+/// exist, the scaling modes, K and block lengths agree, the formats and the accumulation are ones
+/// the GEMM takes (emu::check_gemm_tn; block operands: emu::check_block_accumulation). What a step
+/// calls before its casts, so a GEMM that cannot run changes no quantizer state.
+/// \throws fp8emu::Error naming the problem.
+void check_gemm_tn(const DeviceOperand& a, Usage a_usage, const DeviceOperand& b, Usage b_usage,
+                   const emu::GemmAccumulation& acc);
+
 /// gemm_tn of two device operands on their device: the same D bit for bit, D [M, N] row-major fp32
 /// in that device's memory, enqueued in the device's order (download D, or read it with later
 /// operations). Per-tensor operands take any accumulation model (the GEMM reads each scale_inv as
