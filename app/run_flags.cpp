@@ -21,7 +21,10 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
   cmd->add_option("--out", cfg.out_dir, "Output folder (default " + words.out_default + ")");
   cmd->add_option("--resume", cfg.resume,
                   "Continue the interrupted run whose checkpoint.bin is in this folder (same flags as that run)");
-  cmd->add_option("--seed", cfg.seed, "Seed of the initial weights and the batches")->capture_default_str();
+  cmd->add_option("--seed", cfg.seed, "Seed of the initial weights and the batches")
+      ->check(CLI::Validator(
+          [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, ""))
+      ->capture_default_str();
   cmd->add_option("--threads", cfg.threads, "OpenMP threads (0: OpenMP default)")->capture_default_str();
   cmd->add_option("--recipe", cfg.recipe, "FP8 recipe: " + recipe_list() + ", or all (FP32 and every recipe)")
       ->capture_default_str();

@@ -64,7 +64,9 @@ std::vector<std::pair<std::size_t, std::string>> parse_layer_values(const std::s
       for (const std::string& n : names) valid += (valid.empty() ? "" : ", ") + n;
       FP8EMU_FAIL(flag, ": unknown layer '", name, "' (this model's layers are ", valid, ")");
     }
-    out.emplace_back(std::size_t(it - names.begin()), item.substr(eq + 1));
+    const std::size_t i = std::size_t(it - names.begin());
+    for (const auto& prev : out) FP8EMU_CHECK(prev.first != i, flag, ": layer '", name, "' is named twice");
+    out.emplace_back(i, item.substr(eq + 1));
   }
   return out;
 }

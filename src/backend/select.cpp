@@ -88,6 +88,7 @@ std::vector<Kind> parse_layer_backends(const std::string& spec, const std::vecto
   }
   std::istringstream in(spec);
   std::string item;
+  std::vector<bool> named(layer_names.size(), false);
   while (std::getline(in, item, ',')) {
     const std::size_t eq = item.find('=');
     FP8EMU_CHECK(eq != std::string::npos && eq > 0, "--backend: expected name=kind, got '", item, "'");
@@ -99,6 +100,8 @@ std::vector<Kind> parse_layer_backends(const std::string& spec, const std::vecto
       for (const std::string& n : layer_names) valid += (valid.empty() ? "" : ", ") + n;
       FP8EMU_FAIL("--backend: unknown layer '", name, "' (this model's layers are ", valid, ")");
     }
+    FP8EMU_CHECK(!named[i], "--backend: layer '", name, "' is named twice");
+    named[i] = true;
     kinds[i] = parse_kind(item.substr(eq + 1));
   }
   return kinds;
