@@ -13,6 +13,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/core/half.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "device_buffer.hpp"
-#include "fp8emu/backend/device.hpp"
+#include "fp8emu/device/device.hpp"
 #include "fp8emu/core/fp32_ops.hpp"  // bits_to_f32
 #include "fp8emu/emulation/quantize.hpp"
 #include "launch.hpp"

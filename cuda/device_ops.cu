@@ -1,4 +1,4 @@
-// backend::cuda_device() (include/fp8emu/backend/device.hpp): the GPU's memory and the operations of
+// backend::cuda_device() (include/fp8emu/device/device.hpp): the GPU's memory and the operations of
 // a device-resident training step, on one stream the device owns. Each operation checks its
 // arguments on the host (the emulator's checks and messages where it names an emu:: function), then
 // enqueues kernels that map threads onto the element functions of include/fp8emu/core, the ones the
@@ -27,7 +27,7 @@
 #include <string>
 
 #include "device_buffer.hpp"
-#include "fp8emu/backend/device.hpp"
+#include "fp8emu/device/device.hpp"
 #include "fp8emu/core/attention.hpp"
 #include "fp8emu/core/fp32_ops.hpp"
 #include "fp8emu/core/half.hpp"

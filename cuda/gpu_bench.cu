@@ -10,7 +10,7 @@
 #include "fp8emu/cuda/cublaslt.hpp"
 #include "fp8emu_internal/gpu_bench.hpp"
 #include "fp8emu/cuda/mma_gemm.hpp"
-#include "fp8emu/backend/device.hpp"
+#include "fp8emu/device/device.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/core/fp32_ops.hpp"
 #include "launch.hpp"

@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "fp8emu/backend/select.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
 

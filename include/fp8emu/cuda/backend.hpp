@@ -1,12 +1,12 @@
 /// \file backend.hpp
 /// \brief The entry points of the CUDA library (fp8emu::cuda, built when nvcc is found) that the
-/// backend selection of fp8emu/backend/select.hpp and device.hpp calls: the probe and the GPU
+/// backend selection (fp8emu/backend/select.hpp, src/backend/) calls: the probe and the GPU
 /// device. Use backend::cuda_status() and backend::cuda_device() instead: they cache the probe and
 /// fall back with a reason where no GPU can run.
 #pragma once
 
-#include "fp8emu/backend/device.hpp"
-#include "fp8emu/backend/select.hpp"
+#include "fp8emu/device/device.hpp"
+#include "fp8emu/device/probe.hpp"
 
 namespace fp8emu::cuda {
 
