@@ -59,7 +59,9 @@ __all__ = ["LinearSaved", "linear_forward", "linear_backward", "bias_grad", "Lay
            "layernorm_linear_forward", "layernorm_linear_backward", "round_to_bf16"]
 
 
-def _f32_2d(x: Any, what: str) -> np.ndarray:
+def _f32_2d(x: Any, what: str, ndim: int = 2) -> np.ndarray:
+    """x as a float32 array of `ndim` dimensions: a CUDA array as it is (the extension checks it), a
+    host one copied to C order when strided; TypeError / ValueError naming `what` otherwise."""
     if _cuda.is_cuda(x):  # the GPU path: the extension checks dtype, shape and layout where it reads x
         return x
     dev = getattr(x, "__dlpack_device__", None)
@@ -69,8 +71,8 @@ def _f32_2d(x: Any, what: str) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype != np.float32:
         raise TypeError(f"{what} has dtype {a.dtype}; it must be float32")
-    if a.ndim != 2:
-        raise ValueError(f"{what} has {a.ndim} dimensions; expected 2")
+    if a.ndim != ndim:
+        raise ValueError(f"{what} has {a.ndim} dimensions; expected {ndim}")
     return np.ascontiguousarray(a)
 
 
@@ -92,16 +94,6 @@ def _stream_args(x: Any) -> Tuple[int, str]:
     """The stream and framework arguments of an extension entry for x: x's framework's current
     stream for a CUDA array; none for a host array."""
     return (_cuda.stream_handle(x, None), _cuda.framework_of(x)) if _cuda.is_cuda(x) else (0, "")
-
-
-def _f32_1d(v: Any, what: str) -> np.ndarray:
-    """A host float32 vector (any layout: copied to C order), or TypeError / ValueError naming it."""
-    a = np.asarray(v)
-    if a.dtype != np.float32:
-        raise TypeError(f"{what} has dtype {a.dtype}; it must be float32")
-    if a.ndim != 1:
-        raise ValueError(f"{what} has {a.ndim} dimensions; expected 1")
-    return np.ascontiguousarray(a)
 
 
 def _check_quantizer(q: Any, what: str) -> None:
@@ -193,10 +185,7 @@ def linear_forward(
                             f"{'on the GPU' if _cuda.is_cuda(weight) else 'on the host'}: pass both on one side")
         w_arr = _f32_2d(weight, "weight")
     if bias is not None and not on_gpu:
-        b = np.asarray(bias)
-        if b.dtype != np.float32:
-            raise TypeError(f"bias has dtype {b.dtype}; it must be float32")
-        bias = np.ascontiguousarray(b)
+        bias = _f32_2d(bias, "bias", 1)
     acc = _accumulation(fwd, accumulation)
     # The C++ step on x's device (the weight's cast when no weight_q is given, then
     # nn::fp8_linear_fprop, the program nn::Linear runs: the input cast, fprop GEMM and bias add).
@@ -334,8 +323,8 @@ def layernorm_linear_forward(
     for arr, what in ((ln_weight, "ln_weight"), (ln_bias, "ln_bias"), (weight, "weight"), (bias, "bias")):
         _same_side(arr, on_gpu, what)
     if not on_gpu:
-        ln_weight = _f32_1d(ln_weight, "ln_weight")
-        ln_bias = None if ln_bias is None else _f32_1d(ln_bias, "ln_bias")
+        ln_weight = _f32_2d(ln_weight, "ln_weight", 1)
+        ln_bias = None if ln_bias is None else _f32_2d(ln_bias, "ln_bias", 1)
     # The norm in C++ on x's device (Device::norm_forward: nn::Norm's arithmetic), its output rounded
     # to bf16 there when the quantizer reads the bf16 copy.
     ln, xhat, rsigma, gamma = _fp8emu.norm_forward(x, ln_weight, ln_bias, normalization, float(eps),

@@ -45,12 +45,7 @@ nb::tuple cuda_quantize(scaling::Quantizer& q, const Array& x, scaling::TensorRo
   // quantize_device returns when its results are complete: nothing more to wait for.
   on_device(fn, stream, nullptr,
             [&](const backend::Device& dev) { q.quantize_device(dev, px, rows, cols, role, op, &st); });
-  nb::dict d;
-  d["count"] = st.count;
-  d["saturated"] = st.saturated;
-  d["underflow"] = st.underflow;
-  d["nan"] = st.nan;
-  return nb::make_tuple(nb::cast(std::move(t)), d);
+  return nb::make_tuple(nb::cast(std::move(t)), counts_dict(st));
 #else
   (void)q, (void)x, (void)role, (void)usage, (void)stream, (void)framework;
   return {};
@@ -118,7 +113,7 @@ nb::tuple cuda_linear_fprop(const Array& x, std::optional<Array> weight, nb::han
     wq_new = new_operand(fn, fwd, out, in, scaling::TensorRole::kWeight, scaling::Usage::kBoth, device, framework);
   CudaQuantized xq = new_operand(fn, fwd, rows, in, scaling::TensorRole::kInput,
                                  training ? scaling::Usage::kBoth : scaling::Usage::kRowwise, device, framework);
-  scaling::DeviceOperand& w_op = wq_new ? wq_new->op : const_cast<scaling::DeviceOperand&>(given->op);
+  const scaling::DeviceOperand& w_op = wq_new ? wq_new->op : given->op;
   try {
     nn::check_fp8_linear_fprop(fwd, xq.op, rows, w_op, acc);  // every check before the first cast
   } catch (const fp8emu::Error& e) {
@@ -131,29 +126,15 @@ nb::tuple cuda_linear_fprop(const Array& x, std::optional<Array> weight, nb::han
   backend::CastCounters c[2]{};
   on_device(fn, stream, nullptr, [&](const backend::Device& dev) {
     backend::DeviceTensor<backend::CastCounters> counters(dev, 1, 2);
-    if (wq_new) fwd.cast(dev, pw, out, in, scaling::TensorRole::kWeight, w_op, counters.get() + 1);
+    if (wq_new) fwd.cast(dev, pw, out, in, scaling::TensorRole::kWeight, wq_new->op, counters.get() + 1);
     nn::fp8_linear_fprop(dev, fwd, px, rows, xq.op, w_op, pb, acc, static_cast<float*>(y.data), counters.get());
     counters.download(c);  // waits for the step
-    for (scaling::DeviceOperand* op : {&xq.op, wq_new ? &wq_new->op : nullptr}) {
-      if (!op || op->mode != scaling::ScalingMode::kPerTensor) continue;
-      float sc = 0.0f;
-      dev.download(&sc, op->scale, sizeof(float));
-      op->host_scale = sc;
-      op->host_scale_inv = emu::scale_inv_of(sc);
-    }
+    scaling::download_host_scale(dev, xq.op);
+    if (wq_new) scaling::download_host_scale(dev, wq_new->op);
   });
-  const auto counts = [](const backend::CastCounters& k) {
-    const emu::QuantizeStats st = backend::stats_of(k);
-    nb::dict d;
-    d["count"] = st.count;
-    d["saturated"] = st.saturated;
-    d["underflow"] = st.underflow;
-    d["nan"] = st.nan;
-    return d;
-  };
   nb::object w_out = nb::none();
-  if (wq_new) w_out = nb::make_tuple(nb::cast(std::move(*wq_new)), counts(c[1]));
-  return nb::make_tuple(y.result, nb::cast(std::move(xq)), counts(c[0]), w_out);
+  if (wq_new) w_out = nb::make_tuple(nb::cast(std::move(*wq_new)), counts_dict(backend::stats_of(c[1])));
+  return nb::make_tuple(y.result, nb::cast(std::move(xq)), counts_dict(backend::stats_of(c[0])), w_out);
 #else
   (void)x, (void)weight, (void)weight_q, (void)bias, (void)fwd, (void)training, (void)acc, (void)stream,
       (void)framework;
@@ -193,13 +174,8 @@ nb::tuple cuda_linear_backward(const Array& dy, nb::handle x_q, nb::handle weigh
                             static_cast<float*>(dw.data), static_cast<float*>(db.data), counters.get());
     counters.download(&c);  // waits for the step
   });
-  const emu::QuantizeStats st = backend::stats_of(c);
-  nb::dict d;
-  d["count"] = st.count;
-  d["saturated"] = st.saturated;
-  d["underflow"] = st.underflow;
-  d["nan"] = st.nan;
-  return nb::make_tuple(need_dgrad ? dx.result : nb::none(), need_wgrad ? dw.result : nb::none(), db.result, d);
+  return nb::make_tuple(need_dgrad ? dx.result : nb::none(), need_wgrad ? dw.result : nb::none(), db.result,
+                        counts_dict(backend::stats_of(c)));
 #else
   (void)dy, (void)x_q, (void)weight_q, (void)bwd, (void)need_dgrad, (void)need_wgrad, (void)acc, (void)stream,
       (void)framework;

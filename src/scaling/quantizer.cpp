@@ -303,12 +303,15 @@ void Quantizer::quantize_device(const backend::Device& device, const float* x, i
   backend::CastCounters c;
   counters.download(&c);  // waits for the cast
   if (stats) *stats += backend::stats_of(c);
-  if (out.mode == ScalingMode::kPerTensor) {
-    float s = 0.0f;
-    device.download(&s, out.scale, sizeof(float));
-    out.host_scale = s;
-    out.host_scale_inv = emu::scale_inv_of(s);
-  }
+  download_host_scale(device, out);
+}
+
+void download_host_scale(const backend::Device& device, DeviceOperand& op) {
+  if (op.mode != ScalingMode::kPerTensor) return;
+  float s = 0.0f;
+  device.download(&s, op.scale, sizeof(float));  // waits for the cast
+  op.host_scale = s;
+  op.host_scale_inv = emu::scale_inv_of(s);
 }
 
 namespace {

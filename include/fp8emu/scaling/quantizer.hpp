@@ -288,6 +288,11 @@ std::unique_ptr<Quantizer> make_quantizer(const Recipe& recipe, Direction direct
 /// \throws fp8emu::Error for non-positive sizes.
 DeviceOperand device_operand(const Quantizer& q, int rows, int cols, TensorRole role, Usage usage);
 
+/// After a per-tensor cast into `op` on `device`: op.host_scale from *op.scale (downloaded: waits for
+/// the cast) and op.host_scale_inv = RN(1 / scale), as quantize_device sets them. No-op for block
+/// operands.
+void download_host_scale(const backend::Device& device, DeviceOperand& op);
+
 /// A host QuantizedTensor with the buffers of the cast `desc` describes (device_operand(...)),
 /// zero-filled: per-tensor codes of each copy, or the block views with their scale_inv.
 QuantizedTensor host_quantized_tensor(const DeviceOperand& desc);
