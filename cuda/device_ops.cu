@@ -289,18 +289,24 @@ class CudaDevice final : public backend::Device {
   // transpose and scale spreading of quantize_block_2d for tiles; counts as the quantizers take them.
   void block_cast(const backend::BlockCast& c, const float* x, int rows, int cols, backend::BlockView rowwise,
                   backend::BlockView columnwise, CastCounters* counters) const override {
+    backend::check_block_cast(c, rows, cols, rowwise, columnwise);
     const bool row = rowwise.codes != nullptr, col = columnwise.codes != nullptr;
-    FP8EMU_CHECK(row || col, "block cast: no view asked for (row-wise and column-wise codes both null)");
     const bool mx = c.scale == backend::BlockScaleFormat::kE8M0;  // E8M0 codes beside scale_inv
     const int block = c.block;
-    FP8EMU_CHECK(block >= 1, c.what(), ": block size must be >= 1, got ", block);
-    FP8EMU_CHECK(rows >= 0 && cols >= 0, c.what(), ": negative shape");
-    emu::require_fp8(c.fmt, c.what());
-    FP8EMU_CHECK(!c.tiles || !mx, "block cast: ", block, " x ", block,
-                 " tiles take fp32 scales (E8M0 tiles are no recipe's)");
     const std::size_t n = std::size_t(rows) * std::size_t(cols);
     if (n == 0) return;
     State& s = enter();
+    core::BlockRule rule = c.block_rule();
+    if (rule.has_tensor_scale()) {
+      // The tensor's amax first (a max of amax_bits: a non-negative float's bits order as the
+      // float), into the first view's slot, copied into the other's; every block reads it.
+      float* amax = row ? rowwise.amax : columnwise.amax;
+      FP8EMU_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s.stream));
+      launch_amax(x, n, reinterpret_cast<unsigned int*>(amax), s.stream);
+      if (row && col)
+        FP8EMU_CUDA_CHECK(cudaMemcpyAsync(columnwise.amax, amax, sizeof(float), cudaMemcpyDeviceToDevice, s.stream));
+      rule.tensor_amax = amax;
+    }
     // Temporaries, released (stream-ordered, after the kernels) on every way out, a throw included.
     struct Temps {
       const CudaDevice* dev;
@@ -324,8 +330,8 @@ class CudaDevice final : public backend::Device {
       auto* tile_scale_inv = static_cast<float*>(temp(tiles * sizeof(float)));
       // 128 x 128 tiles: one pass writing the views asked for; other tiles need the row-wise codes.
       std::uint8_t* codes = row || block == 128 ? rowwise.codes : static_cast<std::uint8_t*>(temp(n));
-      launch_tile_cast_both(x, rows, cols, block, c.fmt, max_finite_f32(c.fmt), c.pow2, c.epsilon, tile_scale,
-                            tile_scale_inv, codes, col ? columnwise.codes : nullptr, totals, s.stream);
+      launch_tile_cast_both(x, rows, cols, block, c.fmt, rule, tile_scale, tile_scale_inv, codes,
+                            col ? columnwise.codes : nullptr, totals, s.stream);
       if (row) {
         spread_tile_rows_kernel<<<blocks_1d(std::size_t(rows) * rowwise_blocks), kThreads1d, 0, s.stream>>>(
             rows, cols, block, tile_scale_inv, rowwise.scale_inv);
@@ -337,7 +343,6 @@ class CudaDevice final : public backend::Device {
         FP8EMU_CUDA_CHECK_LAUNCH("spread_tile_cols_kernel");
       }
     } else {
-      const core::BlockRule rule = c.block_rule();
       // E8M0 codes: the kernel writes them for the MXFP8 rules; the views keep only scale_inv.
       const std::size_t rb = std::size_t(rows) * ((std::size_t(cols) + block - 1) / block),
                         cb = std::size_t(cols) * ((std::size_t(rows) + block - 1) / block);
@@ -355,16 +360,18 @@ class CudaDevice final : public backend::Device {
   }
 
   void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                         const std::uint8_t* B, Format fb, const float* sb, const emu::GemmAccumulation& acc,
-                         float* D) const override {
-    emu::require_fp8(fa, "block-scaled GEMM operand A");
-    emu::require_fp8(fb, "block-scaled GEMM operand B");
+                         const std::uint8_t* B, Format fb, const float* sb, const float* amax_a,
+                         const float* amax_b, const emu::GemmAccumulation& acc, float* D) const override {
+    emu::require_block_element(fa, "block-scaled GEMM operand A");
+    emu::require_block_element(fb, "block-scaled GEMM operand B");
+    FP8EMU_CHECK((amax_a == nullptr) == (amax_b == nullptr), "block-scaled GEMM: operand ", amax_a ? "A" : "B",
+                 " has an NVFP4 tensor scale (amax) and operand ", amax_a ? "B" : "A", " has none");
     FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0 && block >= 1, "block-scaled GEMM: bad shape M=", M, " N=", N, " K=", K,
                  " block=", block);
     emu::check_block_accumulation(acc);
     if (M == 0 || N == 0) return;
     State& s = enter();
-    launch_gemm_block_tn(M, N, K, block, A, fa, sa, B, fb, sb, acc.model, D, s.stream);
+    launch_gemm_block_tn(M, N, K, block, A, fa, sa, B, fb, sb, amax_a, amax_b, acc.model, D, s.stream);
   }
 
   // ---- per-element work of an MLP step ----

@@ -31,13 +31,18 @@ __global__ void gemm_tn_kernel(int M, int N, int K, const std::uint8_t* __restri
 
 __global__ void gemm_block_tn_kernel(int M, int N, int K, int block, int nb, const std::uint8_t* __restrict__ A,
                                      FormatSpec fa, const float* __restrict__ sa, const std::uint8_t* __restrict__ B,
-                                     FormatSpec fb, const float* __restrict__ sb, AccumulationModel model,
-                                     float* __restrict__ D) {
+                                     FormatSpec fb, const float* __restrict__ sb, const float* amax_a,
+                                     const float* amax_b, AccumulationModel model, float* __restrict__ D) {
+  const float alpha = amax_a ? core::nvfp4_gemm_alpha(*amax_a, core::nvfp4_numerator(fa), *amax_b,
+                                                      core::nvfp4_numerator(fb))
+                             : 1.0f;
   for (int i = int(blockIdx.y * blockDim.y + threadIdx.y); i < M; i += int(gridDim.y * blockDim.y))
-    for (int j = int(blockIdx.x * blockDim.x + threadIdx.x); j < N; j += int(gridDim.x * blockDim.x))
-      D[std::size_t(i) * std::size_t(N) + std::size_t(j)] = core::gemm_block_element(
-          A + std::size_t(i) * std::size_t(K), fa, sa + std::size_t(i) * std::size_t(nb),
-          B + std::size_t(j) * std::size_t(K), fb, sb + std::size_t(j) * std::size_t(nb), K, block, model);
+    for (int j = int(blockIdx.x * blockDim.x + threadIdx.x); j < N; j += int(gridDim.x * blockDim.x)) {
+      const float d = core::gemm_block_element(A + std::size_t(i) * std::size_t(K), fa,
+                                               sa + std::size_t(i) * std::size_t(nb), B + std::size_t(j) * std::size_t(K),
+                                               fb, sb + std::size_t(j) * std::size_t(nb), K, block, model);
+      D[std::size_t(i) * std::size_t(N) + std::size_t(j)] = amax_a ? core::mul_rn(alpha, d) : d;
+    }
 }
 
 dim3 grid_for(int M, int N) {
@@ -56,12 +61,13 @@ void launch_gemm_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const
 }
 
 void launch_gemm_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                          const std::uint8_t* B, Format fb, const float* sb, Accumulation model, float* D,
-                          cudaStream_t stream) {
+                          const std::uint8_t* B, Format fb, const float* sb, const float* amax_a,
+                          const float* amax_b, Accumulation model, float* D, cudaStream_t stream) {
   if (M <= 0 || N <= 0) return;
   const int nb = (K + block - 1) / block;
   gemm_block_tn_kernel<<<grid_for(M, N), dim3(kBlockX, kBlockY), 0, stream>>>(M, N, K, block, nb, A, spec_of(fa), sa,
-                                                                             B, spec_of(fb), sb, model_of(model), D);
+                                                                             B, spec_of(fb), sb, amax_a, amax_b,
+                                                                             model_of(model), D);
   FP8EMU_CUDA_CHECK_LAUNCH("gemm_block_tn_kernel");
 }
 

@@ -241,11 +241,11 @@ Timing bench_tile_cast_both(int rows, int cols, int reps) {
     DeviceBuffer<std::uint8_t> qr(n), qc(n);
     DeviceBuffer<detail::CastTotals> totals(1);
     totals.zero();
-    const float fp8_max = max_finite_f32(Format::kE4M3);
+    const core::BlockRule rule = core::BlockRule::fp32_scale(kSpecE4M3, true, 0.0f);
     const double bytes = 6.0 * double(n) + 8.0 * double(tiles);
     return time_runs([&] {
-      detail::launch_tile_cast_both(x.get(), rows, cols, 128, Format::kE4M3, fp8_max, true, 0.0f, ts.get(), tsi.get(),
-                                    qr.get(), qc.get(), totals.get(), nullptr);
+      detail::launch_tile_cast_both(x.get(), rows, cols, 128, Format::kE4M3, rule, ts.get(), tsi.get(), qr.get(),
+                                    qc.get(), totals.get(), nullptr);
     }, reps, bytes / 1e9);
   });
 }

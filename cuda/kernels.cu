@@ -436,9 +436,10 @@ __global__ void __launch_bounds__(32 * kBcThreadRows)
   if (cw.codes) commit_counts(ccounts, cw.totals);
 }
 
-// One block of threads per tile: the tile's amax (max of amax_bits), then its scale.
-__global__ void tile_scale_kernel(const float* __restrict__ x, int rows, int cols, int tile, int tc, float fp8_max,
-                                  bool pow2, float epsilon, float* tile_scale, float* tile_scale_inv) {
+// One block of threads per tile: the tile's amax (max of amax_bits), then its scale by the rule
+// (core::block_rule_scale: fp32 or NVFP4 scales).
+__global__ void tile_scale_kernel(const float* __restrict__ x, int rows, int cols, int tile, int tc, FormatSpec f,
+                                  core::BlockRule rule, float* tile_scale, float* tile_scale_inv) {
   __shared__ unsigned int amax;
   if (threadIdx.x == 0) amax = 0;
   __syncthreads();
@@ -453,9 +454,8 @@ __global__ void tile_scale_kernel(const float* __restrict__ x, int rows, int col
   atomicMax(&amax, m);
   __syncthreads();
   if (threadIdx.x == 0) {
-    const core::BlockScale s = core::block_scale(core::bits_to_f32(amax), fp8_max, pow2, epsilon);
-    tile_scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
-    tile_scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
+    const std::size_t t = std::size_t(bi) * std::size_t(tc) + std::size_t(bj);
+    tile_scale[t] = core::block_rule_scale(core::bits_to_f32(amax), f, rule, tile_scale_inv + t, nullptr);
   }
 }
 
@@ -483,7 +483,7 @@ __global__ void tile_cast_kernel(const float* __restrict__ x, int rows, int cols
 // the identity of the amax, and are neither cast nor stored. One read of x, one write of each copy.
 constexpr int kSq = 128, kSqRows = kSq / kCtThreadRows;
 __global__ void tile_cast_both_kernel(const float* __restrict__ x, int rows, int cols, int tc, FormatSpec f,
-                                      float fp8_max, bool pow2, float epsilon, bool vec, float* __restrict__ tile_scale,
+                                      core::BlockRule rule, bool vec, float* __restrict__ tile_scale,
                                       float* __restrict__ tile_scale_inv, std::uint8_t* __restrict__ qr,
                                       std::uint8_t* __restrict__ qc, CastTotals* totals) {
   __shared__ std::uint8_t tile[kSq][kSq + 4];
@@ -511,10 +511,10 @@ __global__ void tile_cast_both_kernel(const float* __restrict__ x, int rows, int
       if (tid == 0) {
         unsigned int a = 0;
         for (int w = 0; w < kCtThreadRows; ++w) a = core::max_u32(a, warp_amax[w]);
-        const core::BlockScale sc = core::block_scale(core::bits_to_f32(a), fp8_max, pow2, epsilon);
-        tile_scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = sc.scale;
-        tile_scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = sc.scale_inv;
-        tile_mult = sc.scale;
+        const std::size_t t = std::size_t(bi) * std::size_t(tc) + std::size_t(bj);
+        const float mult = core::block_rule_scale(core::bits_to_f32(a), f, rule, tile_scale_inv + t, nullptr);
+        tile_scale[t] = mult;
+        tile_mult = mult;
       }
       __syncthreads();
       const float scale = tile_mult;
@@ -590,7 +590,7 @@ void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std
     case Format::kE4M3: quantize_kernel<Format::kE4M3><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals); break;
     case Format::kE5M2: quantize_kernel<Format::kE5M2><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals); break;
     case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
-    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
+    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // the unfused kernels
   }
   FP8EMU_CUDA_CHECK_LAUNCH("quantize_kernel");
 }
@@ -705,8 +705,8 @@ void launch_block_cast_both_b(const float* x, int rows, int cols, Format fmt, co
 void launch_block_cast_both(const float* x, int rows, int cols, int block, Format fmt, const core::BlockRule& rule,
                             const BlockCastOut& rowwise, const BlockCastOut& columnwise, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0 || (!rowwise.codes && !columnwise.codes)) return;
-  emu::require_fp8(fmt, "block quantize");
-  if (block != 32 && block != 128) {  // no fused instance: one single-axis kernel per copy
+  emu::require_block_element(fmt, "block quantize");
+  if ((block != 32 && block != 128) || !is_fp8(fmt)) {  // no fused instance: one single-axis kernel per copy
     if (rowwise.codes)
       launch_block_cast(x, rows, cols, true, block, fmt, rule, rowwise.codes, rowwise.scale_inv, rowwise.e8m0,
                         rowwise.totals, stream);
@@ -724,14 +724,14 @@ void launch_block_cast_both(const float* x, int rows, int cols, int block, Forma
     launch_block_cast_both_b<128>(x, rows, cols, fmt, rule, rowwise, columnwise, vec, stream);
 }
 
-void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
-                      float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* codes,
-                      CastTotals* totals, cudaStream_t stream) {
+void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, const core::BlockRule& rule,
+                      float* tile_scale, float* tile_scale_inv, std::uint8_t* codes, CastTotals* totals,
+                      cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
   FP8EMU_CHECK(tr <= 65535, "quantize_block_2d on the GPU: at most 65535 tile rows, got ", tr);
-  tile_scale_kernel<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(x, rows, cols, tile, tc, fp8_max, pow2,
-                                                                              epsilon, tile_scale, tile_scale_inv);
+  tile_scale_kernel<<<dim3(unsigned(tc), unsigned(tr)), kThreads, 0, stream>>>(x, rows, cols, tile, tc, spec_of(fmt),
+                                                                              rule, tile_scale, tile_scale_inv);
   FP8EMU_CUDA_CHECK_LAUNCH("tile_scale_kernel");
   const std::size_t n = std::size_t(rows) * std::size_t(cols);
   tile_cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, rows, cols, tile, tc, spec_of(fmt), tile_scale, codes,
@@ -739,15 +739,14 @@ void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, 
   FP8EMU_CUDA_CHECK_LAUNCH("tile_cast_kernel");
 }
 
-void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
-                           float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* q_rowwise,
+void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format fmt, const core::BlockRule& rule,
+                           float* tile_scale, float* tile_scale_inv, std::uint8_t* q_rowwise,
                            std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream) {
   FP8EMU_CHECK(tile == kSq || q_rowwise != nullptr, "launch_tile_cast_both: tiles of ", tile,
                " need the row-wise codes (only 128 x 128 tiles run in one pass)");
   if (rows <= 0 || cols <= 0) return;
   if (tile != kSq) {  // the two-step path, then the code transpose
-    launch_tile_cast(x, rows, cols, tile, fmt, fp8_max, pow2, epsilon, tile_scale, tile_scale_inv, q_rowwise, totals,
-                     stream);
+    launch_tile_cast(x, rows, cols, tile, fmt, rule, tile_scale, tile_scale_inv, q_rowwise, totals, stream);
     if (q_columnwise) launch_transpose(rows, cols, q_rowwise, q_columnwise, stream);
     return;
   }
@@ -755,9 +754,9 @@ void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format 
   const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(q_rowwise) % 4 == 0 &&
                    reinterpret_cast<std::uintptr_t>(q_columnwise) % 4 == 0 && rows % 4 == 0 && cols % 4 == 0;
   const dim3 grid(unsigned(std::min(tc, 65535)), unsigned(std::min(tr, 65535)));
-  tile_cast_both_kernel<<<grid, dim3(32, kCtThreadRows), 0, stream>>>(x, rows, cols, tc, spec_of(fmt), fp8_max, pow2,
-                                                                      epsilon, vec, tile_scale, tile_scale_inv,
-                                                                      q_rowwise, q_columnwise, totals);
+  tile_cast_both_kernel<<<grid, dim3(32, kCtThreadRows), 0, stream>>>(x, rows, cols, tc, spec_of(fmt), rule, vec,
+                                                                      tile_scale, tile_scale_inv, q_rowwise,
+                                                                      q_columnwise, totals);
   FP8EMU_CUDA_CHECK_LAUNCH("tile_cast_both_kernel");
 }
 

@@ -116,18 +116,19 @@ struct BlockCastOut {
 /// block 32 (MXFP8) and 128 (1x128); other block sizes run launch_block_cast once per copy.
 void launch_block_cast_both(const float* x, int rows, int cols, int block, Format fmt, const core::BlockRule& rule,
                             const BlockCastOut& rowwise, const BlockCastOut& columnwise, cudaStream_t stream);
-/// emu::quantize_block_2d, steps 1-2: per tile of x [rows, cols], scale and scale_inv
-/// ([ceil(rows/tile), ceil(cols/tile)]), then the row-wise codes [rows, cols] with their counts.
-void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
-                      float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* codes,
-                      CastTotals* totals, cudaStream_t stream);
+/// emu::quantize_tiles, steps 1-2: per tile of x [rows, cols], its multiplier and scale_inv by
+/// `rule` (core::block_rule_scale; an NVFP4 rule's tensor_amax in device memory), in
+/// [ceil(rows/tile), ceil(cols/tile)], then the row-wise codes [rows, cols] with their counts.
+void launch_tile_cast(const float* x, int rows, int cols, int tile, Format fmt, const core::BlockRule& rule,
+                      float* tile_scale, float* tile_scale_inv, std::uint8_t* codes, CastTotals* totals,
+                      cudaStream_t stream);
 /// emu::quantize_block_2d's codes and tile scales, both copies: the row-wise codes [rows, cols]
 /// and/or the column-wise codes [cols, rows] (either may be null), tile scale and scale_inv
 /// ([ceil(rows/tile), ceil(cols/tile)]), the counts of the one cast. 128 x 128 tiles (TE's) run in
 /// one pass (one read of x); other tiles run launch_tile_cast into q_rowwise (required: throws
 /// fp8emu::Error when null) and the code transpose.
-void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format fmt, float fp8_max, bool pow2,
-                           float epsilon, float* tile_scale, float* tile_scale_inv, std::uint8_t* q_rowwise,
+void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format fmt, const core::BlockRule& rule,
+                           float* tile_scale, float* tile_scale_inv, std::uint8_t* q_rowwise,
                            std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream);
 /// emu::gemm_fp8_tn (checks done by the caller): D [M, N] = RN(acc(A [M, K], B [N, K]) * s), acc
 /// with the promotion interval and split_k of emu::GemmAccumulation (core::gemm_tn_element); s a host
@@ -135,9 +136,10 @@ void launch_tile_cast_both(const float* x, int rows, int cols, int tile, Format 
 void launch_gemm_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
                     Accumulation model, int promotion, int split_k, GemmScaleArg s, float* D, cudaStream_t stream);
 /// emu::gemm_fp8_block_tn: A [M, K] with sa [M, nb], B [N, K] with sb [N, nb], D [M, N], each
-/// block's partial under `model` (core::gemm_block_element).
+/// block's partial under `model` (core::gemm_block_element); NVFP4 operands (amax_a and amax_b in
+/// device memory, else both null): D = RN(alpha * total), core::nvfp4_gemm_alpha.
 void launch_gemm_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                          const std::uint8_t* B, Format fb, const float* sb, Accumulation model, float* D,
-                          cudaStream_t stream);
+                          const std::uint8_t* B, Format fb, const float* sb, const float* amax_a,
+                          const float* amax_b, Accumulation model, float* D, cudaStream_t stream);
 
 }  // namespace fp8emu::cuda::detail

@@ -1,4 +1,4 @@
-// Block-scaled FP8 quantization and GEMM (see include/fp8emu/emulation/block_quantize.hpp).
+// Block-scaled quantization and GEMM (see include/fp8emu/emulation/block_quantize.hpp).
 #include "fp8emu/emulation/block_quantize.hpp"
 
 #include <algorithm>
@@ -11,16 +11,61 @@
 
 #include "block_cast.hpp"
 #include "gemm_kernel.hpp"
+#include "parallel.hpp"
 
 namespace fp8emu::emu {
 namespace {
 
 constexpr int kMxBlock = 32;  // OCP MX v1.0: 32 elements share one E8M0 scale.
 
+const char* what_of(const core::BlockRule& rule) {
+  return rule.is_mxfp8() ? "MXFP8 quantize" : rule.has_tensor_scale() ? "NVFP4 quantize" : "block quantize";
+}
+
+// The element layer's 1 x block cast, one view row per iteration: the formats the vectorised cast
+// has no kernel for (FP6, FP4). The counts are sums, so any thread split gives the same totals.
+QuantizeStats cast_view_blocks_element(const float* x, int cols, bool rowwise, const core::BlockRule& rule,
+                                       BlockQuantized& q) {
+  const FormatSpec f = spec_of(q.format);
+  const int nb = q.blocks();
+  std::uint64_t sat = 0, under = 0, nans = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
+    if (std::ptrdiff_t(q.codes.size()) >= detail::kParallelMinElements)
+  for (int r = 0; r < q.n; ++r) {
+    core::CastCounts c;
+    for (int b = 0; b < nb; ++b)
+      core::cast_view_block(x, rowwise, cols, r, b, q.block, q.k, nb, f, rule, q.codes.data(), q.scale_inv.data(),
+                            rule.is_mxfp8() ? q.e8m0.data() : nullptr, c);
+    sat += c.saturated;
+    under += c.underflow;
+    nans += c.nan;
+  }
+  QuantizeStats st;
+  st.count = q.codes.size();
+  st.saturated = sat;
+  st.underflow = under;
+  st.nan = nans;
+  return st;
+}
+
+// The block GEMM's sums (the per-block scale_inv products, no alpha): the fp32 model register-tiled,
+// other models by the element layer.
+void gemm_block_sums(const BlockQuantized& A, const BlockQuantized& B, float* D);
+void gemm_block_element_sums(const BlockQuantized& A, const BlockQuantized& B, const GemmAccumulation& acc, float* D);
+
+// NVFP4 operands: D = RN(alpha * D) with TE's alpha from the two tensor amaxes.
+void apply_alpha(const BlockQuantized& A, const BlockQuantized& B, float* D) {
+  if (!A.amax) return;
+  const float alpha = core::nvfp4_gemm_alpha(*A.amax, core::nvfp4_numerator(spec_of(A.format)), *B.amax,
+                                             core::nvfp4_numerator(spec_of(B.format)));
+  const std::size_t n = std::size_t(A.n) * std::size_t(B.n);
+  for (std::size_t i = 0; i < n; ++i) D[i] = core::mul_rn(alpha, D[i]);
+}
+
 }  // namespace
 
 BlockQuantized make_block_record(int rows, int cols, BlockAxis axis, int block, Format fmt, bool with_e8m0) {
-  require_fp8(fmt, "block quantize");
+  require_block_element(fmt, "block quantize");
   const bool rowwise = axis == BlockAxis::kRowwise;
   BlockQuantized q;
   q.n = rowwise ? rows : cols;
@@ -48,8 +93,10 @@ void spread_tile_scales(int rows, int cols, int tile, const float* tile_scale_in
 }
 
 void check_gemm_block_tn(const BlockQuantized& A, const BlockQuantized& B) {
-  require_fp8(A.format, "block-scaled GEMM operand A");
-  require_fp8(B.format, "block-scaled GEMM operand B");
+  require_block_element(A.format, "block-scaled GEMM operand A");
+  require_block_element(B.format, "block-scaled GEMM operand B");
+  FP8EMU_CHECK(A.amax.has_value() == B.amax.has_value(), "block-scaled GEMM: operand ", A.amax ? "A" : "B",
+               " has an NVFP4 tensor scale (amax) and operand ", A.amax ? "B" : "A", " has none");
   FP8EMU_CHECK(A.k == B.k, "block-scaled GEMM: K mismatch, A has K = ", A.k, ", B has K = ", B.k);
   FP8EMU_CHECK(A.block == B.block, "block-scaled GEMM: block sizes differ (", A.block, " vs ", B.block, ")");
   FP8EMU_CHECK(A.block >= 1, "block-scaled GEMM: block size must be >= 1, got ", A.block);
@@ -66,12 +113,20 @@ std::uint8_t mxfp8_scale_code(float amax, Format fmt, E8M0Rule rule) {
 
 BlockQuantized quantize_blocks(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
                                const core::BlockRule& rule, QuantizeStats* stats) {
-  const char* what = rule.is_mxfp8() ? "MXFP8 quantize" : "block quantize";
+  const char* what = what_of(rule);
   FP8EMU_CHECK(block >= 1, what, ": block size must be >= 1, got ", block);
   FP8EMU_CHECK(rows >= 0 && cols >= 0, what, ": negative shape");
   BlockQuantized q = make_block_record(rows, cols, axis, block, fmt, rule.is_mxfp8());
-  // The vectorised block cast (block_cast.hpp): the bits of core::cast_view_block.
-  const QuantizeStats st = detail::cast_view_blocks(x, rows, cols, axis == BlockAxis::kRowwise, rule, q);
+  core::BlockRule r = rule;
+  if (rule.has_tensor_scale()) {  // the tensor's amax first: every block's scale sits under it
+    q.amax = compute_amax(x, std::size_t(rows) * std::size_t(cols));
+    r.tensor_amax = &*q.amax;
+  }
+  // FP8: the vectorised block cast (block_cast.hpp), the bits of core::cast_view_block; other
+  // element formats: core::cast_view_block itself.
+  const bool rowwise = axis == BlockAxis::kRowwise;
+  const QuantizeStats st = is_fp8(fmt) ? detail::cast_view_blocks(x, rows, cols, rowwise, r, q)
+                                       : cast_view_blocks_element(x, cols, rowwise, r, q);
   if (stats) *stats += st;
   return q;
 }
@@ -91,6 +146,8 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
                                    float epsilon, QuantizeStats* stats) {
   FP8EMU_CHECK(tile >= 1, "block quantize: tile size must be >= 1, got ", tile);
   FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
+  if (!is_fp8(fmt))  // no vectorised kernel: the element layer's tiles
+    return quantize_tiles(x, rows, cols, fmt, tile, core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon), stats);
   const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
   // 1-2. Each tile's amax and scale, then the row-wise codes, each element by its tile's scale
   //      (vectorised; the bits of core::tile_amax, core::block_scale and core::cast_element).
@@ -107,6 +164,75 @@ BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fm
   return out;
 }
 
+BlockQuantized2D quantize_tiles(const float* x, int rows, int cols, Format fmt, int tile, const core::BlockRule& rule,
+                                QuantizeStats* stats) {
+  const char* what = what_of(rule);
+  FP8EMU_CHECK(!rule.is_mxfp8(), what, ": ", tile, " x ", tile, " tiles take fp32 or NVFP4 scales (E8M0 tiles are no recipe's)");
+  FP8EMU_CHECK(tile >= 1, what, ": tile size must be >= 1, got ", tile);
+  FP8EMU_CHECK(rows >= 0 && cols >= 0, what, ": negative shape");
+  if (rule.kind == core::BlockRule::kFloat && is_fp8(fmt))  // the vectorised tiles
+    return quantize_block_2d(x, rows, cols, fmt, tile, rule.pow2, rule.epsilon, stats);
+  BlockQuantized2D out;
+  out.rowwise = make_block_record(rows, cols, BlockAxis::kRowwise, tile, fmt, false);  // checks the format
+  out.columnwise = make_block_record(rows, cols, BlockAxis::kColumnwise, tile, fmt, false);
+  core::BlockRule r = rule;
+  if (rule.has_tensor_scale()) {
+    out.rowwise.amax = compute_amax(x, std::size_t(rows) * std::size_t(cols));
+    out.columnwise.amax = out.rowwise.amax;
+    r.tensor_amax = &*out.rowwise.amax;
+  }
+  // 1. Each tile's amax and scale (core::tile_amax, core::block_rule_scale).
+  const FormatSpec f = spec_of(fmt);
+  const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
+  std::vector<float> scale_inv(std::size_t(tr) * std::size_t(tc)), mult(scale_inv.size());
+  for (int bi = 0; bi < tr; ++bi)
+    for (int bj = 0; bj < tc; ++bj) {
+      const std::size_t t = std::size_t(bi) * std::size_t(tc) + std::size_t(bj);
+      mult[t] = core::block_rule_scale(core::tile_amax(x, rows, cols, tile, bi, bj), f, r, &scale_inv[t], nullptr);
+    }
+  // 2. The row-wise codes, each element by its tile's multiplier (core::cast_element).
+  std::uint64_t sat = 0, under = 0, nans = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
+    if (std::ptrdiff_t(rows) * cols >= detail::kParallelMinElements)
+  for (int i = 0; i < rows; ++i) {
+    core::CastCounts c;
+    for (int j = 0; j < cols; ++j) {
+      const std::size_t at = std::size_t(i) * std::size_t(cols) + std::size_t(j);
+      out.rowwise.codes[at] = core::cast_element(x[at], mult[core::tile_index(i, j, tile, tc)], f, c);
+    }
+    sat += c.saturated;
+    under += c.underflow;
+    nans += c.nan;
+  }
+  // 3. The column-wise view: the same codes transposed, with the transposed tile scales.
+  transpose(rows, cols, out.rowwise.codes.data(), out.columnwise.codes.data());
+  spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
+  if (stats) {
+    QuantizeStats st;
+    st.count = out.rowwise.codes.size();
+    st.saturated = sat;
+    st.underflow = under;
+    st.nan = nans;
+    *stats += st;
+  }
+  return out;
+}
+
+void dequantize_blocks(const BlockQuantized& q, float* y) {
+  const float* t = decode_table(q.format);
+  const int nb = q.blocks();
+  const float num = core::nvfp4_numerator(spec_of(q.format));
+  for (int r = 0; r < q.n; ++r)
+    for (int b = 0; b < nb; ++b) {
+      const float s = q.scale_inv[std::size_t(r) * std::size_t(nb) + std::size_t(b)];
+      const float m = q.amax ? core::nvfp4_dequant_scale(s, *q.amax, num) : s;
+      for (int kk = b * q.block; kk < std::min(q.k, (b + 1) * q.block); ++kk) {
+        const std::size_t at = std::size_t(r) * std::size_t(q.k) + std::size_t(kk);
+        y[at] = core::mul_rn(t[q.codes[at]], m);
+      }
+    }
+}
+
 void check_block_accumulation(const GemmAccumulation& acc) {
   FP8EMU_CHECK(acc.promotion_interval == 0 && acc.split_k <= 1,
                "block-scaled GEMM: every scale block's partial is promoted to the fp32 total, so the promotion "
@@ -120,6 +246,12 @@ void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, const G
     gemm_fp8_block_tn(A, B, D);
     return;
   }
+  gemm_block_element_sums(A, B, acc, D);
+  apply_alpha(A, B, D);
+}
+
+namespace {
+void gemm_block_element_sums(const BlockQuantized& A, const BlockQuantized& B, const GemmAccumulation& acc, float* D) {
   // Another model: the element layer, one output element per iteration.
   const AccumulationModel& m = model_of(acc.model);
   const int M = A.n, N = B.n, K = A.k, nb = A.blocks();
@@ -133,8 +265,16 @@ void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, const G
           K, A.block, m);
 }
 
+}  // namespace
+
 void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* D) {
   check_gemm_block_tn(A, B);
+  gemm_block_sums(A, B, D);
+  apply_alpha(A, B, D);
+}
+
+namespace {
+void gemm_block_sums(const BlockQuantized& A, const BlockQuantized& B, float* D) {
   if (detail::gemm_fp8_block_tn_wide(A, B, D)) return;  // the same sums, register-tiled
   const int M = A.n, N = B.n, K = A.k, nb = A.blocks();
   // B^T decoded once (exact), Shape [K, N]; A decoded on the fly.
@@ -173,5 +313,7 @@ void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, float* 
     }
   }
 }
+
+}  // namespace
 
 }  // namespace fp8emu::emu

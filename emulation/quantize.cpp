@@ -26,12 +26,17 @@ void require_fp8(Format fmt, const char* what) {
                " is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
 }
 
+void require_block_element(Format fmt, const char* what) {
+  FP8EMU_CHECK(is_mx_element(fmt), what, ": format ", format_name(fmt),
+               " is not a block-scaled element format (e4m3fn, e5m2, e2m3fn, e3m2fn, e2m1fn)");
+}
+
 const float* decode_table(Format fmt) {
-  require_fp8(fmt, "decode_table");
+  require_block_element(fmt, "decode_table");
   static const std::array<std::array<float, 256>, kFormatCount> tables = [] {
     std::array<std::array<float, 256>, kFormatCount> t{};
     for (const FormatRecord& r : kFormats)
-      if (is_fp8(r.id)) t[std::size_t(r.id)] = make_table(*r.spec);
+      if (is_mx_element(r.id)) t[std::size_t(r.id)] = make_table(*r.spec);
     return t;
   }();
   return tables[std::size_t(fmt)].data();

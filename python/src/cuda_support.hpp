@@ -52,6 +52,7 @@ struct CudaQuantized {
   nb::object rowwise_data = nb::none(), columnwise_data = nb::none();
   nb::object rowwise_scale_inv = nb::none(), columnwise_scale_inv = nb::none();
   nb::object scale_owner = nb::none();  // the one-float device buffer of a per-tensor scale
+  nb::object amax = nb::none();  // NVFP4 (op.tensor_amax): [2], the row-wise and column-wise tensor amax
 };
 
 namespace gpu {
@@ -370,6 +371,10 @@ inline CudaQuantized new_operand(const char* fn, const scaling::Quantizer& q, in
     if (op.columnwise_scales() > 0)
       t.columnwise_scale_inv =
           scales(std::size_t(cols), op.columnwise_scales() / std::size_t(cols), op.columnwise_scale_inv);
+    if (op.tensor_amax) {
+      t.amax = scales(1, 2, op.rowwise_amax);
+      op.columnwise_amax = op.rowwise_amax + 1;
+    }
   }
   return t;
 }

@@ -3,7 +3,7 @@
 // elements, rows or columns run on OpenMP threads, each element's arithmetic on one thread, so
 // results do not depend on the thread count. The FP8 arithmetic sits behind the protected virtual
 // methods at the end of the operations (compute_amax, cast_transpose_host, quantize_blocks,
-// quantize_block_2d, gemm_fp8_tn_host, gemm_fp8_block_tn_host): cpu_device() runs the emulator's
+// quantize_tiles, gemm_fp8_tn_host, gemm_fp8_block_tn_host): cpu_device() runs the emulator's
 // SIMD paths, element_device() (device_element.cpp) overrides them with the per-element reference.
 #pragma once
 
@@ -110,14 +110,12 @@ class CpuDevice : public Device {
   // The emulator's block casts into records, then copied into the views (host memory here).
   void block_cast(const BlockCast& c, const float* x, int rows, int cols, BlockView rowwise, BlockView columnwise,
                   CastCounters* counters) const override {
+    check_block_cast(c, rows, cols, rowwise, columnwise);
     const bool row = rowwise.codes != nullptr, col = columnwise.codes != nullptr;
-    FP8EMU_CHECK(row || col, "block cast: no view asked for (row-wise and column-wise codes both null)");
     emu::BlockQuantized r, cq;
     emu::QuantizeStats st;
     if (c.tiles) {
-      FP8EMU_CHECK(c.scale == BlockScaleFormat::kFp32, "block cast: ", c.block, " x ", c.block,
-                   " tiles take fp32 scales (E8M0 tiles are no recipe's)");
-      emu::BlockQuantized2D w = quantize_block_2d(x, rows, cols, c.fmt, c.block, c.pow2, c.epsilon, &st);
+      emu::BlockQuantized2D w = quantize_tiles(c, x, rows, cols, &st);
       r = std::move(w.rowwise);
       cq = std::move(w.columnwise);
     } else {  // each view cast independently from x; the counts of the row-wise one when it is made
@@ -128,18 +126,19 @@ class CpuDevice : public Device {
       if (!v.codes) return;
       std::memcpy(v.codes, q.codes.data(), q.codes.size());
       std::memcpy(v.scale_inv, q.scale_inv.data(), q.scale_inv.size() * sizeof(float));
+      if (q.amax) *v.amax = *q.amax;
     };
     put(r, rowwise);
     put(cq, columnwise);
     add_counts(counters, st);
   }
   void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                         const std::uint8_t* B, Format fb, const float* sb, const emu::GemmAccumulation& acc,
-                         float* D) const override {
+                         const std::uint8_t* B, Format fb, const float* sb, const float* amax_a,
+                         const float* amax_b, const emu::GemmAccumulation& acc, float* D) const override {
     FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0 && block >= 1, "block-scaled GEMM: bad shape M=", M, " N=", N, " K=", K,
                  " block=", block);
     emu::check_block_accumulation(acc);
-    auto record = [&](int n, const std::uint8_t* codes, Format f, const float* s) {
+    auto record = [&](int n, const std::uint8_t* codes, Format f, const float* s, const float* amax) {
       emu::BlockQuantized q;
       q.n = n;
       q.k = K;
@@ -147,9 +146,10 @@ class CpuDevice : public Device {
       q.format = f;
       q.codes.assign(codes, codes + std::size_t(n) * std::size_t(K));
       q.scale_inv.assign(s, s + std::size_t(n) * std::size_t(q.blocks()));
+      if (amax) q.amax = *amax;
       return q;
     };
-    gemm_fp8_block_tn_host(record(M, A, fa, sa), record(N, B, fb, sb), acc, D);
+    gemm_fp8_block_tn_host(record(M, A, fa, sa, amax_a), record(N, B, fb, sb, amax_b), acc, D);
   }
 
  protected:
@@ -174,9 +174,10 @@ class CpuDevice : public Device {
                                               emu::BlockAxis axis, emu::QuantizeStats* stats) const {
     return emu::quantize_blocks(x, rows, cols, axis, c.fmt, c.block, c.block_rule(), stats);
   }
-  virtual emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
-                                                  float epsilon, emu::QuantizeStats* stats) const {
-    return emu::quantize_block_2d(x, rows, cols, fmt, tile, pow2, epsilon, stats);
+  /// Both views of a tile cast (emu::quantize_tiles with the cast's rule).
+  virtual emu::BlockQuantized2D quantize_tiles(const BlockCast& c, const float* x, int rows, int cols,
+                                               emu::QuantizeStats* stats) const {
+    return emu::quantize_tiles(x, rows, cols, c.fmt, c.block, c.block_rule(), stats);
   }
   virtual void gemm_fp8_block_tn_host(const emu::BlockQuantized& A, const emu::BlockQuantized& B,
                                       const emu::GemmAccumulation& acc, float* D) const {

@@ -22,6 +22,19 @@ void check_cast_transpose(int rows, int cols, Format fmt, const std::uint8_t* q_
   FP8EMU_CHECK(q_rowwise || q_columnwise, "cast_transpose: both the row-wise and the column-wise output are null");
 }
 
+void check_block_cast(const BlockCast& c, int rows, int cols, const BlockView& rowwise, const BlockView& columnwise) {
+  FP8EMU_CHECK(rowwise.codes || columnwise.codes,
+               "block cast: no view asked for (row-wise and column-wise codes both null)");
+  FP8EMU_CHECK(c.block >= 1, c.what(), ": block size must be >= 1, got ", c.block);
+  FP8EMU_CHECK(rows >= 0 && cols >= 0, c.what(), ": negative shape");
+  emu::require_block_element(c.fmt, c.what());
+  FP8EMU_CHECK(!c.tiles || c.scale != BlockScaleFormat::kE8M0, "block cast: ", c.block, " x ", c.block,
+               " tiles take fp32 or E4M3 scales (E8M0 tiles are no recipe's)");
+  FP8EMU_CHECK(c.scale != BlockScaleFormat::kE4M3 || ((!rowwise.codes || rowwise.amax) &&
+                                                      (!columnwise.codes || columnwise.amax)),
+               c.what(), ": a view of E4M3 block scales needs its amax slot (the tensor scale's amax)");
+}
+
 #if defined(FP8EMU_HAVE_CUDA)
 void set_library_gemms(bool on) { cuda::set_library_gemms(on); }
 bool library_gemms() { return cuda::library_gemms(); }

@@ -84,32 +84,37 @@ class ElementDevice final : public detail::CpuDevice {
     return block_cast_view(x, rows, cols, axis, c.fmt, c.block, c.block_rule(), stats);
   }
 
-  emu::BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
-                                          float epsilon, emu::QuantizeStats* stats) const override {
-    FP8EMU_CHECK(tile >= 1, "block quantize: tile size must be >= 1, got ", tile);
-    FP8EMU_CHECK(rows >= 0 && cols >= 0, "block quantize: negative shape");
-    const FormatSpec f = spec_of(fmt);
+  emu::BlockQuantized2D quantize_tiles(const BlockCast& c, const float* x, int rows, int cols,
+                                       emu::QuantizeStats* stats) const override {
+    const int tile = c.block;
+    FP8EMU_CHECK(tile >= 1, c.what(), ": tile size must be >= 1, got ", tile);
+    FP8EMU_CHECK(rows >= 0 && cols >= 0, c.what(), ": negative shape");
+    const FormatSpec f = spec_of(c.fmt);
+    emu::BlockQuantized2D out;
+    out.rowwise = emu::make_block_record(rows, cols, emu::BlockAxis::kRowwise, tile, c.fmt, false);
+    out.columnwise = emu::make_block_record(rows, cols, emu::BlockAxis::kColumnwise, tile, c.fmt, false);
+    core::BlockRule rule = c.block_rule();
+    if (rule.has_tensor_scale()) {
+      out.rowwise.amax = compute_amax(x, std::size_t(rows) * std::size_t(cols));
+      out.columnwise.amax = out.rowwise.amax;
+      rule.tensor_amax = &*out.rowwise.amax;
+    }
     const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
     std::vector<float> scale(std::size_t(tr) * std::size_t(tc)), scale_inv(scale.size());
     for (int bi = 0; bi < tr; ++bi)
       for (int bj = 0; bj < tc; ++bj) {
         const float amax = core::tile_amax(x, rows, cols, tile, bi, bj);  // the GPU reduces the same bits
-        const core::BlockScale s = core::block_scale(amax, float(f.max_finite()), pow2, epsilon);
-        scale[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale;
-        scale_inv[std::size_t(bi) * std::size_t(tc) + std::size_t(bj)] = s.scale_inv;
+        const std::size_t t = std::size_t(bi) * std::size_t(tc) + std::size_t(bj);
+        scale[t] = core::block_rule_scale(amax, f, rule, &scale_inv[t], nullptr);
       }
-    emu::BlockQuantized2D out;
-    out.rowwise = emu::make_block_record(rows, cols, emu::BlockAxis::kRowwise, tile, fmt, false);
-    out.columnwise = emu::make_block_record(rows, cols, emu::BlockAxis::kColumnwise, tile, fmt, false);
     emu::QuantizeStats st;
     st.count = std::size_t(rows) * std::size_t(cols);
     for (int r = 0; r < rows; ++r)
-      for (int c = 0; c < cols; ++c) {
-        core::CastCounts cc;
-        const std::size_t i = std::size_t(r) * std::size_t(cols) + std::size_t(c);
-        out.rowwise.codes[i] =
-            core::cast_element(x[i], scale[core::tile_index(r, c, tile, tc)], f, cc);
-        add_counts(st, cc);
+      for (int cc = 0; cc < cols; ++cc) {
+        core::CastCounts k;
+        const std::size_t i = std::size_t(r) * std::size_t(cols) + std::size_t(cc);
+        out.rowwise.codes[i] = core::cast_element(x[i], scale[core::tile_index(r, cc, tile, tc)], f, k);
+        add_counts(st, k);
       }
     transpose_codes(rows, cols, out.rowwise.codes.data(), out.columnwise.codes.data());
     emu::spread_tile_scales(rows, cols, tile, scale_inv.data(), out);
@@ -123,25 +128,37 @@ class ElementDevice final : public detail::CpuDevice {
     emu::check_block_accumulation(acc);
     const AccumulationModel& m = model_of(acc.model);
     const int nb = A.blocks();
+    const bool nvfp4 = A.amax.has_value();
+    const float alpha = nvfp4 ? core::nvfp4_gemm_alpha(*A.amax, core::nvfp4_numerator(spec_of(A.format)), *B.amax,
+                                                       core::nvfp4_numerator(spec_of(B.format)))
+                              : 1.0f;
     for (int i = 0; i < A.n; ++i)
-      for (int j = 0; j < B.n; ++j)
-        D[std::size_t(i) * std::size_t(B.n) + std::size_t(j)] = core::gemm_block_element(
+      for (int j = 0; j < B.n; ++j) {
+        float& d = D[std::size_t(i) * std::size_t(B.n) + std::size_t(j)];
+        d = core::gemm_block_element(
             A.codes.data() + std::size_t(i) * std::size_t(A.k), spec_of(A.format),
             A.scale_inv.data() + std::size_t(i) * std::size_t(nb), B.codes.data() + std::size_t(j) * std::size_t(B.k),
             spec_of(B.format), B.scale_inv.data() + std::size_t(j) * std::size_t(nb), A.k, A.block, m);
+        if (nvfp4) d = core::mul_rn(alpha, d);
+      }
   }
 
  private:
   emu::BlockQuantized block_cast_view(const float* x, int rows, int cols, emu::BlockAxis axis, Format fmt,
                                       int block, const core::BlockRule& rule, emu::QuantizeStats* stats) const {
     emu::BlockQuantized q = emu::make_block_record(rows, cols, axis, block, fmt, rule.is_mxfp8());
+    core::BlockRule scaled = rule;
+    if (rule.has_tensor_scale()) {  // the tensor's amax first
+      q.amax = compute_amax(x, std::size_t(rows) * std::size_t(cols));
+      scaled.tensor_amax = &*q.amax;
+    }
     emu::QuantizeStats st;
     st.count = q.codes.size();
     for (int r = 0; r < q.n; ++r)
       for (int b = 0; b < q.blocks(); ++b) {
         core::CastCounts c;
         core::cast_view_block(x, axis == emu::BlockAxis::kRowwise, cols, r, b, block, q.k, q.blocks(), spec_of(fmt),
-                              rule, q.codes.data(), q.scale_inv.data(), rule.is_mxfp8() ? q.e8m0.data() : nullptr, c);
+                              scaled, q.codes.data(), q.scale_inv.data(), rule.is_mxfp8() ? q.e8m0.data() : nullptr, c);
         add_counts(st, c);
       }
     if (stats) *stats += st;

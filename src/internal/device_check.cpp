@@ -120,6 +120,7 @@ struct CastOut {
   std::vector<std::uint8_t> rowwise, columnwise;
   std::vector<float> rowwise_scale_inv, columnwise_scale_inv;
   float amax = 0.0f;
+  float columnwise_amax = 0.0f;  ///< NVFP4 block casts: the column-wise view's tensor amax
   CastCounters counters;
 };
 
@@ -131,6 +132,7 @@ void cmp_cast(DeviceCheckRow& r, const std::string& w, const CastOut& a, const C
   cmp_f32(r, w + " columnwise scale_inv", a.columnwise_scale_inv.data(), b.columnwise_scale_inv.data(),
           a.columnwise_scale_inv.size());
   cmp_f32(r, w + " amax", &a.amax, &b.amax, 1);
+  cmp_f32(r, w + " columnwise amax", &a.columnwise_amax, &b.columnwise_amax, 1);
   cmp_counters(r, w + " counters", a.counters, b.counters);
 }
 
@@ -312,11 +314,13 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
   const char* const kOutputs[] = {"", " rowwise", " columnwise", " both"};  // by bit mask
 
   // The block casts: TE's MXFP8 (both E8M0 rules), Float8BlockScaling's 1 x 128 (power-of-2 scales)
-  // and its 128 x 128 weight tiles, and other block and tile sizes (ragged blocks, the GPU's
-  // unfused paths).
+  // and its 128 x 128 weight tiles, NVFP4's 1 x 16 and 16 x 16 (E2M1 under E4M3 and tensor scales),
+  // and other block and tile sizes and element formats (ragged blocks, MXFP4, the GPU's unfused
+  // paths). Variants with own_format keep their element format; the others take each FP8 format.
   struct BlockVariant {
     const char* label;
     BlockCast cast;
+    bool own_format = false;
   };
   using backend::BlockScaleFormat;
   const E8M0Rule te = E8M0Rule::kTransformerEngine;
@@ -338,6 +342,11 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
       {"block_cast 1x48", fp32(48, false, false, 0.0f)},
       {"block_cast 128x128 pow2", fp32(128, true, true, 0.0f)},
       {"block_cast 16x16", fp32(16, true, false, 0.0f)},
+      {"block_cast nvfp4 1x16", BlockCast::nvfp4(Format::kE2M1, 16, false), true},
+      {"block_cast nvfp4 16x16", BlockCast::nvfp4(Format::kE2M1, 16, true), true},
+      {"block_cast 1x32 nvfp4 scales", BlockCast::nvfp4(Format::kE4M3, 32, false)},  // the GPU's fused kernel
+      {"block_cast mxfp4 1x32", BlockCast::mxfp8(Format::kE2M1, te), true},
+      {"block_cast mxfp6 e3m2 1x32 ocp", BlockCast::mxfp8(Format::kE3M2, E8M0Rule::kOcp), true},
   };
 
 
@@ -419,7 +428,8 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
         if (wants("block_cast")) {
           for (const BlockVariant& v : kBlockVariants) {
             BlockCast c = v.cast;
-            c.fmt = fmt;
+            if (v.own_format && fmt != Format::kE4M3) continue;  // once, in its own format
+            if (!v.own_format) c.fmt = fmt;
             DeviceCheckRow& r = rec.row(v.label, in);
             std::vector<std::pair<int, int>> vshapes = shapes;
             if (c.tiles && c.block == 128)  // whole tiles next to ragged edge tiles
@@ -442,14 +452,18 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
                       DeviceTensor<float> sr = put(d, std::vector<float>(rb, -1.0f)),
                                           sc = put(d, std::vector<float>(cb, -1.0f));
                       DeviceTensor<CastCounters> ct = put(d, std::vector<CastCounters>(1));
+                      DeviceTensor<float> am = put(d, std::vector<float>{-1.0f, -1.0f});
                       const BlockView none;
-                      d.block_cast(c, xs.get(), cr, cc, outputs & 1 ? BlockView{qr.get(), sr.get()} : none,
-                                   outputs & 2 ? BlockView{qc.get(), sc.get()} : none, ct.get());
+                      d.block_cast(c, xs.get(), cr, cc, outputs & 1 ? BlockView{qr.get(), sr.get(), am.get()} : none,
+                                   outputs & 2 ? BlockView{qc.get(), sc.get(), am.get() + 1} : none, ct.get());
                       CastOut o;
                       o.rowwise = get(qr);
                       o.columnwise = get(qc);
                       o.rowwise_scale_inv = get(sr);
                       o.columnwise_scale_inv = get(sc);
+                      const std::vector<float> amax = get(am);
+                      o.amax = amax[0];
+                      o.columnwise_amax = amax[1];
                       o.counters = get(ct)[0];
                       return o;
                     },
@@ -511,6 +525,7 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
           emu::BlockQuantized a, b;
         };
         const emu::BlockAxis rw = emu::BlockAxis::kRowwise;
+        const core::BlockRule nvfp4 = core::BlockRule::nvfp4(kSpecE2M1, nullptr);
         const Pair pairs[] = {
             {"gemm_fp8_block_tn mxfp8",
              emu::quantize_mxfp8(xa.data(), M, K, rw, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr),
@@ -521,6 +536,12 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
             {"gemm_fp8_block_tn 1x32 e4m3 x e5m2",
              emu::quantize_block_1d(xa.data(), M, K, rw, Format::kE4M3, 32, false, 0.0f, nullptr),
              emu::quantize_block_1d(xb.data(), N, K, rw, Format::kE5M2, 32, false, 0.0f, nullptr)},
+            {"gemm_fp8_block_tn nvfp4 1x16 x 16x16",
+             emu::quantize_blocks(xa.data(), M, K, rw, Format::kE2M1, 16, nvfp4, nullptr),
+             emu::quantize_tiles(xb.data(), N, K, Format::kE2M1, 16, nvfp4, nullptr).rowwise},
+            {"gemm_fp8_block_tn mxfp4 x mxfp8",
+             emu::quantize_blocks(xa.data(), M, K, rw, Format::kE2M1, 32, core::BlockRule::mxfp8(kSpecE2M1, true), nullptr),
+             emu::quantize_mxfp8(xb.data(), N, K, rw, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr)},
         };
         // Every model of the accumulation table for each scale block's partial.
         for (const Pair& p : pairs)
@@ -532,9 +553,11 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
                 [&](const Device& d) {
                   const DeviceTensor<std::uint8_t> a = put(d, p.a.codes), b = put(d, p.b.codes);
                   const DeviceTensor<float> sa = put(d, p.a.scale_inv), sb = put(d, p.b.scale_inv);
+                  const DeviceTensor<float> amax = put(d, std::vector<float>{p.a.amax.value_or(0.0f), p.b.amax.value_or(0.0f)});
                   DeviceTensor<float> D = put(d, std::vector<float>(std::size_t(M) * std::size_t(N), -1.0f));
                   d.gemm_fp8_block_tn(M, N, K, p.a.block, a.get(), p.a.format, sa.get(), b.get(), p.b.format,
-                                      sb.get(), acc, D.get());
+                                      sb.get(), p.a.amax ? amax.get() : nullptr, p.b.amax ? amax.get() + 1 : nullptr,
+                                      acc, D.get());
                   return get(D);
                 },
                 [&](const std::vector<float>& a, const std::vector<float>& b) {

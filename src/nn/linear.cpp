@@ -40,10 +40,12 @@ scaling::DeviceOperand operand_view(const scaling::DeviceQuantizedTensor& t, con
   if (o.has(scaling::Usage::kRowwise)) {
     o.rowwise_data = buf.rowwise_data;
     o.rowwise_scale_inv = buf.rowwise_scale_inv;
+    o.rowwise_amax = buf.rowwise_amax;
   }
   if (o.has(scaling::Usage::kColumnwise)) {
     o.columnwise_data = buf.columnwise_data;
     o.columnwise_scale_inv = buf.columnwise_scale_inv;
+    o.columnwise_amax = buf.columnwise_amax;
   }
   o.scale = buf.scale;
   return o;

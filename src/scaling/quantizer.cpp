@@ -76,6 +76,7 @@ DeviceOperand device_operand(const Quantizer& q, int rows, int cols, TensorRole 
   o.cols = cols;
   o.usage = usage;
   o.block = q.block_length(role);
+  o.tensor_amax = q.has_tensor_amax(role);
   return o;
 }
 
@@ -129,6 +130,11 @@ DeviceQuantizedTensor::DeviceQuantizedTensor(const backend::Device& device, cons
       columnwise_scale_inv_ = DeviceTensor<float>(device, 1, int(op_.columnwise_scales()));
       op_.columnwise_scale_inv = columnwise_scale_inv_.get();
     }
+    if (op_.tensor_amax) {
+      amax_ = DeviceTensor<float>(device, 1, 2);
+      op_.rowwise_amax = amax_.get();
+      op_.columnwise_amax = amax_.get() + 1;
+    }
   }
 }
 
@@ -154,8 +160,10 @@ QuantizedTensor DeviceQuantizedTensor::download() const {
     return q;
   }
   // One block view as emu::BlockQuantized holds it: n rows of k codes, ceil(k / block) scales each.
+  float amax[2] = {0.0f, 0.0f};
+  if (op_.tensor_amax) amax_.download(amax);
   const auto view = [&](const backend::DeviceTensor<std::uint8_t>& codes, const backend::DeviceTensor<float>& si,
-                        int n, int k) {
+                        int n, int k, float tensor_amax) {
     emu::BlockQuantized b;
     b.n = n;
     b.k = k;
@@ -165,12 +173,14 @@ QuantizedTensor DeviceQuantizedTensor::download() const {
     codes.download(b.codes.data());
     b.scale_inv.resize(si.size());
     si.download(b.scale_inv.data());
+    if (op_.tensor_amax) b.amax = tensor_amax;
     set_e8m0(b);
     return b;
   };
   BlockStorage& b = q.storage.emplace<BlockStorage>();
-  if (op_.has(Usage::kRowwise)) b.rowwise = view(rowwise_, rowwise_scale_inv_, op_.rows, op_.cols);
-  if (op_.has(Usage::kColumnwise)) b.columnwise = view(columnwise_, columnwise_scale_inv_, op_.cols, op_.rows);
+  if (op_.has(Usage::kRowwise)) b.rowwise = view(rowwise_, rowwise_scale_inv_, op_.rows, op_.cols, amax[0]);
+  if (op_.has(Usage::kColumnwise))
+    b.columnwise = view(columnwise_, columnwise_scale_inv_, op_.cols, op_.rows, amax[1]);
   return q;
 }
 
@@ -193,6 +203,10 @@ void check_device_operand(const DeviceOperand& out, ScalingMode mode, Format for
     FP8EMU_CHECK((!row || out.rowwise_scale_inv) && (!col || out.columnwise_scale_inv), who,
                  ": the device operand has no buffer for the ", row && !out.rowwise_scale_inv ? "row-wise" : "column-wise",
                  " scale_inv");
+  if (out.tensor_amax)
+    FP8EMU_CHECK((!row || out.rowwise_amax) && (!col || out.columnwise_amax), who,
+                 ": the device operand has no buffer for the ", row && !out.rowwise_amax ? "row-wise" : "column-wise",
+                 " tensor amax");
 }
 
 
@@ -214,10 +228,11 @@ void cast_per_tensor(const backend::Device& device, const float* x, int rows, in
 void cast_blocks(const backend::Device& device, const backend::BlockCast& cast, const float* x, int rows, int cols,
                  DeviceOperand& out, backend::CastCounters* counters) {
   const backend::BlockView row =
-      out.has(Usage::kRowwise) ? backend::BlockView{out.rowwise_data, out.rowwise_scale_inv} : backend::BlockView{};
-  const backend::BlockView col = out.has(Usage::kColumnwise)
-                                     ? backend::BlockView{out.columnwise_data, out.columnwise_scale_inv}
-                                     : backend::BlockView{};
+      out.has(Usage::kRowwise) ? backend::BlockView{out.rowwise_data, out.rowwise_scale_inv, out.rowwise_amax}
+                               : backend::BlockView{};
+  const backend::BlockView col =
+      out.has(Usage::kColumnwise) ? backend::BlockView{out.columnwise_data, out.columnwise_scale_inv, out.columnwise_amax}
+                                  : backend::BlockView{};
   device.block_cast(cast, x, rows, cols, row, col, counters);
 }
 
@@ -259,11 +274,14 @@ DeviceOperand host_view(const QuantizedTensor& t) {
   if (t.has(Usage::kRowwise)) {
     o.rowwise_data = b.rowwise.codes.data();
     o.rowwise_scale_inv = b.rowwise.scale_inv.data();
+    if (b.rowwise.amax) o.rowwise_amax = &*b.rowwise.amax;
   }
   if (t.has(Usage::kColumnwise)) {
     o.columnwise_data = b.columnwise.codes.data();
     o.columnwise_scale_inv = b.columnwise.scale_inv.data();
+    if (b.columnwise.amax) o.columnwise_amax = &*b.columnwise.amax;
   }
+  o.tensor_amax = o.rowwise_amax || o.columnwise_amax;
   return o;
 }
 
@@ -282,6 +300,10 @@ QuantizedTensor host_quantized_tensor(const DeviceOperand& desc) {
     BlockStorage& b = q.storage.emplace<BlockStorage>();
     if (q.has(Usage::kRowwise)) b.rowwise = block_record(desc.rows, desc.cols, desc.block, desc.format);
     if (q.has(Usage::kColumnwise)) b.columnwise = block_record(desc.cols, desc.rows, desc.block, desc.format);
+    if (desc.tensor_amax) {  // the slots the cast writes the tensor amax into
+      if (q.has(Usage::kRowwise)) b.rowwise.amax = 0.0f;
+      if (q.has(Usage::kColumnwise)) b.columnwise.amax = 0.0f;
+    }
   }
   return q;
 }
@@ -341,8 +363,10 @@ void check_gemm_tn(const DeviceOperand& a, Usage a_usage, const DeviceOperand& b
   }
   FP8EMU_CHECK(a.block == b.block, "gemm_tn: the operands' block lengths differ, ", a.block, " and ", b.block);
   FP8EMU_CHECK(a.block >= 1, "gemm_tn: a block operand's block length must be >= 1, got ", a.block);
-  emu::require_fp8(a.format, "block-scaled GEMM operand A");
-  emu::require_fp8(b.format, "block-scaled GEMM operand B");
+  emu::require_block_element(a.format, "block-scaled GEMM operand A");
+  emu::require_block_element(b.format, "block-scaled GEMM operand B");
+  FP8EMU_CHECK(a.tensor_amax == b.tensor_amax, "gemm_tn: operand ", a.tensor_amax ? "A" : "B",
+               " has NVFP4 scales under a tensor amax and operand ", a.tensor_amax ? "B" : "A", " has none");
   emu::check_block_accumulation(acc);
 }
 
@@ -367,7 +391,11 @@ void gemm_tn(const backend::Device& device, const DeviceOperand& a, Usage a_usag
       const float* sa = a_row ? a.rowwise_scale_inv : a.columnwise_scale_inv;
       const float* sb = b_row ? b.rowwise_scale_inv : b.columnwise_scale_inv;
       FP8EMU_CHECK(sa && sb, "gemm_tn: a block device operand has no scale_inv for the copy read");
-      device.gemm_fp8_block_tn(M, N, K, a.block, qa, a.format, sa, qb, b.format, sb, acc, d);
+      const float* amax_a = a.tensor_amax ? (a_row ? a.rowwise_amax : a.columnwise_amax) : nullptr;
+      const float* amax_b = b.tensor_amax ? (b_row ? b.rowwise_amax : b.columnwise_amax) : nullptr;
+      FP8EMU_CHECK(a.tensor_amax == (amax_a != nullptr) && b.tensor_amax == (amax_b != nullptr),
+                   "gemm_tn: an NVFP4 device operand has no tensor amax for the copy read");
+      device.gemm_fp8_block_tn(M, N, K, a.block, qa, a.format, sa, qb, b.format, sb, amax_a, amax_b, acc, d);
       return;
     }
   }
@@ -382,6 +410,7 @@ DeviceQuantizedTensor upload_operand(const backend::Device& device, const Quanti
   DeviceOperand desc = h;
   desc.rowwise_data = desc.columnwise_data = nullptr;
   desc.scale = desc.rowwise_scale_inv = desc.columnwise_scale_inv = nullptr;
+  desc.rowwise_amax = desc.columnwise_amax = nullptr;
   DeviceQuantizedTensor d(device, desc);
   DeviceOperand& o = d.operand();
   if (h.rowwise_data) device.upload(o.rowwise_data, h.rowwise_data, h.codes());
@@ -390,6 +419,8 @@ DeviceQuantizedTensor upload_operand(const backend::Device& device, const Quanti
   if (h.rowwise_scale_inv) device.upload(o.rowwise_scale_inv, h.rowwise_scale_inv, h.rowwise_scales() * sizeof(float));
   if (h.columnwise_scale_inv)
     device.upload(o.columnwise_scale_inv, h.columnwise_scale_inv, h.columnwise_scales() * sizeof(float));
+  if (h.rowwise_amax) device.upload(o.rowwise_amax, h.rowwise_amax, sizeof(float));
+  if (h.columnwise_amax) device.upload(o.columnwise_amax, h.columnwise_amax, sizeof(float));
   return d;
 }
 

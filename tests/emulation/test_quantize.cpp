@@ -118,7 +118,15 @@ TEST_CASE("FP8 kernels reject formats that are not OCP FP8, by name", "[quantize
   CHECK_THROWS_WITH(emu::gemm_fp8_tn(1, 1, 1, q, Format::kE8M0, 1.0f, q, Format::kE4M3, 1.0f,
                                      {Accumulation::kFp32, 0}, &d),
                     "GEMM operand A: format e8m0fnu is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
-  CHECK_THROWS_WITH(emu::quantize_mxfp8(x, 1, 2, emu::BlockAxis::kRowwise, Format::kE2M3,
+  // The block casts take every OCP MX element format (FP8, FP6, FP4), and nothing else.
+  CHECK_THROWS_WITH(emu::quantize_mxfp8(x, 1, 2, emu::BlockAxis::kRowwise, Format::kE4M3FNUZ,
                                         E8M0Rule::kTransformerEngine, nullptr),
-                    "block quantize: format e2m3fn is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
+                    "block quantize: format e4m3fnuz is not a block-scaled element format (e4m3fn, e5m2, e2m3fn, "
+                    "e3m2fn, e2m1fn)");
+  CHECK_THROWS_WITH(emu::quantize_mxfp8(x, 1, 2, emu::BlockAxis::kRowwise, Format::kBFloat16,
+                                        E8M0Rule::kTransformerEngine, nullptr),
+                    "block quantize: format bfloat16 is not a block-scaled element format (e4m3fn, e5m2, e2m3fn, "
+                    "e3m2fn, e2m1fn)");
+  CHECK_NOTHROW(emu::quantize_mxfp8(x, 1, 2, emu::BlockAxis::kRowwise, Format::kE2M3, E8M0Rule::kTransformerEngine,
+                                    nullptr));
 }

@@ -36,7 +36,7 @@ class OffByOneUlpGemm final : public testing::ForwardDevice {
 
 }  // namespace
 
-TEST_CASE("Element layer: every FP8 operation of cpu_device() (SIMD, OpenMP) bit-identical to element_device()",
+TEST_CASE("Element layer: every FP8 and FP4 operation of cpu_device() (SIMD, OpenMP) bit-identical to element_device()",
           "[element]") {
   backend::DeviceCheckOptions opt;
   opt.sizes = {1, 17, 40, 131};
@@ -53,7 +53,9 @@ TEST_CASE("Element layer: every FP8 operation of cpu_device() (SIMD, OpenMP) bit
   }
   // Every FP8 operation is covered, every block-cast variant among them.
   for (const char* op : {"current_scale", "cast_transpose", "block_cast mxfp8", "block_cast 1x128",
-                         "block_cast 128x128", "block_cast 16x16", "gemm_fp8_tn", "gemm_fp8_block_tn"}) {
+                         "block_cast 128x128", "block_cast 16x16", "block_cast nvfp4 1x16", "block_cast nvfp4 16x16",
+                         "block_cast mxfp4", "block_cast mxfp6", "gemm_fp8_tn", "gemm_fp8_block_tn",
+                         "gemm_fp8_block_tn nvfp4", "gemm_fp8_block_tn mxfp4"}) {
     INFO(op);
     CHECK(std::any_of(rows.begin(), rows.end(), [&](const backend::DeviceCheckRow& r) {
       return r.op == op || r.op.rfind(std::string(op) + " ", 0) == 0;
@@ -353,7 +355,7 @@ TEST_CASE("CPU block-scaled GEMM: every ISA path and thread count equals element
       {  // the reference: element_device()'s block-scaled GEMM (host memory)
         const auto& ref = fp8emu::backend::element_device();
         ref.gemm_fp8_block_tn(A.n, B.n, A.k, A.block, A.codes.data(), A.format, A.scale_inv.data(), B.codes.data(),
-                              B.format, B.scale_inv.data(), {}, want.data());
+                              B.format, B.scale_inv.data(), nullptr, nullptr, {}, want.data());
       }
       for (isa_ns::GemmIsa isa : paths)
         for (int threads : {1, 2}) {

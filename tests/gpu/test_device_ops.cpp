@@ -812,13 +812,13 @@ void check_block_ops(const Device& ref, const Device& cand, Report& rep) {
             // fp32 partials (the default) for the first, the hopper tensor-core chain per block for
             // the second.
             const emu::GemmAccumulation fp32{}, hopper{emu::Accumulation::kHopper, 0, 1};
-            ref.gemm_fp8_block_tn(rows, rows, cols, blk, rc.r.get(), fmt, rs.r.get(), rc.r.get(), fmt, rs.r.get(),
+            ref.gemm_fp8_block_tn(rows, rows, cols, blk, rc.r.get(), fmt, rs.r.get(), rc.r.get(), fmt, rs.r.get(), nullptr, nullptr,
                                   fp32, d1.r.get());
-            cand.gemm_fp8_block_tn(rows, rows, cols, blk, rc.c.get(), fmt, rs.c.get(), rc.c.get(), fmt, rs.c.get(),
+            cand.gemm_fp8_block_tn(rows, rows, cols, blk, rc.c.get(), fmt, rs.c.get(), rc.c.get(), fmt, rs.c.get(), nullptr, nullptr,
                                    fp32, d1.c.get());
-            ref.gemm_fp8_block_tn(cols, cols, rows, blk, cc.r.get(), fmt, cs.r.get(), cc.r.get(), fmt, cs.r.get(),
+            ref.gemm_fp8_block_tn(cols, cols, rows, blk, cc.r.get(), fmt, cs.r.get(), cc.r.get(), fmt, cs.r.get(), nullptr, nullptr,
                                   hopper, d2.r.get());
-            cand.gemm_fp8_block_tn(cols, cols, rows, blk, cc.c.get(), fmt, cs.c.get(), cc.c.get(), fmt, cs.c.get(),
+            cand.gemm_fp8_block_tn(cols, cols, rows, blk, cc.c.get(), fmt, cs.c.get(), cc.c.get(), fmt, cs.c.get(), nullptr, nullptr,
                                    hopper, d2.c.get());
             compare(rep, where + " gemm row-wise", d1);
             compare(rep, where + " gemm column-wise", d2);

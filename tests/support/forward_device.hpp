@@ -102,9 +102,9 @@ class ForwardDevice : public backend::Device {
     b.block_cast(c, x, r, cl, rv, cv, k);
   }
   void gemm_fp8_block_tn(int M, int N, int K, int blk, const std::uint8_t* A, Format fa, const float* sa,
-                         const std::uint8_t* B, Format fb, const float* sb, const emu::GemmAccumulation& acc,
-                         float* D) const override {
-    b.gemm_fp8_block_tn(M, N, K, blk, A, fa, sa, B, fb, sb, acc, D);
+                         const std::uint8_t* B, Format fb, const float* sb, const float* amax_a, const float* amax_b,
+                         const emu::GemmAccumulation& acc, float* D) const override {
+    b.gemm_fp8_block_tn(M, N, K, blk, A, fa, sa, B, fb, sb, amax_a, amax_b, acc, D);
   }
 
  private:

@@ -1,14 +1,16 @@
 /// \file cast.hpp
-/// \brief The per-element bodies of the FP8 casts: one element's scaled cast with its counts, the
-/// dequantization of one code, the K-major view indexing of a block-scaled operand, a block's amax,
-/// its MXFP8 (E8M0) or Float8BlockScaling (fp32) scale, and the cast of one block. Host and device
+/// \brief The per-element bodies of the FP8 and FP4 casts: one element's scaled cast with its
+/// counts, the dequantization of one code, the K-major view indexing of a block-scaled operand, a
+/// block's amax, its MXFP8 (E8M0), Float8BlockScaling (fp32) or NVFP4 (E4M3 under an fp32 tensor
+/// scale) scale, and the cast of one block. Host and device
 /// (FP8EMU_HD): the CPU emulator's scalar paths and the CUDA kernels call exactly these functions;
 /// the CPU's SIMD casts (emulation/bulk_convert) are tested against them.
 ///
 /// Casts are CUDA's `__NV_SATFINITE` round-to-nearest-even conversion of RN(x * multiplier)
 /// (core/convert.hpp). The amax is a max over amax_bits (core/fp32_ops.hpp): NaN ignored, exact,
 /// independent of the order. Sources mirrored: TE `cast_transpose` / `quantize_mxfp8.cuh` /
-/// `quantize_transpose_vector_blockwise.cu` / `recipe_common.cuh` (docs/transformer-engine.md).
+/// `quantize_transpose_vector_blockwise.cu` / `recipe_common.cuh` / `cast/nvfp4/core_nvfp4.cuh` and
+/// `dequantize_nvfp4.cuh` / `recipe/nvfp4.cu` (docs/transformer-engine.md, docs/nvfp4.md).
 #pragma once
 
 #include <cfloat>
@@ -105,14 +107,35 @@ FP8EMU_HD BlockScale block_scale(float amax, float fp8_max, bool pow2, float eps
   return BlockScale{s, div_rn(1.0f, s)};
 }
 
-/// How the scale of a block is found from its amax: MXFP8 (E8M0, TE or OCP rule) or an fp32 scale
-/// (Float8BlockScaling). Passed by value to device code.
+/// The numerator of NVFP4's tensor scale for element format f: fl32(E4M3 max * element max), 2688
+/// for E2M1 (448 * 6, exact).
+FP8EMU_HD constexpr float nvfp4_numerator(FormatSpec f) {
+  return float(kSpecE4M3.max_finite()) * float(f.max_finite());
+}
+
+/// NVFP4's fp32 tensor scale S_enc from the tensor's amax (TE core_nvfp4.cuh
+/// compute_global_encode_scaling_factor_FP4): S_enc = min(RN(numerator / amax), FLT_MAX), numerator
+/// = fl32(E4M3 max * element max) = 2688 for E2M1; S_enc = 1 when amax is 0 or S_enc is 0 (amax =
+/// +Inf). amax is a max of amax_bits, so never NaN.
+FP8EMU_HD float nvfp4_tensor_scale(float amax, float numerator) {
+  float s = div_rn(numerator, amax);
+  if (s > FLT_MAX) s = FLT_MAX;
+  return (amax == 0.0f || s == 0.0f) ? 1.0f : s;
+}
+
+/// How the scale of a block is found from its amax: MXFP8 (E8M0, TE or OCP rule), an fp32 scale
+/// (Float8BlockScaling), or NVFP4's E4M3 block scale under an fp32 tensor scale. Passed by value to
+/// device code.
 struct BlockRule {
-  enum Kind : std::uint8_t { kMxfp8Te, kMxfp8Ocp, kFloat } kind = kFloat;
-  float rcp_max = 0.0f;  ///< MXFP8 TE rule: fl32(1 / fp8_max).
+  enum Kind : std::uint8_t { kMxfp8Te, kMxfp8Ocp, kFloat, kNvfp4 } kind = kFloat;
+  float rcp_max = 0.0f;  ///< MXFP8 TE rule: fl32(1 / fp8_max). kNvfp4: fl32(1 / element max).
   float fp8_max = 0.0f;  ///< kFloat: compute_scale_from_amax's fp8_max.
   bool pow2 = false;     ///< kFloat: power-of-2 scales.
   float epsilon = 0.0f;  ///< kFloat: amax_epsilon.
+  float numerator = 0.0f;  ///< kNvfp4: fl32(E4M3 max * element max), S_enc's numerator (2688).
+  /// kNvfp4: the tensor's amax, in the memory of the device that casts (the device computes it
+  /// before the blocks; every block reads it).
+  const float* tensor_amax = nullptr;
 
   /// The MXFP8 rule for element format f (te_rule: TE's round-up, else OCP's floor).
   static constexpr BlockRule mxfp8(FormatSpec f, bool te_rule) {
@@ -130,12 +153,29 @@ struct BlockRule {
     r.epsilon = amax_epsilon;
     return r;
   }
-  constexpr bool is_mxfp8() const { return kind != kFloat; }
+  /// NVFP4's rule for element format f (E2M1 in TE): E4M3 block scales under the fp32 tensor scale
+  /// of the amax at `tensor_amax` (null until the device has computed it).
+  static constexpr BlockRule nvfp4(FormatSpec f, const float* tensor_amax) {
+    BlockRule r;
+    r.kind = kNvfp4;
+    r.rcp_max = 1.0f / float(f.max_finite());                        // TE: fl32(1/6)
+    r.numerator = nvfp4_numerator(f);  // TE: 448 * 6 = 2688
+    r.tensor_amax = tensor_amax;
+    return r;
+  }
+  FP8EMU_HD constexpr bool is_mxfp8() const { return kind == kMxfp8Te || kind == kMxfp8Ocp; }
+  /// Whether the block scales sit under a tensor scale (the device computes the tensor's amax first).
+  FP8EMU_HD constexpr bool has_tensor_scale() const { return kind == kNvfp4; }
 };
 
 /// The scale of one block with this amax under `rule`: stores the block's scale_inv in *scale_inv
 /// and, for MXFP8 rules, its E8M0 code in *e8m0 (may be null otherwise), and returns the multiplier
 /// its elements are cast with (cast_element's mult).
+///   kNvfp4 (TE core_nvfp4.cuh, in TE's order): S_enc = nvfp4_tensor_scale(tensor amax),
+///   S_dec = RN(1 / S_enc); the block scale S_dec_b = E4M3 satfinite RN of
+///   min(RN(amax * RN(S_enc * fl32(1 / element max))), FLT_MAX); multiplier
+///   min(RN(1 / RN(S_dec_b * S_dec)), FLT_MAX) (FLT_MAX when S_dec_b is 0). *scale_inv = S_dec_b
+///   (exact; TE's NVFP4 scale_inv is this E4M3 value); dequantize with nvfp4_dequant_scale.
 FP8EMU_HD float block_rule_scale(float amax, FormatSpec f, const BlockRule& rule, float* scale_inv,
                                  std::uint8_t* e8m0) {
   if (rule.kind == BlockRule::kFloat) {
@@ -143,10 +183,35 @@ FP8EMU_HD float block_rule_scale(float amax, FormatSpec f, const BlockRule& rule
     *scale_inv = bs.scale_inv;
     return bs.scale;
   }
+  if (rule.kind == BlockRule::kNvfp4) {
+    const float s_enc = nvfp4_tensor_scale(*rule.tensor_amax, rule.numerator);
+    const float s_dec = div_rn(1.0f, s_enc);
+    float sb = mul_rn(amax, mul_rn(s_enc, rule.rcp_max));
+    if (sb > FLT_MAX) sb = FLT_MAX;
+    const float s_dec_b = fp8_to_f32(f32_to_fp8(sb, kSpecE4M3, Saturation::kSatFinite), kSpecE4M3);
+    *scale_inv = s_dec_b;
+    const float inv = div_rn(1.0f, mul_rn(s_dec_b, s_dec));
+    return inv > FLT_MAX ? FLT_MAX : inv;
+  }
   const std::uint8_t code = mxfp8_scale_code(amax, f, rule.kind == BlockRule::kMxfp8Te, rule.rcp_max);
   *e8m0 = code;
   *scale_inv = bits_to_f32(e8m0_to_f32_bits(code));
   return bits_to_f32(e8m0_reciprocal_f32_bits(code));
+}
+
+/// The dequantization multiplier of an NVFP4 block (TE dequantize_nvfp4.cuh): RN(RN(S_dec_b *
+/// tensor amax) * fl32(1 / numerator)), so a code decodes to RN(decode(q) * this). TE uses the amax
+/// here, not 1 / S_enc.
+FP8EMU_HD float nvfp4_dequant_scale(float s_dec_b, float tensor_amax, float numerator) {
+  return mul_rn(mul_rn(s_dec_b, tensor_amax), 1.0f / numerator);
+}
+
+/// The NVFP4 GEMM's alpha from its operands' tensor amaxes (TE recipe/nvfp4.cu
+/// compute_nvfp4_per_tensor_scale_kernel, alpha_in = 1): RN(RN(amax_a * amax_b) * fl32(1 /
+/// (num_a * num_b))), left to right in fp32 (for E2M1 operands num_a * num_b = 6*6*448*448, exact
+/// in fp32, as for every pair of element formats: their maxima have small odd parts).
+FP8EMU_HD float nvfp4_gemm_alpha(float amax_a, float num_a, float amax_b, float num_b) {
+  return mul_rn(mul_rn(amax_a, amax_b), 1.0f / (num_a * num_b));
 }
 
 /// Casts block `blk` of view row r of a row-major [rows, cols] input x: the block's amax, its scale
@@ -159,8 +224,7 @@ FP8EMU_HD void cast_view_block(const float* x, bool rowwise, int cols, int r, in
   const int k0 = blk * block, k1 = min_int(K, k0 + block);
   const float amax = view_block_amax(x, rowwise, cols, r, k0, k1);
   const std::size_t si = std::size_t(r) * std::size_t(nb) + std::size_t(blk);
-  const float mult =
-      block_rule_scale(amax, f, rule, scale_inv + si, rule.kind != BlockRule::kFloat ? e8m0 + si : nullptr);
+  const float mult = block_rule_scale(amax, f, rule, scale_inv + si, rule.is_mxfp8() ? e8m0 + si : nullptr);
   for (int kk = k0; kk < k1; ++kk)
     codes[std::size_t(r) * std::size_t(K) + std::size_t(kk)] =
         cast_element(x[view_index(rowwise, cols, r, kk)], mult, f, counts);

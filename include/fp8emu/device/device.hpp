@@ -53,16 +53,18 @@ enum class NormOp : std::uint8_t { kLayerNorm, kRMSNorm };
 enum class MlpActOp : std::uint8_t { kGelu, kSwiGlu };
 
 /// The scale of a block-scaled cast: a power of two stored as an E8M0 code (MXFP8; BlockCast::rule
-/// rounds it) or an fp32 scale (Float8BlockScaling: compute_scale_from_amax with BlockCast::pow2
-/// and epsilon).
-enum class BlockScaleFormat : std::uint8_t { kE8M0, kFp32 };
+/// rounds it), an fp32 scale (Float8BlockScaling: compute_scale_from_amax with BlockCast::pow2
+/// and epsilon), or an E4M3 scale under an fp32 tensor scale from the tensor's amax (NVFP4:
+/// core::BlockRule::nvfp4; the views carry the amax).
+enum class BlockScaleFormat : std::uint8_t { kE8M0, kFp32, kE4M3 };
 
 /// A block-scaled cast as data: what Device::block_cast makes, whatever recipe asks (the MXFP8 and
 /// Float8BlockScaling quantizers fill it in; a new block recipe is new values, or a new field read
-/// by the element layer, not a new operation). Elements: `fmt` (FP8), satfinite, round to nearest
-/// even. One scale per 1 x `block` elements along each view's K, or with `tiles` per `block` x
-/// `block` tile of x (one cast gives both views, the column-wise view the transposed tiles; fp32
-/// scales only, as Float8BlockScaling's weights).
+/// by the element layer, not a new operation). Elements: `fmt` (an OCP MX element format: FP8, FP6
+/// or FP4, one code per byte), satfinite, round to nearest even. One scale per 1 x `block` elements
+/// along each view's K, or with `tiles` per `block` x `block` tile of x (one cast gives both views,
+/// the column-wise view the transposed tiles; fp32 or E4M3 scales, as Float8BlockScaling's and
+/// NVFP4's weights).
 struct BlockCast {
   Format fmt = Format::kE4M3;
   int block = 32;      ///< elements per scale along K (1 x block), or the tile side
@@ -90,22 +92,52 @@ struct BlockCast {
     c.epsilon = epsilon;
     return c;
   }
-  /// The element layer's scale rule of one block (core::block_rule_scale): what every device's
-  /// 1 x block kernels read.
-  core::BlockRule block_rule() const {
-    return scale == BlockScaleFormat::kE8M0 ? core::BlockRule::mxfp8(spec_of(fmt), rule == E8M0Rule::kTransformerEngine)
-                                            : core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon);
+  /// TE's NVFP4: `fmt` (E2M1) elements, 1 x 16 blocks (or 16 x 16 tiles: the weights), E4M3 block
+  /// scales under an fp32 tensor scale.
+  static BlockCast nvfp4(Format fmt, int block, bool tiles) {
+    BlockCast c;
+    c.fmt = fmt;
+    c.block = block;
+    c.tiles = tiles;
+    c.scale = BlockScaleFormat::kE4M3;
+    return c;
   }
-  /// How errors name the cast: "MXFP8 quantize" (E8M0 scales) or "block quantize".
-  const char* what() const { return scale == BlockScaleFormat::kE8M0 ? "MXFP8 quantize" : "block quantize"; }
+  /// The element layer's scale rule of one block (core::block_rule_scale): what every device's
+  /// block kernels read. For E4M3 scales the rule's tensor_amax is null: the device points it at
+  /// the amax it computes first.
+  core::BlockRule block_rule() const {
+    switch (scale) {
+      case BlockScaleFormat::kE8M0:
+        return core::BlockRule::mxfp8(spec_of(fmt), rule == E8M0Rule::kTransformerEngine);
+      case BlockScaleFormat::kE4M3: return core::BlockRule::nvfp4(spec_of(fmt), nullptr);
+      case BlockScaleFormat::kFp32: break;
+    }
+    return core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon);
+  }
+  /// How errors name the cast: "MXFP8 quantize" (E8M0 scales), "NVFP4 quantize" (E4M3 scales) or
+  /// "block quantize".
+  const char* what() const {
+    return scale == BlockScaleFormat::kE8M0   ? "MXFP8 quantize"
+           : scale == BlockScaleFormat::kE4M3 ? "NVFP4 quantize"
+                                              : "block quantize";
+  }
 };
 
 /// One view of a block-scaled operand in device memory, as emu::BlockQuantized holds it: codes
-/// [n, k] row-major and scale_inv [n, ceil(k / block)]; null codes: no such view.
+/// [n, k] row-major and scale_inv [n, ceil(k / block)]; null codes: no such view. With E4M3 (NVFP4)
+/// scales, scale_inv holds each block's E4M3 scale and `amax` (one float, required then) the
+/// tensor amax they sit under.
 struct BlockView {
   std::uint8_t* codes = nullptr;
   float* scale_inv = nullptr;
+  float* amax = nullptr;
 };
+
+/// The checks every device's block_cast makes before any work (same messages everywhere).
+/// \throws fp8emu::Error with no view asked for, a block below 1, a negative shape, a format
+///         that is not an MX element format, tiles with E8M0 scales, or a view of an E4M3-scaled
+///         cast without its amax slot.
+void check_block_cast(const BlockCast& c, int rows, int cols, const BlockView& rowwise, const BlockView& columnwise);
 
 /// The counts of one or more FP8 casts, in device memory: elements cast, saturated (finite values
 /// clipped to the format's max and infinities), underflows to zero, NaNs (emu::QuantizeStats).
@@ -195,17 +227,19 @@ class Device {
   /// common/transpose/quantize_transpose_vector_blockwise.cu write them; the GPU fuses the two in one
   /// read of x) or emu::quantize_block_2d (the column-wise view the transposed tiles). *counters (nullable) adds
   /// the counts of the row-wise cast when it is made, else the column-wise one's (tiles: the one
-  /// cast), as the MXFP8 and block quantizers count. \throws fp8emu::Error with no view asked for,
-  /// a block below 1, a negative shape, a non-FP8 format, or tiles with E8M0 scales.
+  /// cast), as the MXFP8 and block quantizers count. E4M3 (NVFP4) scales: the tensor's amax first
+  /// (into each view's amax), then the blocks under it. \throws fp8emu::Error as check_block_cast.
   virtual void block_cast(const BlockCast& c, const float* x, int rows, int cols, BlockView rowwise,
                           BlockView columnwise, CastCounters* counters) const = 0;
   /// emu::gemm_fp8_block_tn: D [M, N] from A [M, K] with sa [M, ceil(K / block)] and B [N, K] with
   /// sb [N, ceil(K / block)], each block's partial (summed from zero under acc.model) added to the
-  /// element's fp32 total times RN(sa * sb). \throws fp8emu::Error as
-  /// emu::check_block_accumulation (a promotion interval or split-K).
+  /// element's fp32 total times RN(sa * sb). NVFP4 operands (amax_a and amax_b, one float each in
+  /// device memory; both null for one-level scales): then D = RN(alpha * total) with
+  /// core::nvfp4_gemm_alpha. \throws fp8emu::Error for a format that is not an MX element format,
+  /// one amax without the other, or as emu::check_block_accumulation (a promotion interval or split-K).
   virtual void gemm_fp8_block_tn(int M, int N, int K, int block, const std::uint8_t* A, Format fa, const float* sa,
-                                 const std::uint8_t* B, Format fb, const float* sb, const emu::GemmAccumulation& acc,
-                                 float* D) const = 0;
+                                 const std::uint8_t* B, Format fb, const float* sb, const float* amax_a,
+                                 const float* amax_b, const emu::GemmAccumulation& acc, float* D) const = 0;
 
   // ---- per-element work of an MLP step (core/nn_element.hpp) ----------------------------------
   /// y[i, j] += b[j] (fp32 add), y [rows, cols], b [cols].

@@ -1,5 +1,5 @@
 /// \file block_quantize.hpp
-/// \brief Block-scaled FP8 quantization (MXFP8 and 128-block scaling) and the block-scaled GEMM.
+/// \brief Block-scaled quantization (MXFP8, 128-block scaling, NVFP4) and the block-scaled GEMM.
 ///
 /// Every operand is stored K-major for the GEMM (the TN layout Hopper's FP8 GEMM needs): codes
 /// Shape [n, k] row-major with one scale per `block` consecutive K elements. Blocks are taken
@@ -11,6 +11,11 @@
 ///     docs/transformer-engine.md §Block scaling):
 ///     1x128 blocks or 128x128 tiles, s = compute_scale_from_amax(block amax, fp8_max, pow2, eps,
 ///     FLT_MAX), q = Q(RN(v * s)), scale_inv = RN(1/s).
+///   NVFP4 (TE cast/nvfp4/core_nvfp4.cuh; docs/nvfp4.md): E2M1 elements, blocks of 16 (or 16x16
+///     tiles), an E4M3 scale per block under an fp32 tensor scale from the tensor's amax
+///     (core::block_rule_scale's kNvfp4): scale_inv holds each block's E4M3 scale, `amax` the tensor
+///     amax; a code dequantizes to RN(decode(q) * core::nvfp4_dequant_scale(scale_inv, amax)).
+/// Elements may be any OCP MX element format (FP8, FP6, FP4: one code per byte, low bits).
 /// Casts use CUDA __NV_SATFINITE. Block amax ignores NaN (a NaN element becomes the NaN code and does
 /// not poison its block). Deviation from TE, documented: TE requires dims divisible by the block;
 /// here a final partial block (fewer than `block` elements) is allowed and scaled by its own amax.
@@ -18,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "fp8emu/core/cast.hpp"
@@ -34,15 +40,20 @@ enum class BlockAxis : std::uint8_t {
   kColumnwise,  ///< Blocks of consecutive rows of a column (B x 1); K = rows; view Shape [cols, rows].
 };
 
-/// A block-scaled FP8 operand in K-major form.
+/// A block-scaled operand in K-major form.
 struct BlockQuantized {
   int n = 0;      ///< Rows of the view (M or N of the GEMM).
   int k = 0;      ///< Length of the K axis.
-  int block = 0;  ///< K elements per scale (32 or 128).
+  int block = 0;  ///< K elements per scale (16, 32 or 128).
   Format format = Format::kE4M3;
   std::vector<std::uint8_t> codes;  ///< Shape [n, k], row-major.
-  std::vector<float> scale_inv;     ///< Shape [n, blocks()], dequantization multiplier per block.
-  std::vector<std::uint8_t> e8m0;   ///< MXFP8 only: Shape [n, blocks()], scale_inv = 2^(e - 127).
+  /// Shape [n, blocks()]: one-level scales: the dequantization multiplier per block; NVFP4 (amax
+  /// set): each block's E4M3 scale S_dec_b (exact), under the tensor scale.
+  std::vector<float> scale_inv;
+  std::vector<std::uint8_t> e8m0;  ///< MXFP8 only: Shape [n, blocks()], scale_inv = 2^(e - 127).
+  /// NVFP4 only: the tensor's amax the block scales sit under (TE's amax_rowwise /
+  /// amax_columnwise); unset for one-level scales.
+  std::optional<float> amax;
   int blocks() const { return (k + block - 1) / block; }
 };
 
@@ -61,8 +72,10 @@ std::uint8_t mxfp8_scale_code(float amax, Format fmt, E8M0Rule rule);
 /// core::block_rule_scale, its elements by core::cast_element (core::cast_view_block's bits,
 /// vectorised); e8m0 written for the E8M0 rules. quantize_mxfp8 is this with block 32,
 /// quantize_block_1d with an fp32 rule.
-/// \throws fp8emu::Error for block < 1, a negative shape or a non-FP8 format ("MXFP8 quantize" or
-///         "block quantize" by the rule).
+/// With an NVFP4 rule (core::BlockRule::has_tensor_scale) the tensor's amax is computed first
+/// (NaN ignored) and stored in `amax`; the rule's tensor_amax pointer is not read.
+/// \throws fp8emu::Error for block < 1, a negative shape or a format that is not an MX element
+///         format ("MXFP8 quantize", "NVFP4 quantize" or "block quantize" by the rule).
 BlockQuantized quantize_blocks(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,
                                const core::BlockRule& rule, QuantizeStats* stats);
 
@@ -77,6 +90,17 @@ struct BlockQuantized2D {
 };
 BlockQuantized2D quantize_block_2d(const float* x, int rows, int cols, Format fmt, int tile, bool pow2,
                                    float epsilon, QuantizeStats* stats);
+/// `tile` x `tile` cast with any fp32 or NVFP4 rule (NVFP4's 16 x 16 weights: each tile's amax
+/// scaled by core::block_rule_scale; the tensor amax first, stored in both views' `amax`).
+/// quantize_block_2d is this with an fp32 rule. \throws fp8emu::Error as quantize_block_2d, and
+/// for an MXFP8 rule (E8M0 tiles are no recipe's).
+BlockQuantized2D quantize_tiles(const float* x, int rows, int cols, Format fmt, int tile, const core::BlockRule& rule,
+                                QuantizeStats* stats);
+
+/// Dequantizes a block-scaled view into y [n, k] (row-major): RN(decode(q) * scale_inv[block]),
+/// for NVFP4 RN(decode(q) * core::nvfp4_dequant_scale(scale_inv[block], amax)) (TE
+/// dequantize_nvfp4.cuh).
+void dequantize_blocks(const BlockQuantized& q, float* y);
 
 /// An operand record for the K-major view of a row-major [rows, cols] input, sized (codes, scale_inv
 /// and, with_e8m0, e8m0) and zero-filled: what every backend's block cast writes into.
@@ -90,7 +114,8 @@ void spread_tile_scales(int rows, int cols, int tile, const float* tile_scale_in
 core::BlockRule mxfp8_rule(Format fmt, E8M0Rule rule);
 
 /// The argument checks of gemm_fp8_block_tn, shared by every backend (same messages).
-/// \throws fp8emu::Error if the K lengths or block sizes differ, or the block size is < 1.
+/// \throws fp8emu::Error if the K lengths or block sizes differ, the block size is < 1, a format
+///         is not an MX element format, or one operand has an NVFP4 tensor scale and the other none.
 void check_gemm_block_tn(const BlockQuantized& A, const BlockQuantized& B);
 
 /// The accumulation check of the block-scaled GEMMs, shared by every backend: any model of the
@@ -98,7 +123,7 @@ void check_gemm_block_tn(const BlockQuantized& A, const BlockQuantized& B);
 /// be 0 and split_k at most 1. \throws fp8emu::Error naming both otherwise.
 void check_block_accumulation(const GemmAccumulation& acc);
 
-/// Block-scaled FP8 GEMM, D = A B^T with both operands K-major (TN):
+/// Block-scaled GEMM, D = A B^T with both operands K-major (TN):
 ///   D[i,j] = sum over K-blocks b, in increasing b, of RN(P_b[i,j] * RN(sa[i,b] * sb[j,b])),
 ///   accumulated in fp32 from +0, where P_b[i,j] is the block's products summed from zero under
 ///   acc.model (core::gemm_block_element): for kFp32 (the default) the fp32-sequential sum of the
@@ -106,6 +131,9 @@ void check_block_accumulation(const GemmAccumulation& acc);
 ///   of each block's partial sum to the fp32 accumulator is the "split accumulator" that TE forces
 ///   for block scaling. kFp32 runs register-tiled SIMD kernels; other models the element layer on
 ///   OpenMP threads (one output element per thread: the same bits for any thread count).
+///   NVFP4 operands (both with `amax`): the same sums over the E4M3 block scales, then each
+///   element RN(alpha * D) with alpha = core::nvfp4_gemm_alpha (TE's); applying alpha once to the
+///   fp32 total is a model choice (how cuBLAS applies alpha to block-scaled sums is unpublished).
 /// \param A Shape: [M, K]. \param B Shape: [N, K]. \param D Shape: [M, N] row-major, overwritten.
 /// \throws fp8emu::Error as check_gemm_block_tn and check_block_accumulation.
 void gemm_fp8_block_tn(const BlockQuantized& A, const BlockQuantized& B, const GemmAccumulation& acc, float* D);

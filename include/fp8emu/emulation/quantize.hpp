@@ -44,6 +44,9 @@ struct QuantizeStats {
 /// The check every FP8 kernel entry point makes of its format arguments.
 /// \throws fp8emu::Error naming `what` and the format when f is not an OCP FP8 format (is_fp8).
 void require_fp8(Format f, const char* what);
+/// The check of the block-scaled casts and GEMMs: f must be an OCP MX element format
+/// (is_mx_element: FP8, FP6 or FP4). \throws fp8emu::Error naming `what` and the format.
+void require_block_element(Format f, const char* what);
 
 /// Cast `n` fp32 values to FP8 codes with a per-tensor scale (TE semantics, see file comment).
 /// \param[in]     x      Shape: [n], any layout (elementwise).
@@ -65,7 +68,8 @@ float compute_amax(const float* x, std::size_t n);
 /// RN(1 / scale) as TE's reciprocal<float> (__frcp_rn).
 inline float scale_inv_of(float scale) { return 1.0f / scale; }
 
-/// The 256 exact fp32 values of a format's codes (NaN codes as CUDA's canonical NaN).
+/// The 256 exact fp32 values of an MX element format's codes (FP8, FP6, FP4; NaN codes as CUDA's
+/// canonical NaN; storage bits above the format ignored). \throws fp8emu::Error for other formats.
 const float* decode_table(Format fmt);
 
 }  // namespace fp8emu::emu

@@ -176,6 +176,12 @@ constexpr const FormatSpec& spec_of(Format f) { return *kFormats[int(f)].spec; }
 constexpr const char* format_name(Format f) { return spec_of(f).name; }
 /// Whether f is an OCP FP8 format, the operand formats of the FP8 kernels, recipes and GEMMs.
 constexpr bool is_fp8(Format f) { return record_of(f).family == FormatFamily::kFp8; }
+/// Whether f is an OCP MX element format (FP8 E4M3/E5M2, FP6 E2M3/E3M2, FP4 E2M1): the element
+/// formats of the block-scaled casts and GEMMs.
+constexpr bool is_mx_element(Format f) {
+  const FormatFamily k = record_of(f).family;
+  return k == FormatFamily::kFp8 || k == FormatFamily::kFp6 || k == FormatFamily::kFp4;
+}
 
 namespace detail {
 constexpr bool same_name(const char* a, const char* b, std::size_t nb) {

@@ -136,6 +136,11 @@ struct DeviceOperand {
   float* scale = nullptr;  ///< kPerTensor: one fp32.
   float* rowwise_scale_inv = nullptr;
   float* columnwise_scale_inv = nullptr;
+  /// kBlock with E4M3 block scales under a tensor scale (NVFP4): each copy carries the tensor amax
+  /// its blocks sit under (TE's amax_rowwise / amax_columnwise; one float each).
+  bool tensor_amax = false;
+  float* rowwise_amax = nullptr;
+  float* columnwise_amax = nullptr;
   float host_scale = std::numeric_limits<float>::quiet_NaN();      ///< kPerTensor, set by the cast.
   float host_scale_inv = std::numeric_limits<float>::quiet_NaN();  ///< kPerTensor, set by the cast.
 
@@ -229,6 +234,12 @@ class Quantizer {
   virtual int block_length(TensorRole role) const {
     (void)role;
     return 0;
+  }
+  /// Whether a role's block scales sit under a tensor amax (NVFP4's two-level scales): its device
+  /// operands then carry one amax per copy (DeviceOperand::tensor_amax).
+  virtual bool has_tensor_amax(TensorRole role) const {
+    (void)role;
+    return false;
   }
 
   /// TE's scale update point of this direction (after its pass): the delayed-scaling amax/scale
@@ -327,6 +338,7 @@ class DeviceQuantizedTensor {
   DeviceOperand op_;
   backend::DeviceTensor<std::uint8_t> rowwise_, columnwise_;
   backend::DeviceTensor<float> scale_, rowwise_scale_inv_, columnwise_scale_inv_;
+  backend::DeviceTensor<float> amax_;  ///< tensor_amax: [row-wise, column-wise]
 };
 
 /// The per-tensor cast, enqueued: codes of RN(x * *out.scale) (the scale already in out.scale,
