@@ -134,6 +134,9 @@ class QuantizedTensor:
         scale, scale_inv: per-tensor modes: the cast's scale and RN(1/scale) (NaN for block modes).
         rowwise_scale_inv, columnwise_scale_inv: block modes: one fp32 per block, (n, ceil(K/block)).
         rowwise_e8m0, columnwise_e8m0: MXFP8: the E8M0 codes of those scales.
+        amax_rowwise, amax_columnwise: NVFP4 (E4M3 block scales under an fp32 tensor scale): the
+            tensor amax each copy's blocks sit under (TE's names), a float (a one-element CUDA array
+            on the GPU); the copy's scale_inv then holds each block's E4M3 scale.
         block: block length along K (32 MXFP8, 128 block scaling; 0 per-tensor).
         stats: the cast's counts: count, saturated, underflow, nan.
     """
@@ -177,6 +180,8 @@ class QuantizedTensor:
     columnwise_scale_inv = property(lambda self: self._impl.columnwise_scale_inv)
     rowwise_e8m0 = property(lambda self: self._impl.rowwise_e8m0)
     columnwise_e8m0 = property(lambda self: self._impl.columnwise_e8m0)
+    amax_rowwise = property(lambda self: self._impl.amax_rowwise)
+    amax_columnwise = property(lambda self: self._impl.amax_columnwise)
 
     def __repr__(self):
         return (f"QuantizedTensor(mode={self.mode!r}, format={self.format!r}, shape=({self.rows}, {self.cols}), "

@@ -292,6 +292,12 @@ nb::tuple cuda_gemm(const Array& a, const Array& b, const std::string& format_a,
 #endif
 }
 
+// One copy's NVFP4 tensor amax as a one-element CUDA array (a view of the operand's [2] buffer);
+// None for one-level scales.
+nb::object cuda_tensor_amax(const CudaQuantized& t, int copy) {
+  if (t.amax.is_none()) return nb::none();
+  return t.amax[nb::slice(nb::int_(copy), nb::int_(copy + 1), nb::int_(1))];
+}
 
 void bind_cuda(nb::module_& m) {
 #ifdef FP8EMU_HAVE_CUDA
@@ -321,7 +327,9 @@ void bind_cuda(nb::module_& m) {
       .def_ro("rowwise_scale_inv", &CudaQuantized::rowwise_scale_inv)
       .def_ro("columnwise_scale_inv", &CudaQuantized::columnwise_scale_inv)
       .def_prop_ro("rowwise_e8m0", [](const CudaQuantized&) { return nb::none(); })
-      .def_prop_ro("columnwise_e8m0", [](const CudaQuantized&) { return nb::none(); });
+      .def_prop_ro("columnwise_e8m0", [](const CudaQuantized&) { return nb::none(); })
+      .def_prop_ro("amax_rowwise", [](const CudaQuantized& t) { return cuda_tensor_amax(t, 0); })
+      .def_prop_ro("amax_columnwise", [](const CudaQuantized& t) { return cuda_tensor_amax(t, 1); });
   m.def("cuda_available", [] { return backend::cuda_status().usable(); },
         "True when this build has CUDA and a GPU of compute capability >= 8.9 can run its kernels.");
   m.def("cuda_device_index",

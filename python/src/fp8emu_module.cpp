@@ -352,6 +352,15 @@ nb::object block_scales(nb::handle h, bool rowwise, bool e8m0) {
               : view_of(b.scale_inv, {std::size_t(b.n), std::size_t(b.blocks())}, h);
 }
 
+// The tensor amax a copy's NVFP4 block scales sit under (TE's amax_rowwise / amax_columnwise); None
+// for one-level scales and copies not made.
+nb::object tensor_amax(const QuantizedTensor& t, bool rowwise) {
+  const auto* s = std::get_if<scaling::BlockStorage>(&t.storage);
+  if (!s) return nb::none();
+  const emu::BlockQuantized& b = rowwise ? s->rowwise : s->columnwise;
+  return b.amax ? nb::object(nb::float_(*b.amax)) : nb::none();
+}
+
 QuantizedTensor quantize_with(PyQuantizer& self, const Array& x, const std::string& role, const std::string& usage,
                               emu::QuantizeStats& stats) {
   check_array(x, "x");
@@ -427,6 +436,8 @@ void bind_recipes(nb::module_& m) {
       .def_prop_ro("columnwise_scale_inv", [](nb::handle h) { return block_scales(h, false, false); })
       .def_prop_ro("rowwise_e8m0", [](nb::handle h) { return block_scales(h, true, true); })
       .def_prop_ro("columnwise_e8m0", [](nb::handle h) { return block_scales(h, false, true); })
+      .def_prop_ro("amax_rowwise", [](const QuantizedTensor& t) { return tensor_amax(t, true); })
+      .def_prop_ro("amax_columnwise", [](const QuantizedTensor& t) { return tensor_amax(t, false); })
       .def_prop_ro("block", [](const QuantizedTensor& t) {
         const auto* b = std::get_if<scaling::BlockStorage>(&t.storage);
         return b ? (b->rowwise.block ? b->rowwise.block : b->columnwise.block) : 0;

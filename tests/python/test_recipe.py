@@ -355,11 +355,14 @@ def test_per_tensor_operands_have_no_block_scales():
     # A per-tensor operand has no block scales: None (reading them once divided by a block of 0).
     q = fp8emu.Quantizer(fp8emu.Float8CurrentScaling(), "forward").quantize(np.ones((2, 3), np.float32), "input", "both")
     assert q.mode == "per_tensor" and q.block == 0
-    for f in ("rowwise_scale_inv", "columnwise_scale_inv", "rowwise_e8m0", "columnwise_e8m0"):
+    for f in ("rowwise_scale_inv", "columnwise_scale_inv", "rowwise_e8m0", "columnwise_e8m0", "amax_rowwise",
+              "amax_columnwise"):
         assert getattr(q, f) is None
     m = fp8emu.Quantizer(fp8emu.MXFP8BlockScaling(), "forward").quantize(np.ones((2, 64), np.float32), "input", "rowwise")
     assert m.rowwise_scale_inv.shape == (2, 2) and m.rowwise_e8m0.shape == (2, 2)
     assert m.columnwise_scale_inv is None
+    # One-level block scales: no tensor amax (NVFP4's two-level scales carry one per copy).
+    assert m.amax_rowwise is None and m.amax_columnwise is None
 
 
 def test_quantizers_holding_callables_are_collected():
