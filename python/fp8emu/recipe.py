@@ -231,6 +231,9 @@ class Quantizer:
             unknown direction.
     Not thread-safe (as TE's quantizers): casts release the GIL, so give each thread its own
     Quantizer. Deterministic: the same inputs give the same bits for any thread count.
+    Copies (``copy.deepcopy``) and pickles hold the recipe, the direction and the delayed-scaling
+    state (scales and amax history), so a copy casts with the same bits; pickling needs a picklable
+    recipe (TE's callables as module-level functions, not lambdas).
     """
 
     def __init__(self, recipe: Any, direction: str = "forward"):
@@ -241,6 +244,16 @@ class Quantizer:
         self.recipe = recipe
         self.direction = direction
         self._impl = _fp8emu.Quantizer(_record(recipe), direction)
+
+    def __getstate__(self) -> dict:
+        st = self._impl.state()
+        return {"recipe": self.recipe, "direction": self.direction,
+                "state": None if st is None else (st[0].copy(), st[1].copy())}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["recipe"], state["direction"])
+        if state["state"] is not None:
+            self._impl.set_state(*state["state"])
 
     @property
     def format(self) -> str:

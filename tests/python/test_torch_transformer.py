@@ -469,9 +469,13 @@ def test_bad_arguments_raise_named_errors():
 
 # ------------------------------------------------------------------------------------------ (e) names
 
-def te_names(fused=False, bias=True, rms=False, output_layernorm=False, decoder=False):
-    """TE's parameter names (named_parameters / state_dict order without _extra_state), from TE's
-    transformer.py, multi_head_attention.py, layernorm_linear.py, linear.py and layernorm_mlp.py."""
+def te_names(fused=False, bias=True, rms=False, output_layernorm=False, decoder=False, extra_state=False):
+    """TE's parameter names in named_parameters order, from TE's transformer.py,
+    multi_head_attention.py, layernorm_linear.py, linear.py and layernorm_mlp.py; with extra_state,
+    the state_dict keys: each TE module's ``_extra_state`` after its own parameters (module/base.py's
+    get_extra_state; DotProductAttention is a TE base module, the TE 2.x norms are ops that have one)."""
+    extra = (lambda prefix: [prefix + "_extra_state"]) if extra_state else (lambda prefix: [])
+
     def lin(prefix, splits, norm):
         names = []
         if norm:
@@ -479,21 +483,23 @@ def te_names(fused=False, bias=True, rms=False, output_layernorm=False, decoder=
         names += [prefix + (f"{s}_weight" if s else "weight") for s in splits]
         if bias:
             names += [prefix + (f"{s}_bias" if s else "bias") for s in splits]
-        return names
+        return names + extra(prefix)
     qkv = [""] if fused else ["query", "key", "value"]
     out = lin("self_attention.layernorm_qkv." if not output_layernorm else "self_attention.qkv.", qkv,
               not output_layernorm)
+    out += extra("self_attention.core_attention.")
     out += lin("self_attention.proj.", [""], False)
     if decoder:
         out += lin("inter_attention.layernorm_query.", [""] if fused else ["query"], True)
         out += lin("inter_attention.key_value.", [""] if fused else ["key", "value"], False)
+        out += extra("inter_attention.core_attention.")
         out += lin("inter_attention.proj.", [""], False)
     mlp = ["layernorm_mlp.layer_norm_weight"] + ([] if rms else ["layernorm_mlp.layer_norm_bias"])
     mlp += ["layernorm_mlp.fc1_weight"] + (["layernorm_mlp.fc1_bias"] if bias else [])
     mlp += ["layernorm_mlp.fc2_weight"] + (["layernorm_mlp.fc2_bias"] if bias else [])
-    out += mlp
+    out += mlp + extra("layernorm_mlp.")
     if output_layernorm:
-        out += ["layernorm.weight"] + ([] if rms else ["layernorm.bias"])
+        out += ["layernorm.weight"] + ([] if rms else ["layernorm.bias"]) + extra("layernorm.")
     return out
 
 
@@ -507,7 +513,7 @@ def test_parameter_names_are_te_names(kw):
                                 layer_type="decoder" if kw.get("decoder") else "encoder")
     want = te_names(**kw)
     assert [n for n, _ in layer.named_parameters()] == want
-    assert list(layer.state_dict()) == want
+    assert list(layer.state_dict()) == te_names(**kw, extra_state=True)
     shapes = dict((n, tuple(p.shape)) for n, p in layer.named_parameters())
     if kw.get("fused"):
         assert shapes["self_attention.layernorm_qkv.weight"] == (192, 64)

@@ -27,8 +27,14 @@ its backward state at the end of the backward pass (the backward of the first FP
 autocast region, as TE's ``reduce_and_update_bwd_fp8_tensors``). The state is per module (no
 distributed amax reduction: ``fp8_group`` is accepted and ignored on one process).
 
+Checkpoints and copies, as TE: ``state_dict()`` holds each module's ``_extra_state`` in TE's layout
+(the recipe and, for delayed scaling, the scales and amax histories), so ``load_state_dict``
+resumes bit for bit; modules deep-copy, pickle (``torch.save``) and average
+(``torch.optim.swa_utils``) with their FP8 state; ``torch.compile`` runs the FP8 modules eagerly (a
+graph break, TE's ``no_torch_dynamo``) with the eager bits; a retained graph backs up again.
+
 Tensors: any float dtype (float32, bfloat16, float16: widened exactly to float32 for the emulator;
-results in the input's dtype) on any device. Input shape (..., in_features), output (..., out_features).
+results in the input's dtype) on any device; a non-float input raises torch's own dtype error. Input shape (..., in_features), output (..., out_features).
 Where the FP8 work runs: ``Linear`` and ``LayerNormLinear`` with their input and parameters on
 fp8emu's GPU (a build with CUDA where ``fp8emu.cuda_available()``) run their casts, GEMMs, bias
 add, bias grad and norm there (:mod:`fp8emu.layers`' GPU path: the same bits as the emulator);

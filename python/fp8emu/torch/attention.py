@@ -10,7 +10,7 @@ import torch
 
 from .module.layernorm_linear import LayerNormLinear
 from .module.linear import Linear
-from .utils import _default_init
+from .utils import _NoQuantizerState, _default_init
 
 
 _MASK_TYPES = ("no_mask", "padding", "causal", "padding_causal", "causal_bottom_right",
@@ -91,7 +91,7 @@ def _full_mask(mask_type: str, attention_mask: Any, sq: int, sk: int, window: Tu
     return band if pad is None else torch.logical_or(band, pad)
 
 
-class DotProductAttention(torch.nn.Module):
+class DotProductAttention(_NoQuantizerState, torch.nn.Module):
     """TE ``transformer_engine.pytorch.DotProductAttention`` in its unfused, non-FP8 form (TE
     ``dot_product_attention/backends.py UnfusedDotProductAttention``), in fp32 PyTorch:
     ``S = softmax_scale * Q K^T`` (``torch.baddbmm``, alpha = softmax_scale), masked positions set to

@@ -86,6 +86,44 @@ def _check_ignored(kwargs: dict, cls: str) -> None:
                                       f"tensor parallelism)")
 
 
+def _torch_type_name(dtype: "torch.dtype") -> str:
+    """PyTorch's scalar type name of a dtype, as its error messages print it ("Float", "Long", "BFloat16")."""
+    return torch.empty(0, dtype=dtype).type().rsplit(".", 1)[-1].replace("Tensor", "")
+
+
+def _check_float_input(inp: "torch.Tensor", weight: "torch.Tensor") -> None:
+    """A GEMM input must be floating point: otherwise the error ``torch.nn.functional.linear`` gives
+    (torch's own RuntimeError naming both dtypes), never a silent cast of the weight to the input's
+    dtype."""
+    if inp.is_floating_point():
+        return
+    torch.nn.functional.linear(inp, weight.detach())  # raises torch's dtype error
+    raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {_torch_type_name(inp.dtype)} and "
+                       f"{_torch_type_name(weight.dtype)}")
+
+
+def _no_dynamo(fn):
+    """TE's ``no_torch_dynamo``: torch.compile runs this function eagerly (a graph break around it)
+    instead of tracing into fp8emu's extension; the compiled model then gives the eager bits."""
+    dynamo = getattr(torch, "_dynamo", None)
+    return dynamo.disable(fn, recursive=True) if dynamo is not None and hasattr(dynamo, "disable") else fn
+
+
+class _NoQuantizerState:
+    """TE's ``_extra_state`` of a module that holds no FP8 state here (DotProductAttention without
+    FP8 attention, the standalone norms): an empty uint8 tensor, as TE writes when its module ran
+    no FP8, so ``state_dict`` has TE's keys and a checkpoint round trip is exact."""
+
+    def get_extra_state(self) -> "torch.Tensor":
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_extra_state(self, state: Any) -> None:
+        if state is None or (isinstance(state, torch.Tensor) and state.numel() == 0):
+            return
+        raise NotImplementedError(f"{type(self).__name__}: this checkpoint holds FP8 state (TE's FP8 attention or "
+                                  f"a quantized norm), which fp8emu.torch does not model")
+
+
 def _default_init(w: "torch.Tensor") -> None:
     """TE's ``get_default_init_method()``: normal, mean 0, std 0.023."""
     torch.nn.init.normal_(w, mean=0.0, std=0.023)

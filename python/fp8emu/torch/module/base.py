@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from types import SimpleNamespace
 from typing import Any, Optional
 
@@ -43,6 +44,32 @@ class _Fp8Module(torch.nn.Module):
             region.first_module_seen = True
         return region.backward_group if first else None
 
+    def __getstate__(self) -> dict:
+        # copy.deepcopy, pickle and torch.save: the quantizers travel with their state; the cached
+        # FP8 weight (is_first_microbatch) does not (the copy casts its weight again).
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
+        state = dict(state)
+        state["_weight_q"] = None
+        return state
+
+    def get_extra_state(self) -> "torch.Tensor":
+        """TE's checkpoint of the FP8 state (``_extra_state`` in ``state_dict``), in TE's layout: an
+        empty uint8 tensor before the first FP8 forward, else the uint8 bytes of a pickled dict
+        ``{"recipe", "extra_fp8_variables"}`` plus, for delayed scaling, ``scale_fwd`` (3,),
+        ``amax_history_fwd`` (amax_history_len, 3), ``scale_bwd`` (2,), ``amax_history_bwd``
+        (amax_history_len, 2) float32 CPU tensors (slots as :attr:`fp8_meta`). Loading it with
+        :meth:`set_extra_state` (``load_state_dict``) restores the next FP8 forward's bits."""
+        return _extra_state(self._recipe, [self._fwd_quantizer], [self._bwd_quantizer])
+
+    def set_extra_state(self, state: Any) -> None:
+        """Loads :meth:`get_extra_state`'s bytes (None or an empty tensor: nothing to load)."""
+        loaded = _load_extra_state(state)
+        if loaded is None:
+            return
+        self._fwd_quantizer = None
+        self._quantizers(loaded["recipe"])
+        _restore_states(loaded, [self._fwd_quantizer], [self._bwd_quantizer])
+
     @property
     def fp8_meta(self) -> dict:
         """TE's ``fp8_meta`` view of the delayed-scaling state: ``{"recipe", "scaling_fwd",
@@ -63,3 +90,43 @@ class _Fp8Module(torch.nn.Module):
     def quantizers(self) -> dict:
         """The :class:`fp8emu.Quantizer` objects of the recipe in use: ``{"forward", "backward"}``."""
         return {"forward": self._fwd_quantizer, "backward": self._bwd_quantizer}
+
+
+def _extra_state(recipe: Any, fwd: list, bwd: list) -> "torch.Tensor":
+    """TE's ``get_extra_state`` layout for the quantizers of one module's GEMMs (TE keeps each GEMM's
+    slots side by side in one fp8_meta: forward [input, weight, output] per GEMM, backward
+    [grad_output, grad_input] per GEMM)."""
+    if recipe is None or any(q is None for q in fwd + bwd):
+        return torch.empty(0, dtype=torch.uint8)
+    state: dict = {"recipe": recipe}
+    for key, qs in (("fwd", fwd), ("bwd", bwd)):
+        sts = [q._impl.state() for q in qs]
+        if all(st is not None for st in sts):
+            state[f"scale_{key}"] = torch.from_numpy(np.concatenate([st[0] for st in sts]))
+            state[f"amax_history_{key}"] = torch.from_numpy(np.concatenate([st[1] for st in sts], axis=1))
+    state["extra_fp8_variables"] = {"num_gemms": len(fwd), "fp8_checkpoint": True}
+    return torch.frombuffer(bytearray(pickle.dumps(state)), dtype=torch.uint8)
+
+
+def _load_extra_state(state: Any) -> Optional[dict]:
+    """The dict of :func:`_extra_state`'s bytes; None for None or an empty tensor (no FP8 state)."""
+    if state is None:
+        return None
+    if not isinstance(state, torch.Tensor):
+        raise RuntimeError("Unsupported checkpoint format.")
+    if state.numel() == 0:
+        return None
+    return pickle.loads(state.detach().cpu().numpy().tobytes())
+
+
+def _restore_states(state: dict, fwd: list, bwd: list) -> None:
+    """Splits a loaded state's scale and amax-history columns back over the GEMMs' quantizers."""
+    for key, qs in (("fwd", fwd), ("bwd", bwd)):
+        if f"scale_{key}" not in state:
+            continue
+        scale = state[f"scale_{key}"].numpy().astype(np.float32)
+        hist = state[f"amax_history_{key}"].numpy().astype(np.float32)
+        slots = scale.shape[0] // len(qs)
+        for i, q in enumerate(qs):
+            q._impl.set_state(np.ascontiguousarray(scale[i * slots:(i + 1) * slots]),
+                              np.ascontiguousarray(hist[:, i * slots:(i + 1) * slots]))

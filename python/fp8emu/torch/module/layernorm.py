@@ -6,6 +6,8 @@ from typing import Any, Optional
 
 import torch
 
+from ..utils import _NoQuantizerState
+
 
 def _norm_torch(inp: "torch.Tensor", normalization: str, weight: "torch.Tensor", bias: Optional["torch.Tensor"],
                 eps: float, zero_centered_gamma: bool) -> "torch.Tensor":
@@ -20,7 +22,7 @@ def _norm_torch(inp: "torch.Tensor", normalization: str, weight: "torch.Tensor",
 
 
 
-class LayerNorm(torch.nn.Module):
+class LayerNorm(_NoQuantizerState, torch.nn.Module):
     """TE ``transformer_engine.pytorch.LayerNorm`` (high precision, no FP8 cast): fp32 PyTorch
     ``layer_norm`` over the last dimension, TE's ``zero_centered_gamma`` (scale by 1 + weight).
 

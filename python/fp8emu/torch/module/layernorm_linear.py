@@ -11,7 +11,8 @@ from ..fp8 import _STACK
 from .base import _Fp8Module
 from .layernorm import _norm_torch
 from .linear import _add_weight_and_bias, _full_bias, _full_weight, _weight_cache
-from ..utils import _arr, _back, _check_cached_side, _check_ignored, _like, _np, _on_gpu, _zeros_or_arr
+from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_ignored, _like, _no_dynamo, _np,
+                     _on_gpu, _zeros_or_arr)
 
 
 class _LayerNormLinearFn(torch.autograd.Function):
@@ -46,8 +47,7 @@ class _LayerNormLinearFn(torch.autograd.Function):
         dy2 = _zeros_or_arr(dy, (saved.linear.rows, out_f), ctx)
         dx, dgamma, dbeta, dw, db = _layers.layernorm_linear_backward(
             dy2, saved, ctx.module._bwd_quantizer, grad_ln_out=g_ln,
-            need_wgrad=ctx.needs_input_grad[3])
-        ctx.saved = None
+            need_wgrad=ctx.needs_input_grad[3])  # ctx.saved stays for a retained graph's next backward
         if ctx.group is not None:
             ctx.group.update()
         gx = _back(dx, ctx.x_like).reshape(ctx.x_like.shape)
@@ -102,10 +102,12 @@ class LayerNormLinear(_Fp8Module):
         return _norm_torch(inp, self.normalization, self.layer_norm_weight, self.layer_norm_bias, self.eps,
                            self.zero_centered_gamma)
 
+    @_no_dynamo
     def forward(self, inp: "torch.Tensor", is_first_microbatch: Optional[bool] = None, fp8_output: bool = False):
         region = _STACK[-1] if _STACK else None
         weight, full_bias = _full_weight(self), _full_bias(self)
         bias = None if self.return_bias else full_bias
+        _check_float_input(inp, weight)
         if region is None or not region.enabled:
             ln = self._norm_fp32(inp)
             if region is not None and region.calibrating:

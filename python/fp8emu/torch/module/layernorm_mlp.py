@@ -6,9 +6,15 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .base import _extra_state, _load_extra_state, _restore_states
 from .layernorm_linear import LayerNormLinear
 from .linear import Linear
-from ..utils import _check_ignored
+from ..utils import _check_ignored, _no_dynamo
+
+# Each TE parameter name of LayerNormMLP and where its part reads it: (part index, attribute).
+_PART_PARAMS = (("layer_norm_weight", 0, "layer_norm_weight"), ("layer_norm_bias", 0, "layer_norm_bias"),
+                ("fc1_weight", 0, "weight"), ("fc1_bias", 0, "bias"), ("fc2_weight", 1, "weight"),
+                ("fc2_bias", 1, "bias"))
 
 
 _ACTIVATIONS = {
@@ -73,7 +79,18 @@ class LayerNormMLP(torch.nn.Module):
             else:
                 setattr(self, name, p)
 
+    def _sync_parts(self) -> None:
+        """Points the parts at this module's parameters: the forward reads what the module holds now
+        (a reassigned ``fc1_weight``, a ``.to()`` that replaced a Parameter), as TE's one module does."""
+        for name, i, attr in _PART_PARAMS:
+            part = self._parts[i]
+            p = getattr(self, name)
+            if part._parameters.get(attr) is not p:
+                part._parameters[attr] = p
+
+    @_no_dynamo
     def forward(self, inp: "torch.Tensor", is_first_microbatch: Optional[bool] = None):
+        self._sync_parts()
         fc1, fc2 = self._parts
         h, ln = fc1(inp, is_first_microbatch=is_first_microbatch)
         out = fc2(_ACTIVATIONS[self.activation](h), is_first_microbatch=is_first_microbatch)
@@ -81,6 +98,27 @@ class LayerNormMLP(torch.nn.Module):
         if self.return_layernorm_output:
             result.append(ln)
         return result[0] if len(result) == 1 else tuple(result)
+
+    def get_extra_state(self) -> "torch.Tensor":
+        """TE's checkpoint of the FP8 state in TE's layout for a two-GEMM module: as
+        :meth:`Linear.get_extra_state`, the slots of FC1 then FC2 side by side (``scale_fwd`` (6,),
+        ``amax_history_fwd`` (amax_history_len, 6), ``scale_bwd`` (4,), ...)."""
+        fc1, fc2 = self._parts
+        if fc1._recipe is None or fc2._recipe is None:
+            return torch.empty(0, dtype=torch.uint8)
+        return _extra_state(fc1._recipe, [fc1._fwd_quantizer, fc2._fwd_quantizer],
+                            [fc1._bwd_quantizer, fc2._bwd_quantizer])
+
+    def set_extra_state(self, state: Any) -> None:
+        """Loads :meth:`get_extra_state`'s bytes into both GEMMs."""
+        loaded = _load_extra_state(state)
+        if loaded is None:
+            return
+        for part in self._parts:
+            part._fwd_quantizer = None
+            part._quantizers(loaded["recipe"])
+        fc1, fc2 = self._parts
+        _restore_states(loaded, [fc1._fwd_quantizer, fc2._fwd_quantizer], [fc1._bwd_quantizer, fc2._bwd_quantizer])
 
     @property
     def fp8_meta(self) -> dict:

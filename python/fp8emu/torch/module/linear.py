@@ -9,7 +9,8 @@ import torch
 from ... import layers as _layers
 from ..fp8 import _Region, _STACK
 from .base import _Fp8Module
-from ..utils import _arr, _back, _check_cached_side, _check_ignored, _default_init, _like, _np, _on_gpu, _zeros_or_arr
+from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_ignored, _default_init, _like, _no_dynamo,
+                     _np, _on_gpu, _zeros_or_arr)
 
 
 class _LinearFn(torch.autograd.Function):
@@ -35,9 +36,10 @@ class _LinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         out_f = ctx.saved.out_features
         dy2 = _zeros_or_arr(dy, (ctx.saved.rows, out_f), ctx)
+        # ctx.saved stays: a second backward through a retained graph (retain_graph=True) reads it
+        # again, as TE's saved tensors; the graph's release frees it.
         dx, dw, db = _layers.linear_backward(dy2, ctx.saved, ctx.module._bwd_quantizer,
                                              need_dgrad=ctx.needs_input_grad[0], need_wgrad=ctx.needs_input_grad[1])
-        ctx.saved = None
         if ctx.group is not None:
             ctx.group.update()
         gx = None if dx is None else _back(dx, ctx.x_like).reshape(ctx.x_like.shape)
@@ -144,10 +146,12 @@ class Linear(_Fp8Module):
         _add_weight_and_bias(self, in_features, out_features, bias, dtype, device, init_method, parameters_split)
         self._init_fp8()
 
+    @_no_dynamo
     def forward(self, inp: "torch.Tensor", is_first_microbatch: Optional[bool] = None, fp8_output: bool = False):
         region = _STACK[-1] if _STACK else None
         weight, full_bias = _full_weight(self), _full_bias(self)
         bias = None if self.return_bias else full_bias
+        _check_float_input(inp, weight)
         if region is None or not region.enabled:
             if region is not None and region.calibrating:
                 self._calibrate(region, inp, weight)

@@ -1,0 +1,191 @@
+"""fp8emu.torch as a drop-in for TE scripts: what a training script does to a module besides calling it.
+
+Each test is a failure a TE client met (copying, saving, averaging and compiling a model, a second
+backward, checkpoints, a reassigned parameter, a non-float input). Oracles: PyTorch's own behaviour
+(torch.nn.functional.linear's error, torch.nn.Linear, torch.optim.swa_utils), the same module's
+eager or uncopied bits, and TE's checkpoint layout (``get_extra_state`` in
+transformer_engine/pytorch/module/base.py: a uint8 tensor of a pickled dict).
+"""
+
+import copy
+import io
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed here: the fp8emu.torch tests are skipped "
+                                            "(pip install torch to run them)")
+
+import fp8emu  # noqa: E402
+import fp8emu.torch as te  # noqa: E402
+
+
+def bits(t):
+    return np.ascontiguousarray(t.detach().numpy(), np.float32).view(np.uint32)
+
+
+def same(a, b):
+    return np.array_equal(bits(a), bits(b))
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+DELAYED = fp8emu.DelayedScaling(amax_history_len=4)
+RECIPES = [DELAYED, fp8emu.Float8CurrentScaling(), fp8emu.MXFP8BlockScaling(), fp8emu.Float8BlockScaling()]
+
+
+def train_step(m, recipe, seed, rows=16):
+    x = randn(rows, m.in_features if hasattr(m, "in_features") else m.hidden_size, seed=seed).requires_grad_(True)
+    with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+        y = m(x)
+    y.square().sum().backward()
+    return y
+
+
+def fp8_forward(m, recipe, seed=99, rows=16):
+    x = randn(rows, m.in_features if hasattr(m, "in_features") else m.hidden_size, seed=seed)
+    with torch.no_grad(), te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+        return m(x)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_a_non_float_input_gets_torchs_dtype_error(fp8):
+    # TE's Linear on a Long tensor fails as torch's linear does; it once cast the weight to Long
+    # and returned zeros.
+    lin = te.Linear(4, 2)
+    x = torch.tensor([[1, 2, 3, 4]])
+    with pytest.raises(RuntimeError) as want:
+        torch.nn.functional.linear(x, lin.weight)
+    for m in (lin, te.LayerNormLinear(4, 2)):
+        with pytest.raises(RuntimeError) as got, te.fp8_autocast(enabled=fp8, fp8_recipe=DELAYED):
+            m(x)
+        assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_layernorm_mlp_reads_reassigned_parameters(fp8):
+    # A Parameter assigned to a TE name of LayerNormMLP is what its forward reads: the same bits as
+    # copying the values into the old Parameter (the path that always worked).
+    torch.manual_seed(0)
+    a = te.LayerNormMLP(16, 32)
+    b = copy.deepcopy(a)
+    new = {"fc1_weight": randn(32, 16, seed=1) * 0.1, "fc2_weight": randn(16, 32, seed=2) * 0.1,
+           "layer_norm_weight": randn(16, seed=3), "fc1_bias": randn(32, seed=4)}
+    for name, v in new.items():
+        setattr(a, name, torch.nn.Parameter(v.clone()))
+        with torch.no_grad():
+            getattr(b, name).copy_(v)
+    x = randn(8, 16, seed=5)
+    with torch.no_grad(), te.fp8_autocast(enabled=fp8, fp8_recipe=DELAYED):
+        ya, yb = a(x), b(x)
+    assert same(ya, yb)
+    if not fp8:  # and the fp32 path is the composition of torch's functions on those parameters
+        ln = torch.nn.functional.layer_norm(x, (16,), a.layer_norm_weight, a.layer_norm_bias, 1e-5)
+        h = torch.nn.functional.gelu(torch.nn.functional.linear(ln, a.fc1_weight, a.fc1_bias), approximate="tanh")
+        assert same(ya, torch.nn.functional.linear(h, a.fc2_weight, a.fc2_bias))
+    # The parameters the optimizer sees are the ones the forward reads (their gradients are set).
+    with te.fp8_autocast(enabled=fp8, fp8_recipe=DELAYED):
+        a(x).sum().backward()
+    assert a.fc1_weight.grad is not None and a.fc2_weight.grad is not None
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: type(r).__name__)
+def test_copies_pickles_and_averages_after_fp8_steps(recipe):
+    torch.manual_seed(0)
+    for m in (te.Linear(32, 16), te.LayerNormLinear(32, 16), te.LayerNormMLP(32, 64)):
+        train_step(m, recipe, 1)
+        train_step(m, recipe, 2)
+        want = fp8_forward(copy.deepcopy(m), recipe)  # forward on a copy leaves m's state alone
+        c = copy.deepcopy(m)
+        buf = io.BytesIO()
+        torch.save(m, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        unpickled = pickle.loads(pickle.dumps(m))
+        for other in (c, loaded, unpickled):
+            assert same(fp8_forward(other, recipe), want), type(m).__name__
+        avg = torch.optim.swa_utils.AveragedModel(m)
+        avg.update_parameters(m)
+        assert same(fp8_forward(avg.module, recipe), want)
+
+
+def test_a_retained_graph_backs_up_twice():
+    # backward(retain_graph=True) then backward(): the second pass reads the saved operands again.
+    # Current scaling keeps no state, so the second gradient equals the first and they add exactly.
+    torch.manual_seed(0)
+    for m in (te.Linear(32, 16), te.LayerNormLinear(32, 16)):
+        x = randn(16, 32, seed=1).requires_grad_(True)
+        with te.fp8_autocast(enabled=True, fp8_recipe=fp8emu.Float8CurrentScaling()):
+            y = m(x)
+        y.sum().backward(retain_graph=True)
+        g1, w1 = x.grad.clone(), m.weight.grad.clone()
+        y.sum().backward()
+        assert same(x.grad, 2 * g1) and same(m.weight.grad, 2 * w1)
+
+
+def test_state_dict_holds_the_fp8_state_in_tes_layout():
+    torch.manual_seed(0)
+    m = te.Linear(32, 16)
+    assert m.state_dict()["_extra_state"].numel() == 0  # before any FP8 forward: an empty uint8 tensor
+    for s in (1, 2, 3):
+        train_step(m, DELAYED, s)
+    sd = m.state_dict()
+    extra = sd["_extra_state"]
+    assert extra.dtype == torch.uint8
+    state = pickle.loads(extra.numpy().tobytes())
+    assert state["recipe"] == DELAYED
+    assert state["scale_fwd"].shape == (3,) and state["amax_history_fwd"].shape == (4, 3)
+    assert state["scale_bwd"].shape == (2,) and state["amax_history_bwd"].shape == (4, 2)
+    assert np.array_equal(state["scale_fwd"].numpy(), m.fp8_meta["scaling_fwd"].scale.numpy())
+    assert np.array_equal(state["amax_history_bwd"].numpy(), m.fp8_meta["scaling_bwd"].amax_history.numpy())
+    # A fresh module that loads it continues bit for bit (it once restarted from scale 1).
+    m2 = te.Linear(32, 16)
+    m2.load_state_dict(sd)
+    assert same(fp8_forward(m2, DELAYED), fp8_forward(m, DELAYED))
+    m.zero_grad(set_to_none=True)
+    train_step(m, DELAYED, 4)
+    train_step(m2, DELAYED, 4)
+    assert same(m2.weight.grad, m.weight.grad)
+
+
+def test_layernorm_mlp_checkpoint_has_both_gemms_slots():
+    torch.manual_seed(0)
+    m = te.LayerNormMLP(32, 64)
+    train_step(m, DELAYED, 1)
+    train_step(m, DELAYED, 2)
+    state = pickle.loads(m.state_dict()["_extra_state"].numpy().tobytes())
+    assert state["scale_fwd"].shape == (6,) and state["amax_history_fwd"].shape == (4, 6)
+    assert state["scale_bwd"].shape == (4,) and state["amax_history_bwd"].shape == (4, 4)
+    m2 = te.LayerNormMLP(32, 64)
+    m2.load_state_dict(m.state_dict())
+    assert same(fp8_forward(m2, DELAYED), fp8_forward(m, DELAYED))
+
+
+def test_torch_compile_runs_the_eager_bits():
+    # torch.compile traces around the FP8 modules (TE's no_torch_dynamo) and gives the eager bits.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(te.Linear(32, 64), torch.nn.GELU(), te.Linear(64, 16))
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="eager")
+    x = randn(16, 32, seed=1)
+    with torch.no_grad(), te.fp8_autocast(enabled=True, fp8_recipe=fp8emu.Float8CurrentScaling()):
+        assert same(compiled(x), eager(x))
+
+
+def test_transformer_layer_checkpoint_resumes_bit_for_bit():
+    # Every TE module of the layer saves its state (TE's keys); a fresh layer loading the
+    # checkpoint gives the same next FP8 step.
+    torch.manual_seed(0)
+    layer = te.TransformerLayer(32, 64, 4, hidden_dropout=0.0, attention_dropout=0.0)
+    x = randn(8, 2, 32, seed=1)
+    for s in (1, 2):
+        with te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
+            y = layer(randn(8, 2, 32, seed=s).requires_grad_(True))
+        y.sum().backward()
+    fresh = te.TransformerLayer(32, 64, 4, hidden_dropout=0.0, attention_dropout=0.0)
+    fresh.load_state_dict(layer.state_dict())
+    with torch.no_grad(), te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
+        assert same(fresh(x), layer(x))
