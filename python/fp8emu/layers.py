@@ -298,6 +298,7 @@ def layernorm_linear_forward(
     zero_centered_gamma: bool = False,
     training: bool = True,
     weight_q: Optional[QuantizedTensor] = None,
+    promotion: int = 0,
 ) -> Tuple[np.ndarray, Optional[LayerNormSaved], np.ndarray]:
     """``y = Linear(Norm(x))`` with an FP8 Linear (TE ``LayerNormLinear``; C++ ``nn::LayerNormLinear``).
 
@@ -308,7 +309,7 @@ def layernorm_linear_forward(
     Args:
         x: float32 (rows, in_features). ln_weight: float32 (in_features,) gamma. ln_bias: float32
             (in_features,) beta (LayerNorm) or None (RMSNorm). weight, bias, fwd, training,
-            weight_q: as :func:`linear_forward`.
+            weight_q, promotion: as :func:`linear_forward`.
         normalization: "LayerNorm" or "RMSNorm". eps: added to the variance.
         zero_centered_gamma: scale by (1 + gamma).
     Returns:
@@ -331,7 +332,7 @@ def layernorm_linear_forward(
                                                    bool(zero_centered_gamma), bool(fwd.reads_bf16_norm_output),
                                                    *_stream_args(x))
     norm = _SavedNorm(normalization, bool(zero_centered_gamma), gamma, xhat, rsigma)
-    y, lin = linear_forward(ln, weight, bias, fwd, training=training, weight_q=weight_q)
+    y, lin = linear_forward(ln, weight, bias, fwd, training=training, weight_q=weight_q, promotion=promotion)
     return y, (LayerNormSaved(norm, lin, ln) if training else None), ln
 
 
@@ -342,6 +343,7 @@ def layernorm_linear_backward(
     *,
     grad_ln_out: Any = None,
     need_wgrad: bool = True,
+    promotion: int = 128,
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray], np.ndarray]:
     """Backward of :func:`layernorm_linear_forward`.
 
@@ -349,6 +351,7 @@ def layernorm_linear_backward(
         dy: float32 (rows, out_features). saved: its :class:`LayerNormSaved`. bwd: the backward quantizer.
         grad_ln_out: optional float32 (rows, in_features) gradient of the returned norm output (TE's
             ``return_layernorm_output``), added in fp32 to the Linear's dgrad before the norm's backward.
+        need_wgrad, promotion: as :func:`linear_backward`.
     Returns:
         ``(dx, d_ln_weight, d_ln_bias, dW, db)``: float32 (rows, in), (in,), (in,) (zeros for
         RMSNorm), (out, in) or None, (out,).
@@ -369,6 +372,6 @@ def layernorm_linear_backward(
                              f"output's)")
         if not _cuda.is_cuda(grad_ln_out):
             grad_ln_out = _f32_2d(grad_ln_out, "grad_ln_out")
-    dln, dw, db = linear_backward(dy, saved.linear, bwd, need_dgrad=True, need_wgrad=need_wgrad)
+    dln, dw, db = linear_backward(dy, saved.linear, bwd, need_dgrad=True, need_wgrad=need_wgrad, promotion=promotion)
     dx, dgamma, dbeta = saved.norm.backward(dln, grad_ln_out)
     return dx, dgamma, dbeta, dw, db

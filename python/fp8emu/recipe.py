@@ -18,31 +18,110 @@ finite overflow and +-Inf to +-max, NaN to the NaN code), as TE's cast kernels.
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from . import _fp8emu
 
-__all__ = ["Format", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "Float8BlockScaling",
-           "Quantizer", "QuantizedTensor", "gemm"]
+__all__ = ["Format", "Recipe", "MMParams", "QParams", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling",
+           "Float8BlockScaling", "NVFP4BlockScaling", "CustomRecipe", "Quantizer", "QuantizedTensor", "gemm"]
+
+
+class _FormatHelper(NamedTuple):
+    """TE's ``_FormatHelper``: the largest finite value of the forward and backward formats."""
+
+    max_fwd: float
+    max_bwd: float
 
 
 class Format(enum.Enum):
-    """TE ``Format``: the element formats of the forward and backward tensors."""
+    """TE ``Format``: the element formats of the forward and backward tensors; each value is TE's
+    ``_FormatHelper(max_fwd, max_bwd)`` (``Format.HYBRID.value.max_fwd == 448``)."""
 
-    E4M3 = "e4m3"  #: E4M3 everywhere
-    E5M2 = "e5m2"  #: E5M2 everywhere (TE rejects it in every recipe: "Pure E5M2 training is not supported")
-    HYBRID = "hybrid"  #: E4M3 forward (input, weight, output), E5M2 backward (grad_output, grad_input)
+    E2M1 = _FormatHelper(max_fwd=6, max_bwd=6)  #: FP4 (NVFP4's element format)
+    E4M3 = _FormatHelper(max_fwd=448, max_bwd=448)  #: E4M3 everywhere
+    #: E5M2 everywhere (TE rejects it in every recipe: "Pure E5M2 training is not supported")
+    E5M2 = _FormatHelper(max_fwd=57344, max_bwd=57344)
+    #: E4M3 forward (input, weight, output), E5M2 backward (grad_output, grad_input)
+    HYBRID = _FormatHelper(max_fwd=448, max_bwd=57344)
 
 
 def _format_name(f: Any) -> str:
-    return f.value if isinstance(f, Format) else str(f)
+    return f.name.lower() if isinstance(f, Format) else str(f)
+
+
+@dataclass(frozen=True)
+class MMParams:
+    """TE ``MMParams``: a GEMM's option. ``use_split_accumulator`` (TE's name for cuBLASLt without
+    fast accumulation): promote the tensor-core partial sums to fp32 every 128 K-elements (fp8emu's
+    ``promotion=128``); False is fast accumulation (``promotion=0``)."""
+
+    use_split_accumulator: bool = True
+
+
+@dataclass(frozen=True)
+class QParams:
+    """TE ``QParams``: quantization options of one tensor kind (TE's fields; fp8emu reads
+    ``power_2_scale`` and ``amax_epsilon`` through its recipes' own fields)."""
+
+    power_2_scale: bool = False
+    amax_epsilon: float = 0.0
+    random_hadamard_transform: bool = False
+    stochastic_rounding: bool = False
+    fp4_2d_quantization: bool = False
+
+
+_BACKWARD_OVERRIDES = (None, "high_precision", "dequantized")
+
+
+def _check_common(recipe: Any) -> None:
+    """TE's checks shared by the recipes (its asserts, as AssertionError with TE's messages), and
+    what fp8emu does not model, refused by name."""
+    assert recipe.backward_override in _BACKWARD_OVERRIDES, (
+        "NVTE_BACKWARD_OVERRIDE must be unset or one of: 'high_precision', 'dequantized'.")
+    if recipe.backward_override is not None:
+        raise NotImplementedError(f"{type(recipe).__name__}(backward_override={recipe.backward_override!r}): TE's "
+                                  f"high-precision or dequantized backward is not modelled by fp8emu (the backward "
+                                  f"GEMMs run in FP8 as with backward_override=None)")
+
+
+class Recipe:
+    """TE ``Recipe``: the base of the recipe classes, with TE's predicates."""
+
+    @classmethod
+    def nvfp4(cls) -> bool:
+        return issubclass(cls, NVFP4BlockScaling)
+
+    @classmethod
+    def mxfp8(cls) -> bool:
+        return issubclass(cls, MXFP8BlockScaling)
+
+    @classmethod
+    def delayed(cls) -> bool:
+        return issubclass(cls, DelayedScaling)
+
+    @classmethod
+    def float8_current_scaling(cls) -> bool:
+        return issubclass(cls, Float8CurrentScaling)
+
+    @classmethod
+    def float8_per_tensor_scaling(cls) -> bool:
+        return issubclass(cls, (DelayedScaling, Float8CurrentScaling))
+
+    @classmethod
+    def float8_block_scaling(cls) -> bool:
+        return issubclass(cls, Float8BlockScaling)
+
+    @classmethod
+    def custom(cls) -> bool:
+        return issubclass(cls, CustomRecipe)
 
 
 @dataclass
-class DelayedScaling:
+class DelayedScaling(Recipe):
     """TE ``DelayedScaling``: each tensor is cast with a scale from the amax history of earlier steps.
 
     After a pass, :meth:`Quantizer.update_scales` runs TE's update for every tensor slot (fused
@@ -61,7 +140,10 @@ class DelayedScaling:
       ``sf = (fp8_max / amax) / 2**margin`` in fp32, the old scale where amax is not > 0 or not
       finite, FLT_MAX where sf is infinite.
 
-    ``reduce_amax`` is accepted for TE's API; one process has nothing to reduce.
+    ``reduce_amax`` is accepted for TE's API; one process has nothing to reduce. ``fp8_dpa`` and
+    ``fp8_mha`` (TE's FP8 attention) are accepted; an attention module run under them raises
+    NotImplementedError. ``backward_override`` must be None (TE: "Delayed scaling only supports
+    backward_override=None").
     """
 
     margin: float = 0.0
@@ -70,47 +152,149 @@ class DelayedScaling:
     amax_compute_algo: Any = "max"  #: "max", "most_recent" or a callable (above)
     scaling_factor_compute_algo: Optional[Callable] = None
     reduce_amax: bool = True
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: Optional[str] = os.getenv("NVTE_BACKWARD_OVERRIDE", None)
     fused_update: bool = True  #: fp8emu's name for TE's NVTE_UNFUSED_FP8_UPDATE=0
 
     _kind = "delayed"
 
+    def __post_init__(self) -> None:
+        assert self.backward_override in _BACKWARD_OVERRIDES, (
+            "NVTE_BACKWARD_OVERRIDE must be unset or one of: 'high_precision', 'dequantized'.")
+        assert self.backward_override is None, "Delayed scaling only supports backward_override=None."
+
 
 @dataclass
-class Float8CurrentScaling:
+class Float8CurrentScaling(Recipe):
     """TE ``Float8CurrentScaling``: each tensor is scaled by its own amax at cast time,
     ``scale = fp8_max / max(amax, amax_epsilon)`` in fp32 (TE ``compute_scale_from_amax``), a power of
-    two below it with ``use_power_2_scales`` (TE's NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1)."""
+    two below it with ``use_power_2_scales`` (TE's NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1, read
+    when fp8emu is imported, as TE reads it). ``fp8_gemm_fprop`` / ``fp8_gemm_dgrad`` /
+    ``fp8_gemm_wgrad`` choose each GEMM's accumulation in fp8emu.torch as in TE (defaults: fast
+    accumulation in fprop, promotion every 128 in dgrad and wgrad); dgrad and wgrad must agree
+    (fp8emu's backward takes one promotion interval). ``fp8_quant_*`` are TE's QParams, read only."""
 
     fp8_format: Format = Format.HYBRID
-    use_power_2_scales: bool = False
+    use_power_2_scales: bool = os.getenv("NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES", "0") == "1"
     amax_epsilon: float = 0.0
+    fp8_gemm_fprop: MMParams = MMParams(use_split_accumulator=False)
+    fp8_gemm_dgrad: MMParams = MMParams(use_split_accumulator=True)
+    fp8_gemm_wgrad: MMParams = MMParams(use_split_accumulator=True)
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: Optional[str] = os.getenv("NVTE_BACKWARD_OVERRIDE", None)
 
     _kind = "current"
 
+    def __post_init__(self) -> None:
+        _check_common(self)
+        if self.fp8_gemm_dgrad.use_split_accumulator != self.fp8_gemm_wgrad.use_split_accumulator:
+            raise NotImplementedError("Float8CurrentScaling: fp8_gemm_dgrad and fp8_gemm_wgrad with different "
+                                      "use_split_accumulator are not modelled (fp8emu's backward takes one "
+                                      "promotion interval for both GEMMs)")
+
+    @property
+    def fp8_quant_fwd_inp(self) -> QParams:
+        return QParams(power_2_scale=self.use_power_2_scales, amax_epsilon=self.amax_epsilon)
+
+    fp8_quant_fwd_weight = fp8_quant_fwd_inp
+    fp8_quant_bwd_grad = fp8_quant_fwd_inp
+
 
 @dataclass
-class MXFP8BlockScaling:
+class MXFP8BlockScaling(Recipe):
     """TE ``MXFP8BlockScaling``: blocks of 32 elements along K, each with an E8M0 scale. TE's rule
     (``scale_rule="te"``) rounds ``amax * fl32(1/fp8_max)`` up to a power of two, so no element
-    saturates; ``"ocp"`` is OCP MX v1.0's ``2^(floor(log2 amax) - emax)``, which may saturate."""
+    saturates; ``"ocp"`` is OCP MX v1.0's ``2^(floor(log2 amax) - emax)``, which may saturate.
+    ``margin`` is TE's field, which TE's MXFP8 cast does not read (accepted at 0 only)."""
 
+    margin: int = 0
     fp8_format: Format = Format.E4M3
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: Optional[str] = os.getenv("NVTE_BACKWARD_OVERRIDE", None)
     scale_rule: str = "te"  #: fp8emu's addition: "te" or "ocp"
 
     _kind = "mxfp8"
 
+    def __post_init__(self) -> None:
+        _check_common(self)
+        if self.margin != 0:
+            raise NotImplementedError(f"MXFP8BlockScaling(margin={self.margin}): TE's MXFP8 cast has no margin")
+
 
 @dataclass
-class Float8BlockScaling:
+class Float8BlockScaling(Recipe):
     """TE ``Float8BlockScaling`` (DeepSeek-V3 style): 1 x 128 blocks for activations and gradients,
     128 x 128 tiles for weights, fp32 scales rounded down to powers of two unless ``use_f32_scales``
-    (TE's NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1)."""
+    (TE's NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1, read when fp8emu is imported, as TE reads it).
+    ``x_block_scaling_dim`` / ``w_block_scaling_dim`` / ``grad_block_scaling_dim`` are TE's (1 or 2,
+    with TE's checks); fp8emu runs TE's defaults (1, 2, 1) and refuses the other valid choices by
+    name. The GEMMs always promote (TE requires ``use_split_accumulator=True`` for all three)."""
 
     fp8_format: Format = Format.E4M3
-    use_f32_scales: bool = False
+    use_f32_scales: bool = os.getenv("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") == "1"
     amax_epsilon: float = 0.0
+    x_block_scaling_dim: int = 1
+    w_block_scaling_dim: int = 2
+    grad_block_scaling_dim: int = 1
+    fp8_gemm_fprop: MMParams = MMParams(use_split_accumulator=True)
+    fp8_gemm_dgrad: MMParams = MMParams(use_split_accumulator=True)
+    fp8_gemm_wgrad: MMParams = MMParams(use_split_accumulator=True)
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: Optional[str] = os.getenv("NVTE_BACKWARD_OVERRIDE", None)
 
     _kind = "block"
+
+    def __post_init__(self) -> None:
+        assert self.x_block_scaling_dim in [1, 2], "Only 1D or 2D blocks supported for x"
+        assert self.w_block_scaling_dim in [1, 2], "Only 1D or 2D blocks supported for w"
+        assert self.grad_block_scaling_dim in [1, 2], "Only 1D or 2D blocks supported for grad"
+        assert not (self.x_block_scaling_dim == 2 and self.w_block_scaling_dim == 2), "2D by 2D block gemm not supported."
+        assert not (self.x_block_scaling_dim == 2 and self.grad_block_scaling_dim == 2), (
+            "2D by 2D block gemm not supported.")
+        assert not (self.w_block_scaling_dim == 2 and self.grad_block_scaling_dim == 2), (
+            "2D by 2D block gemm not supported.")
+        assert self.fp8_gemm_fprop.use_split_accumulator, "Split accumulator required for fprop."
+        assert self.fp8_gemm_dgrad.use_split_accumulator, "Split accumulator required for dgrad."
+        assert self.fp8_gemm_wgrad.use_split_accumulator, "Split accumulator required for wgrad."
+        assert not self.fp8_dpa and not self.fp8_mha, "FP8 attention is not supported for Float8BlockScaling."
+        _check_common(self)
+        dims = (self.x_block_scaling_dim, self.w_block_scaling_dim, self.grad_block_scaling_dim)
+        if dims != (1, 2, 1):
+            raise NotImplementedError(f"Float8BlockScaling with (x, w, grad) block dims {dims}: fp8emu runs TE's "
+                                      f"default (1, 2, 1): 1 x 128 activations and gradients, 128 x 128 weights")
+
+    @property
+    def fp8_quant_fwd_inp(self) -> QParams:
+        return QParams(power_2_scale=not self.use_f32_scales, amax_epsilon=self.amax_epsilon)
+
+    fp8_quant_fwd_weight = fp8_quant_fwd_inp
+    fp8_quant_bwd_grad = fp8_quant_fwd_inp
+
+
+class NVFP4BlockScaling(Recipe):
+    """TE ``NVFP4BlockScaling``: not a runnable recipe of fp8emu yet. fp8emu's element layer casts
+    NVFP4 blocks (E2M1, E4M3 block scales under an fp32 tensor scale; docs/nvfp4.md); the recipe's
+    random Hadamard transform and stochastic rounding are not built. Constructing it raises
+    NotImplementedError, so a script finds out at once instead of running another recipe."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError("NVFP4BlockScaling is not available in fp8emu yet: its casts exist in the "
+                                  "element layer (docs/nvfp4.md), the recipe (random Hadamard transform, "
+                                  "stochastic rounding, 16x16 weights) is not built")
+
+
+class CustomRecipe(Recipe):
+    """TE ``CustomRecipe`` (quantizer factories): not available; constructing it raises
+    NotImplementedError."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError("CustomRecipe (user quantizer factories) is not available in fp8emu: its "
+                                  "quantizers are fp8emu's C++ recipes (DelayedScaling, Float8CurrentScaling, "
+                                  "MXFP8BlockScaling, Float8BlockScaling)")
 
 
 class QuantizedTensor:
@@ -193,7 +377,7 @@ def _field_value(recipe: Any, name: str) -> Any:
     # scaling_factor_compute_algo with this recipe object, as TE passes its recipe).
     value = getattr(recipe, name)
     if isinstance(value, Format):
-        return value.value
+        return value.name.lower()
     if name == "scaling_factor_compute_algo" and value is not None and callable(value):
         return lambda amax, scale, fp8_max, _record: value(amax, scale, fp8_max, recipe)
     return value

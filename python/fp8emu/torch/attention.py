@@ -10,6 +10,7 @@ import torch
 
 from .module.layernorm_linear import LayerNormLinear
 from .module.linear import Linear
+from .fp8 import _STACK
 from .utils import _NoQuantizerState, _default_init
 
 
@@ -164,6 +165,12 @@ class DotProductAttention(_NoQuantizerState, torch.nn.Module):
                 core_attention_bias_type: str = "no_bias", core_attention_bias: Any = None, alibi_slopes: Any = None,
                 fast_zero_fill: bool = True, inference_params: Any = None, pad_between_seqs: Any = None,
                 fp8_output: bool = False) -> "torch.Tensor":
+        region = _STACK[-1] if _STACK else None
+        if region is not None and region.enabled and (getattr(region.recipe, "fp8_dpa", False)
+                                                      or getattr(region.recipe, "fp8_mha", False)):
+            raise NotImplementedError("DotProductAttention under a recipe with fp8_dpa or fp8_mha: TE's FP8 "
+                                      "attention is not modelled by fp8emu.torch (attention runs in fp32); set "
+                                      "fp8_dpa=False and fp8_mha=False")
         _check_unsupported_forward("DotProductAttention", cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
                                    cu_seqlens_q_padded=cu_seqlens_q_padded, cu_seqlens_kv_padded=cu_seqlens_kv_padded,
                                    inference_params=inference_params, alibi_slopes=alibi_slopes,

@@ -89,3 +89,59 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
 def autocast(enabled: bool = True, calibrating: bool = False, recipe: Any = None, amax_reduction_group: Any = None):
     """TE 2.x's newer name for :func:`fp8_autocast` (``recipe`` for ``fp8_recipe``)."""
     return fp8_autocast(enabled=enabled, calibrating=calibrating, fp8_recipe=recipe, fp8_group=amax_reduction_group)
+
+
+# ---- TE's availability probes and model-init contexts (transformer_engine/pytorch/quantization.py) ----
+
+_EMULATED = ("emulated by fp8emu: bit-exact casts and Hopper tensor-core GEMMs on the CPU, and with fp8emu's "
+             "CUDA kernels on any NVIDIA GPU (no FP8 hardware needed)")
+
+
+def _probe(available: bool, reason: str, return_reason: bool) -> Any:
+    return (available, reason) if return_reason else available
+
+
+def is_fp8_available(return_reason: bool = False) -> Any:
+    """TE ``is_fp8_available``: True here, on any machine; with ``return_reason`` the pair
+    ``(True, reason)``, the reason saying that FP8 is emulated (TE gives "" when it is available)."""
+    return _probe(True, _EMULATED, return_reason)
+
+
+def is_mxfp8_available(return_reason: bool = False) -> Any:
+    """TE ``is_mxfp8_available``: True (MXFP8BlockScaling is emulated; TE needs Blackwell)."""
+    return _probe(True, _EMULATED, return_reason)
+
+
+def is_fp8_block_scaling_available(return_reason: bool = False) -> Any:
+    """TE ``is_fp8_block_scaling_available``: True (Float8BlockScaling is emulated)."""
+    return _probe(True, _EMULATED, return_reason)
+
+
+def is_nvfp4_available(return_reason: bool = False) -> Any:
+    """TE ``is_nvfp4_available``: False; the reason says what is missing."""
+    return _probe(False, "NVFP4BlockScaling is not available in fp8emu yet (its block casts exist; the recipe's "
+                         "Hadamard transform and stochastic rounding do not)", return_reason)
+
+
+def get_default_recipe() -> Any:
+    """TE ``get_default_recipe``: the recipe ``fp8_autocast`` uses without one, ``DelayedScaling()``
+    (TE's default before Blackwell; fp8emu models Hopper's GEMMs)."""
+    return DelayedScaling()
+
+
+@contextlib.contextmanager
+def quantized_model_init(enabled: bool = True, recipe: Any = None, preserve_high_precision_init_val: bool = False):
+    """TE ``quantized_model_init``: with ``enabled=False`` a no-op block (the modules keep
+    high-precision parameters, as TE then does). FP8 primary weights (TE's ``Float8Tensor``
+    parameters, ``enabled=True``) are not modelled: NotImplementedError, before the block runs."""
+    if enabled:
+        raise NotImplementedError("quantized_model_init(enabled=True) / fp8_model_init: FP8 primary weights "
+                                  "(Float8Tensor parameters) are not modelled by fp8emu.torch; the modules keep "
+                                  "high-precision weights and cast them each step, as TE does without it")
+    yield
+
+
+def fp8_model_init(enabled: bool = True, recipe: Any = None, preserve_high_precision_init_val: bool = False):
+    """TE ``fp8_model_init``: :func:`quantized_model_init` under its older name."""
+    return quantized_model_init(enabled=enabled, recipe=recipe,
+                                preserve_high_precision_init_val=preserve_high_precision_init_val)

@@ -127,3 +127,15 @@ class _NoQuantizerState:
 def _default_init(w: "torch.Tensor") -> None:
     """TE's ``get_default_init_method()``: normal, mean 0, std 0.023."""
     torch.nn.init.normal_(w, mean=0.0, std=0.023)
+
+
+def is_bf16_available(return_reason: bool = False) -> Any:
+    """TE ``is_bf16_available``: True (PyTorch computes bfloat16 on every device fp8emu.torch runs
+    on); with ``return_reason`` the pair ``(True, "")``."""
+    return (True, "") if return_reason else True
+
+
+def get_device_compute_capability() -> Tuple[int, int]:
+    """TE ``get_device_compute_capability``: the compute capability of the GPU whose FP8 datapath
+    fp8emu.torch models, Hopper's (9, 0), whatever the machine has (scripts gate FP8 on it)."""
+    return (9, 0)

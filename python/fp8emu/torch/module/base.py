@@ -13,6 +13,19 @@ from ...recipe import Quantizer
 from ..fp8 import _BackwardGroup, _Region
 
 
+def _promotions(recipe: Any) -> tuple:
+    """The promotion intervals of fprop and of dgrad/wgrad under a recipe, as TE chooses each GEMM's
+    cuBLASLt fast accumulation: the recipe's ``fp8_gemm_*`` MMParams where it has them
+    (Float8CurrentScaling; ``use_split_accumulator`` is promotion every 128 K-elements), else TE's
+    module defaults (``_2X_ACC_FPROP = False``, ``_2X_ACC_DGRAD = _2X_ACC_WGRAD = True``). Block
+    recipes promote every block whatever these say."""
+    if not recipe.float8_per_tensor_scaling():
+        return (0, 128)  # the block GEMMs promote every block; linear_backward ignores the interval
+    fprop, dgrad = getattr(recipe, "fp8_gemm_fprop", None), getattr(recipe, "fp8_gemm_dgrad", None)
+    return (128 if fprop is not None and fprop.use_split_accumulator else 0,
+            0 if dgrad is not None and not dgrad.use_split_accumulator else 128)
+
+
 class _Fp8Module(torch.nn.Module):
     """State shared by the FP8 modules: the forward and backward quantizers of the recipe in use."""
 

@@ -8,7 +8,7 @@ import torch
 
 from ... import layers as _layers
 from ..fp8 import _STACK
-from .base import _Fp8Module
+from .base import _Fp8Module, _promotions
 from .layernorm import _norm_torch
 from .linear import _add_weight_and_bias, _full_bias, _full_weight, _weight_cache
 from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_ignored, _like, _no_dynamo, _np,
@@ -31,8 +31,9 @@ class _LayerNormLinearFn(torch.autograd.Function):
             x2, _arr(ln_weight, gpu), None if ln_bias is None else _arr(ln_bias, gpu),
             None, None if bias is None else _arr(bias, gpu), module._fwd_quantizer,
             normalization=module.normalization, eps=module.eps, zero_centered_gamma=module.zero_centered_gamma,
-            training=training, weight_q=weight_q)
+            training=training, weight_q=weight_q, promotion=_promotions(module._recipe)[0])
         ctx.saved, ctx.module, ctx.group, ctx.gpu = saved, module, group, gpu
+        ctx.bwd_promotion = _promotions(module._recipe)[1]
         ctx.x_like, ctx.g_like, ctx.w_like = _like(x), _like(ln_weight), _like(weight)
         ctx.has_ln_bias, ctx.has_bias = ln_bias is not None, bias is not None
         out = _back(y, ctx.x_like).reshape(*x.shape[:-1], weight.shape[0])
@@ -47,7 +48,7 @@ class _LayerNormLinearFn(torch.autograd.Function):
         dy2 = _zeros_or_arr(dy, (saved.linear.rows, out_f), ctx)
         dx, dgamma, dbeta, dw, db = _layers.layernorm_linear_backward(
             dy2, saved, ctx.module._bwd_quantizer, grad_ln_out=g_ln,
-            need_wgrad=ctx.needs_input_grad[3])  # ctx.saved stays for a retained graph's next backward
+            need_wgrad=ctx.needs_input_grad[3], promotion=ctx.bwd_promotion)  # ctx.saved stays (retain_graph)
         if ctx.group is not None:
             ctx.group.update()
         gx = _back(dx, ctx.x_like).reshape(ctx.x_like.shape)

@@ -8,7 +8,7 @@ import torch
 
 from ... import layers as _layers
 from ..fp8 import _Region, _STACK
-from .base import _Fp8Module
+from .base import _Fp8Module, _promotions
 from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_ignored, _default_init, _like, _no_dynamo,
                      _np, _on_gpu, _zeros_or_arr)
 
@@ -26,7 +26,9 @@ class _LinearFn(torch.autograd.Function):
             weight_q = _layers.quantize_weight(_arr(weight, gpu), module._fwd_quantizer)
         module._weight_q = weight_q
         b = None if bias is None else _arr(bias, gpu)
-        y, saved = _layers.linear_forward(x2, None, b, module._fwd_quantizer, training=training, weight_q=weight_q)
+        ctx.promotions = _promotions(module._recipe)
+        y, saved = _layers.linear_forward(x2, None, b, module._fwd_quantizer, training=training, weight_q=weight_q,
+                                          promotion=ctx.promotions[0])
         ctx.saved, ctx.module, ctx.group, ctx.gpu = saved, module, group, gpu
         ctx.x_like, ctx.w_like = _like(x), _like(weight)
         ctx.has_bias = bias is not None
@@ -39,7 +41,8 @@ class _LinearFn(torch.autograd.Function):
         # ctx.saved stays: a second backward through a retained graph (retain_graph=True) reads it
         # again, as TE's saved tensors; the graph's release frees it.
         dx, dw, db = _layers.linear_backward(dy2, ctx.saved, ctx.module._bwd_quantizer,
-                                             need_dgrad=ctx.needs_input_grad[0], need_wgrad=ctx.needs_input_grad[1])
+                                             need_dgrad=ctx.needs_input_grad[0], need_wgrad=ctx.needs_input_grad[1],
+                                             promotion=ctx.promotions[1])
         if ctx.group is not None:
             ctx.group.update()
         gx = None if dx is None else _back(dx, ctx.x_like).reshape(ctx.x_like.shape)

@@ -1,0 +1,173 @@
+"""TE's public surface in fp8emu.torch and fp8emu.recipe: every name a TE script imports exists; what
+is modelled behaves as TE's (oracles: TE's recipe defaults and checks as written in
+transformer_engine/common/recipe/__init__.py, PyTorch's own optimizers and checkpointing, the
+functional path fp8emu.layers with TE's per-GEMM accumulation); what is not raises
+NotImplementedError naming it, never AttributeError.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed here: the fp8emu.torch tests are skipped "
+                                            "(pip install torch to run them)")
+
+import fp8emu  # noqa: E402
+import fp8emu.torch as te  # noqa: E402
+from fp8emu import layers, recipe  # noqa: E402
+
+NAMES = [line.strip() for line in open(os.path.join(os.path.dirname(__file__), "data", "te_pytorch_names.txt"))
+         if line.strip() and not line.startswith("#")]
+
+
+def bits(t):
+    a = t.detach().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_every_public_te_name_exists():
+    assert len(NAMES) == 85
+    missing = [n for n in NAMES if not hasattr(te, n)]
+    assert not missing
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES])
+def test_an_unmodelled_name_raises_not_implemented_naming_itself(name):
+    obj = getattr(te, name)
+    from fp8emu.torch import _unsupported
+    if name in _unsupported.REASONS:
+        with pytest.raises(NotImplementedError, match=name):
+            obj()
+    elif name in _unsupported.NAMESPACES:
+        with pytest.raises(NotImplementedError, match=name):
+            obj.anything  # noqa: B018
+    else:  # modelled: a class, a function or a module of fp8emu's own
+        assert obj.__module__.startswith("fp8emu") if hasattr(obj, "__module__") else obj.__name__.startswith("fp8emu")
+
+
+def test_availability_probes_tell_the_truth():
+    assert te.is_fp8_available() is True
+    ok, why = te.is_fp8_available(return_reason=True)
+    assert ok and "emulated" in why
+    assert te.is_mxfp8_available() and te.is_fp8_block_scaling_available()
+    ok, why = te.is_nvfp4_available(return_reason=True)
+    assert not ok and "NVFP4" in why
+    assert te.is_bf16_available() is True and te.is_bf16_available(return_reason=True) == (True, "")
+    assert te.get_device_compute_capability() == (9, 0)
+    assert te.get_default_recipe() == fp8emu.DelayedScaling()
+
+
+def test_recipe_module_has_tes_names_fields_and_checks():
+    # Format values are TE's _FormatHelper(max_fwd, max_bwd).
+    assert recipe.Format.HYBRID.value.max_fwd == 448 and recipe.Format.HYBRID.value.max_bwd == 57344
+    assert recipe.Format.E4M3.value == (448, 448) and recipe.Format.E2M1.value.max_fwd == 6
+    for cls in (recipe.DelayedScaling, recipe.Float8CurrentScaling, recipe.MXFP8BlockScaling,
+                recipe.Float8BlockScaling):
+        r = cls()
+        assert isinstance(r, recipe.Recipe)
+        assert r.fp8_dpa is False and r.fp8_mha is False and r.backward_override is None
+    assert recipe.DelayedScaling().delayed() and recipe.Float8CurrentScaling().float8_per_tensor_scaling()
+    assert recipe.MXFP8BlockScaling().mxfp8() and recipe.Float8BlockScaling().float8_block_scaling()
+    assert not recipe.DelayedScaling().mxfp8()
+    cs = recipe.Float8CurrentScaling()
+    assert cs.fp8_gemm_fprop == recipe.MMParams(use_split_accumulator=False)
+    assert cs.fp8_gemm_dgrad.use_split_accumulator and cs.fp8_gemm_wgrad.use_split_accumulator
+    assert cs.fp8_quant_fwd_inp == recipe.QParams(power_2_scale=False, amax_epsilon=0.0)
+    assert recipe.MXFP8BlockScaling().margin == 0
+    bs = recipe.Float8BlockScaling()
+    assert (bs.x_block_scaling_dim, bs.w_block_scaling_dim, bs.grad_block_scaling_dim) == (1, 2, 1)
+    assert bs.fp8_quant_fwd_weight.power_2_scale
+    # TE's asserts, with TE's messages.
+    with pytest.raises(AssertionError, match="2D by 2D block gemm not supported"):
+        recipe.Float8BlockScaling(x_block_scaling_dim=2)
+    with pytest.raises(AssertionError, match="Split accumulator required for fprop"):
+        recipe.Float8BlockScaling(fp8_gemm_fprop=recipe.MMParams(False))
+    with pytest.raises(AssertionError, match="Delayed scaling only supports backward_override=None"):
+        recipe.DelayedScaling(backward_override="high_precision")
+    with pytest.raises(AssertionError, match="NVTE_BACKWARD_OVERRIDE must be unset"):
+        recipe.Float8CurrentScaling(backward_override="bogus")
+    # What fp8emu does not model, by name.
+    for make in (lambda: recipe.Float8CurrentScaling(backward_override="dequantized"),
+                 lambda: recipe.Float8BlockScaling(x_block_scaling_dim=2, w_block_scaling_dim=1),
+                 lambda: recipe.NVFP4BlockScaling(), lambda: recipe.CustomRecipe(qfactory=None)):
+        with pytest.raises(NotImplementedError):
+            make()
+
+
+def test_fp8_attention_recipes_are_refused_where_attention_runs():
+    mha = te.MultiheadAttention(32, 4)
+    x = randn(8, 2, 32, seed=1)
+    with pytest.raises(NotImplementedError, match="fp8_dpa"):
+        with te.fp8_autocast(enabled=True, fp8_recipe=fp8emu.DelayedScaling(fp8_dpa=True)):
+            mha(x)
+    lin = te.Linear(32, 16)  # modules without attention run under such a recipe
+    with te.fp8_autocast(enabled=True, fp8_recipe=fp8emu.DelayedScaling(fp8_dpa=True)):
+        lin(randn(4, 32))
+
+
+def test_current_scaling_gemm_params_choose_the_accumulation():
+    # fp8_gemm_fprop=MMParams(use_split_accumulator=True) is TE's promotion every 128 in fprop: the
+    # functional path with promotion=128; the default is fast accumulation (promotion 0).
+    torch.manual_seed(0)
+    lin = te.Linear(512, 64)
+    x = randn(32, 512, seed=2) * 3
+    xs, ws, bs = x.numpy(), lin.weight.detach().numpy(), lin.bias.detach().numpy()
+    outs = {}
+    for split in (False, True):
+        r = fp8emu.Float8CurrentScaling(fp8_gemm_fprop=recipe.MMParams(use_split_accumulator=split))
+        with torch.no_grad(), te.fp8_autocast(enabled=True, fp8_recipe=r):
+            outs[split] = lin(x)
+        want, _ = layers.linear_forward(xs, ws, bs, fp8emu.Quantizer(r, "forward"), training=False,
+                                        promotion=128 if split else 0)
+        assert np.array_equal(bits(outs[split]), bits(want))
+    assert not np.array_equal(bits(outs[False]), bits(outs[True]))  # K = 512: the choice matters
+
+
+def test_model_init_contexts():
+    with te.fp8_model_init(enabled=False):
+        lin = te.Linear(8, 4)
+    assert lin.weight.dtype == torch.float32
+    with te.quantized_model_init(enabled=False):
+        pass
+    with pytest.raises(NotImplementedError, match="FP8 primary weights"):
+        with te.fp8_model_init(enabled=True):
+            te.Linear(8, 4)
+
+
+def test_checkpoint_is_torchs_outside_fp8_and_refused_inside():
+    torch.manual_seed(0)
+    lin = te.Linear(16, 8)
+    x = randn(4, 16, seed=3).requires_grad_(True)
+    y = te.checkpoint(lin, x)
+    y.sum().backward()
+    gx, gw = x.grad.clone(), lin.weight.grad.clone()
+    x.grad, lin.weight.grad = None, None
+    lin(x).sum().backward()
+    assert np.array_equal(bits(gx), bits(x.grad)) and np.array_equal(bits(gw), bits(lin.weight.grad))
+    with pytest.raises(NotImplementedError, match="fp8_autocast"):
+        with te.fp8_autocast(enabled=True):
+            te.checkpoint(lin, x)
+
+
+def test_fused_adam_is_torchs_adamw_with_tes_arguments():
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    b.load_state_dict(a.state_dict())
+    opt_a = te.optimizers.FusedAdam(a.parameters(), lr=1e-2, weight_decay=0.1)
+    opt_b = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
+    for s in range(3):
+        x = randn(5, 8, seed=s)
+        for m, o in ((a, opt_a), (b, opt_b)):
+            o.zero_grad()
+            m(x).square().sum().backward()
+            o.step()
+    assert np.array_equal(bits(a.weight), bits(b.weight))
+    with pytest.raises(RuntimeError, match="AMSGrad"):
+        te.optimizers.FusedAdam(a.parameters(), amsgrad=True)
+    with pytest.raises(NotImplementedError, match="master_weights"):
+        te.optimizers.FusedAdam(a.parameters(), master_weights=True)
