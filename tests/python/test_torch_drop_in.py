@@ -189,3 +189,20 @@ def test_transformer_layer_checkpoint_resumes_bit_for_bit():
     fresh.load_state_dict(layer.state_dict())
     with torch.no_grad(), te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
         assert same(fresh(x), layer(x))
+
+
+def test_tes_fp8_shape_rule_with_tes_message(monkeypatch):
+    # TE refuses FP8 GEMMs whose rows are not a multiple of 8 or whose K is not a multiple of 16
+    # (assert_dim_for_fp8_exec); a script that runs here must run on a GPU too.
+    lin = te.Linear(100, 36)
+    x = randn(7, 100)
+    with pytest.raises(AssertionError, match=r"FP8 execution requires .* dims=\[7, 100\]"):
+        with te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
+            lin(x)
+    with pytest.raises(AssertionError, match=r"dims=\[36, 96\]"):  # the weight too
+        with te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
+            te.Linear(96, 36)(randn(8, 96))
+    lin(x)  # outside FP8: any shape, as TE
+    monkeypatch.setenv("FP8EMU_TORCH_ANY_FP8_SHAPE", "1")  # the documented switch: the emulator takes any shape
+    with te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
+        assert lin(x).shape == (7, 36)

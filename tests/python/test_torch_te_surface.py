@@ -107,7 +107,7 @@ def test_fp8_attention_recipes_are_refused_where_attention_runs():
             mha(x)
     lin = te.Linear(32, 16)  # modules without attention run under such a recipe
     with te.fp8_autocast(enabled=True, fp8_recipe=fp8emu.DelayedScaling(fp8_dpa=True)):
-        lin(randn(4, 32))
+        lin(randn(8, 32))
 
 
 def test_current_scaling_gemm_params_choose_the_accumulation():

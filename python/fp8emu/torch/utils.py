@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 from types import SimpleNamespace
 from typing import Any, Optional, Tuple
 
@@ -100,6 +102,23 @@ def _check_float_input(inp: "torch.Tensor", weight: "torch.Tensor") -> None:
     torch.nn.functional.linear(inp, weight.detach())  # raises torch's dtype error
     raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {_torch_type_name(inp.dtype)} and "
                        f"{_torch_type_name(weight.dtype)}")
+
+
+ANY_SHAPE_ENV = "FP8EMU_TORCH_ANY_FP8_SHAPE"
+
+
+def _check_fp8_dims(*tensors: "torch.Tensor") -> None:
+    """TE's ``assert_dim_for_fp8_exec`` under FP8: the product of all dimensions but the last must be
+    divisible by 8 and the last by 16 (the FP8 tensor cores' TN GEMM), with TE's AssertionError and
+    message, so a script that runs here runs on a GPU too. ``FP8EMU_TORCH_ANY_FP8_SHAPE=1`` in the
+    environment lifts the rule (the emulator computes any shape; TE would refuse it)."""
+    if os.environ.get(ANY_SHAPE_ENV, "0") == "1":
+        return
+    for t in tensors:
+        assert math.prod(t.shape[:-1]) % 8 == 0 and t.shape[-1] % 16 == 0, (
+            "FP8 execution requires the product of all dimensions except the last to be divisible"
+            " by 8 and the last dimension to be divisible by 16, but got tensor with"
+            f" dims={list(t.size())}")
 
 
 def _no_dynamo(fn):

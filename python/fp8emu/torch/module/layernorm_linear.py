@@ -11,8 +11,8 @@ from ..fp8 import _STACK
 from .base import _Fp8Module, _promotions
 from .layernorm import _norm_torch
 from .linear import _add_weight_and_bias, _full_bias, _full_weight, _weight_cache
-from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_ignored, _like, _no_dynamo, _np,
-                     _on_gpu, _zeros_or_arr)
+from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_fp8_dims, _check_ignored, _like,
+                     _no_dynamo, _np, _on_gpu, _zeros_or_arr)
 
 
 class _LayerNormLinearFn(torch.autograd.Function):
@@ -119,6 +119,7 @@ class LayerNormLinear(_Fp8Module):
             out = torch.nn.functional.linear(ln, weight.to(inp.dtype),
                                              None if bias is None else bias.to(inp.dtype))
         else:
+            _check_fp8_dims(inp, weight)
             fwd, _ = self._quantizers(region.recipe)
             params = [self.layer_norm_weight, weight] + [p for p in (self.layer_norm_bias, bias) if p is not None]
             needs_grad = torch.is_grad_enabled() and (inp.requires_grad or any(p.requires_grad for p in params))

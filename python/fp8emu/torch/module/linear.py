@@ -9,8 +9,8 @@ import torch
 from ... import layers as _layers
 from ..fp8 import _Region, _STACK
 from .base import _Fp8Module, _promotions
-from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_ignored, _default_init, _like, _no_dynamo,
-                     _np, _on_gpu, _zeros_or_arr)
+from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_fp8_dims, _check_ignored,
+                     _default_init, _like, _no_dynamo, _np, _on_gpu, _zeros_or_arr)
 
 
 class _LinearFn(torch.autograd.Function):
@@ -161,6 +161,7 @@ class Linear(_Fp8Module):
             w = weight.to(inp.dtype)
             out = torch.nn.functional.linear(inp, w, None if bias is None else bias.to(inp.dtype))
         else:
+            _check_fp8_dims(inp, weight)
             fwd, _ = self._quantizers(region.recipe)
             needs_grad = torch.is_grad_enabled() and (inp.requires_grad or weight.requires_grad or
                                                       (bias is not None and bias.requires_grad))
