@@ -140,7 +140,9 @@ class DelayedScaling(Recipe):
       ``sf = (fp8_max / amax) / 2**margin`` in fp32, the old scale where amax is not > 0 or not
       finite, FLT_MAX where sf is infinite.
 
-    ``reduce_amax`` is accepted for TE's API; one process has nothing to reduce. ``fp8_dpa`` and
+    ``reduce_amax``: fp8emu.torch reduces each step's amaxes (MAX) over ``fp8_autocast``'s
+    ``fp8_group`` when torch.distributed is initialized, as TE; a lone Quantizer has nothing to
+    reduce. ``fp8_dpa`` and
     ``fp8_mha`` (TE's FP8 attention) are accepted; an attention module run under them raises
     NotImplementedError. ``backward_override`` must be None (TE: "Delayed scaling only supports
     backward_override=None").

@@ -7,6 +7,8 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
+import numpy as np
+
 from ..recipe import DelayedScaling, Quantizer
 
 
@@ -15,22 +17,52 @@ class _Region:
     enabled: bool
     calibrating: bool
     recipe: Any
+    group: Any = None  # fp8_group: the torch.distributed group of the amax reduction (None: the world)
     modules: List[Any] = field(default_factory=list)  # modules whose FP8 forward ran in the region
     first_module_seen: bool = False
     backward_group: Optional["_BackwardGroup"] = None
 
 
-class _BackwardGroup:
-    """The backward quantizers of one autocast region, updated together at the end of the backward."""
+def _reduce_amaxes(quantizers: List[Quantizer], recipe: Any, group: Any) -> None:
+    """TE's amax reduction before a delayed-scaling update (``reduce_and_update_fp8_tensors``): when
+    ``recipe.reduce_amax`` and torch.distributed is initialized with more than one rank in
+    ``group`` (None: the default group), this step's amaxes of every quantizer (row 0 of each amax
+    history) are replaced by their maximum over the ranks, in one all-reduce (MAX: exact, the same
+    on every rank in any order). Other recipes keep no amax history: nothing to reduce."""
+    if not getattr(recipe, "reduce_amax", False):
+        return
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) <= 1:
+        return
+    states = [(q, q._impl.state()) for q in quantizers]
+    states = [(q, st) for q, st in states if st is not None]
+    if not states:
+        return
+    import torch
+    buf = torch.from_numpy(np.concatenate([st[1][0] for _, st in states]))
+    dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
+    reduced, at = buf.numpy(), 0
+    for q, (scale, hist) in states:
+        hist = hist.copy()
+        hist[0] = reduced[at:at + hist.shape[1]]
+        at += hist.shape[1]
+        q._impl.set_state(scale, np.ascontiguousarray(hist))
 
-    def __init__(self):
+
+class _BackwardGroup:
+    """The backward quantizers of one autocast region, updated together at the end of the backward
+    (after the amax reduction over the region's fp8_group)."""
+
+    def __init__(self, recipe: Any = None, group: Any = None):
         self.quantizers: List[Quantizer] = []
+        self.recipe, self.group = recipe, group
 
     def add(self, q: Quantizer) -> None:
         if not any(q is o for o in self.quantizers):
             self.quantizers.append(q)
 
     def update(self) -> None:
+        _reduce_amaxes(self.quantizers, self.recipe, self.group)
         for q in self.quantizers:
             q.update_scales()
 
@@ -60,7 +92,10 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
             in the delayed-scaling histories (TE's calibration).
         fp8_recipe: a recipe (``fp8emu.DelayedScaling`` (default ``DelayedScaling()``),
             ``Float8CurrentScaling``, ``MXFP8BlockScaling``, ``Float8BlockScaling``).
-        fp8_group: TE's amax reduction group; ignored (one process).
+        fp8_group: TE's amax reduction group: with torch.distributed initialized and the recipe's
+            ``reduce_amax`` (delayed scaling), each update first takes the maximum of this step's
+            amaxes over the group's ranks (None: the default group), so every rank holds the same
+            scales, as TE.
     Nesting: the innermost context decides; the forward scales are updated at the exit of the
     outermost one (TE's ``FP8_AUTOCAST_DEPTH == 0``).
     Raises:
@@ -70,7 +105,7 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
     if getattr(recipe, "_kind", None) is None:
         raise TypeError(f"fp8_recipe must be an fp8emu recipe (DelayedScaling, Float8CurrentScaling, "
                         f"MXFP8BlockScaling, Float8BlockScaling); got {type(recipe).__name__}")
-    region = _Region(bool(enabled), bool(calibrating), recipe)
+    region = _Region(bool(enabled), bool(calibrating), recipe, fp8_group)
     _STACK.append(region)
     try:
         yield
@@ -83,7 +118,9 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
             for m in region.modules:
                 if not any(m is o for o in seen):
                     seen.append(m)
-                    m._fwd_quantizer.update_scales()
+            _reduce_amaxes([m._fwd_quantizer for m in seen], recipe, fp8_group)
+            for m in seen:
+                m._fwd_quantizer.update_scales()
 
 
 def autocast(enabled: bool = True, calibrating: bool = False, recipe: Any = None, amax_reduction_group: Any = None):

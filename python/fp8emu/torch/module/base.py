@@ -50,7 +50,7 @@ class _Fp8Module(torch.nn.Module):
         must update at the end of its backward (the first FP8 module of the region) or None."""
         region.modules.append(self)
         if region.backward_group is None:
-            region.backward_group = _BackwardGroup()
+            region.backward_group = _BackwardGroup(region.recipe, region.group)
         region.backward_group.add(self._bwd_quantizer)
         first = needs_grad and not region.first_module_seen
         if needs_grad:
