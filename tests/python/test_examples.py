@@ -55,3 +55,17 @@ def test_bench_cast_prints_both_ratios():
     assert float(lines[-1].split(": ")[1]) > 0.0 and lines[-1].startswith("speedup_vs_ml_dtypes_per_thread: ")
     assert any(line.split()[:2] == ["python", "1"] for line in lines)
     assert any(line.split()[:1] == ["ml_dtypes"] for line in lines)
+
+
+def test_te_client_scripts_run_in_fp8_deterministically():
+    # Two scripts written for Transformer Engine with only the imports swapped (examples/python/
+    # te_clients): their FP8 runs must run FP8 (scales moved off 1), stay finite, and print the same
+    # numbers on a second run (same seed, bit-identical arithmetic).
+    for script in ("te_clients/nanogpt_te.py", "te_clients/te_getting_started.py"):
+        first, second = run(script), run(script)
+        assert first == second, script
+        assert "scale" in first
+    out = run("te_clients/nanogpt_te.py")
+    fp32, fp8 = (line.split() for line in out.splitlines()[:2])
+    assert float(fp8[4]) < float(fp8[2])  # FP8 training lowered the loss
+    assert abs(float(fp8[4]) - float(fp32[4])) < 0.1 * float(fp32[4])  # and tracks the FP32 run
