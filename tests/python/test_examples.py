@@ -69,3 +69,9 @@ def test_te_client_scripts_run_in_fp8_deterministically():
     fp32, fp8 = (line.split() for line in out.splitlines()[:2])
     assert float(fp8[4]) < float(fp8[2])  # FP8 training lowered the loss
     assert abs(float(fp8[4]) - float(fp32[4])) < 0.1 * float(fp32[4])  # and tracks the FP32 run
+
+
+def test_bench_torch_fp8_prints_its_ratios():
+    # Small sizes: the benchmark runs and prints both ratios (their values are measured, not tested).
+    out = run("bench_torch_fp8.py", "--features", "64", "--batch", "64", "--repeat", "1")
+    assert "linear_fp8_vs_torch_fp32:" in out and "model_step_fp8_vs_fp32:" in out
