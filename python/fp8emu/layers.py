@@ -13,7 +13,8 @@ exactly as fp8emu's C++ ``nn::Linear`` runs them (``src/nn/linear.cpp``; TE
 
 - fprop ``y = x W^T + b``: x cast row-wise (and column-wise in training, for wgrad) with the
   ``input`` role, W row- and column-wise with the ``weight`` role, in the recipe's forward format
-  (E4M3); the bias is added to the fp32 GEMM result (one fp32 add per element).
+  (E4M3); the bias, rounded to bf16 as TE casts it for the FP8 GEMM, is added to the fp32 GEMM
+  result (one fp32 add per element: ``RN(y + bf16(b))``).
 - dgrad ``dx = dy W``: dy cast with the ``grad_output`` role in the backward format (E5M2 under
   ``Format.HYBRID``), W's column-wise copy.
 - wgrad ``dW = dy^T x``: the column-wise copies of dy and x.

@@ -8,6 +8,7 @@
 //   ValueError  a non-C-contiguous array, a wrong number of dimensions or a shape mismatch, and any
 //               fp8emu::Error of the library (unknown names, unsupported combinations).
 // The GIL is released while the library's kernels run.
+#include <cstdlib>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -704,6 +705,14 @@ NB_MODULE(_fp8emu, m) {
   using namespace fp8emu::python;
   m.doc() = "fp8emu's compiled entry points; use the fp8emu package, which wraps them.";
   m.attr("__version__") = FP8EMU_PYTHON_VERSION;
+  // A script that still holds a quantizer or an FP8 operand when it exits (a module-level model, an
+  // output whose autograd graph saved its operands) is finalized after this extension's state:
+  // nanobind would report those as leaked instances, about 20 lines of noise. Its report stays
+  // available for finding real leaks: FP8EMU_LEAK_WARNINGS=1.
+  {
+    const char* w = std::getenv("FP8EMU_LEAK_WARNINGS");
+    nb::set_leak_warnings(w != nullptr && std::string(w) == "1");
+  }
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

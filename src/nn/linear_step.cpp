@@ -35,7 +35,12 @@ void fp8_linear_fprop(const backend::Device& device, scaling::Quantizer& fwd, co
   fwd.cast(device, x, rows, x_op.cols, TensorRole::kInput, x_op, x_counts);
   // fprop: x [rows, K=in] . W [out, K=in]^T
   scaling::gemm_tn(device, x_op, Usage::kRowwise, w_op, Usage::kRowwise, acc, y);
-  if (bias) device.bias_add(y, bias, rows, w_op.rows);
+  if (bias) {  // TE casts an fp32 bias to bf16 for the FP8 GEMM's epilogue
+    backend::DeviceTensor<float> b16(device, 1, w_op.rows);
+    device.copy(b16.get(), bias, std::size_t(w_op.rows) * sizeof(float));
+    device.round_bf16(b16.get(), std::size_t(w_op.rows));
+    device.bias_add(y, b16.get(), rows, w_op.rows);
+  }
 }
 
 void fp8_linear_backward(const backend::Device& device, scaling::Quantizer& bwd, const float* dy, int rows,

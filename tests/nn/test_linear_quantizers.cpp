@@ -40,7 +40,7 @@ struct Expected {
 void add_bias(std::vector<float>& y, int rows, const Matrix& bias) {
   const int cols = bias.cols;
   for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < cols; ++j) y[std::size_t(i * cols + j)] += bias.data[std::size_t(j)];
+    for (int j = 0; j < cols; ++j) y[std::size_t(i * cols + j)] += testing::bf16_round(bias.data[std::size_t(j)]);
 }
 
 // Per-tensor recipes with given scales of x, W (E4M3) and dy (E5M2).

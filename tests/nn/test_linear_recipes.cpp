@@ -75,7 +75,7 @@ TEST_CASE("Linear FP8 with MXFP8 and block scaling matches dequantized reference
     // fprop: x row-wise (K = IN) with W row-wise.
     std::vector<double> yref = tn(dequant(q(x, emu::BlockAxis::kRowwise, Format::kE4M3)), dequant(w_row), B, OUT, IN);
     for (int i = 0; i < B; ++i)
-      for (int o = 0; o < OUT; ++o) yref[std::size_t(i * OUT + o)] += lin.bias.data[std::size_t(o)];
+      for (int o = 0; o < OUT; ++o) yref[std::size_t(i * OUT + o)] += testing::bf16_round(lin.bias.data[std::size_t(o)]);
     check_close(y, yref, 1e-5);
     // dgrad: dy row-wise (K = OUT) with W column-wise.
     check_close(dx, tn(dequant(q(dy, emu::BlockAxis::kRowwise, fb)), dequant(w_col), B, IN, OUT), 1e-5);
@@ -156,7 +156,8 @@ TEST_CASE("Linear GEMMs follow the chosen accumulation model (TE's Hopper wrappe
   emu::gemm_fp8_tn(16, 8, 64, xq.data(), Format::kE4M3, 1.0f / sx, wq.data(), Format::kE4M3, 1.0f / sw,
                    {emu::Accumulation::kHopper, 0}, ref.data());
   for (int i = 0; i < 16; ++i)
-    for (int o = 0; o < 8; ++o) CHECK(y_hop(i, o) == ref[std::size_t(i * 8 + o)] + hop.bias.data[std::size_t(o)]);
+    for (int o = 0; o < 8; ++o)
+      CHECK(y_hop(i, o) == ref[std::size_t(i * 8 + o)] + testing::bf16_round(hop.bias.data[std::size_t(o)]));
   // The 14-bit tensor-core accumulator loses bits that fp32 keeps somewhere in this product.
   CHECK(y_hop.data != y_fast.data);
   Linear block(32, 4, Precision::kFp8, scaling::MXFP8BlockScaling{});

@@ -3,6 +3,8 @@ TE's formulas worked in NumPy float32; codes against ml_dtypes (satfinite = clip
 nearest even); block scales by hand; the recipes' GEMMs against NumPy."""
 
 import ml_dtypes
+import os
+
 import numpy as np
 import pytest
 
@@ -393,6 +395,7 @@ def test_quantizers_holding_callables_are_collected():
     script = ("import numpy as np, fp8emu\n"
               "q = fp8emu.Quantizer(fp8emu.DelayedScaling(amax_compute_algo=lambda h: h.max(0)))\n"
               "q.quantize(np.ones((2, 2), np.float32), 'input'); q.update_scales()\n")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, FP8EMU_LEAK_WARNINGS="1")  # nanobind's leak report, off by default
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert "leaked" not in r.stderr, r.stderr

@@ -206,3 +206,72 @@ def test_tes_fp8_shape_rule_with_tes_message(monkeypatch):
     monkeypatch.setenv("FP8EMU_TORCH_ANY_FP8_SHAPE", "1")  # the documented switch: the emulator takes any shape
     with te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
         assert lin(x).shape == (7, 36)
+
+
+def test_fp8_bias_is_rounded_to_bf16_as_te_casts_it():
+    # TE casts an fp32 bias to bf16 for the FP8 GEMM's epilogue ("cuBLAS does not support FP8 GEMM
+    # with FP32 bias", module/linear.py): y = RN(x W^T + bf16(b)). Oracle: the GEMM without bias
+    # and ml_dtypes' bfloat16 rounding, added in float32.
+    import ml_dtypes
+    from fp8emu import layers
+    recipe = fp8emu.Float8CurrentScaling()
+    lin = te.Linear(32, 16)
+    with torch.no_grad():
+        lin.bias.copy_(randn(16, seed=4) * 1.2345)
+    x = randn(16, 32, seed=5)
+    with torch.no_grad(), te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+        y = lin(x)
+    y0, _ = layers.linear_forward(x.numpy(), lin.weight.detach().numpy(), None, fp8emu.Quantizer(recipe, "forward"),
+                                  training=False)
+    b16 = lin.bias.detach().numpy().astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert not np.array_equal(b16, lin.bias.detach().numpy())  # the rounding matters here
+    assert np.array_equal(bits(y), (y0 + b16).view(np.uint32))
+
+
+def test_a_script_holding_fp8_state_exits_silently():
+    # A module-level model and an output whose graph saved FP8 operands, alive at exit: no
+    # "nanobind: leaked instances" lines (about 20 before), and the exit status is 0.
+    import subprocess
+    import sys
+    script = ("import torch, fp8emu.torch as te\n"
+              "lin = te.Linear(32, 16)\n"
+              "x = torch.randn(16, 32, requires_grad=True)\n"
+              "with te.fp8_autocast(enabled=True):\n"
+              "    y = lin(x)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_tes_dtype_rule_outside_torch_autocast(fp8):
+    # TE's set_activation_dtype: outside torch.autocast every parameter must have the input's dtype.
+    lin = te.Linear(32, 16)
+    with pytest.raises(AssertionError, match="Data types for parameters must match when outside of autocasted "
+                                             "region.  Found input dtype: torch.bfloat16 and 'weight' dtype: "
+                                             "torch.float32"):
+        with te.fp8_autocast(enabled=fp8, fp8_recipe=DELAYED):
+            lin(randn(16, 32).to(torch.bfloat16))
+
+
+def test_torch_autocast_around_fp8_autocast_is_tes_activation_dtype():
+    # Under torch.autocast(bf16) TE casts the input to bf16 before its FP8 cast, and the GEMM writes
+    # bf16: the output is bf16, equal to the functional path on the bf16-rounded input, rounded to
+    # bf16 (oracle for the input rounding: ml_dtypes).
+    import ml_dtypes
+    from fp8emu import layers
+    recipe = fp8emu.Float8CurrentScaling()
+    torch.manual_seed(0)
+    lin = te.Linear(32, 16)
+    x = randn(16, 32, seed=3).requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16), te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+        y = lin(x)
+    assert y.dtype == torch.bfloat16
+    xr = x.detach().numpy().astype(ml_dtypes.bfloat16).astype(np.float32)
+    want, _ = layers.linear_forward(xr, lin.weight.detach().numpy(), lin.bias.detach().numpy(),
+                                    fp8emu.Quantizer(recipe, "forward"), training=False)
+    assert torch.equal(y, torch.from_numpy(want).to(torch.bfloat16))
+    y.float().sum().backward()  # gradients reach the fp32 input and parameters in their dtypes
+    assert x.grad.dtype == torch.float32 and lin.weight.grad.dtype == torch.float32
+    # TE's wgrad comes out in the activation dtype: the fp32 gradient holds bf16 values.
+    w = lin.weight.grad.numpy()
+    assert np.array_equal(w, w.astype(ml_dtypes.bfloat16).astype(np.float32))

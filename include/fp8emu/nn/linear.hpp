@@ -3,7 +3,8 @@
 ///
 /// FP8 mode mirrors TE `pytorch/module/linear.py` (_Linear forward/backward); see
 /// docs/transformer-engine.md §Delayed scaling to §Linear. All three GEMMs take FP8
-/// operands: fprop y = x W^T + b, dgrad dx = dy W, wgrad dW = dy^T x; db is the batch sum of the
+/// operands: fprop y = x W^T + bf16(b) (TE casts an fp32 bias to bf16 for the FP8 GEMM's epilogue;
+/// the add in fp32), dgrad dx = dy W, wgrad dW = dy^T x; db is the batch sum of the
 /// fp32 dy (TE computes the bias grad from the unquantized gradient). Master weights, bias and all
 /// gradients are fp32. Formats: x and W in the recipe's forward format (E4M3), dy in its backward
 /// format (E5M2 under HYBRID). Every cast is CUDA __NV_SATFINITE with round-to-nearest-even.

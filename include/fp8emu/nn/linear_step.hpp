@@ -25,7 +25,9 @@
 namespace fp8emu::nn {
 
 /// fprop of an FP8 Linear: casts x [rows, in] (fp32) into `x_op` with `fwd`, then y [rows, out] =
-/// x W^T (+ bias when non-null, [out]).
+/// x W^T (+ bias when non-null, [out]). The bias is rounded to bf16 first and added in fp32,
+/// RN(y + bf16(b)), as TE's modules cast it ("cuBLAS does not support FP8 GEMM with FP32 bias",
+/// pytorch/module/linear.py) and cuBLASLt's epilogue adds it (docs/gpu.md measures that epilogue).
 /// \param x_op  device_operand(fwd, rows, in, kInput, usage) with its buffers set: usage kRowwise
 ///              for inference, kBoth for training (wgrad reads the column-wise copy).
 /// \param w_op  the weight [out, in] cast by `fwd` with the kWeight role (its row-wise copy is read).

@@ -59,6 +59,17 @@ def _like(t: "torch.Tensor") -> SimpleNamespace:
     return SimpleNamespace(dtype=t.dtype, device=t.device, shape=tuple(t.shape))
 
 
+def _param_grad(a: Any, ctx: Any) -> Optional["torch.Tensor"]:
+    """A weight or bias gradient in the parameter's dtype; under ``torch.autocast`` (the activation
+    dtype differs from the parameters') first rounded to the activation dtype, as TE's wgrad GEMM
+    and bias gradient come out in it."""
+    if a is None:
+        return None
+    if ctx.x_like.dtype != ctx.w_like.dtype:
+        return _back(a, ctx.x_like).to(ctx.w_like.dtype)
+    return _back(a, ctx.w_like)
+
+
 def _back(a: Any, like: Any) -> Optional["torch.Tensor"]:
     if a is None:
         return None
@@ -119,6 +130,32 @@ def _check_fp8_dims(*tensors: "torch.Tensor") -> None:
             "FP8 execution requires the product of all dimensions except the last to be divisible"
             " by 8 and the last dimension to be divisible by 16, but got tensor with"
             f" dims={list(t.size())}")
+
+
+def _autocast_dtype(inp: "torch.Tensor") -> Optional["torch.dtype"]:
+    """The dtype of an active ``torch.autocast`` on inp's device (TE's activation dtype then), or None."""
+    kind = inp.device.type
+    try:
+        if torch.is_autocast_enabled(kind):
+            return torch.get_autocast_dtype(kind)
+    except (TypeError, AttributeError, RuntimeError):  # older PyTorch: the CUDA and CPU entry points
+        if kind == "cuda" and torch.is_autocast_enabled():
+            return torch.get_autocast_gpu_dtype()
+        if kind == "cpu" and torch.is_autocast_cpu_enabled():
+            return torch.get_autocast_cpu_dtype()
+    return None
+
+
+def _check_activation_dtype(module: "torch.nn.Module", inp: "torch.Tensor") -> None:
+    """TE's ``set_activation_dtype`` outside ``torch.autocast``: every parameter must have the input's
+    dtype (TE's AssertionError and message); under autocast the activation dtype is autocast's."""
+    if _autocast_dtype(inp) is not None or not inp.is_floating_point():
+        return
+    for name, param in module.named_parameters():
+        if param is not None:
+            assert inp.dtype == param.dtype, (
+                "Data types for parameters must match when outside of autocasted region. "
+                f" Found input dtype: {inp.dtype} and {name!r} dtype: {param.dtype}")
 
 
 def _no_dynamo(fn):

@@ -11,8 +11,8 @@ from ..fp8 import _STACK
 from .base import _Fp8Module, _promotions
 from .layernorm import _norm_torch
 from .linear import _add_weight_and_bias, _full_bias, _full_weight, _weight_cache
-from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_fp8_dims, _check_ignored, _like,
-                     _no_dynamo, _np, _on_gpu, _zeros_or_arr)
+from ..utils import (_arr, _autocast_dtype, _back, _check_activation_dtype, _check_cached_side, _check_float_input,
+                     _check_fp8_dims, _check_ignored, _like, _no_dynamo, _np, _on_gpu, _param_grad, _zeros_or_arr)
 
 
 class _LayerNormLinearFn(torch.autograd.Function):
@@ -53,7 +53,7 @@ class _LayerNormLinearFn(torch.autograd.Function):
             ctx.group.update()
         gx = _back(dx, ctx.x_like).reshape(ctx.x_like.shape)
         return (gx, _back(dgamma, ctx.g_like), _back(dbeta, ctx.g_like) if ctx.has_ln_bias else None,
-                _back(dw, ctx.w_like), _back(db, ctx.w_like) if ctx.has_bias else None, None, None, None)
+                _param_grad(dw, ctx), _param_grad(db, ctx) if ctx.has_bias else None, None, None, None)
 
 
 class LayerNormLinear(_Fp8Module):
@@ -109,6 +109,7 @@ class LayerNormLinear(_Fp8Module):
         weight, full_bias = _full_weight(self), _full_bias(self)
         bias = None if self.return_bias else full_bias
         _check_float_input(inp, weight)
+        _check_activation_dtype(self, inp)
         if region is None or not region.enabled:
             ln = self._norm_fp32(inp)
             if region is not None and region.calibrating:
@@ -120,6 +121,9 @@ class LayerNormLinear(_Fp8Module):
                                              None if bias is None else bias.to(inp.dtype))
         else:
             _check_fp8_dims(inp, weight)
+            act = _autocast_dtype(inp)
+            if act is not None and inp.dtype != act:  # TE casts the input to the activation dtype first
+                inp = inp.to(act)
             fwd, _ = self._quantizers(region.recipe)
             params = [self.layer_norm_weight, weight] + [p for p in (self.layer_norm_bias, bias) if p is not None]
             needs_grad = torch.is_grad_enabled() and (inp.requires_grad or any(p.requires_grad for p in params))

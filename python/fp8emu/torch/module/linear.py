@@ -9,8 +9,9 @@ import torch
 from ... import layers as _layers
 from ..fp8 import _Region, _STACK
 from .base import _Fp8Module, _promotions
-from ..utils import (_arr, _back, _check_cached_side, _check_float_input, _check_fp8_dims, _check_ignored,
-                     _default_init, _like, _no_dynamo, _np, _on_gpu, _zeros_or_arr)
+from ..utils import (_arr, _autocast_dtype, _back, _check_activation_dtype, _check_cached_side, _check_float_input,
+                     _check_fp8_dims, _check_ignored, _default_init, _like, _no_dynamo, _np, _on_gpu, _param_grad,
+                     _zeros_or_arr)
 
 
 class _LinearFn(torch.autograd.Function):
@@ -46,8 +47,8 @@ class _LinearFn(torch.autograd.Function):
         if ctx.group is not None:
             ctx.group.update()
         gx = None if dx is None else _back(dx, ctx.x_like).reshape(ctx.x_like.shape)
-        gw = _back(dw, ctx.w_like)
-        gb = _back(db, ctx.w_like) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        gw = _param_grad(dw, ctx)
+        gb = _param_grad(db, ctx) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return gx, gw, gb, None, None, None
 
 
@@ -155,6 +156,7 @@ class Linear(_Fp8Module):
         weight, full_bias = _full_weight(self), _full_bias(self)
         bias = None if self.return_bias else full_bias
         _check_float_input(inp, weight)
+        _check_activation_dtype(self, inp)
         if region is None or not region.enabled:
             if region is not None and region.calibrating:
                 self._calibrate(region, inp, weight)
@@ -162,6 +164,9 @@ class Linear(_Fp8Module):
             out = torch.nn.functional.linear(inp, w, None if bias is None else bias.to(inp.dtype))
         else:
             _check_fp8_dims(inp, weight)
+            act = _autocast_dtype(inp)
+            if act is not None and inp.dtype != act:  # TE casts the input to the activation dtype first
+                inp = inp.to(act)
             fwd, _ = self._quantizers(region.recipe)
             needs_grad = torch.is_grad_enabled() and (inp.requires_grad or weight.requires_grad or
                                                       (bias is not None and bias.requires_grad))
