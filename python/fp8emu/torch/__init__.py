@@ -34,8 +34,10 @@ resumes bit for bit; modules deep-copy, pickle (``torch.save``) and average
 (``torch.optim.swa_utils``) with their FP8 state; ``torch.compile`` runs the FP8 modules eagerly (a
 graph break, TE's ``no_torch_dynamo``) with the eager bits; a retained graph backs up again.
 
-Tensors: any float dtype (float32, bfloat16, float16: widened exactly to float32 for the emulator;
-results in the input's dtype) on any device; a non-float input raises torch's own dtype error. Input shape (..., in_features), output (..., out_features).
+Tensors: float32, bfloat16 or float16 (widened exactly to float32 for the emulator; results in the
+input's dtype) on any device, in the parameters' dtype outside ``torch.autocast`` (TE's rule and
+message); under ``torch.autocast`` TE's activation dtype (the input cast to autocast's dtype first,
+outputs and parameter gradients in it). A non-float input raises torch's own dtype error. Input shape (..., in_features), output (..., out_features).
 Where the FP8 work runs: ``Linear`` and ``LayerNormLinear`` with their input and parameters on
 fp8emu's GPU (a build with CUDA where ``fp8emu.cuda_available()``) run their casts, GEMMs, bias
 add, bias grad and norm there (:mod:`fp8emu.layers`' GPU path: the same bits as the emulator);
