@@ -705,14 +705,10 @@ NB_MODULE(_fp8emu, m) {
   using namespace fp8emu::python;
   m.doc() = "fp8emu's compiled entry points; use the fp8emu package, which wraps them.";
   m.attr("__version__") = FP8EMU_PYTHON_VERSION;
-  // A script that still holds a quantizer or an FP8 operand when it exits (a module-level model, an
-  // output whose autograd graph saved its operands) is finalized after this extension's state:
-  // nanobind would report those as leaked instances, about 20 lines of noise. Its report stays
-  // available for finding real leaks: FP8EMU_LEAK_WARNINGS=1.
-  {
-    const char* w = std::getenv("FP8EMU_LEAK_WARNINGS");
-    nb::set_leak_warnings(w != nullptr && std::string(w) == "1");
-  }
+  // Objects a script holds at exit are finalized after this extension: nanobind's leak report would
+  // be noise there; FP8EMU_LEAK_WARNINGS=1 keeps it for finding real leaks.
+  const char* leak_warnings = std::getenv("FP8EMU_LEAK_WARNINGS");
+  nb::set_leak_warnings(leak_warnings != nullptr && std::string(leak_warnings) == "1");
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
