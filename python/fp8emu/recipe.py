@@ -80,6 +80,7 @@ _BACKWARD_OVERRIDES = (None, "high_precision", "dequantized")
 def _check_common(recipe: Any) -> None:
     """TE's checks shared by the recipes (its asserts, as AssertionError with TE's messages), and
     what fp8emu does not model, refused by name."""
+    assert recipe.fp8_format != Format.E5M2, "Pure E5M2 training is not supported."
     assert recipe.backward_override in _BACKWARD_OVERRIDES, (
         "NVTE_BACKWARD_OVERRIDE must be unset or one of: 'high_precision', 'dequantized'.")
     if recipe.backward_override is not None:
@@ -162,6 +163,7 @@ class DelayedScaling(Recipe):
     _kind = "delayed"
 
     def __post_init__(self) -> None:
+        assert self.fp8_format != Format.E5M2, "Pure E5M2 training is not supported."
         assert self.backward_override in _BACKWARD_OVERRIDES, (
             "NVTE_BACKWARD_OVERRIDE must be unset or one of: 'high_precision', 'dequantized'.")
         assert self.backward_override is None, "Delayed scaling only supports backward_override=None."

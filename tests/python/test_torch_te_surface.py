@@ -46,6 +46,7 @@ def test_an_unmodelled_name_raises_not_implemented_naming_itself(name):
     elif name in _unsupported.NAMESPACES:
         with pytest.raises(NotImplementedError, match=name):
             obj.anything  # noqa: B018
+        assert not hasattr(obj, "anything")  # feature tests with hasattr see it missing
     else:  # modelled: a class, a function or a module of fp8emu's own
         assert obj.__module__.startswith("fp8emu") if hasattr(obj, "__module__") else obj.__name__.startswith("fp8emu")
 
@@ -171,3 +172,6 @@ def test_fused_adam_is_torchs_adamw_with_tes_arguments():
         te.optimizers.FusedAdam(a.parameters(), amsgrad=True)
     with pytest.raises(NotImplementedError, match="master_weights"):
         te.optimizers.FusedAdam(a.parameters(), master_weights=True)
+    for name in ("MultiTensorApply", "multi_tensor_applier"):  # TE's other optimizers names
+        with pytest.raises(NotImplementedError, match=name):
+            getattr(te.optimizers, name)()

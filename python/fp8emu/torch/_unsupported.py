@@ -82,8 +82,13 @@ def unsupported(name: str) -> Any:
     return type(name, (), {"__new__": refuse, "__doc__": msg, "__module__": "fp8emu.torch"})
 
 
+class Unavailable(NotImplementedError, AttributeError):
+    """What reading an attribute of a stand-in raises: a NotImplementedError naming the feature,
+    and an AttributeError too, so ``hasattr(te.ops, "Sequential")`` is False instead of raising."""
+
+
 class _Namespace:
-    """A stand-in for a TE submodule or enum: every attribute read raises NotImplementedError."""
+    """A stand-in for a TE submodule or enum: every attribute read raises :class:`Unavailable`."""
 
     def __init__(self, name: str, why: str):
         object.__setattr__(self, "_msg", _message(name, why))
@@ -91,7 +96,7 @@ class _Namespace:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
-        raise NotImplementedError(self._msg)
+        raise Unavailable(self._msg)
 
     def __repr__(self) -> str:
         return f"<unsupported: {self._msg}>"

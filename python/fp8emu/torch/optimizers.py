@@ -54,3 +54,17 @@ def FusedSGD(params: Iterable[Any], lr: float = 1e-3, momentum: float = 0.0, dam
     _refuse("FusedSGD", wd_after_momentum=wd_after_momentum)
     return torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                            nesterov=nesterov)
+
+
+def _multi_tensor(name: str) -> Any:
+    msg = (f"transformer_engine.pytorch.optimizers.{name} is not available in fp8emu.torch: TE's multi-tensor "
+           f"CUDA kernels are not modelled (FusedAdam and FusedSGD run PyTorch's optimizers)")
+
+    def refuse(cls, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(msg)
+
+    return type(name, (), {"__new__": refuse, "__doc__": msg, "__module__": __name__})
+
+
+MultiTensorApply = _multi_tensor("MultiTensorApply")
+multi_tensor_applier = _multi_tensor("multi_tensor_applier")
