@@ -275,3 +275,20 @@ def test_torch_autocast_around_fp8_autocast_is_tes_activation_dtype():
     # TE's wgrad comes out in the activation dtype: the fp32 gradient holds bf16 values.
     w = lin.weight.grad.numpy()
     assert np.array_equal(w, w.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_an_empty_input_gives_an_empty_output_and_casts_nothing():
+    # No rows (an expert that got no tokens): torch's empty result, as nn.Linear gives it; the
+    # weight is not cast, so no amax is recorded (it once recorded the weight's before failing).
+    lin = te.Linear(32, 16)
+    x = torch.zeros(0, 32, requires_grad=True)
+    with te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
+        y = lin(x)
+    assert y.shape == (0, 16)
+    y.sum().backward()
+    assert torch.equal(lin.weight.grad, torch.zeros_like(lin.weight))
+    assert "scaling_fwd" not in lin.fp8_meta  # no FP8 state was made
+    m = te.LayerNormLinear(32, 16, return_layernorm_output=True)
+    with te.fp8_autocast(enabled=True, fp8_recipe=DELAYED):
+        y, ln = m(torch.zeros(0, 32))
+    assert y.shape == (0, 16) and ln.shape == (0, 32) and "scaling_fwd" not in m.fp8_meta

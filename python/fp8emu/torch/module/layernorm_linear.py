@@ -110,9 +110,10 @@ class LayerNormLinear(_Fp8Module):
         bias = None if self.return_bias else full_bias
         _check_float_input(inp, weight)
         _check_activation_dtype(self, inp)
-        if region is None or not region.enabled:
+        empty = inp.numel() == 0  # no rows: the fp32 path's empty results, nothing cast or recorded
+        if region is None or not region.enabled or empty:
             ln = self._norm_fp32(inp)
-            if region is not None and region.calibrating:
+            if region is not None and region.calibrating and not empty:
                 fwd, _ = self._quantizers(region.recipe)
                 fwd.quantize(_np(ln.reshape(-1, self.in_features)), "input", "rowwise")
                 fwd.quantize(_np(weight), "weight", "rowwise")
