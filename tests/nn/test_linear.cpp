@@ -160,19 +160,6 @@ TEST_CASE("Linear rejects shape mismatches and backward without forward", "[nn][
   CHECK_THROWS_WITH(lin.backward(bad, nullptr), Catch::Contains("does not match"));
 }
 
-namespace {
-// bfloat16 round-to-nearest-even of a finite fp32, written from the format (the top 16 bits of the
-// binary32 encoding; ties to the even bf16 significand), independently of the library.
-float bf16_rne(float v) {
-  std::uint32_t b;
-  std::memcpy(&b, &v, 4);
-  const std::uint32_t lsb = (b >> 16) & 1u;
-  b = (b + 0x7FFFu + lsb) & 0xFFFF0000u;
-  float r;
-  std::memcpy(&r, &b, 4);
-  return r;
-}
-}  // namespace
 
 TEST_CASE("Linear BF16: bf16 operands and outputs, fp32-sequential sums, worked from the definition", "[nn][linear][bf16]") {
   Rng rng(21);
@@ -196,11 +183,11 @@ TEST_CASE("Linear BF16: bf16 operands and outputs, fp32-sequential sums, worked 
     for (int o = 0; o < out; ++o) {
       float c = 0.0f;
       for (int k = 0; k < in; ++k) {
-        const float p = float(double(bf16_rne(x.data[std::size_t(r * in + k)])) *
-                              double(bf16_rne(lin.weight.data[std::size_t(o * in + k)])));  // exact
+        const float p = float(double(testing::bf16_round(x.data[std::size_t(r * in + k)])) *
+                              double(testing::bf16_round(lin.weight.data[std::size_t(o * in + k)])));  // exact
         c = c + p;
       }
-      const float expect = bf16_rne(c + lin.bias.data[std::size_t(o)]);
+      const float expect = testing::bf16_round(c + lin.bias.data[std::size_t(o)]);
       INFO("y[" << r << ", " << o << "]");
       CHECK(y.data[std::size_t(r * out + o)] == expect);
       differs_from_fp32 += y.data[std::size_t(r * out + o)] != y32.data[std::size_t(r * out + o)];
@@ -210,7 +197,7 @@ TEST_CASE("Linear BF16: bf16 operands and outputs, fp32-sequential sums, worked 
     for (int i = 0; i < in; ++i) {
       float c = 0.0f;
       for (int r = 0; r < batch; ++r)
-        c = c + float(double(bf16_rne(dy.data[std::size_t(r * out + o)])) * double(bf16_rne(x.data[std::size_t(r * in + i)])));
+        c = c + float(double(testing::bf16_round(dy.data[std::size_t(r * out + o)])) * double(testing::bf16_round(x.data[std::size_t(r * in + i)])));
       INFO("dW[" << o << ", " << i << "] stays fp32");
       CHECK(lin.grad_weight.data[std::size_t(o * in + i)] == c);
     }
@@ -218,10 +205,10 @@ TEST_CASE("Linear BF16: bf16 operands and outputs, fp32-sequential sums, worked 
     for (int i = 0; i < in; ++i) {
       float c = 0.0f;
       for (int o = 0; o < out; ++o)
-        c = c + float(double(bf16_rne(dy.data[std::size_t(r * out + o)])) *
-                      double(bf16_rne(lin.weight.data[std::size_t(o * in + i)])));
+        c = c + float(double(testing::bf16_round(dy.data[std::size_t(r * out + o)])) *
+                      double(testing::bf16_round(lin.weight.data[std::size_t(o * in + i)])));
       INFO("dx[" << r << ", " << i << "]");
-      CHECK(dx.data[std::size_t(r * in + i)] == bf16_rne(c));
+      CHECK(dx.data[std::size_t(r * in + i)] == testing::bf16_round(c));
     }
   for (int o = 0; o < out; ++o) {
     float c = 0.0f;

@@ -107,8 +107,8 @@ FP8EMU_HD BlockScale block_scale(float amax, float fp8_max, bool pow2, float eps
   return BlockScale{s, div_rn(1.0f, s)};
 }
 
-/// The numerator of NVFP4's tensor scale for element format f: fl32(E4M3 max * element max), 2688
-/// for E2M1 (448 * 6, exact).
+/// The numerator of NVFP4's tensor scale for element format f: fl32(E4M3 max * element max), the
+/// product exact in fp32 (TE's 2688 for E2M1 elements).
 FP8EMU_HD constexpr float nvfp4_numerator(FormatSpec f) {
   return float(kSpecE4M3.max_finite()) * float(f.max_finite());
 }
@@ -158,8 +158,8 @@ struct BlockRule {
   static constexpr BlockRule nvfp4(FormatSpec f, const float* tensor_amax) {
     BlockRule r;
     r.kind = kNvfp4;
-    r.rcp_max = 1.0f / float(f.max_finite());                        // TE: fl32(1/6)
-    r.numerator = nvfp4_numerator(f);  // TE: 448 * 6 = 2688
+    r.rcp_max = 1.0f / float(f.max_finite());  // TE: fl32(1 / element max)
+    r.numerator = nvfp4_numerator(f);
     r.tensor_amax = tensor_amax;
     return r;
   }
@@ -208,8 +208,8 @@ FP8EMU_HD float nvfp4_dequant_scale(float s_dec_b, float tensor_amax, float nume
 
 /// The NVFP4 GEMM's alpha from its operands' tensor amaxes (TE recipe/nvfp4.cu
 /// compute_nvfp4_per_tensor_scale_kernel, alpha_in = 1): RN(RN(amax_a * amax_b) * fl32(1 /
-/// (num_a * num_b))), left to right in fp32 (for E2M1 operands num_a * num_b = 6*6*448*448, exact
-/// in fp32, as for every pair of element formats: their maxima have small odd parts).
+/// (num_a * num_b))), left to right in fp32 (num_a * num_b is exact in fp32 for every pair of
+/// element formats: their maxima have small odd parts).
 FP8EMU_HD float nvfp4_gemm_alpha(float amax_a, float num_a, float amax_b, float num_b) {
   return mul_rn(mul_rn(amax_a, amax_b), 1.0f / (num_a * num_b));
 }

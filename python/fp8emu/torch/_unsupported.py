@@ -72,14 +72,15 @@ def _message(name: str, why: str) -> str:
     return f"transformer_engine.pytorch.{name} is not available in fp8emu.torch: {why}"
 
 
-def unsupported(name: str) -> Any:
-    """A class named `name` whose construction (or call) raises NotImplementedError."""
-    msg = _message(name, REASONS[name])
+def unsupported(name: str, why: str = "", module: str = "fp8emu.torch", te_module: str = "pytorch") -> Any:
+    """A class named `name` whose construction (or call) raises NotImplementedError with the reason
+    (REASONS[name] unless `why` is given)."""
+    msg = f"transformer_engine.{te_module}.{name} is not available in fp8emu.torch: {why or REASONS[name]}"
 
     def refuse(cls, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(msg)
 
-    return type(name, (), {"__new__": refuse, "__doc__": msg, "__module__": "fp8emu.torch"})
+    return type(name, (), {"__new__": refuse, "__doc__": msg, "__module__": module})
 
 
 class Unavailable(NotImplementedError, AttributeError):

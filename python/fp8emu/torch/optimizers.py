@@ -13,6 +13,8 @@ from typing import Any, Iterable, Tuple
 
 import torch
 
+from ._unsupported import unsupported
+
 
 def _refuse(cls: str, **options: Any) -> None:
     bad = [f"{k}={v!r}" for k, v in options.items() if v]
@@ -56,15 +58,7 @@ def FusedSGD(params: Iterable[Any], lr: float = 1e-3, momentum: float = 0.0, dam
                            nesterov=nesterov)
 
 
-def _multi_tensor(name: str) -> Any:
-    msg = (f"transformer_engine.pytorch.optimizers.{name} is not available in fp8emu.torch: TE's multi-tensor "
-           f"CUDA kernels are not modelled (FusedAdam and FusedSGD run PyTorch's optimizers)")
-
-    def refuse(cls, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(msg)
-
-    return type(name, (), {"__new__": refuse, "__doc__": msg, "__module__": __name__})
-
-
-MultiTensorApply = _multi_tensor("MultiTensorApply")
-multi_tensor_applier = _multi_tensor("multi_tensor_applier")
+_MULTI_TENSOR = ("TE's multi-tensor CUDA kernels are not modelled (FusedAdam and FusedSGD run PyTorch's "
+                 "optimizers)")
+MultiTensorApply = unsupported("MultiTensorApply", _MULTI_TENSOR, __name__, "pytorch.optimizers")
+multi_tensor_applier = unsupported("multi_tensor_applier", _MULTI_TENSOR, __name__, "pytorch.optimizers")

@@ -27,13 +27,14 @@ class _LayerNormLinearFn(torch.autograd.Function):
         if weight_q is None:
             weight_q = _layers.quantize_weight(_arr(weight, gpu), module._fwd_quantizer)
         module._weight_q = weight_q
+        promotions = _promotions(module._recipe)
         y, saved, ln = _layers.layernorm_linear_forward(
             x2, _arr(ln_weight, gpu), None if ln_bias is None else _arr(ln_bias, gpu),
             None, None if bias is None else _arr(bias, gpu), module._fwd_quantizer,
             normalization=module.normalization, eps=module.eps, zero_centered_gamma=module.zero_centered_gamma,
-            training=training, weight_q=weight_q, promotion=_promotions(module._recipe)[0])
+            training=training, weight_q=weight_q, promotion=promotions[0])
         ctx.saved, ctx.module, ctx.group, ctx.gpu = saved, module, group, gpu
-        ctx.bwd_promotion = _promotions(module._recipe)[1]
+        ctx.bwd_promotion = promotions[1]
         ctx.x_like, ctx.g_like, ctx.w_like = _like(x), _like(ln_weight), _like(weight)
         ctx.has_ln_bias, ctx.has_bias = ln_bias is not None, bias is not None
         out = _back(y, ctx.x_like).reshape(*x.shape[:-1], weight.shape[0])

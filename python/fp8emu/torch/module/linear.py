@@ -157,10 +157,9 @@ class Linear(_Fp8Module):
         bias = None if self.return_bias else full_bias
         _check_float_input(inp, weight)
         _check_activation_dtype(self, inp)
-        if inp.numel() == 0:  # no rows (an expert without tokens): the empty result, nothing cast or recorded
-            return self._empty(inp, weight, bias, full_bias)
-        if region is None or not region.enabled:
-            if region is not None and region.calibrating:
+        empty = inp.numel() == 0  # no rows (an expert without tokens): the fp32 path's empty result
+        if region is None or not region.enabled or empty:
+            if region is not None and region.calibrating and not empty:
                 self._calibrate(region, inp, weight)
             w = weight.to(inp.dtype)
             out = torch.nn.functional.linear(inp, w, None if bias is None else bias.to(inp.dtype))
@@ -177,10 +176,6 @@ class Linear(_Fp8Module):
             out = _LinearFn.apply(inp, weight, bias, self, weight_q, group)
             if is_first_microbatch is None:
                 self._weight_q = None
-        return (out, full_bias) if self.return_bias else out
-
-    def _empty(self, inp, weight, bias, full_bias):
-        out = torch.nn.functional.linear(inp, weight.to(inp.dtype), None if bias is None else bias.to(inp.dtype))
         return (out, full_bias) if self.return_bias else out
 
     def _calibrate(self, region: _Region, inp: "torch.Tensor", weight: "torch.Tensor") -> None:
