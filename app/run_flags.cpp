@@ -30,7 +30,8 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
       ->capture_default_str();
   cmd->add_option("--format", cfg.format,
                   "FP8 formats for every recipe: hybrid (E4M3 fwd, E5M2 bwd) or e4m3 "
-                  "(default: TE's per recipe, hybrid for delayed/current, e4m3 for mxfp8/block)");
+                  "(default: TE's per recipe, hybrid for delayed/current, e4m3 for mxfp8/block; nvfp4's formats "
+                  "are fixed: E2M1 elements, E4M3 block scales)");
   cmd->add_option("--amax-history-len", delayed.amax_history_len, "Delayed scaling amax_history_len")
       ->capture_default_str();
   cmd->add_option("--amax-compute-algo", n->algo, "Delayed scaling amax_compute_algo: max or most_recent")
@@ -44,6 +45,13 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
                 "Block scaling: plain fp32 scales instead of powers of 2");
   cmd->add_option("--mxfp8-rule", n->mx_rule, "MXFP8 E8M0 scale rule: te (round up) or ocp (floor)")
       ->capture_default_str();
+  auto& nvfp4 = recipes.get<scaling::NVFP4BlockScaling>();
+  cmd->add_flag("--nvfp4-no-rht", nvfp4.disable_rht,
+                "NVFP4: no random Hadamard transform of the wgrad operands (TE disable_rht)");
+  cmd->add_flag("--nvfp4-no-sr", nvfp4.disable_stochastic_rounding,
+                "NVFP4: gradients rounded to nearest, not stochastically (TE disable_stochastic_rounding)");
+  cmd->add_flag("--nvfp4-no-2d", nvfp4.disable_2d_quantization,
+                "NVFP4: weights in 1 x 16 blocks instead of 16 x 16 tiles (TE disable_2d_quantization)");
   cmd->add_option("--accumulation", cfg.accumulation,
                   "FP8 GEMM accumulation (delayed/current): " + emu::accumulation_names() + " (TE's fast/split wrappers)")
       ->capture_default_str();
@@ -80,6 +88,7 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
     d.amax_compute_algo = scaling::parse_amax_compute_algo(n->algo, "--amax-compute-algo");
     r.get<scaling::Float8BlockScaling>().amax_epsilon = r.get<scaling::CurrentScaling>().amax_epsilon;
     r.get<scaling::MXFP8BlockScaling>().rule = scaling::parse_e8m0_rule(n->mx_rule, "--mxfp8-rule");
+    r.get<scaling::NVFP4BlockScaling>().seed = cfg.seed;  // the Philox seed of stochastic rounding
     cfg.progress = !n->quiet;
   };
 }

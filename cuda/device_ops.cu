@@ -297,16 +297,6 @@ class CudaDevice final : public backend::Device {
     if (n == 0) return;
     State& s = enter();
     core::BlockRule rule = c.block_rule();
-    if (rule.has_tensor_scale()) {
-      // The tensor's amax first (a max of amax_bits: a non-negative float's bits order as the
-      // float), into the first view's slot, copied into the other's; every block reads it.
-      float* amax = row ? rowwise.amax : columnwise.amax;
-      FP8EMU_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s.stream));
-      launch_amax(x, n, reinterpret_cast<unsigned int*>(amax), s.stream);
-      if (row && col)
-        FP8EMU_CUDA_CHECK(cudaMemcpyAsync(columnwise.amax, amax, sizeof(float), cudaMemcpyDeviceToDevice, s.stream));
-      rule.tensor_amax = amax;
-    }
     // Temporaries, released (stream-ordered, after the kernels) on every way out, a throw included.
     struct Temps {
       const CudaDevice* dev;
@@ -321,7 +311,49 @@ class CudaDevice final : public backend::Device {
       temps.p.push_back(q);
       return q;
     };
+    auto tensor_amax = [&](const float* src, float* amax) {  // a max of amax_bits: bits order as floats
+      FP8EMU_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s.stream));
+      launch_amax(src, n, reinterpret_cast<unsigned int*>(amax), s.stream);
+    };
     auto* totals = static_cast<CastTotals*>(temp(2 * sizeof(CastTotals)));
+    if (c.rht_columnwise || c.stochastic_rounding) {
+      // One launch per view, each with its own rule (stochastic rounding: its own stream) and source:
+      // the column-wise view of the Hadamard transform is cast from the transformed copy under its
+      // own (post-transform) amax, every other view from x under x's.
+      const std::size_t rb = std::size_t(rows) * ((std::size_t(cols) + block - 1) / block),
+                        cb = std::size_t(cols) * ((std::size_t(rows) + block - 1) / block);
+      for (const bool colview : {false, true}) {
+        const backend::BlockView& v = colview ? columnwise : rowwise;
+        if (!v.codes) continue;
+        const float* src = x;
+        if (colview && c.rht_columnwise) {
+          auto* t = static_cast<float*>(temp(n * sizeof(float)));
+          launch_rht_rows(x, rows, cols, c.rht_sign_mask, t, s.stream);
+          src = t;
+        }
+        core::BlockRule view_rule = c.view_rule(colview, rows, cols);
+        if (view_rule.has_tensor_scale()) {
+          tensor_amax(src, v.amax);
+          view_rule.tensor_amax = v.amax;
+        }
+        const BlockCastOut o{v.codes, v.scale_inv, mx ? static_cast<std::uint8_t*>(temp(colview ? cb : rb)) : nullptr,
+                             colview ? totals + 1 : totals};
+        launch_block_cast_both(src, rows, cols, block, c.fmt, view_rule, colview ? BlockCastOut{} : o,
+                               colview ? o : BlockCastOut{}, s.stream);
+      }
+      finish_cast_kernel<<<1, 1, 0, s.stream>>>(row ? totals : totals + 1, n, nullptr, counters);
+      FP8EMU_CUDA_CHECK_LAUNCH("finish_cast_kernel");
+      return;
+    }
+    if (rule.has_tensor_scale()) {
+      // The tensor's amax first, into the first view's slot, copied into the other's; every block
+      // reads it.
+      float* amax = row ? rowwise.amax : columnwise.amax;
+      tensor_amax(x, amax);
+      if (row && col)
+        FP8EMU_CUDA_CHECK(cudaMemcpyAsync(columnwise.amax, amax, sizeof(float), cudaMemcpyDeviceToDevice, s.stream));
+      rule.tensor_amax = amax;
+    }
     if (c.tiles) {
       const std::size_t rowwise_blocks = (std::size_t(cols) + block - 1) / block,
                         columnwise_blocks = (std::size_t(rows) + block - 1) / block;

@@ -18,6 +18,7 @@
 #include "fp8emu/util/error.hpp"
 #include "fp8emu/core/cast.hpp"
 #include "fp8emu/core/epilogue.hpp"
+#include "fp8emu/core/hadamard.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/cuda/backend.hpp"
 #include "fp8emu/emulation/block_quantize.hpp"
@@ -63,6 +64,20 @@ __global__ void amax_kernel(const float* __restrict__ x, std::size_t n, unsigned
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     m = core::max_u32(m, core::amax_bits(x[i]));
   warp_max_to(m, amax_bits);
+}
+
+// TE NVFP4's random Hadamard transform along rows (launch.hpp, launch_rht_rows): one output element
+// per thread per iteration, each core::rht16_element of its 16-row group.
+__global__ void rht_rows_kernel(const float* __restrict__ x, int rows, int cols, std::uint16_t sign_mask,
+                                float* __restrict__ out) {
+  const std::size_t n = std::size_t(rows) * std::size_t(cols), stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::size_t r = i / std::size_t(cols), c = i % std::size_t(cols);
+    const std::size_t r0 = r - r % core::kRhtSize;
+    out[i] = r0 + core::kRhtSize <= std::size_t(rows)
+                 ? core::rht16_element(x + r0 * std::size_t(cols) + c, std::size_t(cols), int(r - r0), sign_mask)
+                 : x[i];  // the tail past the last whole group is not transformed
+  }
 }
 
 // The GEMM epilogue (launch.hpp, launch_gemm_epilogue): one element per thread per iteration; t and D
@@ -569,6 +584,13 @@ void launch_amax(const float* x, std::size_t n, unsigned int* amax_bits, cudaStr
   if (n == 0) return;
   amax_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, amax_bits);
   FP8EMU_CUDA_CHECK_LAUNCH("amax_kernel");
+}
+
+void launch_rht_rows(const float* x, int rows, int cols, std::uint16_t sign_mask, float* out, cudaStream_t stream) {
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  if (n == 0) return;
+  rht_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, rows, cols, sign_mask, out);
+  FP8EMU_CUDA_CHECK_LAUNCH("rht_rows_kernel");
 }
 
 void launch_gemm_epilogue(int M, int N, const float* t, const emu::GemmEpilogue& ep, void* D,

@@ -69,6 +69,10 @@ int use_fp8_device();
 
 /// max over i of core::amax_bits(x[i]) max-accumulated into *amax_bits (emu::compute_amax).
 void launch_amax(const float* x, std::size_t n, unsigned int* amax_bits, cudaStream_t stream);
+/// TE NVFP4's random Hadamard transform of x [rows, cols] along its rows: out[r, c] =
+/// core::rht16_element of rows 16 * (r / 16) .. + 15 of column c, output r % 16; rows past the
+/// last whole group of 16 are x's.
+void launch_rht_rows(const float* x, int rows, int cols, std::uint16_t sign_mask, float* out, cudaStream_t stream);
 /// emu::quantize: q[i] = code of RN(x[i] * scale), counts and amax added to *totals.
 void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q, CastTotals* totals,
                      cudaStream_t stream);

@@ -26,6 +26,13 @@ const char* what_of(const core::BlockRule& rule) {
 // has no kernel for (FP6, FP4). The counts are sums, so any thread split gives the same totals.
 QuantizeStats cast_view_blocks_element(const float* x, int cols, bool rowwise, const core::BlockRule& rule,
                                        BlockQuantized& q) {
+  if (!rowwise && q.n > 1) {
+    // The column-wise view reads x down its columns: transpose x once and read rows (the view's
+    // elements, and so the bits, are the same; a stream's element map is the rule's, not memory's).
+    std::vector<float> xt(std::size_t(q.n) * std::size_t(q.k));
+    transpose(q.k, q.n, x, xt.data());
+    return cast_view_blocks_element(xt.data(), q.k, true, rule, q);
+  }
   const FormatSpec f = spec_of(q.format);
   const int nb = q.blocks();
   std::uint64_t sat = 0, under = 0, nans = 0;
@@ -185,6 +192,7 @@ BlockQuantized2D quantize_tiles(const float* x, int rows, int cols, Format fmt, 
   const FormatSpec f = spec_of(fmt);
   const int tr = (rows + tile - 1) / tile, tc = (cols + tile - 1) / tile;
   std::vector<float> scale_inv(std::size_t(tr) * std::size_t(tc)), mult(scale_inv.size());
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * cols >= detail::kParallelMinElements)
   for (int bi = 0; bi < tr; ++bi)
     for (int bj = 0; bj < tc; ++bj) {
       const std::size_t t = std::size_t(bi) * std::size_t(tc) + std::size_t(bj);

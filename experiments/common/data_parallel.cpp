@@ -53,6 +53,20 @@ Rows DataParallel::rows(int n, int shard) const {
   return {int(static_cast<long long>(shard) * n / s), int(static_cast<long long>(shard + 1) * n / s)};
 }
 
+namespace {
+// A quantizer's state that is not delayed scaling's (NVFP4's rounding stream), or empty.
+std::vector<float> other_state(const nn::Linear& l, scaling::Direction d) {
+  const scaling::Quantizer& q = d == scaling::Direction::kForward ? l.forward_quantizer() : l.backward_quantizer();
+  return q.amax_history_state() ? std::vector<float>{} : q.save_state();
+}
+void swap_other_state(nn::Linear& l, scaling::Direction d, std::vector<float>& kept) {
+  std::vector<float> now = other_state(l, d);
+  if (now.empty() && kept.empty()) return;
+  l.load_state(d, kept);
+  kept.swap(now);
+}
+}  // namespace
+
 bool DataParallel::has_delayed_state(const nn::Linear& l) const {
   return l.precision() == nn::Precision::kFp8 && l.forward_quantizer().amax_history_state() != nullptr;
 }
@@ -67,7 +81,9 @@ void DataParallel::bind(std::vector<nn::Linear*> linears, Parameters params) {
   if (shards_ == 1) return;  // the layers hold the one shard's state; the gradient is the shard's
   for (int j = 0; j < local_shards(); ++j) {
     std::vector<LayerState> st;
-    for (const nn::Linear* l : linears_) st.push_back({l->forward_state(), l->backward_state()});
+    for (const nn::Linear* l : linears_)
+      st.push_back({l->forward_state(), l->backward_state(), other_state(*l, scaling::Direction::kForward),
+                    other_state(*l, scaling::Direction::kBackward)});
     states_.push_back(std::move(st));
     parts_.emplace_back(grad_size_);
   }
@@ -76,8 +92,11 @@ void DataParallel::bind(std::vector<nn::Linear*> linears, Parameters params) {
 void DataParallel::enter(int local) {
   if (shards_ == 1) return;
   for (std::size_t i = 0; i < linears_.size(); ++i) {
-    std::swap(linears_[i]->forward_state(), states_[std::size_t(local)][i].fwd);
-    std::swap(linears_[i]->backward_state(), states_[std::size_t(local)][i].bwd);
+    LayerState& st = states_[std::size_t(local)][i];
+    std::swap(linears_[i]->forward_state(), st.fwd);
+    std::swap(linears_[i]->backward_state(), st.bwd);
+    swap_other_state(*linears_[i], scaling::Direction::kForward, st.fwd_other);
+    swap_other_state(*linears_[i], scaling::Direction::kBackward, st.bwd_other);
   }
 }
 
@@ -249,11 +268,14 @@ std::vector<std::uint64_t> DataParallel::sum_over_ranks(const std::vector<std::u
 
 std::vector<float> DataParallel::flatten_state(int local) const {
   std::vector<float> v;
-  for (const LayerState& st : states_[std::size_t(local)])
+  for (const LayerState& st : states_[std::size_t(local)]) {
     for (const scaling::DelayedScalingState* ds : {&st.fwd, &st.bwd}) {
       v.insert(v.end(), ds->scales().begin(), ds->scales().end());
       v.insert(v.end(), ds->history_values().begin(), ds->history_values().end());
     }
+    v.insert(v.end(), st.fwd_other.begin(), st.fwd_other.end());
+    v.insert(v.end(), st.bwd_other.begin(), st.bwd_other.end());
+  }
   return v;
 }
 
@@ -286,12 +308,15 @@ void DataParallel::restore_states(const std::vector<std::vector<float>>& all, co
       at += n;
       return part;
     };
-    for (LayerState& st : states_[std::size_t(j)])
+    for (LayerState& st : states_[std::size_t(j)]) {
       for (scaling::DelayedScalingState* ds : {&st.fwd, &st.bwd}) {
         std::vector<float> scales = take(ds->scales().size());
         std::vector<float> history = take(ds->history_values().size());
         ds->restore(scales, history);
       }
+      st.fwd_other = take(st.fwd_other.size());
+      st.bwd_other = take(st.bwd_other.size());
+    }
   }
 }
 

@@ -134,6 +134,9 @@ class DataParallel {
  private:
   struct LayerState {
     scaling::DelayedScalingState fwd{3, 1}, bwd{2, 1};
+    /// The quantizers' other state (Quantizer::save_state: NVFP4's stochastic-rounding stream), per
+    /// shard as the scales, so a shard's bits do not depend on how many shards a rank runs.
+    std::vector<float> fwd_other, bwd_other;
   };
   void enter(int local);
   void leave(int local);

@@ -12,9 +12,11 @@
 #include <cstring>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/core/attention.hpp"
+#include "fp8emu/core/hadamard.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/core/scale.hpp"
@@ -120,7 +122,11 @@ class CpuDevice : public Device {
       cq = std::move(w.columnwise);
     } else {  // each view cast independently from x; the counts of the row-wise one when it is made
       if (row) r = quantize_blocks(c, x, rows, cols, emu::BlockAxis::kRowwise, &st);
-      if (col) cq = quantize_blocks(c, x, rows, cols, emu::BlockAxis::kColumnwise, row ? nullptr : &st);
+      // The column-wise view of the Hadamard transform: cast from the transformed copy (same shape).
+      std::vector<float> t;
+      if (col && c.rht_columnwise) t = hadamard_rows(x, rows, cols, c.rht_sign_mask);
+      if (col) cq = quantize_blocks(c, t.empty() ? x : t.data(), rows, cols, emu::BlockAxis::kColumnwise,
+                                    row ? nullptr : &st);
     }
     auto put = [](const emu::BlockQuantized& q, BlockView v) {
       if (!v.codes) return;
@@ -169,10 +175,50 @@ class CpuDevice : public Device {
                                 const emu::GemmAccumulation& acc, float* D) const {
     emu::gemm_fp8_tn(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc, D);
   }
+  /// TE's RHT of x [rows, cols] along its rows, 16 at a time: element (16 g + j, c) is
+  /// core::rht16_element of rows 16 g .. 16 g + 15 of column c; rows past the last full group are x's.
+  static std::vector<float> hadamard_rows(const float* x, int rows, int cols, std::uint16_t sign_mask) {
+    std::vector<float> t(std::size_t(rows) * std::size_t(cols));
+    const int groups = rows / core::kRhtSize;
+    const std::size_t C = std::size_t(cols);
+    // Per group of 16 rows: the inputs through rht16_input once, then each output row summed in
+    // increasing i over whole rows (vectorised over the columns): the additions of
+    // core::rht16_output, which the GPU runs per output, in the same order.
+#pragma omp parallel if (std::ptrdiff_t(rows) * cols >= 1 << 15)
+    {
+      std::vector<double> v(core::kRhtSize * C), sum(C);
+#pragma omp for schedule(static)
+      for (int g = 0; g < groups; ++g) {
+        const std::size_t r = std::size_t(g) * core::kRhtSize;
+        for (int i = 0; i < core::kRhtSize; ++i)
+          for (std::size_t cc = 0; cc < C; ++cc) v[std::size_t(i) * C + cc] = core::rht16_input(x[(r + std::size_t(i)) * C + cc]);
+        for (int j = 0; j < core::kRhtSize; ++j) {
+          for (std::size_t cc = 0; cc < C; ++cc) sum[cc] = 0.0;
+          for (int i = 0; i < core::kRhtSize; ++i) {
+            const bool negative = (core::hadamard16_entry(i, j) < 0) != (((sign_mask >> i) & 1u) != 0);
+            const double* vi = v.data() + std::size_t(i) * C;
+            if (negative)
+              for (std::size_t cc = 0; cc < C; ++cc) sum[cc] += -vi[cc];
+            else
+              for (std::size_t cc = 0; cc < C; ++cc) sum[cc] += vi[cc];
+          }
+          float* out = t.data() + (r + std::size_t(j)) * C;
+          for (std::size_t cc = 0; cc < C; ++cc)
+            out[cc] = core::bits_to_f32(core::bf16_to_f32_bits(
+                core::f32_bits_to_bf16_rne(core::f32_to_bits(float(sum[cc] * 0.25)))));
+        }
+      }
+    }
+    // A trailing group of fewer than 16 rows is not transformed (core::rht16_element's tail rule).
+    std::copy(x + std::size_t(groups) * core::kRhtSize * C, x + std::size_t(rows) * C,
+              t.begin() + std::ptrdiff_t(std::size_t(groups) * core::kRhtSize * C));
+    return t;
+  }
   /// One view of a 1 x block cast (emu::quantize_blocks with the cast's rule).
   virtual emu::BlockQuantized quantize_blocks(const BlockCast& c, const float* x, int rows, int cols,
                                               emu::BlockAxis axis, emu::QuantizeStats* stats) const {
-    return emu::quantize_blocks(x, rows, cols, axis, c.fmt, c.block, c.block_rule(), stats);
+    return emu::quantize_blocks(x, rows, cols, axis, c.fmt, c.block,
+                                c.view_rule(axis == emu::BlockAxis::kColumnwise, rows, cols), stats);
   }
   /// Both views of a tile cast (emu::quantize_tiles with the cast's rule).
   virtual emu::BlockQuantized2D quantize_tiles(const BlockCast& c, const float* x, int rows, int cols,

@@ -33,6 +33,10 @@ void check_block_cast(const BlockCast& c, int rows, int cols, const BlockView& r
   FP8EMU_CHECK(c.scale != BlockScaleFormat::kE4M3 || ((!rowwise.codes || rowwise.amax) &&
                                                       (!columnwise.codes || columnwise.amax)),
                c.what(), ": a view of E4M3 block scales needs its amax slot (the tensor scale's amax)");
+  FP8EMU_CHECK(!c.rht_columnwise || !c.tiles, c.what(), ": the Hadamard transform applies to 1 x ", c.block,
+               " blocks, not to ", c.block, " x ", c.block, " tiles");
+  FP8EMU_CHECK(!c.stochastic_rounding || (c.fmt == Format::kE2M1 && c.block == 16 && !c.tiles), c.what(),
+               ": stochastic rounding is TE's for E2M1 elements in 1 x 16 blocks");
 }
 
 #if defined(FP8EMU_HAVE_CUDA)

@@ -81,7 +81,8 @@ class ElementDevice final : public detail::CpuDevice {
                                       emu::QuantizeStats* stats) const override {
     FP8EMU_CHECK(c.block >= 1, c.what(), ": block size must be >= 1, got ", c.block);
     FP8EMU_CHECK(rows >= 0 && cols >= 0, c.what(), ": negative shape");
-    return block_cast_view(x, rows, cols, axis, c.fmt, c.block, c.block_rule(), stats);
+    return block_cast_view(x, rows, cols, axis, c.fmt, c.block,
+                           c.view_rule(axis == emu::BlockAxis::kColumnwise, rows, cols), stats);
   }
 
   emu::BlockQuantized2D quantize_tiles(const BlockCast& c, const float* x, int rows, int cols,

@@ -332,6 +332,17 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
   auto fp32 = [](int block, bool tiles, bool pow2, float eps) {
     return BlockCast::fp32_blocks(Format::kE4M3, block, tiles, pow2, eps);
   };
+  // NVFP4 with the Hadamard transform of the column-wise view and/or TE's stochastic rounding.
+  auto nvfp4_cast = [](bool rht, bool sr, bool with_transpose) {
+    BlockCast c = BlockCast::nvfp4(Format::kE2M1, 16, false);
+    c.rht_columnwise = rht;
+    c.stochastic_rounding = sr;
+    c.sr_seed = 0x0123456789ABCDEFull;
+    c.sr_offset_rowwise = 5 * 1024;
+    c.sr_offset_columnwise = 6 * 1024;
+    c.sr_with_transpose = with_transpose;
+    return c;
+  };
   const BlockVariant kBlockVariants[] = {
       {"block_cast mxfp8 te", e8m0(32, te)},
       {"block_cast mxfp8 ocp", e8m0(32, E8M0Rule::kOcp)},
@@ -344,6 +355,9 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
       {"block_cast 16x16", fp32(16, true, false, 0.0f)},
       {"block_cast nvfp4 1x16", BlockCast::nvfp4(Format::kE2M1, 16, false), true},
       {"block_cast nvfp4 16x16", BlockCast::nvfp4(Format::kE2M1, 16, true), true},
+      {"block_cast nvfp4 rht", nvfp4_cast(true, false, false), true},
+      {"block_cast nvfp4 rht sr", nvfp4_cast(true, true, false), true},
+      {"block_cast nvfp4 sr one launch", nvfp4_cast(false, true, true), true},
       {"block_cast 1x32 nvfp4 scales", BlockCast::nvfp4(Format::kE4M3, 32, false)},  // the GPU's fused kernel
       {"block_cast mxfp4 1x32", BlockCast::mxfp8(Format::kE2M1, te), true},
       {"block_cast mxfp6 e3m2 1x32 ocp", BlockCast::mxfp8(Format::kE3M2, E8M0Rule::kOcp), true},

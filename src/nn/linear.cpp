@@ -89,7 +89,8 @@ Linear::Linear(const Linear& o)
       idle_bwd_state_(o.idle_bwd_state_),
       acc_fprop_(o.acc_fprop_),
       acc_dgrad_(o.acc_dgrad_),
-      acc_wgrad_(o.acc_wgrad_) {
+      acc_wgrad_(o.acc_wgrad_),
+      rounding_stream_(o.rounding_stream_) {
   // The copy lives on the host (its quantizers' state too), with the source's current values; its
   // step buffers are made at its first call (no cached weight, no saved forward).
   if (o.resident_) o.copy_to(*this);
@@ -114,6 +115,8 @@ void Linear::set_recipe(const scaling::Recipe& recipe) {
   recipe_ = recipe;
   fwd_q_ = std::move(fwd);
   bwd_q_ = std::move(bwd);
+  fwd_q_->seed_rounding(rounding_stream_);
+  bwd_q_->seed_rounding(rounding_stream_);
   idle_fwd_state_ = scaling::DelayedScalingState(scaling::num_slots(scaling::Direction::kForward), 1);
   idle_bwd_state_ = scaling::DelayedScalingState(scaling::num_slots(scaling::Direction::kBackward), 1);
   carried_scales_ = {kNaN, kNaN, kNaN};
@@ -150,6 +153,11 @@ void Linear::load_state(scaling::Direction direction, const std::vector<float>& 
 }
 
 void Linear::init(Rng& rng) {
+  // Each layer's stochastic-rounding stream from the generator's state here, peeked, not drawn:
+  // the weights of every recipe and precision stay those of the same seed.
+  rounding_stream_ = rng.peek();
+  fwd_q_->seed_rounding(rounding_stream_);
+  bwd_q_->seed_rounding(rounding_stream_);
   const float bound = 1.0f / std::sqrt(float(in_features()));
   for (float& w : weight.data) w = rng.uniform(bound);
   for (float& b : bias.data) b = rng.uniform(bound);

@@ -68,6 +68,11 @@ void Float8BlockScaling::validate() const {
   check_not_e5m2(fp8_format, "block scaling");
 }
 
+void NVFP4BlockScaling::validate() const {
+  FP8EMU_CHECK(fp8_format == RecipeFormat::kE4M3, "NVFP4 block scaling: fp8_format (the block scales' format) must be ",
+               "E4M3, got ", to_string(fp8_format), " (TE: NVFP4BlockScaling takes only Format.E4M3)");
+}
+
 const char* recipe_name(const Recipe& r) {
   return std::visit([](const auto& x) { return std::decay_t<decltype(x)>::kName; }, r);
 }
@@ -148,7 +153,12 @@ std::array<Recipe, sizeof...(I)> default_records(std::index_sequence<I...>) {
 RecipeSet::RecipeSet() : records_(default_records(std::make_index_sequence<kSize>{})) {}
 
 void RecipeSet::set_format(RecipeFormat f) {
-  for (Recipe& r : records_) std::visit([f](auto& x) { x.fp8_format = f; }, r);
+  for (Recipe& r : records_)
+    std::visit(
+        [f](auto& x) {
+          if constexpr (takes_format_flag<std::decay_t<decltype(x)>>::value) x.fp8_format = f;
+        },
+        r);
 }
 
 void RecipeSet::validate() const {

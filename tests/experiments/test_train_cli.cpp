@@ -115,11 +115,11 @@ TEST_CASE("train with recipe all trains FP32 and every recipe side by side", "[c
   INFO(r.output);
   REQUIRE(r.code == 0);
   const nlohmann::json s = nlohmann::json::parse(slurp(out / "summary.json"));
-  for (const char* name : {"fp32", "fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_block"}) {
+  for (const char* name : {"fp32", "fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_block", "fp8_nvfp4"}) {
     INFO(name);
     CHECK(s["runs"][name]["test_accuracy"].get<double>() > 0.5);
   }
-  CHECK(s["fp8_minus_fp32_accuracy_pp"].size() == 4);
+  CHECK(s["fp8_minus_fp32_accuracy_pp"].size() == 5);
   CHECK(s["runs"]["fp8_block"]["layers"][0]["scale_input"].is_null());
   CHECK(s["runs"]["fp8_current"]["layers"][0]["scale_input"].get<double>() > 0.0);
 }

@@ -193,16 +193,18 @@ TEST_CASE("E8M0 rounds up and saturates", "[scaling][mxfp8][e8m0]") {
 
 // recipe_names / parse_recipe: one parser for the CLI and both experiments.
 TEST_CASE("recipe_names, parse_recipe and its errors", "[scaling][recipe][parse]") {
-  CHECK(recipe_names() == std::vector<std::string>{"delayed", "current", "mxfp8", "block"});
+  CHECK(recipe_names() == std::vector<std::string>{"delayed", "current", "mxfp8", "block", "nvfp4"});
+  CHECK(std::string(recipe_name(parse_recipe("nvfp4"))) == "nvfp4");
   CHECK(std::string(recipe_name(parse_recipe("delayed"))) == "delayed");
   CHECK(std::string(recipe_name(parse_recipe("current"))) == "current");
   CHECK(std::string(recipe_name(parse_recipe("mxfp8"))) == "mxfp8");
   CHECK(std::string(recipe_name(parse_recipe("block"))) == "block");
-  CHECK_THROWS_WITH(parse_recipe("fp4"), Catch::Contains("unknown recipe 'fp4' (accepted: delayed, current, mxfp8, block)"));
-  CHECK_THROWS_WITH(parse_recipe("Delayed"), Catch::Contains("accepted: delayed, current, mxfp8, block"));
+  CHECK_THROWS_WITH(parse_recipe("fp4"),
+                    Catch::Contains("unknown recipe 'fp4' (accepted: delayed, current, mxfp8, block, nvfp4)"));
+  CHECK_THROWS_WITH(parse_recipe("Delayed"), Catch::Contains("accepted: delayed, current, mxfp8, block, nvfp4"));
   CHECK_THROWS_WITH(parse_recipe("all"), Catch::Contains("unknown recipe 'all'"));
-  CHECK_THROWS_WITH(parse_recipe_selection("nvfp4"),
-                    Catch::Contains("unknown recipe 'nvfp4' (accepted: delayed, current, mxfp8, block, all)"));
+  CHECK_THROWS_WITH(parse_recipe_selection("mxfp4"),
+                    Catch::Contains("unknown recipe 'mxfp4' (accepted: delayed, current, mxfp8, block, nvfp4, all)"));
   CHECK_FALSE(find_recipe("").has_value());
   CHECK_FALSE(find_recipe("mxfp4").has_value());
 
@@ -222,12 +224,13 @@ TEST_CASE("recipe_names, parse_recipe and its errors", "[scaling][recipe][parse]
   CHECK(std::get<DelayedScaling>(parse_recipe("delayed")).amax_history_len == 1024);
 
   const std::vector<Recipe> all = parse_recipe_selection("all", {b, d});
-  REQUIRE(all.size() == 4);
+  REQUIRE(all.size() == 5);
   CHECK(std::string(recipe_name(all[0])) == "delayed");
   CHECK(std::get<DelayedScaling>(all[0]).margin == 2.0f);
   CHECK(std::string(recipe_name(all[1])) == "current");
   CHECK(std::string(recipe_name(all[2])) == "mxfp8");
   CHECK(std::get<Float8BlockScaling>(all[3]).use_f32_scales);
+  CHECK(std::string(recipe_name(all[4])) == "nvfp4");
   REQUIRE(parse_recipe_selection("current").size() == 1);
 }
 
@@ -259,6 +262,22 @@ TEST_CASE("RecipeSet: one configured record per recipe, from TE's defaults", "[s
   CHECK(set.get<CurrentScaling>().fp8_format == RecipeFormat::kHybrid);
   CHECK(set.get<MXFP8BlockScaling>().fp8_format == RecipeFormat::kE4M3);
   CHECK(set.get<Float8BlockScaling>().fp8_format == RecipeFormat::kE4M3);
+  // NVFP4BlockScaling: RHT, stochastic rounding and 2D weights on; E4M3 block scales.
+  CHECK(set.get<NVFP4BlockScaling>().fp8_format == RecipeFormat::kE4M3);
+  CHECK_FALSE(set.get<NVFP4BlockScaling>().disable_rht);
+  CHECK_FALSE(set.get<NVFP4BlockScaling>().disable_stochastic_rounding);
+  CHECK_FALSE(set.get<NVFP4BlockScaling>().disable_2d_quantization);
+  // --format reaches every recipe but NVFP4, whose formats are TE's fixed ones.
+  RecipeSet e4m3;
+  e4m3.set_format(RecipeFormat::kE4M3);
+  CHECK(e4m3.get<DelayedScaling>().fp8_format == RecipeFormat::kE4M3);
+  e4m3.set_format(RecipeFormat::kHybrid);
+  CHECK(e4m3.get<CurrentScaling>().fp8_format == RecipeFormat::kHybrid);
+  CHECK(e4m3.get<NVFP4BlockScaling>().fp8_format == RecipeFormat::kE4M3);
+  CHECK_NOTHROW(e4m3.validate());
+  NVFP4BlockScaling hybrid;
+  hybrid.fp8_format = RecipeFormat::kHybrid;
+  CHECK_THROWS_WITH(hybrid.validate(), Catch::Contains("fp8_format (the block scales' format) must be E4M3"));
 
   // Configured parameters reach find, select and all; the reference stays the record's.
   int& len = set.get<DelayedScaling>().amax_history_len;
@@ -271,7 +290,7 @@ TEST_CASE("RecipeSet: one configured record per recipe, from TE's defaults", "[s
   CHECK(std::get<Float8BlockScaling>(sel[3]).use_f32_scales);
   REQUIRE(set.select("block").size() == 1);
   CHECK(std::get<Float8BlockScaling>(set.select("block")[0]).use_f32_scales);
-  CHECK_THROWS_WITH(set.find("nvfp4"), Catch::Contains("unknown recipe 'nvfp4'"));
+  CHECK_THROWS_WITH(set.find("mxfp4"), Catch::Contains("unknown recipe 'mxfp4'"));
 
   // A copy is independent of its source.
   RecipeSet copy = set;

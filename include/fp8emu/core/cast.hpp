@@ -22,6 +22,7 @@
 #include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/core/fp32_ops.hpp"
 #include "fp8emu/core/mma_model.hpp"
+#include "fp8emu/core/philox.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/format/format_spec.hpp"
 
@@ -34,11 +35,41 @@ struct CastCounts {
   std::uint32_t nan = 0;        ///< NaN x.
 };
 
+/// Whether f is OCP FP4 E2M1 (the one element format with the comparison encoder below).
+FP8EMU_HD constexpr bool is_e2m1(FormatSpec f) {
+  return f.exponent_bits == 2 && f.mantissa_bits == 1 && f.has_sign && !f.fnuz && f.nan_codes == 0 && !f.has_inf;
+}
+
+/// The E2M1 code of v under __NV_SATFINITE round-to-nearest-even, by comparisons with the rounding
+/// boundaries (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5; ties go to the even code): what
+/// f32_to_fp8(v, E2M1, kSatFinite) returns for every fp32 v (tests/core/test_nvfp4_random.cpp),
+/// cheaper. The sign bit is v's (a negative value rounding to zero gives code 8); NaN gives +6.
+FP8EMU_HD std::uint8_t e2m1_code_satfinite(float v) {
+  if (f32_is_nan(v)) return 7;
+  const float a = f32_abs(v);
+  const int mag = int(a > 0.25f) + int(a >= 0.75f) + int(a > 1.25f) + int(a >= 1.75f) + int(a > 2.5f) +
+                  int(a >= 3.5f) + int(a > 5.0f);
+  return std::uint8_t(mag | int((f32_to_bits(v) >> 28) & 8u));
+}
+
 /// One element of a cast: the code of RN(x * mult) under __NV_SATFINITE, and its counts added to
 /// `counts` (see CastCounts).
 FP8EMU_HD std::uint8_t cast_element(float x, float mult, FormatSpec f, CastCounts& counts) {
   const float s = mul_rn(x, mult);
-  const std::uint8_t code = f32_to_fp8(s, f, Saturation::kSatFinite);
+  const std::uint8_t code = is_e2m1(f) ? e2m1_code_satfinite(s) : f32_to_fp8(s, f, Saturation::kSatFinite);
+  const bool nan = f32_is_nan(x);
+  counts.nan += nan ? 1u : 0u;
+  counts.saturated += f.overflows(f32_abs(s)) ? 1u : 0u;
+  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && (code & f.top_code()) == 0) ? 1u : 0u;
+  return code;
+}
+
+/// One element of a stochastically rounded E2M1 cast: the code of sr_fp4_e2m1(RN(x * mult), bits8)
+/// (TE's software rounder), with its counts as cast_element's.
+FP8EMU_HD std::uint8_t cast_element_sr(float x, float mult, FormatSpec f, std::uint32_t bits8, CastCounts& counts) {
+  const float s = mul_rn(x, mult);
+  const float q = sr_fp4_e2m1(s, bits8);  // an E2M1 value: its code is exact
+  const std::uint8_t code = is_e2m1(f) ? e2m1_code_satfinite(q) : f32_to_fp8(q, f, Saturation::kSatFinite);
   const bool nan = f32_is_nan(x);
   counts.nan += nan ? 1u : 0u;
   counts.saturated += f.overflows(f32_abs(s)) ? 1u : 0u;
@@ -136,6 +167,10 @@ struct BlockRule {
   /// kNvfp4: the tensor's amax, in the memory of the device that casts (the device computes it
   /// before the blocks; every block reads it).
   const float* tensor_amax = nullptr;
+  /// E2M1 elements rounded stochastically (TE's NVFP4 gradients) with the bits of stream `sr`
+  /// (core/philox.hpp); 1 x 16 blocks only.
+  bool stochastic = false;
+  SrStream sr;
 
   /// The MXFP8 rule for element format f (te_rule: TE's round-up, else OCP's floor).
   static constexpr BlockRule mxfp8(FormatSpec f, bool te_rule) {
@@ -225,6 +260,14 @@ FP8EMU_HD void cast_view_block(const float* x, bool rowwise, int cols, int r, in
   const float amax = view_block_amax(x, rowwise, cols, r, k0, k1);
   const std::size_t si = std::size_t(r) * std::size_t(nb) + std::size_t(blk);
   const float mult = block_rule_scale(amax, f, rule, scale_inv + si, rule.is_mxfp8() ? e8m0 + si : nullptr);
+  if (rule.stochastic) {  // one generate4 per 16-element block
+    bool swapped = false;
+    const SrBlockBits bits = te_sr_block(rule.sr, r, blk, &swapped);
+    for (int kk = k0; kk < k1; ++kk)
+      codes[std::size_t(r) * std::size_t(K) + std::size_t(kk)] = cast_element_sr(
+          x[view_index(rowwise, cols, r, kk)], mult, f, bits.bits(kk - k0, swapped, rule.sr.transposed), counts);
+    return;
+  }
   for (int kk = k0; kk < k1; ++kk)
     codes[std::size_t(r) * std::size_t(K) + std::size_t(kk)] =
         cast_element(x[view_index(rowwise, cols, r, kk)], mult, f, counts);

@@ -35,6 +35,7 @@
 
 #include "fp8emu/core/cast.hpp"
 #include "fp8emu/core/e8m0.hpp"
+#include "fp8emu/core/hadamard.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
@@ -73,6 +74,20 @@ struct BlockCast {
   E8M0Rule rule = E8M0Rule::kTransformerEngine;  ///< kE8M0: TE's round-up or OCP's floor
   bool pow2 = true;                              ///< kFp32: power-of-2 scales
   float epsilon = 0.0f;                          ///< kFp32: amax_epsilon
+  /// TE NVFP4's random Hadamard transform of the column-wise view (core::rht16_element): that view
+  /// is cast from the bf16 RHT of x along its K axis (x's rows, 16 at a time), its amax the
+  /// post-transform amax; the row-wise view is cast from x. 1 x block casts only. Rows past the
+  /// last whole group of 16 are not transformed (TE requires a multiple of 16; a documented model
+  /// choice, which keeps the wgrad product's cancellation: the transform stays orthogonal).
+  bool rht_columnwise = false;
+  std::uint16_t rht_sign_mask = core::kTeRhtSignMask;  ///< bit i set: sign -1 on row i of the group
+  /// Stochastic rounding of the elements (E2M1 only) with TE's Philox stream and TE's map of random
+  /// bits to elements (core/philox.hpp): each view from its own (seed, offset).
+  bool stochastic_rounding = false;
+  std::uint64_t sr_seed = 0, sr_offset_rowwise = 0, sr_offset_columnwise = 0;
+  /// TE cast both views in one launch (no Hadamard transform, both copies asked for), so the
+  /// row-wise view's stream interleaves the column-wise view's words.
+  bool sr_with_transpose = false;
 
   /// TE's MXFP8: 1 x 32, E8M0 scales by `rule`.
   static BlockCast mxfp8(Format fmt, E8M0Rule rule) {
@@ -114,6 +129,28 @@ struct BlockCast {
     }
     return core::BlockRule::fp32_scale(spec_of(fmt), pow2, epsilon);
   }
+  /// The rule of one view of a cast of x [rows, cols]: block_rule(), with the stream of its
+  /// stochastic rounding: the row-wise view (and without the transform the column-wise view, the
+  /// launch's transposed copy) from (sr_seed, sr_offset_rowwise) over x; the transformed
+  /// column-wise view from (sr_seed, sr_offset_columnwise) over the transformed x^T [cols, rows].
+  core::BlockRule view_rule(bool columnwise, int rows, int cols) const {
+    core::BlockRule r = block_rule();
+    if (!stochastic_rounding) return r;
+    r.stochastic = true;
+    r.sr.seed = sr_seed;
+    if (columnwise && rht_columnwise) {
+      r.sr.offset = sr_offset_columnwise;
+      r.sr.rows = cols;
+      r.sr.cols = rows;
+    } else {
+      r.sr.offset = sr_offset_rowwise;
+      r.sr.rows = rows;
+      r.sr.cols = cols;
+      r.sr.with_transpose = columnwise || sr_with_transpose;
+      r.sr.transposed = columnwise;
+    }
+    return r;
+  }
   /// How errors name the cast: "MXFP8 quantize" (E8M0 scales), "NVFP4 quantize" (E4M3 scales) or
   /// "block quantize".
   const char* what() const {
@@ -135,8 +172,9 @@ struct BlockView {
 
 /// The checks every device's block_cast makes before any work (same messages everywhere).
 /// \throws fp8emu::Error with no view asked for, a block below 1, a negative shape, a format
-///         that is not an MX element format, tiles with E8M0 scales, or a view of an E4M3-scaled
-///         cast without its amax slot.
+///         that is not an MX element format, tiles with E8M0 scales, a view of an E4M3-scaled
+///         cast without its amax slot, the Hadamard transform with tiles, or stochastic rounding
+///         other than TE's (E2M1 in 1 x 16 blocks).
 void check_block_cast(const BlockCast& c, int rows, int cols, const BlockView& rowwise, const BlockView& columnwise);
 
 /// The counts of one or more FP8 casts, in device memory: elements cast, saturated (finite values

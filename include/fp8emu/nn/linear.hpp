@@ -99,7 +99,9 @@ class Linear {
   Linear& operator=(Linear&&) noexcept = default;
   ~Linear() = default;
 
-  /// torch.nn.Linear's default init: W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
+  /// torch.nn.Linear's default init: W and b uniform in [-1/sqrt(in), 1/sqrt(in)). Also gives the
+  /// quantizers their stochastic-rounding stream (Quantizer::seed_rounding) from rng's next output,
+  /// peeked without drawing it, so W and b are the same for every recipe.
   void init(Rng& rng);
 
   /// y = x W^T + b. \param x Shape: [batch, in]. \param y Shape: [batch, out] (resized).
@@ -256,6 +258,7 @@ class Linear {
   bool have_weight_cache_ = false;
   scaling::DeviceOperand x_op_, w_op_;     // fp8: the operands of the last forward (views of xq_, wq_)
   std::array<float, 3> carried_scales_;    // the last scales while no buffers hold them
+  std::uint64_t rounding_stream_ = 0;      // the quantizers' stochastic-rounding stream (init)
   // Buffers of the step on device_ (made by make_buffers / reserve; rebuilt when the device changes).
   const backend::Device* buffers_on_ = nullptr;
   int capacity_ = 0;

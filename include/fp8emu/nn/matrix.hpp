@@ -43,6 +43,11 @@ class Rng {
   float uniform() { return float(gen_() >> 40) * 0x1p-24f; }
   /// Uniform in [-bound, bound).
   float uniform(float bound) { return (2.0f * uniform() - 1.0f) * bound; }
+  /// The generator's next 64-bit output, without drawing it (the state is unchanged).
+  std::uint64_t peek() const {
+    std::mt19937_64 g = gen_;
+    return g();
+  }
   /// Uniform integer in [0, n), unbiased (rejection sampling).
   std::uint64_t below(std::uint64_t n) {
     const std::uint64_t limit = ~std::uint64_t(0) - (~std::uint64_t(0) % n);

@@ -11,13 +11,14 @@
 ///   - current_quantizer.hpp  (TE Float8CurrentScalingQuantizer, recipe_common.cuh compute_scale_from_amax),
 ///   - mxfp8_quantizer.hpp    (TE quantize_mxfp8.cuh, 1x32 E8M0 blocks),
 ///   - block_quantizer.hpp    (TE quantize_transpose_square_blockwise.cu / _vector_blockwise.cu,
-///                             1x128 blocks and 128x128 weight tiles).
+///                             1x128 blocks and 128x128 weight tiles),
+///   - nvfp4_quantizer.hpp    (TE cast/nvfp4/, hadamard_transform/: E2M1 in 1x16 blocks under
+///                             E4M3 scales and a tensor scale, 16x16 weight tiles, RHT, SR).
 ///
 /// Adding a recipe: its configuration record in recipe.hpp (kName, kScalingMode, validate,
 /// make_quantizer, visit_parameters, and its place in the Recipe variant), one quantizer file pair
 /// here and in src/scaling/ (which defines the record's make_quantizer), and its source line in
-/// CMakeLists.txt. nn::Linear, RecipeSet, `--recipe` and the experiments need no edit. A recipe with a new ScalingMode (NVFP4) also adds its GEMM case to
-/// gemm_tn.
+/// CMakeLists.txt. nn::Linear, RecipeSet, `--recipe` and the experiments need no edit.
 ///
 /// Determinism: every quantizer and gemm_tn give the same bits for any OpenMP thread count and on
 /// every backend::Device (cpu, element or cuda).
@@ -230,7 +231,12 @@ class Quantizer {
   ///         length and direction; nothing changes then.
   virtual void load_state(const std::vector<float>& state);
 
-  /// The block length of a role's cast: 0 for per-tensor recipes, 32 for MXFP8, 128 for 128-block.
+  /// Gives this quantizer its own stochastic-rounding stream: the recipe's seed combined with
+  /// `stream` (nn::Linear passes one per layer). No-op for recipes that round to nearest only.
+  virtual void seed_rounding(std::uint64_t stream) { (void)stream; }
+
+  /// The block length of a role's cast: 0 for per-tensor recipes, 32 for MXFP8, 128 for 128-block,
+  /// 16 for NVFP4.
   virtual int block_length(TensorRole role) const {
     (void)role;
     return 0;

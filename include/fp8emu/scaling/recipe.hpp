@@ -217,14 +217,62 @@ struct Float8BlockScaling {
   }
 };
 
-/// One recipe of the four. Behaviour is asked of the recipe (scaling_mode, recipe_name) or of its
-/// quantizer (quantizer.hpp), never read from the alternative's position.
-using Recipe = std::variant<DelayedScaling, CurrentScaling, MXFP8BlockScaling, Float8BlockScaling>;
+/// TE `NVFP4BlockScaling` (TE 2.x, Blackwell): E2M1 elements in 1 x 16 blocks along the GEMM's K
+/// with E4M3 block scales under an fp32 tensor scale (docs/nvfp4.md), per tensor as TE's QParams:
+///   - input: 1 x 16; its column-wise copy (the wgrad operand) after the random Hadamard transform;
+///   - weight: 16 x 16 tiles (both copies share the tile scales); no transform;
+///   - grad_output: 1 x 16, stochastic rounding; its column-wise copy after the transform.
+/// The switches turn each off for every tensor, as TE's fields (and env vars NVTE_NVFP4_DISABLE_*).
+struct NVFP4BlockScaling {
+  static constexpr const char* kName = "nvfp4";
+  static constexpr ScalingMode kScalingMode = ScalingMode::kBlock;
+  /// The format of the block scales, E4M3 (TE asserts fp8_format == E4M3); the elements are E2M1
+  /// (TE's fp4_format). The experiments' --format does not apply to this recipe.
+  RecipeFormat fp8_format = RecipeFormat::kE4M3;
+  static constexpr bool kTakesFormatFlag = false;
+  bool disable_rht = false;                  ///< TE NVTE_NVFP4_DISABLE_RHT
+  bool disable_stochastic_rounding = false;  ///< TE NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING
+  bool disable_2d_quantization = false;      ///< TE NVTE_NVFP4_DISABLE_2D_QUANTIZATION: weights in 1 x 16
+  /// The Philox seed of stochastic rounding (TE: PyTorch's CUDA generator's seed); each quantizer
+  /// adds its own stream (Quantizer::seed_rounding) and advances its offset per cast.
+  std::uint64_t seed = 0;
+  /// \throws fp8emu::Error unless fp8_format is E4M3.
+  void validate() const;
+  /// Its quantizer (nvfp4_quantizer.hpp). \throws fp8emu::Error as validate().
+  std::unique_ptr<Quantizer> make_quantizer(Direction direction) const;
+  /// As DelayedScaling::visit_parameters.
+  template <class F>
+  void visit_parameters(F&& f) const {
+    f("disable_rht", disable_rht);
+    f("disable_stochastic_rounding", disable_stochastic_rounding);
+    f("disable_2d_quantization", disable_2d_quantization);
+  }
+  /// As DelayedScaling::visit_fields (fp8emu.NVFP4BlockScaling).
+  template <class Self, class F>
+  static void visit_fields(Self& r, F&& f) {
+    f("fp8_format", r.fp8_format);
+    f("disable_rht", r.disable_rht);
+    f("disable_stochastic_rounding", r.disable_stochastic_rounding);
+    f("disable_2d_quantization", r.disable_2d_quantization);
+  }
+};
 
-/// The recipe's name: "delayed", "current", "mxfp8" or "block" (its record's kName; the names of
-/// `fp8emu train --recipe`).
+/// Whether a recipe record takes the experiments' --format (RecipeSet::set_format): every record
+/// but those that declare kTakesFormatFlag = false (NVFP4, whose formats are fixed).
+template <class R, class = void>
+struct takes_format_flag : std::true_type {};
+template <class R>
+struct takes_format_flag<R, std::void_t<decltype(R::kTakesFormatFlag)>> : std::bool_constant<R::kTakesFormatFlag> {};
+
+/// One recipe of the five. Behaviour is asked of the recipe (scaling_mode, recipe_name) or of its
+/// quantizer (quantizer.hpp), never read from the alternative's position.
+using Recipe = std::variant<DelayedScaling, CurrentScaling, MXFP8BlockScaling, Float8BlockScaling, NVFP4BlockScaling>;
+
+/// The recipe's name: "delayed", "current", "mxfp8", "block" or "nvfp4" (its record's kName; the
+/// names of `fp8emu train --recipe`).
 const char* recipe_name(const Recipe& r);
-/// Every recipe name, in the order of the Recipe alternatives: {"delayed", "current", "mxfp8", "block"}.
+/// Every recipe name, in the order of the Recipe alternatives: {"delayed", "current", "mxfp8",
+/// "block", "nvfp4"}.
 const std::vector<std::string>& recipe_names();
 /// The recipe's format field.
 RecipeFormat recipe_format(const Recipe& r);
@@ -245,11 +293,11 @@ bool supports_accumulation_models(const Recipe& r);
 /// for an unknown name. Never throws.
 std::optional<Recipe> find_recipe(const std::string& name, const std::vector<Recipe>& configured = {});
 /// As find_recipe. \throws fp8emu::Error "unknown recipe '<name>' (accepted: delayed, current,
-///         mxfp8, block)" for an unknown name (the list is recipe_names()).
+///         mxfp8, block, nvfp4)" for an unknown name (the list is recipe_names()).
 Recipe parse_recipe(const std::string& name, const std::vector<Recipe>& configured = {});
 /// A `--recipe` value that may also be "all": one recipe (as parse_recipe), or every recipe in
 /// recipe_names() order. \throws fp8emu::Error "unknown recipe '<name>' (accepted: delayed,
-///         current, mxfp8, block, all)" for an unknown name.
+///         current, mxfp8, block, nvfp4, all)" for an unknown name.
 std::vector<Recipe> parse_recipe_selection(const std::string& name, const std::vector<Recipe>& configured = {});
 
 /// One configured record of every recipe, in the order of the Recipe alternatives, each starting
@@ -274,7 +322,7 @@ class RecipeSet {
   Recipe find(const std::string& name) const { return parse_recipe(name, all()); }
   /// A `--recipe` value: one name or "all". \throws fp8emu::Error as parse_recipe_selection.
   std::vector<Recipe> select(const std::string& selection) const { return parse_recipe_selection(selection, all()); }
-  /// Sets every record's fp8_format (the experiments' `--format`).
+  /// Sets the fp8_format of every record that takes it (takes_format_flag; the experiments' `--format`).
   void set_format(RecipeFormat f);
   /// Validates every record, whichever will run. \throws fp8emu::Error from the first bad record.
   void validate() const;
