@@ -50,6 +50,7 @@ __all__ = [
     "Float8CurrentScaling",
     "MXFP8BlockScaling",
     "Float8BlockScaling",
+    "NVFP4BlockScaling",
     "Quantizer",
     "QuantizedTensor",
     "recipe",
@@ -615,6 +616,7 @@ from .recipe import (  # noqa: E402
     Float8CurrentScaling,
     Format,
     MXFP8BlockScaling,
+    NVFP4BlockScaling,
     QuantizedTensor,
     Quantizer,
 )

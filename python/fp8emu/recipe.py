@@ -279,16 +279,56 @@ class Float8BlockScaling(Recipe):
     fp8_quant_bwd_grad = fp8_quant_fwd_inp
 
 
+@dataclass
 class NVFP4BlockScaling(Recipe):
-    """TE ``NVFP4BlockScaling``: not a runnable recipe of fp8emu yet. fp8emu's element layer casts
-    NVFP4 blocks (E2M1, E4M3 block scales under an fp32 tensor scale; docs/nvfp4.md); the recipe's
-    random Hadamard transform and stochastic rounding are not built. Constructing it raises
-    NotImplementedError, so a script finds out at once instead of running another recipe."""
+    """TE ``NVFP4BlockScaling`` (TE 2.x, Blackwell): E2M1 elements in 1 x 16 blocks along K, each
+    with an E4M3 scale under an fp32 tensor scale ``S_enc = 2688 / amax`` (docs/nvfp4.md has TE's
+    arithmetic and sources). Per tensor, as TE's QParams: inputs 1 x 16, their column-wise copy (the
+    wgrad operand) after the random Hadamard transform; weights in 16 x 16 tiles; gradients 1 x 16
+    with stochastic rounding (TE's Philox stream and element map, reproduced from the quantizer's
+    seed and offset: :meth:`Quantizer.set_rng_state`), their column-wise copy after the transform.
+    The switches turn each off (TE's fields; defaults from TE's env vars
+    ``NVTE_NVFP4_DISABLE_RHT``, ``NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING``,
+    ``NVTE_NVFP4_DISABLE_2D_QUANTIZATION``, read when fp8emu is imported). TE's row-scaled and 4over6
+    variants are refused by name. The block GEMM's accumulation is a documented model choice (no
+    public source measures Blackwell's)."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        raise NotImplementedError("NVFP4BlockScaling is not available in fp8emu yet: its casts exist in the "
-                                  "element layer (docs/nvfp4.md), the recipe (random Hadamard transform, "
-                                  "stochastic rounding, 16x16 weights) is not built")
+    fp4_format: Format = Format.E2M1
+    fp8_format: Format = Format.E4M3
+    disable_rht: bool = os.getenv("NVTE_NVFP4_DISABLE_RHT", "0") == "1"
+    disable_stochastic_rounding: bool = os.getenv("NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING", "0") == "1"
+    disable_2d_quantization: bool = os.getenv("NVTE_NVFP4_DISABLE_2D_QUANTIZATION", "0") == "1"
+    row_scaled_activation: bool = os.getenv("NVTE_NVFP4_ROW_SCALED_ACTIVATION", "0") == "1"
+    nvfp4_4over6: str = os.getenv("NVTE_NVFP4_4OVER6", "none")
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: Optional[str] = os.getenv("NVTE_BACKWARD_OVERRIDE", None)
+
+    _kind = "nvfp4"
+
+    def __post_init__(self) -> None:
+        assert self.fp4_format == Format.E2M1, "Only E2M1 is supported for NVFP4 scaling"
+        assert self.fp8_format == Format.E4M3, "Only E4M3 is supported for NVFP4 scaling"
+        _check_common(self)
+        if self.row_scaled_activation:
+            raise NotImplementedError("NVFP4BlockScaling(row_scaled_activation=True): TE's row-scaled activations "
+                                      "are not modelled by fp8emu")
+        if self.nvfp4_4over6 != "none":
+            raise NotImplementedError(f"NVFP4BlockScaling(nvfp4_4over6={self.nvfp4_4over6!r}): TE's 4over6 "
+                                      f"variant is not modelled by fp8emu")
+
+    @property
+    def fp4_quant_fwd_inp(self) -> QParams:
+        return QParams(random_hadamard_transform=not self.disable_rht)
+
+    @property
+    def fp4_quant_fwd_weight(self) -> QParams:
+        return QParams(fp4_2d_quantization=not self.disable_2d_quantization)
+
+    @property
+    def fp4_quant_bwd_grad(self) -> QParams:
+        return QParams(random_hadamard_transform=not self.disable_rht,
+                       stochastic_rounding=not self.disable_stochastic_rounding)
 
 
 class CustomRecipe(Recipe):
@@ -298,7 +338,7 @@ class CustomRecipe(Recipe):
     def __init__(self, *args: Any, **kwargs: Any):
         raise NotImplementedError("CustomRecipe (user quantizer factories) is not available in fp8emu: its "
                                   "quantizers are fp8emu's C++ recipes (DelayedScaling, Float8CurrentScaling, "
-                                  "MXFP8BlockScaling, Float8BlockScaling)")
+                                  "MXFP8BlockScaling, Float8BlockScaling, NVFP4BlockScaling)")
 
 
 class QuantizedTensor:
@@ -398,8 +438,8 @@ def _record(recipe: Any) -> Any:
     """
     kind = getattr(recipe, "_kind", None)
     if kind is None:
-        raise TypeError(f"recipe must be a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
-                        f"Float8BlockScaling (got {type(recipe).__name__})")
+        raise TypeError(f"recipe must be a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, "
+                        f"Float8BlockScaling or NVFP4BlockScaling (got {type(recipe).__name__})")
     record = _fp8emu.recipe_record(kind)
     for name in record.field_names():
         setattr(record, name, _field_value(recipe, name))
@@ -411,9 +451,11 @@ class Quantizer:
     ``forward`` or ``backward``, and its quantizers).
 
     Args:
-        recipe: a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or Float8BlockScaling.
-        direction: "forward" (input, weight, output: the recipe's forward format, E4M3) or
-            "backward" (grad_output, grad_input: the backward format, E5M2 under HYBRID).
+        recipe: a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling or
+            NVFP4BlockScaling.
+        direction: "forward" (input, weight, output: the recipe's forward format, E4M3; NVFP4:
+            E2M1) or "backward" (grad_output, grad_input: the backward format, E5M2 under HYBRID;
+            NVFP4: E2M1).
     Raises:
         ValueError: invalid recipe parameters (TE's checks: E5M2 format, history length, ...), an
             unknown direction.
@@ -427,8 +469,8 @@ class Quantizer:
     def __init__(self, recipe: Any, direction: str = "forward"):
         kind = getattr(recipe, "_kind", None)
         if kind is None:
-            raise TypeError(f"recipe must be a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling or "
-                            f"Float8BlockScaling (got {type(recipe).__name__})")
+            raise TypeError(f"recipe must be a DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, "
+                            f"Float8BlockScaling or NVFP4BlockScaling (got {type(recipe).__name__})")
         self.recipe = recipe
         self.direction = direction
         self._impl = _fp8emu.Quantizer(_record(recipe), direction)
@@ -436,12 +478,33 @@ class Quantizer:
     def __getstate__(self) -> dict:
         st = self._impl.state()
         return {"recipe": self.recipe, "direction": self.direction,
-                "state": None if st is None else (st[0].copy(), st[1].copy())}
+                "state": None if st is None else (st[0].copy(), st[1].copy()), "rng_state": self.rng_state}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["recipe"], state["direction"])
         if state["state"] is not None:
             self._impl.set_state(*state["state"])
+        if state.get("rng_state") is not None:
+            self.set_rng_state(*state["rng_state"])
+
+    @property
+    def rng_state(self) -> Optional[Tuple[int, int]]:
+        """NVFP4BlockScaling: ``(seed, offset)`` of the next stochastic rounding, TE's ``rng_state``
+        (the Philox seed and offset its kernels read); None for the other recipes."""
+        return _fp8emu.quantizer_rng_state(self._impl)
+
+    def set_rng_state(self, seed: int, offset: int) -> None:
+        """NVFP4BlockScaling: the Philox seed and offset of the next stochastic rounding (TE's
+        ``rng_state``, which TE draws from PyTorch's CUDA generator). Each cast of a gradient with
+        stochastic rounding advances the offset by 1024, as PyTorch's generator advances per draw
+        (2048 when its column-wise copy after the Hadamard transform draws a second state). The
+        bits are those of TE's tuned 1D kernel (docs/nvfp4.md), so a GPU's output for the same
+        ``rng_state`` can be compared byte for byte.
+
+        Raises:
+            ValueError: another recipe (it rounds to nearest).
+        """
+        _fp8emu.set_quantizer_rng_state(self._impl, int(seed), int(offset))
 
     @property
     def format(self) -> str:
@@ -475,7 +538,9 @@ class Quantizer:
             role: "input", "weight" or "output" (forward), "grad_output" or "grad_input" (backward).
                 Delayed scaling casts with the role's stored scale and records x's amax in the
                 role's history slot; block scaling casts "weight" in 128 x 128 tiles, the others in
-                1 x 128 blocks.
+                1 x 128 blocks; NVFP4 casts "weight" in 16 x 16 tiles, the others in 1 x 16 blocks,
+                their column-wise copy after the Hadamard transform, "grad_output" with stochastic
+                rounding (TE's QParams; the recipe's switches turn each off).
             usage: "rowwise" (fprop operands, dgrad's grad_output), "columnwise" (wgrad operands,
                 dgrad's weight) or "both".
             stream: CUDA arrays only: an int cudaStream_t, a torch.cuda.Stream or a CuPy stream.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "arrays.hpp"
+#include "fp8emu/scaling/nvfp4_quantizer.hpp"
 #include "fp8emu/scaling/recipe.hpp"
 
 namespace fp8emu::python {
@@ -201,6 +202,27 @@ void bind_recipe_records(nb::module_& m) {
   bind_records(m, std::make_index_sequence<std::variant_size_v<scaling::Recipe>>{});
   m.def("recipe_record", [](const std::string& name) { return scaling::parse_recipe(name); }, "name"_a,
         "A new record of the recipe named `name` (TE's defaults); ValueError naming the recipes.");
+  // NVFP4's stochastic-rounding state (TE's rng_state: Philox seed, offset) of a quantizer; None
+  // and a ValueError for recipes without one.
+  m.def(
+      "quantizer_rng_state",
+      [](const PyQuantizer& q) -> nb::object {
+        const auto* n = dynamic_cast<const scaling::Nvfp4Quantizer*>(q.q.get());
+        if (!n) return nb::none();
+        return nb::make_tuple(n->rounding_seed(), n->rounding_offset());
+      },
+      "quantizer"_a);
+  m.def(
+      "set_quantizer_rng_state",
+      [](PyQuantizer& q, std::uint64_t seed, std::uint64_t offset) {
+        auto* n = dynamic_cast<scaling::Nvfp4Quantizer*>(q.q.get());
+        if (!n)
+          throw nb::value_error((std::string("set_rng_state: the ") + q.q->recipe_name() +
+                                 " recipe rounds to nearest; only NVFP4BlockScaling has a stochastic-rounding state")
+                                    .c_str());
+        n->set_rounding_state(seed, offset);
+      },
+      "quantizer"_a, "seed"_a, "offset"_a);
 }
 
 }  // namespace fp8emu::python

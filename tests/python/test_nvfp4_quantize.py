@@ -143,6 +143,11 @@ def nvfp4_1d(x, amax, bits=None, tile=False):
     """TE's NVFP4 cast of x [n, k] (16-element blocks along k, or 16 x 16 tiles) under the tensor
     amax: E2M1 codes [n, k], E4M3 scale codes [n, k / 16]."""
     n, k = x.shape
+    if k % 16 and not tile:  # a last partial block: zeros pad it without changing its amax
+        pad = np.zeros((n, 16 - k % 16), F32)
+        b = None if bits is None else np.concatenate([bits, np.zeros(pad.shape, bits.dtype)], axis=1)
+        q, sc = nvfp4_1d(np.concatenate([x, pad], axis=1), amax, b)
+        return q[:, :k], sc
     se = s_enc(amax)
     sd = (F32(1) / se).astype(F32)
     coef = (se * F32(1 / 6)).astype(F32)
@@ -313,16 +318,31 @@ def test_swizzled_scales_follow_cublas_layout(cli, tmp_path):
     np.testing.assert_array_equal(f["rowwise_scale_inv_swizzled"].ravel(), ref)
 
 
+def test_tokens_past_the_last_group_of_16_are_not_transformed(cli, tmp_path):
+    # 40 tokens: two groups of 16 transformed, the last 8 rows passed through (the documented tail
+    # rule; TE refuses such shapes).
+    x = bf16_randn((40, 32), 12)
+    f = run_quantize(cli, tmp_path, x, "--role", "input")
+    y = np.concatenate([rht_of_transpose(x[:32]), x[32:].T], axis=1)
+    check_view(f, "columnwise", y, amax_of(y))
+
+
 def test_bad_input_is_one_clear_error(cli, tmp_path):
     src = tmp_path / "x.npy"
-    np.save(src, np.zeros((24, 32), F32))  # 24 tokens: not a multiple of 16 for the transform
+    np.save(src, np.zeros((32, 32), np.float16))
     r = subprocess.run([str(cli), "quantize", "--recipe", "nvfp4", "--role", "grad", "--in", str(src), "--out",
                         str(tmp_path / "q")], capture_output=True, text=True)
     assert r.returncode == 2
-    assert "multiple of 16 rows" in r.stderr and r.stderr.count("\n") == 1
-    r = subprocess.run([str(cli), "quantize", "--recipe", "mxfp8", "--no-rht", "--in", str(src), "--out",
-                        str(tmp_path / "q")], capture_output=True, text=True)
-    assert r.returncode == 2 and "switches of --recipe nvfp4" in r.stderr
+    assert "neither float32 nor bfloat16" in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "q").exists()
+    np.save(src, np.zeros((32, 32), F32))
+    for args, message in [(["--recipe", "mxfp8", "--no-rht"], "switches of --recipe nvfp4"),
+                          (["--recipe", "nvfp4", "--role", "output"], "unknown --role 'output'"),
+                          (["--recipe", "fp4"], "unknown recipe 'fp4'"),
+                          (["--recipe", "block", "--swizzle"], "--swizzle writes cuBLAS's layout")]:
+        r = subprocess.run([str(cli), "quantize", *args, "--in", str(src), "--out", str(tmp_path / "q")],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and message in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------------------------ Python API

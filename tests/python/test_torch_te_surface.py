@@ -57,7 +57,7 @@ def test_availability_probes_tell_the_truth():
     assert ok and "emulated" in why
     assert te.is_mxfp8_available() and te.is_fp8_block_scaling_available()
     ok, why = te.is_nvfp4_available(return_reason=True)
-    assert not ok and "NVFP4" in why
+    assert ok and "emulated" in why
     assert te.is_bf16_available() is True and te.is_bf16_available(return_reason=True) == (True, "")
     assert te.get_device_compute_capability() == (9, 0)
     assert te.get_default_recipe() == fp8emu.DelayedScaling()
@@ -72,6 +72,15 @@ def test_recipe_module_has_tes_names_fields_and_checks():
         r = cls()
         assert isinstance(r, recipe.Recipe)
         assert r.fp8_dpa is False and r.fp8_mha is False and r.backward_override is None
+    nv = recipe.NVFP4BlockScaling()
+    assert nv.nvfp4() and nv.fp4_format == recipe.Format.E2M1 and nv.fp8_format == recipe.Format.E4M3
+    # TE's QParams of NVFP4: RHT on inputs and gradients, 2D weights, SR on gradients.
+    assert nv.fp4_quant_fwd_inp == recipe.QParams(random_hadamard_transform=True)
+    assert nv.fp4_quant_fwd_weight == recipe.QParams(fp4_2d_quantization=True)
+    assert nv.fp4_quant_bwd_grad == recipe.QParams(random_hadamard_transform=True, stochastic_rounding=True)
+    assert recipe.NVFP4BlockScaling(disable_rht=True).fp4_quant_bwd_grad.random_hadamard_transform is False
+    with pytest.raises(AssertionError, match="Only E4M3 is supported for NVFP4 scaling"):
+        recipe.NVFP4BlockScaling(fp8_format=recipe.Format.HYBRID)
     assert recipe.DelayedScaling().delayed() and recipe.Float8CurrentScaling().float8_per_tensor_scaling()
     assert recipe.MXFP8BlockScaling().mxfp8() and recipe.Float8BlockScaling().float8_block_scaling()
     assert not recipe.DelayedScaling().mxfp8()
@@ -95,7 +104,9 @@ def test_recipe_module_has_tes_names_fields_and_checks():
     # What fp8emu does not model, by name.
     for make in (lambda: recipe.Float8CurrentScaling(backward_override="dequantized"),
                  lambda: recipe.Float8BlockScaling(x_block_scaling_dim=2, w_block_scaling_dim=1),
-                 lambda: recipe.NVFP4BlockScaling(), lambda: recipe.CustomRecipe(qfactory=None)):
+                 lambda: recipe.NVFP4BlockScaling(nvfp4_4over6="map_to_4"),
+                 lambda: recipe.NVFP4BlockScaling(row_scaled_activation=True),
+                 lambda: recipe.CustomRecipe(qfactory=None)):
         with pytest.raises(NotImplementedError):
             make()
 

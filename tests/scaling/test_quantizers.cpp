@@ -12,6 +12,7 @@
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/scaling/nvfp4_quantizer.hpp"
 #include "fp8emu/scaling/quantizer.hpp"
 #include "fp8emu/scaling/recipe.hpp"
 #include "support/bits.hpp"
@@ -266,4 +267,39 @@ TEST_CASE("gemm_tn of quantized operands against the emu:: GEMMs", "[scaling][qu
     CHECK_THROWS_WITH(gemm_tn(K, qa, Usage::kRowwise, pb, Usage::kRowwise, {}, got.data()),
                       Catch::Contains("different scaling modes"));
   }
+}
+
+// NVFP4's rounding stream as a quantizer state: TE draws one rng state per gradient cast (offset +
+// 1024) and a second for the transformed column-wise copy; the stream is the recipe's seed combined
+// with the layer's (seed_rounding); save_state / load_state continue it exactly.
+TEST_CASE("NVFP4 quantizer: the rounding stream is its state", "[scaling][nvfp4]") {
+  const int rows = 64, cols = 48;
+  std::vector<float> dy(std::size_t(rows) * cols);
+  for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = std::sin(float(i) * 0.37f) * (1.0f + float(i % 7));
+  NVFP4BlockScaling r;
+  r.seed = 5;
+  auto cast = [&](Quantizer& q) {
+    return q.quantize(backend::cpu_device(), dy.data(), rows, cols, TensorRole::kGradOutput, Usage::kBoth, nullptr);
+  };
+  auto q = make_quantizer(r, Direction::kBackward);
+  auto* n = dynamic_cast<Nvfp4Quantizer*>(q.get());
+  REQUIRE(n);
+  CHECK(n->rounding_seed() == 5);
+  const std::vector<float> saved = q->save_state();
+  const QuantizedTensor a = cast(*q);
+  CHECK(n->rounding_offset() == 2048);  // row-wise draw, then the transformed column-wise copy's
+  const QuantizedTensor b = cast(*q);
+  CHECK(a.blocks().rowwise.codes != b.blocks().rowwise.codes);  // the next draw rounds otherwise
+  CHECK(a.blocks().rowwise.scale_inv == b.blocks().rowwise.scale_inv);  // scales do not depend on it
+  q->load_state(saved);  // back to the first draw: the same codes
+  CHECK(cast(*q).blocks().rowwise.codes == a.blocks().rowwise.codes);
+  auto other = make_quantizer(r, Direction::kBackward);
+  other->seed_rounding(0x1234);  // another layer's stream
+  CHECK(cast(*other).blocks().rowwise.codes != a.blocks().rowwise.codes);
+  // Round to nearest: no draw.
+  r.disable_stochastic_rounding = true;
+  auto rn = make_quantizer(r, Direction::kBackward);
+  cast(*rn);
+  CHECK(dynamic_cast<Nvfp4Quantizer&>(*rn).rounding_offset() == 0);
+  CHECK_THROWS_WITH(rn->load_state({1.0f}), Catch::Contains("keeps 8 (its rounding seed and offset)"));
 }

@@ -91,7 +91,8 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
         calibrating: with ``enabled=False``, run in fp32 but record the amax of inputs and weights
             in the delayed-scaling histories (TE's calibration).
         fp8_recipe: a recipe (``fp8emu.DelayedScaling`` (default ``DelayedScaling()``),
-            ``Float8CurrentScaling``, ``MXFP8BlockScaling``, ``Float8BlockScaling``).
+            ``Float8CurrentScaling``, ``MXFP8BlockScaling``, ``Float8BlockScaling``,
+            ``NVFP4BlockScaling``).
         fp8_group: TE's amax reduction group: with torch.distributed initialized and the recipe's
             ``reduce_amax`` (delayed scaling), each update first takes the maximum of this step's
             amaxes over the group's ranks (None: the default group), so every rank holds the same
@@ -104,7 +105,7 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
     recipe = DelayedScaling() if fp8_recipe is None else fp8_recipe
     if getattr(recipe, "_kind", None) is None:
         raise TypeError(f"fp8_recipe must be an fp8emu recipe (DelayedScaling, Float8CurrentScaling, "
-                        f"MXFP8BlockScaling, Float8BlockScaling); got {type(recipe).__name__}")
+                        f"MXFP8BlockScaling, Float8BlockScaling, NVFP4BlockScaling); got {type(recipe).__name__}")
     region = _Region(bool(enabled), bool(calibrating), recipe, fp8_group)
     _STACK.append(region)
     try:
@@ -155,9 +156,9 @@ def is_fp8_block_scaling_available(return_reason: bool = False) -> Any:
 
 
 def is_nvfp4_available(return_reason: bool = False) -> Any:
-    """TE ``is_nvfp4_available``: False; the reason says what is missing."""
-    return _probe(False, "NVFP4BlockScaling is not available in fp8emu yet (its block casts exist; the recipe's "
-                         "Hadamard transform and stochastic rounding do not)", return_reason)
+    """TE ``is_nvfp4_available``: True (NVFP4BlockScaling is emulated: TE's casts, Hadamard transform
+    and stochastic rounding bit for bit; its block GEMM's accumulation a documented model)."""
+    return _probe(True, _EMULATED, return_reason)
 
 
 def get_default_recipe() -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -26,6 +27,20 @@ def _promotions(recipe: Any) -> tuple:
             0 if dgrad is not None and not dgrad.use_split_accumulator else 128)
 
 
+def _rounding_seed(module: torch.nn.Module) -> int:
+    """The Philox seed of a module's NVFP4 stochastic rounding: a hash of torch's initial seed and
+    the module's first parameter when it makes its quantizers. TE draws each cast's (seed, offset)
+    from PyTorch's CUDA generator; fp8emu gives each module its own stream without drawing from
+    torch's generators, so a script seeded the same way rounds the same way and its other random
+    numbers are unchanged (``Quantizer.set_rng_state`` sets other values)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(int(torch.initial_seed()).to_bytes(8, "little"))
+    p = next(module.parameters(), None)
+    if p is not None:
+        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return int.from_bytes(h.digest(), "little")
+
+
 class _Fp8Module(torch.nn.Module):
     """State shared by the FP8 modules: the forward and backward quantizers of the recipe in use."""
 
@@ -42,6 +57,8 @@ class _Fp8Module(torch.nn.Module):
             self._recipe = recipe
             self._fwd_quantizer = Quantizer(recipe, "forward")
             self._bwd_quantizer = Quantizer(recipe, "backward")
+            if self._bwd_quantizer.rng_state is not None:  # NVFP4: this module's rounding stream
+                self._bwd_quantizer.set_rng_state(_rounding_seed(self), 0)
             self._weight_q = None
         return self._fwd_quantizer, self._bwd_quantizer
 
