@@ -12,7 +12,9 @@
 //   amax_rowwise.npy, amax_columnwise.npy   NVFP4: float32 [1], the tensor amax of each copy
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -34,16 +36,25 @@ namespace fp8emu::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string recipe, role = "input", in, out, format = "hybrid", backend = "emulated";
+  std::string recipe, role = "input", in, out, format, backend = "emulated";
   bool no_rht = false, no_sr = false, no_2d = false, swizzle = false;
-  std::uint64_t seed = 0, offset = 0;
+  std::string seed = "0", offset = "0";
 };
+
+// A 64-bit unsigned decimal, refused (not clamped) when it is out of range or not a number.
+std::uint64_t parse_u64(const std::string& s, const char* flag) {
+  const bool digits = !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+  errno = 0;
+  const unsigned long long v = digits ? std::strtoull(s.c_str(), nullptr, 10) : 0;
+  FP8EMU_CHECK(digits && errno != ERANGE, flag, " '", s, "' is not an integer in [0, 2^64 - 1]");
+  return std::uint64_t(v);
+}
 
 scaling::TensorRole parse_role(const std::string& s) {
   if (s == "input") return scaling::TensorRole::kInput;
   if (s == "weight") return scaling::TensorRole::kWeight;
-  if (s == "grad") return scaling::TensorRole::kGradOutput;
-  FP8EMU_FAIL("unknown --role '", s, "' (accepted: input, weight, grad)");
+  if (s == "grad" || s == "grad_output") return scaling::TensorRole::kGradOutput;
+  FP8EMU_FAIL("unknown --role '", s, "' (accepted: input, weight, grad or grad_output)");
 }
 
 // x as [rows, cols] fp32: float32 or bfloat16 (uint16 bits, as ml_dtypes writes it); a 1-D array
@@ -100,6 +111,14 @@ std::vector<std::uint8_t> pack_fp4(const std::vector<std::uint8_t>& codes, std::
   return p;
 }
 
+// [n, k] row-major -> [k, n].
+std::vector<std::uint8_t> transposed(const std::vector<std::uint8_t>& a, std::size_t n, std::size_t k) {
+  std::vector<std::uint8_t> t(a.size());
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < k; ++j) t[j * n + i] = a[i * k + j];
+  return t;
+}
+
 // cuBLAS's block-scale layout (its "1D block scaling factors layout"; TE cast/nvfp4/swizzle.cuh,
 // torchao to_blocked): the [n, nb] scales padded with zeros to [roundup(n, 128), roundup(nb, 4)],
 // stored in 512-byte blocks of 128 rows x 4 columns, (r, c) at
@@ -119,14 +138,18 @@ std::vector<std::uint8_t> swizzle_scales(const std::vector<std::uint8_t>& s, std
 int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err) {
   try {
     scaling::RecipeSet set;
-    if (o.format != "hybrid") set.set_format(scaling::parse_recipe_format(o.format));
+    if (!o.format.empty()) set.set_format(scaling::parse_recipe_format(o.format));
     auto& nv = set.get<scaling::NVFP4BlockScaling>();
     nv.disable_rht = o.no_rht;
     nv.disable_stochastic_rounding = o.no_sr;
     nv.disable_2d_quantization = o.no_2d;
-    nv.seed = o.seed;
+    const std::uint64_t seed = parse_u64(o.seed, "--seed"), offset = parse_u64(o.offset, "--offset");
+    nv.seed = seed;
     const scaling::Recipe recipe = set.find(o.recipe);
     const bool nvfp4 = std::holds_alternative<scaling::NVFP4BlockScaling>(recipe);
+    FP8EMU_CHECK(!nvfp4 || o.format.empty() || o.format == "e4m3", "--format ", o.format,
+                 " does not apply to --recipe nvfp4: its formats are TE's fixed ones (E2M1 elements, E4M3 block "
+                 "scales)");
     FP8EMU_CHECK(nvfp4 || (!o.no_rht && !o.no_sr && !o.no_2d), "--no-rht, --no-sr and --no-2d are switches of ",
                  "--recipe nvfp4, not of ", o.recipe);
     FP8EMU_CHECK(o.swizzle ? scaling::scaling_mode(recipe) == scaling::ScalingMode::kBlock &&
@@ -143,13 +166,27 @@ int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err)
                                                            : backend::cpu_device();
 
     std::unique_ptr<scaling::Quantizer> q = scaling::make_quantizer(recipe, scaling::direction_of(role));
-    if (auto* n4 = dynamic_cast<scaling::Nvfp4Quantizer*>(q.get())) n4->set_rounding_state(o.seed, o.offset);
+    if (auto* n4 = dynamic_cast<scaling::Nvfp4Quantizer*>(q.get())) n4->set_rounding_state(seed, offset);
     const scaling::QuantizedTensor t = q->quantize(device, x.data(), rows, cols, role, scaling::Usage::kBoth, nullptr);
 
+    // The fields go into a fresh folder beside --out, renamed into place when all are written: an
+    // error leaves nothing, and no field of an earlier run stays beside the new ones.
     std::error_code ec;
-    std::filesystem::create_directories(o.out, ec);
-    FP8EMU_CHECK(!ec, "--out ", o.out, ": cannot create the folder (", ec.message(), ")");
-    const std::filesystem::path dir(o.out);
+    const std::filesystem::path final_dir(o.out);
+    FP8EMU_CHECK(!std::filesystem::exists(final_dir, ec) || std::filesystem::is_empty(final_dir, ec), "--out ",
+                 o.out, " exists and is not empty (remove it or choose another folder)");
+    const std::filesystem::path dir = final_dir.string() + ".partial";
+    std::filesystem::remove_all(dir, ec);
+    std::filesystem::create_directories(dir, ec);
+    FP8EMU_CHECK(!ec, "--out ", o.out, ": cannot create ", dir.string(), " (", ec.message(), ")");
+    struct Cleanup {
+      std::filesystem::path p;
+      bool keep = false;
+      ~Cleanup() {
+        std::error_code e;
+        if (!keep) std::filesystem::remove_all(p, e);
+      }
+    } cleanup{dir};
     auto put = [&](const char* name, const io::NpyArray& a) { io::write_npy((dir / name).string(), a); };
     const std::size_t R = std::size_t(rows), C = std::size_t(cols);
     if (t.mode() == scaling::ScalingMode::kPerTensor) {
@@ -163,7 +200,10 @@ int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err)
       auto copy = [&](const emu::BlockQuantized& v, const char* data_name, const char* scale_name,
                       const char* swizzled_name, const char* amax_name) {
         const std::size_t n = std::size_t(v.n), k = std::size_t(v.k), nb = std::size_t(v.blocks());
+        // TE's MXFP8 column-wise copy keeps x's layout: data [R, C], scales [ceil(R / 32), C].
+        const bool mx_col = o.recipe == "mxfp8" && &v == &b.columnwise;
         if (nvfp4) put(data_name, u8_array({n, (k + 1) / 2}, pack_fp4(v.codes, n, k)));
+        else if (mx_col) put(data_name, u8_array({k, n}, transposed(v.codes, n, k)));
         else put(data_name, u8_array({n, k}, v.codes));
         std::vector<std::uint8_t> codes(v.scale_inv.size());
         if (nvfp4) {  // E4M3 block scales: exact E4M3 values, so their codes are exact
@@ -176,8 +216,9 @@ int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err)
           put(scale_name, f32_array({n, nb}, v.scale_inv));
           return;
         }
-        put(scale_name, u8_array({n, nb}, codes));
-        if (o.swizzle) {
+        if (mx_col) put(scale_name, u8_array({nb, n}, transposed(codes, n, nb)));
+        else put(scale_name, u8_array({n, nb}, codes));
+        if (o.swizzle) {  // the scales of the operand as the GEMM reads it, K-major [n, nb]
           std::size_t rp = 0, cp = 0;
           std::vector<std::uint8_t> s = swizzle_scales(codes, n, nb, rp, cp);
           put(swizzled_name, u8_array({rp, cp}, std::move(s)));
@@ -189,6 +230,13 @@ int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err)
       copy(b.columnwise, "columnwise_data.npy", "columnwise_scale_inv.npy", "columnwise_scale_inv_swizzled.npy",
            "amax_columnwise.npy");
     }
+    std::filesystem::rename(dir, final_dir, ec);
+    if (ec) {  // an empty --out folder: replace it
+      std::filesystem::remove(final_dir, ec);
+      std::filesystem::rename(dir, final_dir, ec);
+    }
+    FP8EMU_CHECK(!ec, "--out ", o.out, ": cannot move the fields into place (", ec.message(), ")");
+    cleanup.keep = true;
     out << o.recipe << " " << o.role << " quantizer on [" << rows << ", " << cols << "] from " << o.in
         << ": TE's fields written to " << o.out << "\n";
     return 0;
@@ -207,12 +255,14 @@ Command add_quantize(CLI::App& app) {
     for (const std::string& n : scaling::recipe_names()) s += (s.empty() ? "" : ", ") + n;
     return s;
   }())->required();
-  c->add_option("--role", o->role, "Tensor role: input, weight or grad (grad_output)")->capture_default_str();
+  c->add_option("--role", o->role, "Tensor role: input, weight, or grad (also grad_output)")->capture_default_str();
   c->add_option("--in", o->in, "X.npy: float32 or bfloat16 (uint16 bits), [rows, cols] (more dims fold into rows)")
       ->required();
-  c->add_option("--out", o->out, "Folder to write the fields into (created)")->required();
-  c->add_option("--format", o->format, "FP8 recipes' formats: hybrid (E4M3 forward, E5M2 grad) or e4m3")
-      ->capture_default_str();
+  c->add_option("--out", o->out, "Folder to write the fields into (created, or empty; written atomically)")
+      ->required();
+  c->add_option("--format", o->format,
+                "FP8 recipes' formats: hybrid (E4M3 forward, E5M2 grad) or e4m3 (default: TE's per recipe, hybrid "
+                "for delayed/current, e4m3 for mxfp8/block; nvfp4's are fixed)");
   c->add_flag("--no-rht", o->no_rht, "nvfp4: no Hadamard transform of the column-wise copy (TE disable_rht)");
   c->add_flag("--no-sr", o->no_sr, "nvfp4: round gradients to nearest (TE disable_stochastic_rounding)");
   c->add_flag("--no-2d", o->no_2d, "nvfp4: weights in 1 x 16 blocks (TE disable_2d_quantization)");

@@ -194,10 +194,13 @@ def amax_of(x):
 # --------------------------------------------------------------------------------------- the CLI
 
 
+_RUNS = iter(range(10**6))
+
+
 def run_quantize(cli, tmp_path, x, *args):
     src = tmp_path / "x.npy"
     np.save(src, x.astype(F32))
-    out = tmp_path / "q"
+    out = tmp_path / f"q{next(_RUNS)}"
     subprocess.run([str(cli), "quantize", "--recipe", "nvfp4", "--in", str(src), "--out", str(out), *args],
                    check=True, capture_output=True, text=True)
     return {p.stem: np.load(p) for p in out.glob("*.npy")}
@@ -339,10 +342,40 @@ def test_bad_input_is_one_clear_error(cli, tmp_path):
     for args, message in [(["--recipe", "mxfp8", "--no-rht"], "switches of --recipe nvfp4"),
                           (["--recipe", "nvfp4", "--role", "output"], "unknown --role 'output'"),
                           (["--recipe", "fp4"], "unknown recipe 'fp4'"),
-                          (["--recipe", "block", "--swizzle"], "--swizzle writes cuBLAS's layout")]:
+                          (["--recipe", "block", "--swizzle"], "--swizzle writes cuBLAS's layout"),
+                          (["--recipe", "nvfp4", "--seed", "18446744073709551616"], "not an integer in [0, 2^64 - 1]"),
+                          (["--recipe", "nvfp4", "--offset", "-1"], "not an integer"),
+                          (["--recipe", "nvfp4", "--format", "hybrid"], "does not apply to --recipe nvfp4")]:
         r = subprocess.run([str(cli), "quantize", *args, "--in", str(src), "--out", str(tmp_path / "q")],
                            capture_output=True, text=True)
         assert r.returncode == 2 and message in r.stderr, r.stderr
+        assert not (tmp_path / "q").exists() and not (tmp_path / "q.partial").exists()
+    # An existing folder with files is refused (no stale fields beside new ones); an error while
+    # writing leaves nothing.
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "old.npy").write_bytes(b"x")
+    r = subprocess.run([str(cli), "quantize", "--recipe", "nvfp4", "--in", str(src), "--out", str(tmp_path / "full")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "exists and is not empty" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == ["old.npy"]
+
+
+def test_mxfp8_columnwise_copy_keeps_tes_layout(cli, tmp_path):
+    # TE's MXFP8 column-wise copy: data in x's layout [R, C], scales [ceil(R / 32), C]; the row-wise
+    # copy's scales [R, ceil(C / 32)]; the hybrid format's grads are E5M2.
+    x = bf16_randn((70, 40), 13)
+    src = tmp_path / "x.npy"
+    np.save(src, x)
+    out = tmp_path / "m"
+    subprocess.run([str(cli), "quantize", "--recipe", "mxfp8", "--role", "grad", "--format", "hybrid", "--in",
+                    str(src), "--out", str(out)], check=True, capture_output=True)
+    f = {p.stem: np.load(p) for p in out.glob("*.npy")}
+    assert f["rowwise_data"].shape == (70, 40) and f["rowwise_scale_inv"].shape == (70, 2)
+    assert f["columnwise_data"].shape == (70, 40) and f["columnwise_scale_inv"].shape == (3, 40)
+    # Column c, rows 32 b ..: E8M0 scale 2^(code - 127) times E5M2 codes gives x within E5M2's precision.
+    dec = f["columnwise_data"].view(ml_dtypes.float8_e5m2).astype(np.float64)
+    scale = np.exp2(np.repeat(f["columnwise_scale_inv"].astype(np.float64) - 127, 32, axis=0)[:70])
+    np.testing.assert_allclose(dec * scale, x, rtol=2**-2, atol=1e-30)
 
 
 # ------------------------------------------------------------------------------------ Python API
