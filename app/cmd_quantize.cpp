@@ -36,7 +36,7 @@ namespace fp8emu::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string recipe, role = "input", in, out, format, backend = "emulated";
+  std::string recipe, role = "input", in, out, format, backend = "emulated", mxfp8_rule = "te";
   bool no_rht = false, no_sr = false, no_2d = false, swizzle = false;
   std::string seed = "0", offset = "0";
 };
@@ -145,6 +145,7 @@ int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err)
     nv.disable_2d_quantization = o.no_2d;
     const std::uint64_t seed = parse_u64(o.seed, "--seed"), offset = parse_u64(o.offset, "--offset");
     nv.seed = seed;
+    set.get<scaling::MXFP8BlockScaling>().rule = scaling::parse_e8m0_rule(o.mxfp8_rule, "--mxfp8-rule");
     const scaling::Recipe recipe = set.find(o.recipe);
     const bool nvfp4 = std::holds_alternative<scaling::NVFP4BlockScaling>(recipe);
     FP8EMU_CHECK(!nvfp4 || o.format.empty() || o.format == "e4m3", "--format ", o.format,
@@ -271,6 +272,9 @@ Command add_quantize(CLI::App& app) {
   c->add_option("--offset", o->offset,
                 "nvfp4 grad: Philox offset of the row-wise cast (TE's rng_state[1]); the column-wise cast takes "
                 "the next draw")
+      ->capture_default_str();
+  c->add_option("--mxfp8-rule", o->mxfp8_rule,
+                "mxfp8: E8M0 scale rule: te (round up), ocp (floor) or even (torchao's EVEN)")
       ->capture_default_str();
   c->add_flag("--swizzle", o->swizzle, "mxfp8, nvfp4: also write the scales in cuBLAS's swizzled layout");
   c->add_option("--backend", o->backend, "Where the cast runs: emulated (the CPU emulator), element (the per-element reference) or cuda (the GPU)")->capture_default_str();

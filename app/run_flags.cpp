@@ -43,7 +43,7 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
       ->capture_default_str();
   cmd->add_flag("--block-f32-scales", recipes.get<scaling::Float8BlockScaling>().use_f32_scales,
                 "Block scaling: plain fp32 scales instead of powers of 2");
-  cmd->add_option("--mxfp8-rule", n->mx_rule, "MXFP8 E8M0 scale rule: te (round up) or ocp (floor)")
+  cmd->add_option("--mxfp8-rule", n->mx_rule, "MXFP8 E8M0 scale rule: te (round up), ocp (floor) or even (torchao's EVEN: amax rounded to the element precision, then floor)")
       ->capture_default_str();
   auto& nvfp4 = recipes.get<scaling::NVFP4BlockScaling>();
   cmd->add_flag("--nvfp4-no-rht", nvfp4.disable_rht,

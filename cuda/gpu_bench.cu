@@ -222,7 +222,7 @@ Timing bench_block_cast_both(int rows, int cols, bool mxfp8, int reps) {
     DeviceBuffer<std::uint8_t> qr(n), qc(n), er(mxfp8 ? nsr : 0), ec(mxfp8 ? nsc : 0);
     DeviceBuffer<detail::CastTotals> totals(2);
     totals.zero();
-    const core::BlockRule rule = mxfp8 ? core::BlockRule::mxfp8(kSpecE4M3, true)
+    const core::BlockRule rule = mxfp8 ? core::BlockRule::mxfp8(kSpecE4M3, E8M0Rule::kTransformerEngine)
                                        : core::BlockRule::fp32_scale(kSpecE4M3, true, 0.0f);
     const detail::BlockCastOut ro{qr.get(), sr.get(), mxfp8 ? er.get() : nullptr, totals.get()};
     const detail::BlockCastOut co{qc.get(), sc.get(), mxfp8 ? ec.get() : nullptr, totals.get() + 1};

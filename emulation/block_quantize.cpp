@@ -110,12 +110,12 @@ void check_gemm_block_tn(const BlockQuantized& A, const BlockQuantized& B) {
 }
 
 core::BlockRule mxfp8_rule(Format fmt, E8M0Rule rule) {
-  return core::BlockRule::mxfp8(spec_of(fmt), rule == E8M0Rule::kTransformerEngine);
+  return core::BlockRule::mxfp8(spec_of(fmt), rule);
 }
 
 std::uint8_t mxfp8_scale_code(float amax, Format fmt, E8M0Rule rule) {
   const core::BlockRule r = mxfp8_rule(fmt, rule);
-  return core::mxfp8_scale_code(amax, spec_of(fmt), r.kind == core::BlockRule::kMxfp8Te, r.rcp_max);
+  return core::mxfp8_scale_code(amax, spec_of(fmt), rule, r.rcp_max);
 }
 
 BlockQuantized quantize_blocks(const float* x, int rows, int cols, BlockAxis axis, Format fmt, int block,

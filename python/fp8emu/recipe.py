@@ -218,7 +218,7 @@ class MXFP8BlockScaling(Recipe):
     fp8_dpa: bool = False
     fp8_mha: bool = False
     backward_override: Optional[str] = os.getenv("NVTE_BACKWARD_OVERRIDE", None)
-    scale_rule: str = "te"  #: fp8emu's addition: "te" or "ocp"
+    scale_rule: str = "te"  #: fp8emu's addition: "te", "ocp" or "even" (torchao's EVEN)
 
     _kind = "mxfp8"
 

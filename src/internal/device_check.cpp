@@ -361,6 +361,8 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
       {"block_cast 1x32 nvfp4 scales", BlockCast::nvfp4(Format::kE4M3, 32, false)},  // the GPU's fused kernel
       {"block_cast mxfp4 1x32", BlockCast::mxfp8(Format::kE2M1, te), true},
       {"block_cast mxfp6 e3m2 1x32 ocp", BlockCast::mxfp8(Format::kE3M2, E8M0Rule::kOcp), true},
+      {"block_cast mxfp8 even", e8m0(32, E8M0Rule::kEven)},
+      {"block_cast mxfp4 1x32 even", BlockCast::mxfp8(Format::kE2M1, E8M0Rule::kEven), true},
   };
 
 
@@ -554,7 +556,7 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
              emu::quantize_blocks(xa.data(), M, K, rw, Format::kE2M1, 16, nvfp4, nullptr),
              emu::quantize_tiles(xb.data(), N, K, Format::kE2M1, 16, nvfp4, nullptr).rowwise},
             {"gemm_fp8_block_tn mxfp4 x mxfp8",
-             emu::quantize_blocks(xa.data(), M, K, rw, Format::kE2M1, 32, core::BlockRule::mxfp8(kSpecE2M1, true), nullptr),
+             emu::quantize_blocks(xa.data(), M, K, rw, Format::kE2M1, 32, core::BlockRule::mxfp8(kSpecE2M1, E8M0Rule::kTransformerEngine), nullptr),
              emu::quantize_mxfp8(xb.data(), N, K, rw, Format::kE4M3, E8M0Rule::kTransformerEngine, nullptr)},
         };
         // Every model of the accumulation table for each scale block's partial.

@@ -16,7 +16,8 @@ constexpr EnumName<RecipeFormat> kRecipeFormatNames[] = {
     {RecipeFormat::kHybrid, "hybrid"}, {RecipeFormat::kE4M3, "e4m3"}, {RecipeFormat::kE5M2, "e5m2", false}};
 constexpr EnumName<AmaxComputeAlgo> kAmaxComputeAlgoNames[] = {{AmaxComputeAlgo::kMax, "max"},
                                                                {AmaxComputeAlgo::kMostRecent, "most_recent"}};
-constexpr EnumName<E8M0Rule> kE8M0RuleNames[] = {{E8M0Rule::kTransformerEngine, "te"}, {E8M0Rule::kOcp, "ocp"}};
+constexpr EnumName<E8M0Rule> kE8M0RuleNames[] = {
+    {E8M0Rule::kTransformerEngine, "te"}, {E8M0Rule::kOcp, "ocp"}, {E8M0Rule::kEven, "even"}};
 }  // namespace
 
 RecipeFormat parse_recipe_format(const std::string& s) { return parse_enum(kRecipeFormatNames, s, "FP8 format"); }

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -57,6 +58,47 @@ TEST_CASE("MXFP8 TE rule never saturates a block, the OCP floor rule can", "[emu
   // TE: 256/448 -> up to 1 (e=127); OCP: floor(log2 256) - 8 = 0 (e=127).
   CHECK(mxfp8_scale_code(256.0f, Format::kE4M3, E8M0Rule::kTransformerEngine) ==
         mxfp8_scale_code(256.0f, Format::kE4M3, E8M0Rule::kOcp));
+}
+
+// torchao's ScaleCalculationMode.EVEN (prototype/mx_formats/mx_tensor.py to_mx), restated as
+// arithmetic rather than torchao's bit operations: amax rounded half up to the element format's
+// significand (1 + mantissa bits), then floor(log2) - emax, biased by 127 and clamped to [0, 254].
+// Hand-worked values: E4M3 (3 mantissa bits, emax 8): 480 = 1.111b * 2^8 stays, code 127; 496 =
+// 1.1111b * 2^8 rounds up to 2^9, code 128. E2M1 (1 bit, emax 2): the scale steps up at 7 * 2^s,
+// halfway between the grid maxima 6 and 8 (so 6.99 keeps code 127, 7 gives 128), as the
+// MXFP4 checkpoint code that states "same rule as torchao's EVEN" documents.
+TEST_CASE("The EVEN E8M0 rule rounds amax to the element precision, then floors", "[emulation][mxfp8]") {
+  CHECK(mxfp8_scale_code(480.0f, Format::kE4M3, E8M0Rule::kEven) == 127);
+  CHECK(mxfp8_scale_code(496.0f, Format::kE4M3, E8M0Rule::kEven) == 128);
+  CHECK(mxfp8_scale_code(6.99f, Format::kE2M1, E8M0Rule::kEven) == 127);
+  CHECK(mxfp8_scale_code(7.0f, Format::kE2M1, E8M0Rule::kEven) == 128);
+  CHECK(mxfp8_scale_code(6.0f, Format::kE2M1, E8M0Rule::kEven) == 127);
+  CHECK(mxfp8_scale_code(0.0f, Format::kE4M3, E8M0Rule::kEven) == 0);
+  CHECK(mxfp8_scale_code(std::nanf(""), Format::kE4M3, E8M0Rule::kEven) == 0xFF);
+  const Format formats[] = {Format::kE4M3, Format::kE5M2, Format::kE2M3, Format::kE3M2, Format::kE2M1};
+  std::uint64_t checked = 0;
+  for (const Format f : formats) {
+    const FormatSpec s = spec_of(f);
+    for (std::uint64_t u = 0; u < 0x7F800000u; u += 4093) {  // every binade, many significands
+      float a;
+      const std::uint32_t b = std::uint32_t(u);
+      std::memcpy(&a, &b, 4);
+      int want = 0;
+      if (a > 0.0f) {
+        int k = 0;
+        std::frexp(double(a), &k);                                 // a in [2^(k-1), 2^k)
+        const double ulp = std::ldexp(1.0, k - 1 - s.mantissa_bits);  // of a (1 + mantissa bits) significand
+        const double r = std::floor(double(a) / ulp + 0.5) * ulp;    // half up
+        int kr = 0;
+        std::frexp(r, &kr);
+        want = std::min(254, std::max(0, (kr - 1) - s.emax() + 127));
+      }
+      INFO(spec_of(f).name << " amax " << a);
+      REQUIRE(int(mxfp8_scale_code(a, f, E8M0Rule::kEven)) == want);
+      ++checked;
+    }
+  }
+  CHECK(checked > 2000000);
 }
 
 TEST_CASE("MXFP8 blocks: zero block, NaN element, partial block, column-wise direction", "[emulation][mxfp8]") {

@@ -442,3 +442,24 @@ def test_torch_linear_trains_under_nvfp4():
     assert losses[-1] < losses[0]
     losses2, w2 = run()
     assert losses2 == losses and torch.equal(w, w2)  # seeded the same: the same bits
+
+
+def test_mxfp8_even_rule_is_torchaos():
+    # torchao's ScaleCalculationMode.EVEN (prototype/mx_formats/mx_tensor.py to_mx), its bit
+    # operations on the fp32 amax restated: bits + 2^(22 - mbits), mantissa dropped, exponent - emax
+    # (E4M3: 3 mantissa bits, emax 8). amax 496 = 1.1111b * 2^8 rounds up a binade; 480 does not.
+    import fp8emu
+
+    rng = np.random.default_rng(14)
+    x = (rng.standard_normal((16, 256)) * np.exp(rng.uniform(-8, 8, (16, 1)))).astype(F32)
+    x[0, :32], x[1, :32] = 496.0, 480.0
+    t = fp8emu.Quantizer(fp8emu.MXFP8BlockScaling(scale_rule="even"), "forward").quantize(x, "input")
+    amax = np.abs(x).reshape(16, 8, 32).max(axis=2).astype(F32)
+    bits = (amax.view(np.uint32).astype(np.int64) + (1 << (22 - 3))) & 0x7F800000
+    want = np.clip((bits >> 23) - 8, 0, 254)
+    assert want[0, 0] == 128 and want[1, 0] == 127
+    np.testing.assert_array_equal(np.asarray(t.rowwise_e8m0).astype(np.int64), want)
+    # Codes: x / 2^(code - 127), satfinite RNE (ml_dtypes after clipping to 448).
+    scale = np.exp2(np.repeat(want.astype(np.float64) - 127, 32, axis=1)).astype(F32)
+    ref = np.clip(x / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    np.testing.assert_array_equal(t.rowwise_data.view(np.uint8), ref)

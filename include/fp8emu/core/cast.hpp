@@ -101,8 +101,19 @@ FP8EMU_HD float view_block_amax(const float* x, bool rowwise, int cols, int r, i
 ///     fl32(1 / fp8_max), so no element of the block saturates;
 ///   OCP MX v1.0 §6.3 rule: 2^(floor(log2 amax) - emax of the element format), clamped to the E8M0
 ///     range (elements above fp8_max * 2^e then saturate); NaN -> 0xFF, +Inf -> 0xFE, 0 -> 0.
-FP8EMU_HD std::uint8_t mxfp8_scale_code(float amax, FormatSpec f, bool te_rule, float rcp_max) {
-  if (te_rule) return e8m0_round_up_from_f32_bits(f32_to_bits(mul_rn(amax, rcp_max)));
+///   torchao EVEN rule (mx_formats to_mx, ScaleCalculationMode.EVEN): the fp32 bits of amax plus
+///     2^(22 - mantissa bits), the mantissa dropped (amax rounded half up to the element's
+///     precision, which may carry into the next binade), then 2^(exponent - emax), clamped to
+///     [0, 254]; NaN -> 0xFF.
+FP8EMU_HD std::uint8_t mxfp8_scale_code(float amax, FormatSpec f, E8M0Rule rule, float rcp_max) {
+  if (rule == E8M0Rule::kTransformerEngine) return e8m0_round_up_from_f32_bits(f32_to_bits(mul_rn(amax, rcp_max)));
+  if (rule == E8M0Rule::kEven) {
+    const std::uint32_t a = f32_to_bits(amax) & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return kE8M0NaN;
+    const int e = int(((a + (1u << (22 - f.mantissa_bits))) & 0x7F800000u) >> 23);
+    const int code = e - f.emax();
+    return std::uint8_t(code < 0 ? 0 : code > int(kE8M0MaxCode) ? int(kE8M0MaxCode) : code);
+  }
   const std::uint32_t u = f32_to_bits(amax) & 0x7FFFFFFFu;
   if (u > 0x7F800000u) return kE8M0NaN;
   if (u == 0x7F800000u) return kE8M0MaxCode;
@@ -158,7 +169,7 @@ FP8EMU_HD float nvfp4_tensor_scale(float amax, float numerator) {
 /// (Float8BlockScaling), or NVFP4's E4M3 block scale under an fp32 tensor scale. Passed by value to
 /// device code.
 struct BlockRule {
-  enum Kind : std::uint8_t { kMxfp8Te, kMxfp8Ocp, kFloat, kNvfp4 } kind = kFloat;
+  enum Kind : std::uint8_t { kMxfp8Te, kMxfp8Ocp, kMxfp8Even, kFloat, kNvfp4 } kind = kFloat;
   float rcp_max = 0.0f;  ///< MXFP8 TE rule: fl32(1 / fp8_max). kNvfp4: fl32(1 / element max).
   float fp8_max = 0.0f;  ///< kFloat: compute_scale_from_amax's fp8_max.
   bool pow2 = false;     ///< kFloat: power-of-2 scales.
@@ -173,9 +184,11 @@ struct BlockRule {
   SrStream sr;
 
   /// The MXFP8 rule for element format f (te_rule: TE's round-up, else OCP's floor).
-  static constexpr BlockRule mxfp8(FormatSpec f, bool te_rule) {
+  static constexpr BlockRule mxfp8(FormatSpec f, E8M0Rule e8m0_rule) {
     BlockRule r;
-    r.kind = te_rule ? kMxfp8Te : kMxfp8Ocp;
+    r.kind = e8m0_rule == E8M0Rule::kTransformerEngine ? kMxfp8Te
+             : e8m0_rule == E8M0Rule::kOcp             ? kMxfp8Ocp
+                                                       : kMxfp8Even;
     r.rcp_max = float(1.0 / f.max_finite());  // TE Quantized_Limits::max_norm_rcp
     return r;
   }
@@ -198,7 +211,11 @@ struct BlockRule {
     r.tensor_amax = tensor_amax;
     return r;
   }
-  FP8EMU_HD constexpr bool is_mxfp8() const { return kind == kMxfp8Te || kind == kMxfp8Ocp; }
+  FP8EMU_HD constexpr bool is_mxfp8() const { return kind == kMxfp8Te || kind == kMxfp8Ocp || kind == kMxfp8Even; }
+  /// The E8M0 rule of an MXFP8 kind.
+  FP8EMU_HD constexpr E8M0Rule e8m0_rule() const {
+    return kind == kMxfp8Te ? E8M0Rule::kTransformerEngine : kind == kMxfp8Ocp ? E8M0Rule::kOcp : E8M0Rule::kEven;
+  }
   /// Whether the block scales sit under a tensor scale (the device computes the tensor's amax first).
   FP8EMU_HD constexpr bool has_tensor_scale() const { return kind == kNvfp4; }
 };
@@ -228,7 +245,7 @@ FP8EMU_HD float block_rule_scale(float amax, FormatSpec f, const BlockRule& rule
     const float inv = div_rn(1.0f, mul_rn(s_dec_b, s_dec));
     return inv > FLT_MAX ? FLT_MAX : inv;
   }
-  const std::uint8_t code = mxfp8_scale_code(amax, f, rule.kind == BlockRule::kMxfp8Te, rule.rcp_max);
+  const std::uint8_t code = mxfp8_scale_code(amax, f, rule.e8m0_rule(), rule.rcp_max);
   *e8m0 = code;
   *scale_inv = bits_to_f32(e8m0_to_f32_bits(code));
   return bits_to_f32(e8m0_reciprocal_f32_bits(code));

@@ -20,6 +20,12 @@ enum class E8M0Rule : std::uint8_t {
   kTransformerEngine,
   /// OCP MX v1.0 §6.3: X = 2^(floor(log2 amax) - emax_elem); values above fp8_max * X saturate.
   kOcp,
+  /// torchao's ScaleCalculationMode.EVEN (prototype/mx_formats): amax first rounded to the element
+  /// format's mantissa width (half an element ulp added to its fp32 bits, the mantissa then
+  /// dropped), then the OCP floor: the scale steps up halfway between the element grid's top
+  /// values, so blocks near a power-of-two boundary keep their scale; values above fp8_max * X
+  /// saturate.
+  kEven,
 };
 
 }  // namespace fp8emu

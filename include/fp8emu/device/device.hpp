@@ -71,7 +71,7 @@ struct BlockCast {
   int block = 32;      ///< elements per scale along K (1 x block), or the tile side
   bool tiles = false;  ///< block x block tiles instead of 1 x block
   BlockScaleFormat scale = BlockScaleFormat::kE8M0;
-  E8M0Rule rule = E8M0Rule::kTransformerEngine;  ///< kE8M0: TE's round-up or OCP's floor
+  E8M0Rule rule = E8M0Rule::kTransformerEngine;  ///< kE8M0: TE's round-up, OCP's floor or torchao's EVEN
   bool pow2 = true;                              ///< kFp32: power-of-2 scales
   float epsilon = 0.0f;                          ///< kFp32: amax_epsilon
   /// TE NVFP4's random Hadamard transform of the column-wise view (core::rht16_element): that view
@@ -123,7 +123,7 @@ struct BlockCast {
   core::BlockRule block_rule() const {
     switch (scale) {
       case BlockScaleFormat::kE8M0:
-        return core::BlockRule::mxfp8(spec_of(fmt), rule == E8M0Rule::kTransformerEngine);
+        return core::BlockRule::mxfp8(spec_of(fmt), rule);
       case BlockScaleFormat::kE4M3: return core::BlockRule::nvfp4(spec_of(fmt), nullptr);
       case BlockScaleFormat::kFp32: break;
     }

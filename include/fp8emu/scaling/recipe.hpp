@@ -160,9 +160,9 @@ struct CurrentScaling {
 /// How the E8M0 block scale is chosen from the block amax (defined with the element layer).
 using ::fp8emu::E8M0Rule;
 /// "te" (TE's rounding up) or "ocp" (the OCP MX floor). \throws fp8emu::Error "unknown <what> '<s>'
-///         (accepted: te, ocp)".
+///         (accepted: te, ocp, even)".
 E8M0Rule parse_e8m0_rule(const std::string& s, const char* what);
-/// "te" or "ocp".
+/// "te", "ocp" or "even".
 const char* to_string(E8M0Rule r);
 
 /// TE `MXFP8BlockScaling`: 32-element blocks along the GEMM's K dim with an E8M0 scale each.
@@ -175,7 +175,7 @@ struct MXFP8BlockScaling {
   void validate() const;
   /// Its quantizer (mxfp8_quantizer.hpp). \throws fp8emu::Error as validate().
   std::unique_ptr<Quantizer> make_quantizer(Direction direction) const;
-  /// As DelayedScaling::visit_parameters; the E8M0 rule as "te" or "ocp".
+  /// As DelayedScaling::visit_parameters; the E8M0 rule as "te", "ocp" or "even".
   template <class F>
   void visit_parameters(F&& f) const {
     f("fp8_format", to_string(fp8_format));
