@@ -52,15 +52,20 @@ FP8EMU_HD std::uint8_t e2m1_code_satfinite(float v) {
   return std::uint8_t(mag | int((f32_to_bits(v) >> 28) & 8u));
 }
 
+/// Adds one element's counts (see CastCounts): x the input, s = RN(x * mult), code its code.
+FP8EMU_HD void count_element(float x, float s, std::uint8_t code, FormatSpec f, CastCounts& counts) {
+  const bool nan = f32_is_nan(x);
+  counts.nan += nan ? 1u : 0u;
+  counts.saturated += f.overflows(f32_abs(s)) ? 1u : 0u;
+  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && (code & f.top_code()) == 0) ? 1u : 0u;
+}
+
 /// One element of a cast: the code of RN(x * mult) under __NV_SATFINITE, and its counts added to
 /// `counts` (see CastCounts).
 FP8EMU_HD std::uint8_t cast_element(float x, float mult, FormatSpec f, CastCounts& counts) {
   const float s = mul_rn(x, mult);
   const std::uint8_t code = is_e2m1(f) ? e2m1_code_satfinite(s) : f32_to_fp8(s, f, Saturation::kSatFinite);
-  const bool nan = f32_is_nan(x);
-  counts.nan += nan ? 1u : 0u;
-  counts.saturated += f.overflows(f32_abs(s)) ? 1u : 0u;
-  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && (code & f.top_code()) == 0) ? 1u : 0u;
+  count_element(x, s, code, f, counts);
   return code;
 }
 
@@ -70,10 +75,7 @@ FP8EMU_HD std::uint8_t cast_element_sr(float x, float mult, FormatSpec f, std::u
   const float s = mul_rn(x, mult);
   const float q = sr_fp4_e2m1(s, bits8);  // an E2M1 value: its code is exact
   const std::uint8_t code = is_e2m1(f) ? e2m1_code_satfinite(q) : f32_to_fp8(q, f, Saturation::kSatFinite);
-  const bool nan = f32_is_nan(x);
-  counts.nan += nan ? 1u : 0u;
-  counts.saturated += f.overflows(f32_abs(s)) ? 1u : 0u;
-  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && (code & f.top_code()) == 0) ? 1u : 0u;
+  count_element(x, s, code, f, counts);
   return code;
 }
 

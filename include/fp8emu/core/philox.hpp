@@ -124,16 +124,9 @@ FP8EMU_HD float sr_fp4_e2m1(float v, std::uint32_t bits8) {
   const float step = a >= 4.0f ? 2.0f : a >= 2.0f ? 1.0f : 0.5f;
   const float t = add_rn(u * step, a);  // u * step is exact (8 bits times a power of two)
   const float step_t = t >= 4.0f ? 2.0f : t >= 2.0f ? 1.0f : 0.5f;
-  float q = 0.0f;
-  if (t >= 6.0f || t != t) {
-    q = 6.0f;
-  } else {
-    // floor(t / step_t) * step_t, exact: t < 6 and step_t a power of two.
-    const float m = t / step_t;
-    q = float(int(m)) * step_t;
-  }
-  if (q > 6.0f) q = 6.0f;
   if (f32_is_nan(v)) return 6.0f;
+  // min(floor(t / step_t) * step_t, 6), exact: step_t is a power of two and t < 6 below.
+  const float q = t >= 6.0f ? 6.0f : float(int(t / step_t)) * step_t;
   return (f32_to_bits(v) >> 31) ? -q : q;
 }
 
