@@ -7,9 +7,9 @@
 namespace fp8emu::cli {
 
 struct MmaCheckOptions {
-  std::string arch;         ///< "hopper" or "ada": the `arch` of a tensor-core row of kAccumulationModels
+  std::string arch;         ///< "volta", "ampere", "ada", "hopper", "blackwell": a tensor-core row's `arch`
   std::string instruction;  ///< "wgmma" or "mma.sync"; empty: the arch's first row (hopper: wgmma)
-  std::string format;       ///< "e4m3" or "e5m2" for both operands (format_a / format_b override it)
+  std::string format;       ///< "e4m3", "e5m2", "fp16", "bf16", "tf32" for both operands (FP8 format_a / format_b override it)
   std::string format_a, format_b;
   std::string output;       ///< "fp32" or "fp16"
   std::string a, b, c, d;   ///< files in the MATLAB-tensor-core model_validation text layout; c optional

@@ -126,7 +126,7 @@ Expected validate_mma(const ValidateOptions& opt, std::ostream& out, std::ostrea
   const AccumulationModel* expected = nullptr;
   std::vector<const AccumulationModel*> models;  // every mma.sync row, wgmma for comparison, exact
   for (const AccumulationModel& m : kAccumulationModels) {
-    if (m.datapath != Datapath::kTensorCore) continue;
+    if (m.datapath != Datapath::kTensorCore || m.input != core::MmaOperands::kFp8) continue;
     models.push_back(&m);
     if (std::string(m.instruction) == "mma.sync" && m.compute_capability == cc) expected = &m;
   }

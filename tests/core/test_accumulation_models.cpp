@@ -17,19 +17,20 @@ std::uint32_t bits(float x) { return core::f32_to_bits(x); }
 }  // namespace
 
 TEST_CASE("Accumulation models: every row parses by its name and prints its name", "[accumulation]") {
-  CHECK(kAccumulationModelCount == 5);
+  CHECK(kAccumulationModelCount == 19);
   for (const AccumulationModel& m : kAccumulationModels) {
     INFO(m.name);
     CHECK(emu::parse_accumulation(m.name) == m.id);
     CHECK(std::string(emu::to_string(m.id)) == m.name);
   }
-  CHECK(emu::accumulation_names() == "exact, fp32, hopper, ada, hopper-mma-sync");
+  CHECK(emu::accumulation_names() ==
+        "exact, fp32, hopper, ada, hopper-mma-sync, blackwell, volta-fp16, ampere-fp16, ampere-bf16, ampere-tf32, ada-fp16, ada-bf16, ada-tf32, hopper-fp16, hopper-bf16, hopper-tf32, blackwell-fp16, blackwell-bf16, blackwell-tf32");
   try {
-    emu::parse_accumulation("volta");
+    emu::parse_accumulation("volta-bf16");
     FAIL("no error for an unknown model");
   } catch (const Error& e) {
     CHECK(std::string(e.what()) ==
-          "unknown accumulation model 'volta' (accepted: exact, fp32, hopper, ada, hopper-mma-sync)");
+          "unknown accumulation model 'volta-bf16' (accepted: exact, fp32, hopper, ada, hopper-mma-sync, blackwell, volta-fp16, ampere-fp16, ampere-bf16, ampere-tf32, ada-fp16, ada-bf16, ada-tf32, hopper-fp16, hopper-bf16, hopper-tf32, blackwell-fp16, blackwell-bf16, blackwell-tf32)");
   }
 }
 
@@ -74,4 +75,16 @@ TEST_CASE("Accumulation models: the fraction bits of the row set the alignment",
   // The exact and fp32 rows keep it: 1 + 2^-14 is an fp32.
   CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, model_of(Accumulation::kExact))) == bits(1.0f + 0x1p-14f));
   CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, model_of(Accumulation::kFp32))) == bits(1.0f + 0x1p-14f));
+}
+
+TEST_CASE("Accumulation models: FP8 codes enter an fp16, bf16 or tf32 row as values of its format", "[accumulation]") {
+  // E4M3 0x01 = 2^-9 (subnormal: M = 1 at the E4M3 emin -6). In the fp16 and bf16 rows it is a
+  // normal number: 1.0 * 2^-9. Products 2^-9 * 2^-9 = 2^-18 and 1 * 1: exponents -18 and 0 either
+  // way, so the sum 1 + 2^-18 is exact with F = 24 or 25 and 24 bits kept (RZ), but cut with F = 13.
+  const std::uint8_t a[2] = {0x38, 0x01}, b[2] = {0x38, 0x01};
+  for (Accumulation id : {Accumulation::kAmpereFp16, Accumulation::kHopperBf16, Accumulation::kBlackwellTf32}) {
+    INFO(emu::to_string(id));
+    CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, model_of(id))) == bits(1.0f + 0x1p-18f));
+  }
+  CHECK(bits(core::dot_run(a, kSpecE4M3, b, kSpecE4M3, 2, model_of(Accumulation::kHopper))) == bits(1.0f));
 }

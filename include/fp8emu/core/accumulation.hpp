@@ -1,16 +1,22 @@
 /// \file accumulation.hpp
-/// \brief The accumulation models of an FP8 GEMM as records: one constexpr row per model, from which
-/// parsing, names, the datapath and its checks are derived (as format_spec.hpp does for formats).
+/// \brief The accumulation models of the GEMMs and MMA instructions as records: one constexpr row per
+/// model, from which parsing, names, the datapath and its checks are derived (as format_spec.hpp does
+/// for formats).
 ///
-/// A model says how one output element's dot product of K FP8 x FP8 products is summed:
+/// A model says how one output element's dot product of K products is summed:
 ///   exact            the exact sum of the exact products, rounded once to fp32 (RNE);
 ///   fp32             fp32 sequential: c = RN(c + a_k * b_k) for k = 0..K-1 (products exact);
-///   hopper           the Hopper `wgmma` k32 tensor-core block FMA: blocks of 32 products chained
-///                    along K;
-///   ada              the Ada `mma.sync.m16n8k32` block FMA: blocks of 16 products chained along K;
+///   hopper           the Hopper `wgmma` k32 FP8 block FMA: blocks of 32 products chained along K;
+///   ada              the Ada `mma.sync.m16n8k32` FP8 block FMA: blocks of 16 products chained along K;
 ///   hopper-mma-sync  Hopper's `mma.sync.m16n8k32` FP8 (sm_90 runs it on the fp16 tensor core): per
 ///                    32 products, FP8 widened to fp16, two block FMAs of 16 (k mod 4 in {0, 1}, then
-///                    {2, 3}), then C added with one RN fp32 add.
+///                    {2, 3}), then C added with one RN fp32 add;
+///   blackwell        the B200 FP8 block FMA: blocks of 32, F = 25, 24 bits kept;
+///   <arch>-<fmt>     the fp16, bf16 and tf32 tensor cores of Volta, Ampere, Ada, Hopper and
+///                    Blackwell (`hopper-bf16`: blocks of 16 bf16 products, F = 25, 24 bits kept).
+/// Every row's operands are FP8 codes in the FP8 GEMMs (widened exactly to the row's operand format);
+/// the fp16, bf16 and tf32 rows also take values of their own format (core::MmaValues, `mma-check`,
+/// emu::mma_tn_values).
 /// The tensor-core block FMA (core/mma_model.hpp; docs/tensor-core-model.md has the evidence): a
 /// step's products and accumulator are aligned to `fraction_bits` bits below the largest exponent by
 /// truncation, summed exactly, and the sum is cut to `significant_bits` (fp32 accumulator) or
@@ -30,7 +36,27 @@
 namespace fp8emu {
 
 /// Run-time selector of an accumulation model: an index into kAccumulationModels.
-enum class Accumulation : std::uint8_t { kExact, kFp32, kHopper, kAda, kHopperMmaSync };
+enum class Accumulation : std::uint8_t {
+  kExact,
+  kFp32,
+  kHopper,
+  kAda,
+  kHopperMmaSync,
+  kBlackwell,
+  kVoltaFp16,
+  kAmpereFp16,
+  kAmpereBf16,
+  kAmpereTf32,
+  kAdaFp16,
+  kAdaBf16,
+  kAdaTf32,
+  kHopperFp16,
+  kHopperBf16,
+  kHopperTf32,
+  kBlackwellFp16,
+  kBlackwellBf16,
+  kBlackwellTf32,
+};
 
 /// How a model sums a run of products.
 enum class Datapath : std::uint8_t {
@@ -57,7 +83,10 @@ struct AccumulationModel {
   int fraction_bits;        ///< kTensorCore: bits kept below a step's largest exponent (F).
   int significant_bits;     ///< kTensorCore, fp32 accumulator: bits kept (truncated) after each step.
   core::MmaAccumulator accumulator;  ///< kTensorCore: the accumulator type between steps and blocks.
-  core::MmaOperands operands;        ///< kTensorCore: FP8 fields, or widened to fp16 first.
+  core::MmaOperands input;           ///< kTensorCore: the instruction's input format (kFp8: E4M3 and E5M2
+                                     ///< codes; else fp16, bf16 or tf32 values); `mma-check --format`.
+  core::MmaOperands operands;        ///< kTensorCore: the fields the block FMA reads (FP8 codes of any
+                                     ///< row are widened exactly to them).
   /// kTensorCore: true when C (and, along K, the previous block's result) joins the alignment of a
   /// block's first step (the Ada mma.sync recordings with C confirm it; for `hopper` it is fp8emu's
   /// convention: the H100 recordings were made without C, though the chain along K is measured);
@@ -65,33 +94,82 @@ struct AccumulationModel {
   /// mma.sync's FADD, measured on an H200). Inside fp8emu's GEMMs the first C is +0; along K it
   /// decides how blocks chain.
   bool c_joins_first_block;
+  int exponent_floor;       ///< kTensorCore: a step's alignment exponent is at least this (fp32 output).
+  int exponent_floor_f16;   ///< kTensorCore: the same with the fp16 accumulator.
 
   /// Whether a GEMM promotion interval (or a split-K) is allowed (every model but the exact sum,
   /// which would no longer be exact); an interval must be a multiple of `block`.
   FP8EMU_HD constexpr bool takes_promotion() const { return datapath != Datapath::kExactSum; }
   /// The tensor-core datapath of the row (kTensorCore rows), as core/mma_model.hpp takes it.
   FP8EMU_HD constexpr core::MmaDatapath tensor_core() const {
-    return core::MmaDatapath{block,       steps,    step_interleave,    fraction_bits, significant_bits,
-                             accumulator, operands, c_joins_first_block};
+    return core::MmaDatapath{block,       steps,    step_interleave,     fraction_bits,  significant_bits,
+                             accumulator, operands, c_joins_first_block, exponent_floor, exponent_floor_f16};
   }
 };
 
 /// The models, indexed by Accumulation. Columns: id, name, hardware, arch, instruction, sm, datapath,
-/// block, steps, step interleave, fraction bits, significant bits, accumulator, operands, C joins.
+/// block, steps, step interleave, fraction bits, significant bits, accumulator, input, operands,
+/// C joins, exponent floor (fp32 output, fp16 output). The tensor-core rows restate the models of
+/// MATLAB-tensor-core (`models/*TC.m`, commit b12b5a7: block = `fma`, F = 23 + `neab`, the floor =
+/// `min_exp_limit`), except hopper-mma-sync (measured here on an H200); docs/tensor-core-model.md.
+namespace detail {
+using core::MmaAccumulator;
+using core::MmaOperands;
+inline constexpr int kNoFloor = core::kNoExponentFloor;
+inline constexpr MmaAccumulator kF32 = MmaAccumulator::kFp32;
+// A tensor-core row of fp16, bf16 or tf32 inputs: one step, C in the alignment, F = 23 + neab,
+// 24 bits kept (RZ), or RNE to fp16 for the fp16 accumulator.
+constexpr AccumulationModel wide_row(Accumulation id, const char* name, const char* hardware, const char* arch,
+                                     int sm, int block, int neab, MmaOperands in, int floor, int floor_f16) {
+  return AccumulationModel{id,  name, hardware, arch, "wmma",     sm,        Datapath::kTensorCore, block, 1, 1, 23 + neab,
+                           24, kF32, in,       in,   true, floor, floor_f16};
+}
+}  // namespace detail
+
 inline constexpr AccumulationModel kAccumulationModels[] = {
     {Accumulation::kExact, "exact", "exact sum, one rounding (reference)", "", "", 0, Datapath::kExactSum, 1, 1, 1, 0,
-     0, core::MmaAccumulator::kFp32, core::MmaOperands::kFp8, true},
+     0, detail::kF32, core::MmaOperands::kFp8, core::MmaOperands::kFp8, true, detail::kNoFloor, detail::kNoFloor},
     {Accumulation::kFp32, "fp32", "fp32 sequential sum (CUDA cores, CPU BLAS order)", "", "", 0,
-     Datapath::kFp32Sequential, 1, 1, 1, 0, 0, core::MmaAccumulator::kFp32, core::MmaOperands::kFp8, true},
+     Datapath::kFp32Sequential, 1, 1, 1, 0, 0, detail::kF32, core::MmaOperands::kFp8, core::MmaOperands::kFp8, true,
+     detail::kNoFloor, detail::kNoFloor},
     {Accumulation::kHopper, "hopper", "Hopper wgmma k32 FP8 tensor core (sm_90)", "hopper", "wgmma", 90,
-     Datapath::kTensorCore, 32, 1, 1, core::kMmaFractionBits, core::kMmaSignificantBits, core::MmaAccumulator::kFp32,
-     core::MmaOperands::kFp8, true},
+     Datapath::kTensorCore, 32, 1, 1, core::kMmaFractionBits, core::kMmaSignificantBits, detail::kF32,
+     core::MmaOperands::kFp8, core::MmaOperands::kFp8, true, -133, -133},
     {Accumulation::kAda, "ada", "Ada mma.sync m16n8k32 FP8 tensor core (sm_89)", "ada", "mma.sync", 89,
-     Datapath::kTensorCore, 16, 1, 1, core::kMmaFractionBits, core::kMmaSignificantBits, core::MmaAccumulator::kFp32,
-     core::MmaOperands::kFp8, true},
+     Datapath::kTensorCore, 16, 1, 1, core::kMmaFractionBits, core::kMmaSignificantBits, detail::kF32,
+     core::MmaOperands::kFp8, core::MmaOperands::kFp8, true, -132, -132},
     {Accumulation::kHopperMmaSync, "hopper-mma-sync", "Hopper mma.sync m16n8k32 FP8 (sm_90: fp16 HMMA steps, C added last)",
      "hopper", "mma.sync", 90, Datapath::kTensorCore, 32, 2, 2, core::kHmmaFractionBits, core::kHmmaSignificantBits,
-     core::MmaAccumulator::kFp32, core::MmaOperands::kFp16, false},
+     detail::kF32, core::MmaOperands::kFp8, core::MmaOperands::kFp16, false, -133, -133},
+    {Accumulation::kBlackwell, "blackwell", "Blackwell B200 mma.sync m16n8k32 FP8 (sm_100: fp16 HMMA steps, C added last)",
+     "blackwell", "mma.sync", 100, Datapath::kTensorCore, 32, 2, 2, core::kHmmaFractionBits, core::kHmmaSignificantBits,
+     detail::kF32, core::MmaOperands::kFp8, core::MmaOperands::kFp16, false, -133, -133},
+    detail::wide_row(Accumulation::kVoltaFp16, "volta-fp16", "Volta V100 fp16 tensor core, k4 (sm_70)", "volta", 70, 4, 0,
+                     core::MmaOperands::kFp16, detail::kNoFloor, -19),
+    detail::wide_row(Accumulation::kAmpereFp16, "ampere-fp16", "Ampere A100 fp16 tensor core, k8 (sm_80)", "ampere", 80,
+                     8, 1, core::MmaOperands::kFp16, -132, -20),
+    detail::wide_row(Accumulation::kAmpereBf16, "ampere-bf16", "Ampere A100 bf16 tensor core, k8 (sm_80)", "ampere", 80,
+                     8, 1, core::MmaOperands::kBf16, -132, -20),
+    detail::wide_row(Accumulation::kAmpereTf32, "ampere-tf32", "Ampere A100 tf32 tensor core, k4 (sm_80)", "ampere", 80,
+                     4, 1, core::MmaOperands::kTf32, -132, -20),
+    detail::wide_row(Accumulation::kAdaFp16, "ada-fp16", "Ada fp16 tensor core, k8 (sm_89)", "ada", 89, 8, 1,
+                     core::MmaOperands::kFp16, -132, -20),
+    detail::wide_row(Accumulation::kAdaBf16, "ada-bf16", "Ada bf16 tensor core, k8 (sm_89)", "ada", 89, 8, 1,
+                     core::MmaOperands::kBf16, -132, -20),
+    detail::wide_row(Accumulation::kAdaTf32, "ada-tf32", "Ada tf32 tensor core, k4 (sm_89)", "ada", 89, 4, 1,
+                     core::MmaOperands::kTf32, -132, -20),
+    detail::wide_row(Accumulation::kHopperFp16, "hopper-fp16", "Hopper fp16 tensor core, k16 (sm_90)", "hopper", 90, 16,
+                     2, core::MmaOperands::kFp16, -133, -21),
+    detail::wide_row(Accumulation::kHopperBf16, "hopper-bf16", "Hopper bf16 tensor core, k16 (sm_90)", "hopper", 90, 16,
+                     2, core::MmaOperands::kBf16, -133, -21),
+    detail::wide_row(Accumulation::kHopperTf32, "hopper-tf32", "Hopper tf32 tensor core, k8 (sm_90)", "hopper", 90, 8, 2,
+                     core::MmaOperands::kTf32, -133, -21),
+    detail::wide_row(Accumulation::kBlackwellFp16, "blackwell-fp16", "Blackwell B200 fp16 tensor core, k16 (sm_100)",
+                     "blackwell", 100, 16, 2, core::MmaOperands::kFp16, -133, -21),
+    detail::wide_row(Accumulation::kBlackwellBf16, "blackwell-bf16", "Blackwell B200 bf16 tensor core, k16 (sm_100)",
+                     "blackwell", 100, 16, 2, core::MmaOperands::kBf16, -133, -21),
+    detail::wide_row(Accumulation::kBlackwellTf32, "blackwell-tf32", "Blackwell B200 tf32 tensor core, k8 (sm_100)",
+                     "blackwell", 100, 8, 2, core::MmaOperands::kTf32, -133, -21),
 };
 inline constexpr int kAccumulationModelCount = int(sizeof(kAccumulationModels) / sizeof(kAccumulationModels[0]));
 
@@ -109,16 +187,15 @@ constexpr bool accumulation_rows_consistent() {
     if (m.block < 1 || m.steps < 1 || m.step_interleave < 1) return false;
     if (m.datapath != Datapath::kTensorCore) continue;
     if (m.block % (m.steps * m.step_interleave) != 0) return false;  // every step has block / steps products
-    if (!m.c_joins_first_block && m.accumulator != core::MmaAccumulator::kFp32) return false;  // C's add is fp32
     if (m.significant_bits < 1 || m.significant_bits > 24) return false;  // the result is an fp32
+    if (m.input != core::MmaOperands::kFp8 && m.input != m.operands) return false;  // values enter as they are
   }
   return true;
 }
 }  // namespace detail
 static_assert(detail::accumulation_table_in_order(), "kAccumulationModels must be indexed by Accumulation");
 static_assert(detail::accumulation_rows_consistent(),
-              "kAccumulationModels: a tensor-core row's block must hold whole steps, a C added last needs the fp32 "
-              "accumulator, and at most 24 significant bits are kept");
+              "kAccumulationModels: a tensor-core row's block must hold whole steps, at most 24 significant bits are kept, and a non-FP8 input is the operand format");
 static_assert(model_of(Accumulation::kHopper).block == 32 && model_of(Accumulation::kAda).block == 16 &&
                   model_of(Accumulation::kHopperMmaSync).block == 32 &&
                   model_of(Accumulation::kHopperMmaSync).block / model_of(Accumulation::kHopperMmaSync).steps == 16,

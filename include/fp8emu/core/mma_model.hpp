@@ -1,35 +1,36 @@
 /// \file mma_model.hpp
-/// \brief Bit-exact model of the FP8 tensor-core dot product on Hopper (`wgmma` k32 and `mma.sync`)
-/// and Ada (`mma.sync.m16n8k32`), shared by the CPU emulator and CUDA code (integer-only, host and
-/// device).
+/// \brief Bit-exact model of the tensor-core dot product (fp16, bf16, tf32 and FP8 inputs; Volta to
+/// Blackwell), shared by the CPU emulator and CUDA code (integer-only, host and device).
 ///
 /// The block-FMA model of Khattak & Mikaitis ("Accurate Models of NVIDIA Tensor Cores", arXiv
 /// 2512.07004; MATLAB-tensor-core `Generic_BFMA_TC.m`), as specified in
 /// docs/tensor-core-model.md §Block FMA. One block FMA of n products and an accumulator c:
-///   1. decode every FP8 operand exactly: |x| = M * 2^(e - f), e clamped at emin (subnormals), or,
-///      for Hopper mma.sync, the fields of the equal fp16 value (MmaOperands::kFp16);
+///   1. decode every operand exactly in the operand format's fields: |x| = M * 2^(e - f), e clamped
+///      at the format's emin (FP8 codes: their own fields, or those of the equal fp16, bf16 or tf32
+///      value: MmaOperands);
 ///   2. each non-zero product is exact: P = Ma * Mb with unnormalised exponent E_i = ea + eb;
 ///      a non-zero c joins as a term with its own significand and exponent;
-///   3. E = max E_i; every term is aligned to F fraction bits below 2^E by truncating its magnitude
-///      (round toward zero, no sticky bit), and the aligned integers are summed exactly;
+///   3. E = max(max E_i, the row's exponent floor); every term is aligned to F fraction bits below
+///      2^E by truncating its magnitude (round toward zero, no sticky bit), and the aligned integers
+///      are summed exactly;
 ///   4. fp32 accumulator: the sum is cut to `significant_bits` (round toward zero) and is then
-///      exactly an fp32; fp16 accumulator (Ada `.f16`): the sum is rounded to fp16 (RNE).
-/// A block (one instruction) is one or more such steps chained through the accumulator (MmaDatapath);
-/// blocks chain along K, the result of one block being the C of the next.
-/// Hopper wgmma: one step of 32, F = 13, 14 bits kept, the chain starting from c = 0 (scale-d = 0).
-/// Ada mma.sync: steps of 16, F = 13, 14 bits, C from the caller joining the first step's alignment.
-/// Hopper mma.sync (measured on an H200): FP8 widened to fp16, two steps of 16 (k mod 4 in {0, 1},
-/// then {2, 3}) from +0, F = 25, 24 bits kept, then D = RN_fp32(C + step 2).
+///      exactly an fp32; fp16 accumulator: the sum is rounded to fp16 (RNE).
+/// A block (one instruction) is one or more such steps chained through the accumulator (MmaDatapath),
+/// C joining the first step or added last with one RN add; blocks chain along K, the result of one
+/// block being the C of the next. The rows (core/accumulation.hpp) give n, F, the bits kept, the
+/// floor and where C joins for each GPU and input format.
 ///
-/// Verified bit for bit on recorded GPU outputs (tests/data/tensor-core-mma: H100 E4M3 and E5M2 fp32,
-/// Ada E4M3 fp32 and fp16; tests/data/h200: H200 mma.sync, all three FP8 pairs, special values
-/// included). Choices the recorded data does not settle, documented here and tested:
+/// Verified bit for bit on recorded GPU outputs: tests/data/tensor-core-mma (V100, A100, A2, Ada,
+/// L40S, H100, H200, B200; fp16, bf16, tf32, E4M3, E5M2; fp32 and fp16 output) and tests/data/h200
+/// (H200 mma.sync, all three FP8 pairs, special values included). Choices the recorded data do not
+/// settle, documented here and tested:
 ///   - an exact-zero sum (and an empty block with c = 0) gives +0 (measured for Hopper mma.sync);
 ///   - NaN and Inf inputs follow the model's rule, applied before the datapath: any NaN operand or
 ///     c, Inf * 0, or +Inf and -Inf together give NaN (0x7FFFFFFF); otherwise the Inf's sign wins
 ///     (measured for Hopper mma.sync, step by step);
 ///   - a result >= 2^128 gives +-Inf; below 2^-126 it is truncated to the fp32 subnormal quantum;
 ///   - fp16 accumulator overflow gives +-Inf;
+///   - the exponent floor (the authors' `min_exp_limit`; no recording exercises it);
 ///   - mixed E4M3 x E5M2 decodes each operand with its own format through the same datapath.
 #pragma once
 
@@ -158,14 +159,84 @@ FP8EMU_HD constexpr int fp8_class(std::uint8_t code, FormatSpec f) {
 }
 }  // namespace detail
 
-/// How a tensor core turns an FP8 operand into a term of the block FMA.
+/// The operand format of a tensor-core instruction: the format whose fields the block FMA reads.
+/// FP8 codes given to a row of another format are first widened exactly to it (every E4M3 and E5M2
+/// value is an fp16, a bf16 and a tf32 value).
 enum class MmaOperands : std::uint8_t {
   kFp8,   ///< The FP8 value's own fields: integer significand, exponent clamped at the FP8 format's
-          ///< emin (Hopper wgmma, Ada mma.sync).
-  kFp16,  ///< Widened exactly to fp16 first (Hopper mma.sync: ptxas unpacks FP8 to fp16 and runs the
-          ///< fp16 HMMA): 11-bit significand, 10 fraction bits; E4M3 subnormals become normal fp16
-          ///< numbers, E5M2 subnormals stay fp16 subnormals aligned at exponent -14.
+          ///< emin (Hopper wgmma, Ada mma.sync, Blackwell FP8).
+  kFp16,  ///< fp16 fields: 11-bit significand, exponent clamped at -14 (fp16 HMMA; Hopper's FP8
+          ///< mma.sync, which ptxas runs on the fp16 tensor core: E4M3 subnormals become normal fp16
+          ///< numbers, E5M2 subnormals stay fp16 subnormals aligned at exponent -14).
+  kBf16,  ///< bf16 fields: 8-bit significand, exponent clamped at -126.
+  kTf32,  ///< tf32 fields: 11-bit significand, exponent clamped at -126.
 };
+
+/// Exponent floor and fraction bits of a non-FP8 operand format.
+FP8EMU_HD constexpr int operand_emin(MmaOperands o) { return o == MmaOperands::kFp16 ? -14 : -126; }
+FP8EMU_HD constexpr int operand_fraction_bits(MmaOperands o) { return o == MmaOperands::kBf16 ? 7 : 10; }
+
+/// Whether fp32 bits hold exactly a value of the operand format `o` (kFp16, kBf16, kTf32): NaN and
+/// the infinities included; for kFp8 always false (FP8 operands are codes).
+FP8EMU_HD constexpr bool is_operand_value(std::uint32_t bits, MmaOperands o) {
+  if (o == MmaOperands::kFp8) return false;
+  if (o == MmaOperands::kFp16) {
+    const std::uint32_t back = half_to_f32_bits(f32_bits_to_half_rne(bits));
+    return back == bits || ((bits & 0x7FFFFFFFu) > 0x7F800000u);  // NaN payloads need not survive
+  }
+  return (bits & ((1u << (23 - operand_fraction_bits(o))) - 1u)) == 0u ||
+         ((bits & 0x7FFFFFFFu) > 0x7F800000u);
+}
+
+/// Exact decode of a finite value of the operand format `o` (not kFp8), given as fp32 bits, into a
+/// term with the format's fraction bits and its exponent clamped at the format's emin (fp16
+/// subnormals are fp32 normals). Bits below the format's precision are dropped (callers check
+/// is_operand_value).
+FP8EMU_HD constexpr MmaTerm decode_operand_term(std::uint32_t bits, MmaOperands o) {
+  const MmaTerm t = decode_f32_term(bits);
+  const int frac = operand_fraction_bits(o), emin = operand_emin(o);
+  MmaTerm r{t.sign, 0u, t.exp, frac};
+  if (t.sig == 0) return MmaTerm{t.sign, 0u, emin, frac};
+  const int drop = (23 - frac) + (t.exp < emin ? emin - t.exp : 0);
+  r.sig = drop >= 32 ? 0u : t.sig >> drop;
+  if (t.exp < emin) r.exp = emin;
+  return r;
+}
+
+/// An FP8 code as a term of the datapath (finite codes only): its own fields (kFp8), or the fields
+/// of the equal value of the operand format.
+FP8EMU_HD constexpr MmaTerm operand_term(std::uint8_t code, FormatSpec f, MmaOperands operands) {
+  if (operands == MmaOperands::kFp8) return decode_fp8_term(code, f);
+  return decode_operand_term(decode_to_f32_bits(code, f), operands);
+}
+
+/// FP8 codes as the operands of a block: K consecutive codes of one format.
+struct MmaFp8Codes {
+  const std::uint8_t* p;
+  FormatSpec f;
+  FP8EMU_HD constexpr int cls(int i) const { return detail::fp8_class(p[i], f); }
+  FP8EMU_HD constexpr bool is_zero(int i) const { return (p[i] & f.top_code()) == 0; }
+  FP8EMU_HD constexpr std::uint32_t sign(int i) const { return (p[i] & f.sign_mask()) ? 1u : 0u; }
+  FP8EMU_HD constexpr MmaTerm term(int i, MmaOperands o) const { return operand_term(p[i], f, o); }
+  FP8EMU_HD constexpr MmaFp8Codes at(int k) const { return MmaFp8Codes{p + k, f}; }
+};
+
+/// fp16, bf16 or tf32 operands given as fp32 bit patterns (each exactly a value of the row's
+/// operand format: core::is_operand_value).
+struct MmaValues {
+  const std::uint32_t* p;
+  FP8EMU_HD constexpr int cls(int i) const {
+    const std::uint32_t m = p[i] & 0x7FFFFFFFu;
+    return m < 0x7F800000u ? 0 : (m == 0x7F800000u ? 2 : 1);
+  }
+  FP8EMU_HD constexpr bool is_zero(int i) const { return (p[i] & 0x7FFFFFFFu) == 0u; }
+  FP8EMU_HD constexpr std::uint32_t sign(int i) const { return p[i] >> 31; }
+  FP8EMU_HD constexpr MmaTerm term(int i, MmaOperands o) const { return decode_operand_term(p[i], o); }
+  FP8EMU_HD constexpr MmaValues at(int k) const { return MmaValues{p + k}; }
+};
+
+/// "No floor": the largest exponent of a step is not raised.
+inline constexpr int kNoExponentFloor = -1024;
 
 /// The whole tensor-core datapath of a model (a row of core/accumulation.hpp gives it by
 /// AccumulationModel::tensor_core()). Along K the products are cut into blocks of `block` (one MMA
@@ -181,8 +252,14 @@ struct MmaDatapath {
   MmaOperands operands;
   /// true: C (along K: the previous block's result) is the accumulator of the block's first step,
   /// inside its alignment. false: the block's steps start from +0 and C is added last with one RN
-  /// fp32 addition, every NaN result being 0x7FFFFFFF (needs the kFp32 accumulator).
+  /// addition in the accumulator's format (fp32: every NaN result being 0x7FFFFFFF; fp16:
+  /// add_f16_rne).
   bool c_joins_first_step;
+  /// The alignment exponent E of a step is at least this (fp32 accumulator; the model's minimum
+  /// product exponent, `min_exp_limit` in MATLAB-tensor-core): terms far below it are cut.
+  int exponent_floor = kNoExponentFloor;
+  /// The same for the fp16 accumulator.
+  int exponent_floor_f16 = kNoExponentFloor;
 };
 
 /// The datapath of one block FMA of F fraction bits, 1 + F significant bits, FP8 operands, C in the
@@ -191,40 +268,27 @@ FP8EMU_HD constexpr MmaDatapath block_fma_datapath(int block, MmaAccumulator acc
   return MmaDatapath{block, 1, 1, fraction_bits, fraction_bits + 1, acc, MmaOperands::kFp8, true};
 }
 
-/// An FP8 code as a term of the datapath (finite codes only): its own fields (kFp8), or the fields
-/// of the equal fp16 value (kFp16; every E4M3 and E5M2 value is exactly an fp16).
-FP8EMU_HD constexpr MmaTerm operand_term(std::uint8_t code, FormatSpec f, MmaOperands operands) {
-  MmaTerm t = decode_fp8_term(code, f);
-  if (operands == MmaOperands::kFp8 || t.sig == 0) return t;
-  // value = sig * 2^(exp - frac); its leading bit is 2^(exp - frac + p).
-  const int p = bit_length(t.sig) - 1, lead = t.exp - t.frac + p;
-  constexpr int kHalfEmin = -14, kHalfFrac = 10;
-  if (lead >= kHalfEmin) return MmaTerm{t.sign, t.sig << (kHalfFrac - p), lead, kHalfFrac};
-  // fp16 subnormal: value / 2^-24, an integer for every FP8 value.
-  return MmaTerm{t.sign, t.sig << (t.exp - t.frac + 24), kHalfEmin, kHalfFrac};
-}
-
-/// One block FMA: the products a[i]*b[i] (FP8 codes) with i in [0, n) that belong to `step`
-/// ((i / step_interleave) % steps == step), plus the accumulator c. For kFp32, c and the result are
-/// fp32 bits; for kFp16, fp16 bits. See the file comment; `p` gives F, the bits kept and how the
-/// operands are decoded. Specials: NaN (0x7FFFFFFF) when a product of the step is NaN (a NaN factor,
-/// Inf * 0), c is NaN, or +Inf and -Inf meet among them; else the Inf.
-FP8EMU_HD constexpr std::uint32_t mma_step(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb,
-                                           int n, int step, std::uint32_t c, const MmaDatapath& p) {
+/// One block FMA: the products a[i]*b[i] with i in [0, n) that belong to `step`
+/// ((i / step_interleave) % steps == step), plus the accumulator c. A and B are operand sources
+/// (MmaFp8Codes, MmaValues). For kFp32, c and the result are fp32 bits; for kFp16, fp16 bits (c
+/// joins with its own exponent, as a value, not clamped at fp16's emin). See the file comment; `p`
+/// gives F, the bits kept, the exponent floor and how operands are decoded. Specials: NaN
+/// (0x7FFFFFFF) when a product of the step is NaN (a NaN factor, Inf * 0), c is NaN, or +Inf and
+/// -Inf meet among them; else the Inf.
+template <class A, class B>
+FP8EMU_HD constexpr std::uint32_t mma_step(A a, B b, int n, int step, std::uint32_t c, const MmaDatapath& p) {
   const bool f16 = p.accumulator == MmaAccumulator::kFp16;
   auto in_step = [&](int i) { return p.steps <= 1 || (i / p.step_interleave) % p.steps == step; };
   // Special values first (model rule).
   bool nan = false, pos_inf = false, neg_inf = false;
   for (int i = 0; i < n; ++i) {
     if (!in_step(i)) continue;
-    const int ca = detail::fp8_class(a[i], fa), cb = detail::fp8_class(b[i], fb);
+    const int ca = a.cls(i), cb = b.cls(i);
     if (ca == 0 && cb == 0) continue;
-    const bool za = (a[i] & fa.top_code()) == 0, zb = (b[i] & fb.top_code()) == 0;
-    if (ca == 1 || cb == 1 || za || zb) {
+    if (ca == 1 || cb == 1 || a.is_zero(i) || b.is_zero(i)) {
       nan = true;
     } else {
-      const bool neg = ((a[i] ^ b[i]) & 0x80u) != 0;
-      (neg ? neg_inf : pos_inf) = true;
+      (a.sign(i) != b.sign(i) ? neg_inf : pos_inf) = true;
     }
   }
   const std::uint32_t c_abs = f16 ? (c & 0x7FFFu) : (c & 0x7FFFFFFFu);
@@ -235,19 +299,21 @@ FP8EMU_HD constexpr std::uint32_t mma_step(const std::uint8_t* a, FormatSpec fa,
   if (pos_inf || neg_inf) return f16 ? ((neg_inf ? 0x8000u : 0u) | 0x7C00u) : ((neg_inf ? 0x80000000u : 0u) | 0x7F800000u);
 
   // Terms and the alignment exponent.
-  const MmaTerm cterm = f16 ? decode_f16_term(c) : decode_f32_term(c);
+  const MmaTerm cterm = decode_f32_term(f16 ? half_to_f32_bits(std::uint16_t(c)) : c);
   const bool have_c = cterm.sig != 0;
   bool any = have_c;
   int E = have_c ? cterm.exp : 0;
   for (int i = 0; i < n; ++i) {
     if (!in_step(i)) continue;
-    const MmaTerm ta = operand_term(a[i], fa, p.operands), tb = operand_term(b[i], fb, p.operands);
+    const MmaTerm ta = a.term(i, p.operands), tb = b.term(i, p.operands);
     if (ta.sig == 0 || tb.sig == 0) continue;
     const int e = ta.exp + tb.exp;
     if (!any || e > E) E = e;
     any = true;
   }
   if (!any) return 0u;
+  const int floor = f16 ? p.exponent_floor_f16 : p.exponent_floor;
+  if (E < floor) E = floor;
   // Aligned, truncated, exact integer sum: every |term| < 2^(F + 2), so 64 bits hold any block.
   std::int64_t S = 0;
   auto add = [&](std::uint32_t sign, std::uint64_t sig, int exp, int frac) {
@@ -258,7 +324,7 @@ FP8EMU_HD constexpr std::uint32_t mma_step(const std::uint8_t* a, FormatSpec fa,
   if (have_c) add(cterm.sign, cterm.sig, cterm.exp, cterm.frac);
   for (int i = 0; i < n; ++i) {
     if (!in_step(i)) continue;
-    const MmaTerm ta = operand_term(a[i], fa, p.operands), tb = operand_term(b[i], fb, p.operands);
+    const MmaTerm ta = a.term(i, p.operands), tb = b.term(i, p.operands);
     if (ta.sig == 0 || tb.sig == 0) continue;
     add(ta.sign ^ tb.sign, std::uint64_t(ta.sig) * tb.sig, ta.exp + tb.exp, ta.frac + tb.frac);
   }
@@ -272,6 +338,12 @@ FP8EMU_HD constexpr std::uint32_t mma_step(const std::uint8_t* a, FormatSpec fa,
   return scaled_int_to_f32_rz(sign, T, k);
 }
 
+/// mma_step on FP8 codes (a, b: n codes of formats fa, fb).
+FP8EMU_HD constexpr std::uint32_t mma_step(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb,
+                                           int n, int step, std::uint32_t c, const MmaDatapath& p) {
+  return mma_step(MmaFp8Codes{a, fa}, MmaFp8Codes{b, fb}, n, step, c, p);
+}
+
 /// One fused block of n products with FP8 operands, C in the alignment, F fraction bits and 1 + F
 /// significant bits (the Hopper wgmma / Ada block FMA). For kFp32, c and the result are fp32 bits;
 /// for kFp16, fp16 bits.
@@ -281,28 +353,59 @@ FP8EMU_HD constexpr std::uint32_t mma_block(const std::uint8_t* a, FormatSpec fa
   return mma_step(a, fa, b, fb, n, 0, c, block_fma_datapath(n, acc, fraction_bits));
 }
 
+/// The fp16 sum x + y of two fp16 values (bits), rounded once to nearest even (the exact sum is an
+/// integer multiple of 2^-24 below 2^41); NaN is 0x7FFF; +Inf and -Inf give NaN; an exact zero sum
+/// is +0 unless both are -0.
+FP8EMU_HD constexpr std::uint32_t add_f16_rne(std::uint32_t x, std::uint32_t y) {
+  const std::uint32_t ax = x & 0x7FFFu, ay = y & 0x7FFFu;
+  if (ax > 0x7C00u || ay > 0x7C00u) return 0x7FFFu;
+  if (ax == 0x7C00u && ay == 0x7C00u) return ((x ^ y) & 0x8000u) ? 0x7FFFu : x;
+  if (ax == 0x7C00u) return x;
+  if (ay == 0x7C00u) return y;
+  const MmaTerm tx = decode_f16_term(x), ty = decode_f16_term(y);  // |v| = sig * 2^(exp + 14) * 2^-24
+  const std::int64_t vx = std::int64_t(std::uint64_t(tx.sig) << (tx.exp + 14));
+  const std::int64_t vy = std::int64_t(std::uint64_t(ty.sig) << (ty.exp + 14));
+  const std::int64_t S = (tx.sign ? -vx : vx) + (ty.sign ? -vy : vy);
+  if (S == 0) return (x & y & 0x8000u) ? 0x8000u : 0u;
+  return scaled_int_to_f16_rne(S < 0 ? 1u : 0u, std::uint64_t(S < 0 ? -S : S), -24);
+}
+
 /// One block of n <= p.block products with the addend c, as one MMA instruction computes it: the
-/// steps chained through the accumulator, C joining the first step or added last (see MmaDatapath).
-/// c and the result: fp32 bits (fp16 bits for the kFp16 accumulator, which needs c_joins_first_step).
-FP8EMU_HD std::uint32_t mma_instruction(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb,
-                                        int n, std::uint32_t c, const MmaDatapath& p) {
+/// steps chained through the accumulator, C joining the first step or added last (see MmaDatapath):
+/// one RN fp32 add (kFp32), or one RN fp16 add (kFp16: add_f16_rne). c and the result: fp32 bits
+/// (fp16 bits for the kFp16 accumulator).
+template <class A, class B>
+FP8EMU_HD std::uint32_t mma_instruction(A a, B b, int n, std::uint32_t c, const MmaDatapath& p) {
   std::uint32_t d = p.c_joins_first_step ? c : 0u;
-  for (int s = 0; s < (p.steps > 1 ? p.steps : 1); ++s) d = mma_step(a, fa, b, fb, n, s, d, p);
+  for (int s = 0; s < (p.steps > 1 ? p.steps : 1); ++s) d = mma_step(a, b, n, s, d, p);
   if (p.c_joins_first_step) return d;
+  if (p.accumulator == MmaAccumulator::kFp16) return add_f16_rne(c, d);
   const std::uint32_t r = f32_to_bits(add_rn(bits_to_f32(c), bits_to_f32(d)));
   return (r & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FFFFFFFu : r;  // every NaN D is 0x7FFFFFFF
 }
 
+/// mma_instruction on FP8 codes.
+FP8EMU_HD std::uint32_t mma_instruction(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb,
+                                        int n, std::uint32_t c, const MmaDatapath& p) {
+  return mma_instruction(MmaFp8Codes{a, fa}, MmaFp8Codes{b, fb}, n, c, p);
+}
+
 /// A dot product of length K on the tensor cores: blocks of p.block products chained along K (each
 /// block's result is the C of the next, mma_instruction), the first block's C being c (fp32 bits,
-/// or fp16 bits for kFp16). A short last block is the same as padding with zero codes. Returns fp32
-/// bits (the fp16 result widened exactly for kFp16).
-FP8EMU_HD std::uint32_t mma_dot(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb, int K,
-                                std::uint32_t c, const MmaDatapath& p) {
+/// or fp16 bits for kFp16). A short last block is the same as padding with zero operands. Returns
+/// fp32 bits (the fp16 result widened exactly for kFp16). A, B: operand sources.
+template <class A, class B>
+FP8EMU_HD std::uint32_t mma_dot(A a, B b, int K, std::uint32_t c, const MmaDatapath& p) {
   std::uint32_t d = c;
   for (int k0 = 0; k0 < K; k0 += p.block)
-    d = mma_instruction(a + k0, fa, b + k0, fb, K - k0 < p.block ? K - k0 : p.block, d, p);
+    d = mma_instruction(a.at(k0), b.at(k0), K - k0 < p.block ? K - k0 : p.block, d, p);
   return p.accumulator == MmaAccumulator::kFp16 ? half_to_f32_bits(std::uint16_t(d)) : d;
+}
+
+/// mma_dot on FP8 codes.
+FP8EMU_HD std::uint32_t mma_dot(const std::uint8_t* a, FormatSpec fa, const std::uint8_t* b, FormatSpec fb, int K,
+                                std::uint32_t c, const MmaDatapath& p) {
+  return mma_dot(MmaFp8Codes{a, fa}, MmaFp8Codes{b, fb}, K, c, p);
 }
 
 /// mma_dot with single-step blocks of `block` FP8 products, C in the alignment, F fraction bits
