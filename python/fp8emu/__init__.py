@@ -535,35 +535,48 @@ def mma(
     """Tensor-core MMA: ``D = A B^T + C`` as chained MMA instructions compute it, bit for bit.
 
     For each ``D[i, j]``: the K products of ``a[i, :]`` and ``b[j, :]`` in blocks of the model's
-    block size (32 for "hopper" wgmma and "hopper-mma-sync", 16 for "ada"), in increasing K, each
-    block one instruction whose C is the previous block's D; the first C is ``c[i, j]``, which
-    joins the first step's alignment ("hopper", "ada") or is added last with one round-to-nearest
-    fp32 add ("hopper-mma-sync": Hopper's FP8 ``mma.sync``, two fp16 HMMA steps). One PTX
+    block size (:func:`accumulations`: 32 for "hopper" wgmma and "hopper-mma-sync", 16 for "ada",
+    16 for "hopper-bf16", 8 for "ampere-fp16", ...), in increasing K, each block one instruction
+    whose C is the previous block's D; the first C is ``c[i, j]``, which joins the first step's
+    alignment or is added last with one round-to-nearest fp32 add ("hopper-mma-sync" and
+    "blackwell": FP8 ``mma.sync`` on the fp16 tensor core). One PTX
     ``mma.sync.aligned.m16n8k32.row.col.f32.<a>.<b>.f32`` is M = 16, N = 8, K = 32 (its B, K x 8
     column-major, is ``b`` here as 8 x K row-major). No scales, promotion or split-K (see
-    :func:`gemm`). Checked against every tile recorded on an H200 (tests/data/h200/mma-sync).
+    :func:`gemm`). Checked against every tile recorded on an H200 (tests/data/h200/mma-sync) and
+    every row of the published V100 to B200 recordings (tests/data/tensor-core-mma).
 
     Args:
-        a: FP8 codes, shape (M, K), C-contiguous: ml_dtypes float8_e4m3fn / float8_e5m2 (format
-            inferred) or uint8 with format_a.
-        b: FP8 codes, shape (N, K) (K-contiguous), likewise. All four operand pairs are accepted
-            (``mma.sync`` takes E5M2 x E5M2, cuBLASLt's GEMM does not).
+        a: shape (M, K), C-contiguous: FP8 codes (ml_dtypes float8_e4m3fn / float8_e5m2, format
+            inferred, or uint8 with format_a), or values of the model's input format for the fp16,
+            bf16 and tf32 models: float16, ml_dtypes bfloat16 or float32 arrays (float32 elements
+            must be exactly values of the format: round them first, e.g. ``x.astype(bfloat16)``).
+        b: shape (N, K) (K-contiguous), likewise, of the same kind as a. All four FP8 operand pairs
+            are accepted (``mma.sync`` takes E5M2 x E5M2, cuBLASLt's GEMM does not).
         c: float32 (M, N), or None for +0. Signed zeros, NaN payloads, Inf and subnormals are kept.
         format_a, format_b: "e4m3fn" or "e5m2" (needed for uint8 codes).
         accumulation: a tensor-core model of :func:`accumulations`: "hopper-mma-sync" (default),
-            "hopper" or "ada".
+            "hopper", "ada", "blackwell" for FP8 codes (or any tensor-core row: FP8 codes enter it
+            widened to its format); "volta-fp16", "ampere-fp16", "ampere-bf16", "ampere-tf32",
+            "ada-*", "hopper-*", "blackwell-*" (fp16, bf16, tf32) for values.
         out: optional float32 (M, N) array written in place and returned.
     Returns:
         D, float32 (M, N). NaN results are 0x7FFFFFFF where the GPU writes that (C added last).
     Raises:
-        TypeError: operands that are not FP8 codes, c or out not float32, arrays not on the CPU.
+        TypeError: operands that are not FP8 codes (unless both are float16/bfloat16/float32 values),
+            c or out not float32, arrays not on the CPU.
         ValueError: not 2-D, shape mismatch, non-contiguous, unknown names, a model that is not a
-            tensor-core model ("exact", "fp32").
-    Mirrors: emu::mma_tn (include/fp8emu/emulation/mma.hpp), core::mma_dot_with_c per element, as
-    ``fp8emu mma-check`` runs it. Deterministic.
+            tensor-core model ("exact", "fp32"), values with an FP8 model, a value that is not of the
+            model's format (naming the operand and index).
+    Mirrors: emu::mma_tn and emu::mma_tn_values (include/fp8emu/emulation/mma.hpp), core::mma_dot
+    per element, as ``fp8emu mma-check`` runs it. Deterministic.
     """
-    qa, fa = _as_codes(a, "a", format_a)
-    qb, fb = _as_codes(b, "b", format_b)
+    if _value_dtype(a) is not None and _value_dtype(b) is not None:
+        qa = np.ascontiguousarray(np.asarray(a).astype(np.float32))
+        qb = np.ascontiguousarray(np.asarray(b).astype(np.float32))
+        fa = fb = ""
+    else:
+        qa, fa = _as_codes(a, "a", format_a)
+        qb, fb = _as_codes(b, "b", format_b)
     M = int(qa.shape[0]) if len(getattr(qa, "shape", ())) == 2 else 0
     N = int(qb.shape[0]) if len(getattr(qb, "shape", ())) == 2 else 0
     c_arr = None if c is None else (c if (_is_numpy(c) or hasattr(c, "__dlpack__")) else np.asarray(c, np.float32))
@@ -571,6 +584,13 @@ def mma(
         out, "out", (M, N), np.dtype(np.float32), (np.dtype(np.float32),))
     _fp8emu.mma(qa, qb, fa, fb, accumulation, c_arr, target)
     return target if out is None else out
+
+
+def _value_dtype(x: Any) -> Optional[np.dtype]:
+    """The dtype of a NumPy array of float16, bfloat16 or float32 values (None otherwise)."""
+    if not _is_numpy(x):
+        return None
+    return x.dtype if x.dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)) else None
 
 
 class CompareResult(NamedTuple):

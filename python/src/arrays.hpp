@@ -195,6 +195,8 @@ void bind_cuda(nb::module_& m);
 void bind_recipe_records(nb::module_& m);
 /// nv_convert: fp8emu.nv's conversions (python/src/nv_binding.cpp).
 void bind_nv(nb::module_& m);
+/// fp8emu.mma and fp8emu.compare (python/src/mma_compare.cpp).
+void bind_mma_compare(nb::module_& m);
 /// fp8emu.Quantizer.quantize on a CUDA array x (float32, 2-D, C-contiguous) of the GPU of
 /// backend::cuda_device(): the quantizer's device cast (scaling::Quantizer::quantize_device), after
 /// `stream` (a cudaStream_t as an integer) has reached the call. Returns (a CudaQuantizedTensor whose

@@ -1,5 +1,9 @@
 """fp8emu.mma against Hopper's mma.sync as recorded on an NVIDIA H200 (tests/data/h200, provenance in
-its README), and fp8emu.compare against ULP distances and errors computed here with NumPy."""
+its README) and against the published fp16, bf16 and tf32 tensor-core recordings of V100 to B200
+(tests/data/tensor-core-mma, decoded here with NumPy), and fp8emu.compare against ULP distances and
+errors computed here with NumPy."""
+
+import gzip
 
 import ml_dtypes
 import numpy as np
@@ -66,6 +70,59 @@ def test_mma_rejects_bad_arguments_by_name():
         fp8emu.mma(a, b, np.zeros((8, 16), np.float32), format_a="e4m3fn", format_b="e4m3fn")
     with pytest.raises(TypeError, match="float32"):
         fp8emu.mma(a, b, np.zeros((16, 8), np.float64), format_a="e4m3fn", format_b="e4m3fn")
+
+
+TC = ROOT / "tests" / "data" / "tensor-core-mma"
+# (file, model, array dtype the test hands to fp8emu.mma)
+WIDE = [("V100_fp16", "volta-fp16", np.float16), ("A100_bf16", "ampere-bf16", ml_dtypes.bfloat16),
+        ("A100_tf32", "ampere-tf32", np.float32), ("Ada_fp16", "ada-fp16", np.float16),
+        ("L40S_tf32", "ada-tf32", np.float32), ("H100_fp16", "hopper-fp16", np.float16),
+        ("H200_bf16", "hopper-bf16", ml_dtypes.bfloat16), ("H100_tf32", "hopper-tf32", np.float32),
+        ("B200_bf16", "blackwell-bf16", ml_dtypes.bfloat16), ("B200_tf32", "blackwell-tf32", np.float32)]
+
+
+def load_wide(name, rows):
+    """The first rows of a packed dataset: a, b as float32 values; c, d as uint32 bits."""
+    fmt = name.split("_")[1]
+    width = 8 if fmt == "tf32" else 4
+    a, b, c, d = [], [], [], []
+    with gzip.open(TC / f"{name}.txt.gz", "rt") as f:
+        for _, line in zip(range(rows), f):
+            fields = line.split()
+            for side, out in ((fields[0], a), (fields[1], b)):
+                u = np.array([int(side[i:i + width], 16) for i in range(0, len(side), width)], np.uint32)
+                if fmt == "fp16":
+                    out.append(u.astype(np.uint16).view(np.float16).astype(np.float32))
+                elif fmt == "bf16":
+                    out.append((u << 16).view(np.float32))
+                else:
+                    out.append(u.view(np.float32))
+            c.append(int(fields[2], 16))
+            d.append(int(fields[3], 16))
+    return np.array(a), np.array(b), np.array(c, np.uint32), np.array(d, np.uint32)
+
+
+@pytest.mark.parametrize("name,model,dtype", WIDE)
+def test_mma_on_values_reproduces_recorded_tensor_cores(name, model, dtype):
+    a, b, c, d = load_wide(name, 200)
+    C = np.zeros((200, 200), np.float32)
+    C[np.arange(200), np.arange(200)] = c.view(np.float32)
+    D = fp8emu.mma(a.astype(dtype), b.astype(dtype), C, accumulation=model)
+    assert np.array_equal(np.diag(D).view(np.uint32), d)
+    # The fp32 sequential sum (what a CPU GEMM does) is another result on many rows.
+    seq = np.array([np.float32(c.view(np.float32)[i]) for i in range(200)])
+    for k in range(a.shape[1]):
+        seq = (seq + (a[:, k] * b[:, k]).astype(np.float32)).astype(np.float32)
+    assert np.count_nonzero(seq.view(np.uint32) != d) > 0
+
+
+def test_mma_on_values_refuses_values_outside_the_format():
+    x = np.array([[1.0, 1.0 + 2.0**-9]], np.float32)
+    assert fp8emu.mma(x, x, accumulation="hopper-fp16")[0, 0] == np.float32(2.0 + 2.0**-8 + 2.0**-18)  # exact in 24 bits
+    with pytest.raises(ValueError, match=r"A\[1\] = 1.00195 .* is not a bf16 value"):
+        fp8emu.mma(x, x, accumulation="hopper-bf16")
+    with pytest.raises(ValueError, match="not a tensor-core model of fp16, bf16 or tf32 inputs"):
+        fp8emu.mma(x, x, accumulation="hopper-mma-sync")
 
 
 def ulp_distance(x, y):

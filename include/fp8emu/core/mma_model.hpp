@@ -222,17 +222,44 @@ struct MmaFp8Codes {
 };
 
 /// fp16, bf16 or tf32 operands given as fp32 bit patterns (each exactly a value of the row's
-/// operand format: core::is_operand_value).
+/// operand format: core::is_operand_value), element i at p[i * stride].
 struct MmaValues {
   const std::uint32_t* p;
+  int stride = 1;
+  FP8EMU_HD constexpr std::uint32_t v(int i) const { return p[std::ptrdiff_t(i) * stride]; }
   FP8EMU_HD constexpr int cls(int i) const {
-    const std::uint32_t m = p[i] & 0x7FFFFFFFu;
+    const std::uint32_t m = v(i) & 0x7FFFFFFFu;
     return m < 0x7F800000u ? 0 : (m == 0x7F800000u ? 2 : 1);
   }
-  FP8EMU_HD constexpr bool is_zero(int i) const { return (p[i] & 0x7FFFFFFFu) == 0u; }
-  FP8EMU_HD constexpr std::uint32_t sign(int i) const { return p[i] >> 31; }
-  FP8EMU_HD constexpr MmaTerm term(int i, MmaOperands o) const { return decode_operand_term(p[i], o); }
-  FP8EMU_HD constexpr MmaValues at(int k) const { return MmaValues{p + k}; }
+  FP8EMU_HD constexpr bool is_zero(int i) const { return (v(i) & 0x7FFFFFFFu) == 0u; }
+  FP8EMU_HD constexpr std::uint32_t sign(int i) const { return v(i) >> 31; }
+  FP8EMU_HD constexpr MmaTerm term(int i, MmaOperands o) const { return decode_operand_term(v(i), o); }
+  FP8EMU_HD constexpr MmaValues at(int k) const { return MmaValues{p + std::ptrdiff_t(k) * stride, stride}; }
+};
+
+/// An operand decoded once (MmaDecodedTerms): its term in one operand format and its class (0
+/// finite, 1 NaN, 2 Inf).
+struct MmaDecoded {
+  MmaTerm term;
+  std::uint32_t cls;
+};
+
+/// Decodes fp32 bits of a value of the operand format `o` (not kFp8) for MmaDecodedTerms.
+FP8EMU_HD constexpr MmaDecoded decode_value(std::uint32_t bits, MmaOperands o) {
+  const std::uint32_t m = bits & 0x7FFFFFFFu;
+  const std::uint32_t cls = m < 0x7F800000u ? 0u : (m == 0x7F800000u ? 2u : 1u);
+  return MmaDecoded{cls == 0u ? decode_operand_term(bits, o) : MmaTerm{bits >> 31, 0u, 0, 0}, cls};
+}
+
+/// Operands decoded ahead (decode_value with the datapath's operand format): the same block FMA as
+/// MmaValues without decoding each operand once per output element.
+struct MmaDecodedTerms {
+  const MmaDecoded* p;
+  FP8EMU_HD constexpr int cls(int i) const { return int(p[i].cls); }
+  FP8EMU_HD constexpr bool is_zero(int i) const { return p[i].cls == 0u && p[i].term.sig == 0u; }
+  FP8EMU_HD constexpr std::uint32_t sign(int i) const { return p[i].term.sign; }
+  FP8EMU_HD constexpr MmaTerm term(int i, MmaOperands) const { return p[i].term; }
+  FP8EMU_HD constexpr MmaDecodedTerms at(int k) const { return MmaDecodedTerms{p + k}; }
 };
 
 /// "No floor": the largest exponent of a step is not raised.

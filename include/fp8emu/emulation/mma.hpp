@@ -29,6 +29,29 @@ namespace fp8emu::emu {
 void mma_tn(int M, int N, int K, const std::uint8_t* A, Format fa, const std::uint8_t* B, Format fb,
             Accumulation model, const float* C, float* D);
 
+/// D = A B^T + C on the tensor cores of fp16, bf16 or tf32 inputs, as chained MMA instructions compute
+/// it: mma_tn for the rows whose input is not FP8 (`volta-fp16`, `ampere-bf16`, `hopper-tf32`, ...:
+/// core/accumulation.hpp). Each D[i][j]: the K products of A's row i and B's row j in blocks of the
+/// row's block size in increasing K, the first block's C being C[i][j] (core::mma_dot on
+/// core::MmaValues). One `wmma` m16n16k16 bf16 instruction on Hopper is M = N = 16, K = 16.
+/// \param A  Shape [M, K], row-major fp32 storage; every element exactly a value of the row's operand
+///           format (fp16, bf16 or tf32; NaN and Inf allowed).
+/// \param B  Shape [N, K], row-major, likewise (the K-contiguous operand, "TN").
+/// \param C  Shape [M, N], row-major fp32, or null for +0 everywhere.
+/// \param D  Shape [M, N], row-major fp32 (may alias C). Round toward zero to 24 bits after each block
+///           (RNE to fp16 with the fp16 accumulator, which this fp32 entry does not use).
+/// Deterministic; parallel over rows with OpenMP.
+/// \throws fp8emu::Error for a negative shape, a row that is not a tensor-core row of fp16, bf16 or
+///         tf32 input, or an element that is not a value of its format (naming the operand and index).
+void mma_tn_values(int M, int N, int K, const float* A, const float* B, Accumulation model, const float* C, float* D);
+
+/// The GEMM of a layer on a tensor-core row of fp16, bf16 or tf32 input: D [M, N] = A [M, K] * B [K, N]
+/// (all row-major, "NN", gemm_f32_nn's layout), every element the row's chain of blocks along K from
+/// C = +0 (as mma_tn_values; the operands are decoded once). What a bf16 layer computes on the GPU's
+/// bf16 tensor cores, where gemm_f32_nn sums in fp32 sequentially.
+/// \throws fp8emu::Error as mma_tn_values.
+void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation model, float* D);
+
 /// Bitwise comparison of two fp32 arrays (`fp8emu compare`).
 struct CompareStats {
   std::size_t elements = 0;

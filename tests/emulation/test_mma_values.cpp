@@ -1,0 +1,116 @@
+// emu::mma_tn_values and emu::gemm_tc_nn (the tensor cores of fp16, bf16 and tf32 inputs as GEMMs)
+// against the recorded GPU rows of tests/data/tensor-core-mma (the diagonal of a GEMM over the
+// first recorded rows is those rows), against the per-element core path (core::mma_dot on
+// core::MmaValues, which decodes each operand where it is used), and their errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fp8emu/core/half.hpp"
+#include "fp8emu/emulation/mma.hpp"
+#include "fp8emu/util/error.hpp"
+#include "support/mma_data.hpp"
+
+using namespace fp8emu;
+
+namespace {
+float from_bits(std::uint32_t u) { return core::bits_to_f32(u); }
+std::uint32_t to_bits(float x) { return core::f32_to_bits(x); }
+
+// Random values of the operand format: normals of a wide exponent range, subnormals, zeros of both
+// signs and (with `specials`) NaN and Inf.
+std::vector<float> random_values(std::size_t n, core::MmaOperands o, std::mt19937& rng, bool specials) {
+  std::vector<float> v(n);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (float& x : v) {
+    std::uint32_t u = bits(rng);
+    const std::uint32_t kind = bits(rng) % 16;
+    if (o == core::MmaOperands::kFp16) {
+      std::uint16_t h = std::uint16_t(u);
+      if ((h & 0x7C00u) == 0x7C00u && !specials) h &= 0xBFFFu;  // no Inf/NaN: clear an exponent bit
+      if (kind < 2) h &= 0x83FFu;                                 // subnormal or zero
+      x = from_bits(core::half_to_f32_bits(h));
+    } else {
+      const std::uint32_t keep = o == core::MmaOperands::kBf16 ? 0xFFFF0000u : 0xFFFFE000u;
+      u &= keep;
+      u = (u & 0x807FFFFFu) | ((96u + (u >> 23) % 64u) << 23);  // exponents -31 .. 32
+      if (kind < 2) u &= 0x807FFFFFu & keep;                       // subnormal or zero
+      if (specials && kind == 2) u = (u & 0x80000000u) | 0x7F800000u;
+      if (specials && kind == 3) u = 0x7FC00000u;
+      x = from_bits(u);
+    }
+  }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("mma_tn_values reproduces recorded rows on the diagonal of a GEMM", "[mma][values][recorded]") {
+  for (const testing::MmaDataset& ds : testing::mma_datasets()) {
+    if (testing::mma_dataset_is_fp8(ds)) continue;
+    INFO(ds.gpu << " " << ds.format);
+    const std::vector<testing::MmaRow> rows = testing::load_mma_dataset(ds);
+    const int n = 150, K = int(rows[0].a.size());
+    std::vector<float> A(std::size_t(n) * K), B(std::size_t(n) * K), C(std::size_t(n) * n, 0.0f), D(C.size());
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < K; ++k) {
+        A[std::size_t(i) * K + k] = from_bits(rows[std::size_t(i)].a[std::size_t(k)]);
+        B[std::size_t(i) * K + k] = from_bits(rows[std::size_t(i)].b[std::size_t(k)]);
+      }
+      C[std::size_t(i) * n + i] = from_bits(rows[std::size_t(i)].c);
+    }
+    emu::mma_tn_values(n, n, K, A.data(), B.data(), ds.fp32_model, C.data(), D.data());
+    int mismatches = 0;
+    for (int i = 0; i < n; ++i) mismatches += to_bits(D[std::size_t(i) * n + i]) != rows[std::size_t(i)].d;
+    CHECK(mismatches == 0);
+  }
+}
+
+TEST_CASE("mma_tn_values and gemm_tc_nn equal the per-element core path", "[mma][values]") {
+  std::mt19937 rng(7);
+  for (Accumulation id : {Accumulation::kVoltaFp16, Accumulation::kAmpereBf16, Accumulation::kAdaTf32,
+                          Accumulation::kHopperFp16, Accumulation::kHopperBf16, Accumulation::kBlackwellTf32}) {
+    const AccumulationModel& m = model_of(id);
+    INFO(m.name);
+    for (bool specials : {false, true}) {
+      const int M = 13, N = 9, K = 37;  // K not a multiple of any block: a short last block
+      const std::vector<float> A = random_values(std::size_t(M) * K, m.operands, rng, specials);
+      const std::vector<float> B = random_values(std::size_t(N) * K, m.operands, rng, specials);
+      const std::vector<float> C = random_values(std::size_t(M) * N, core::MmaOperands::kTf32, rng, specials);
+      std::vector<float> D(std::size_t(M) * N), Dnn(D.size()), Bt(B.size());
+      emu::mma_tn_values(M, N, K, A.data(), B.data(), id, C.data(), D.data());
+      for (int j = 0; j < N; ++j)
+        for (int k = 0; k < K; ++k) Bt[std::size_t(k) * N + j] = B[std::size_t(j) * K + k];
+      emu::gemm_tc_nn(M, N, K, A.data(), Bt.data(), id, Dnn.data());
+      int bad = 0, bad_nn = 0;
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          const std::size_t at = std::size_t(i) * N + j;
+          const auto* a = reinterpret_cast<const std::uint32_t*>(A.data()) + std::size_t(i) * K;
+          const auto* b = reinterpret_cast<const std::uint32_t*>(Bt.data()) + j;
+          const core::MmaDatapath p = m.tensor_core();
+          bad += to_bits(D[at]) != core::mma_dot(core::MmaValues{a, 1}, core::MmaValues{b, N}, K, to_bits(C[at]), p);
+          bad_nn += to_bits(Dnn[at]) != core::mma_dot(core::MmaValues{a, 1}, core::MmaValues{b, N}, K, 0u, p);
+        }
+      CHECK(bad == 0);
+      CHECK(bad_nn == 0);
+    }
+  }
+}
+
+TEST_CASE("mma_tn_values: a value outside the format and an FP8 row are refused", "[mma][values][errors]") {
+  const float a[2] = {1.0f, 1.0f + 0x1p-9f}, b[2] = {1.0f, 1.0f};
+  float d = 0.0f;
+  CHECK_NOTHROW(emu::mma_tn_values(1, 1, 2, a, b, Accumulation::kHopperFp16, nullptr, &d));
+  CHECK(d == 2.0f + 0x1p-9f);
+  CHECK_THROWS_WITH(emu::mma_tn_values(1, 1, 2, a, b, Accumulation::kHopperBf16, nullptr, &d),
+                    Catch::Contains("mma: A[1] = ") && Catch::Contains("is not a bf16 value; round the operand to bf16 first"));
+  CHECK_THROWS_WITH(emu::mma_tn_values(1, 1, 2, a, b, Accumulation::kHopper, nullptr, &d),
+                    Catch::Contains("'hopper' is not a tensor-core model of fp16, bf16 or tf32 inputs"));
+  CHECK_THROWS_WITH(emu::gemm_tc_nn(1, 1, 2, a, b, Accumulation::kFp32, &d),
+                    Catch::Contains("gemm_tc_nn: 'fp32' is not a tensor-core model"));
+}
