@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "fp8emu/core/half.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/mma.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/io/npy.hpp"
 #include "fp8emu/util/error.hpp"
@@ -50,10 +52,94 @@ std::vector<std::uint8_t> operand(const io::NpyArray& a, const std::string& path
   return q;
 }
 
+// Operand values of an fp16, bf16 or tf32 tensor-core row from a 2-D .npy: float16 ("<f2"),
+// bfloat16 (ml_dtypes' files and "<u2" bits) or float32 ("<f4"), as fp32 values.
+std::vector<float> values_operand(const io::NpyArray& a, const std::string& path) {
+  FP8EMU_CHECK(a.shape.size() == 2, path, ": expected a 2-D array, got ", a.shape.size(), " dimensions");
+  std::vector<float> x(a.count());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (a.dtype == "<f4") {
+      std::memcpy(&x[i], a.data.data() + 4 * i, 4);
+      continue;
+    }
+    FP8EMU_CHECK(a.dtype == "<f2" || a.dtype == "<u2", path, ": dtype ", a.dtype,
+                 " is not float16, bfloat16 (uint16 bits) or float32, the operands of fp16, bf16 and tf32 tensor cores");
+    std::uint16_t h;
+    std::memcpy(&h, a.data.data() + 2 * i, 2);
+    x[i] = core::bits_to_f32(a.dtype == "<f2" ? core::half_to_f32_bits(h) : std::uint32_t(h) << 16);
+  }
+  return x;
+}
+
+// `gemm` on a tensor-core row of fp16, bf16 or tf32 inputs: D = A B^T (or A B) + C as chained MMA
+// instructions compute it (emu::mma_tn_values), fp32 output; the FP8 flags are refused.
+int run_values_gemm(const GemmOptions& o, const AccumulationModel& row, std::ostream& out) {
+  const GemmOptions defaults;
+  FP8EMU_CHECK(o.scale_inv_a == defaults.scale_inv_a && o.scale_inv_b == defaults.scale_inv_b &&
+                   o.promotion == 0 && o.split_k == 1 && o.output == "fp32" && o.d_scale == 1.0f &&
+                   o.alpha == 1.0f && o.beta == 0.0f && o.bias.empty(),
+               "--accumulation ", row.name, " takes ",
+               row.input == core::MmaOperands::kFp16 ? "fp16" : row.input == core::MmaOperands::kBf16 ? "bf16" : "tf32",
+               " values and computes D = A B^T + C (C: --c) in fp32: --scale-inv-a/-b, --promotion, --split-k, "
+               "--output, --d-scale, --alpha, --beta and --bias apply to FP8 operands only");
+  const emu::GemmLayout layout = emu::parse_gemm_layout(o.layout, "--layout");
+  const io::NpyArray A = io::read_npy(o.a), B = io::read_npy(o.b);
+  const std::vector<float> a = values_operand(A, o.a);
+  std::vector<float> b = values_operand(B, o.b);
+  const std::size_t M = A.shape[0], K = A.shape[1];
+  std::size_t N = 0;
+  if (layout == emu::GemmLayout::kTn) {
+    FP8EMU_CHECK(B.shape[1] == K, "shape mismatch: A is [", M, ", ", K, "], B is [", B.shape[0], ", ", B.shape[1],
+                 "]; the tn layout needs B as [N, ", K, "]");
+    N = B.shape[0];
+  } else {
+    FP8EMU_CHECK(B.shape[0] == K, "shape mismatch: A is [", M, ", ", K, "], B is [", B.shape[0], ", ", B.shape[1],
+                 "]; the nn layout needs B as [", K, ", N]");
+    N = B.shape[1];
+  }
+  FP8EMU_CHECK(M <= kMaxGemmDim && N <= kMaxGemmDim && K <= kMaxGemmDim, "GEMM shape [", M, ", ", N, "], K = ", K,
+               " from ", o.a, " and ", o.b, ": every dimension must be at most ", kMaxGemmDim);
+  FP8EMU_CHECK(M * N <= kMaxGemmOutput, "GEMM output [", M, ", ", N, "] from ", o.a, " and ", o.b,
+               " has more than ", kMaxGemmOutput, " elements");
+  if (layout == emu::GemmLayout::kNn) {
+    std::vector<float> t(b.size());
+    for (std::size_t k = 0; k < K; ++k)
+      for (std::size_t j = 0; j < N; ++j) t[j * K + k] = b[k * N + j];
+    b.swap(t);
+  }
+  std::vector<float> c;
+  if (!o.c.empty()) {
+    const io::NpyArray x = io::read_npy(o.c);
+    FP8EMU_CHECK(x.dtype == "<f4" && (x.shape == std::vector<std::size_t>{M, N}), o.c, ": C must be float32 of shape [",
+                 M, ", ", N, "]");
+    c.resize(x.count());
+    if (!c.empty()) std::memcpy(c.data(), x.data.data(), x.data.size());
+  }
+  io::NpyArray D;
+  D.shape = {M, N};
+  D.dtype = "<f4";
+  io::check_memory(2 * M * N * 4 + 4 * (a.size() + b.size() + c.size()),
+                   "GEMM output [" + std::to_string(M) + ", " + std::to_string(N) + "] from " + o.a + " and " + o.b);
+  std::vector<float> d(M * N);
+  emu::mma_tn_values(int(M), int(N), int(K), a.data(), b.data(), row.id, c.empty() ? nullptr : c.data(), d.data());
+  D.data.resize(M * N * 4);
+  if (!d.empty()) std::memcpy(D.data.data(), d.data(), D.data.size());
+  io::write_npy(o.out, D);
+  out << "D = A" << (layout == emu::GemmLayout::kTn ? " B^T" : " B") << (c.empty() ? "" : " + C") << ": [" << M << ", "
+      << N << "], K = " << K << ", " << row.name << " (blocks of " << row.block << "), fp32 written to " << o.out
+      << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
   try {
+    {
+      const AccumulationModel& row = model_of(emu::parse_accumulation(o.accumulation));
+      if (row.datapath == Datapath::kTensorCore && row.input != core::MmaOperands::kFp8)
+        return run_values_gemm(o, row, out);
+    }
     const Format fa = parse_format(o.format_a, "--format-a"), fb = parse_format(o.format_b, "--format-b");
     const emu::GemmLayout layout = emu::parse_gemm_layout(o.layout, "--layout");
     const emu::GemmAccumulation acc{emu::parse_accumulation(o.accumulation), o.promotion, o.split_k};
@@ -133,8 +219,12 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
 Command add_gemm(CLI::App& app) {
   auto o = std::make_shared<GemmOptions>();
   GemmOptions& gemm = *o;
-  CLI::App* gemm_cmd = app.add_subcommand("gemm", "Scaled FP8 GEMM on .npy files with a chosen accumulation model");
-  gemm_cmd->add_option("--a", gemm.a, "A.npy: [M, K] uint8 FP8 codes, or float32 (quantized with current scaling)")->required();
+  CLI::App* gemm_cmd = app.add_subcommand(
+      "gemm", "Scaled FP8 GEMM on .npy files with a chosen accumulation model (or an fp16/bf16/tf32 tensor-core GEMM)");
+  gemm_cmd->add_option("--a", gemm.a,
+                       "A.npy: [M, K] uint8 FP8 codes, or float32 (quantized with current scaling); with an fp16, bf16 "
+                       "or tf32 --accumulation (hopper-bf16, ...): float16, bfloat16 or float32 values of that format")
+      ->required();
   gemm_cmd->add_option("--b", gemm.b, "B.npy: [N, K] (tn) or [K, N] (nn), uint8 codes or float32")->required();
   gemm_cmd->add_option("--out", gemm.out, "D.npy to write: [M, N] float32")->required();
   gemm_cmd->add_option("--layout", gemm.layout, "tn (D = A B^T, Hopper's FP8 layout) or nn (D = A B)")->capture_default_str();

@@ -68,6 +68,10 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
   cmd->add_flag("--bf16", cfg.bf16_baseline,
                 "Also train a BF16 run (every Linear with bf16 operands and outputs, fp32 accumulation), the "
                 "baseline FP8 is measured against");
+  cmd->add_option("--bf16-accumulation", cfg.bf16_accumulation,
+                  "How the BF16 run's GEMMs sum: fp32 (sequential) or a bf16 tensor core: ampere-bf16, ada-bf16, "
+                  "hopper-bf16, blackwell-bf16 (docs/tensor-core-model.md)")
+      ->capture_default_str();
   cmd->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
   cmd->add_option("--checkpoint-every", cfg.checkpoint_every,
                   "Write <out>/checkpoint.bin every N " + words.step + " and at the end of each run (0: never)")

@@ -34,6 +34,17 @@ __global__ void gemm_f32_nn_kernel(int M, int N, int K, const float* __restrict_
   }
 }
 
+// emu::gemm_tc_nn: D [M, N] = A [M, K] * B [K, N] (fp32 bits of values of the datapath's operand
+// format), one thread per element of D running core::mma_dot over A's row i and B's column j (stride
+// N) from C = +0: the host's chain of blocks, element for element.
+__global__ void gemm_tc_nn_kernel(int M, int N, int K, const std::uint32_t* __restrict__ A,
+                                  const std::uint32_t* __restrict__ B, core::MmaDatapath p, float* __restrict__ D) {
+  for (int i = int(blockIdx.y * blockDim.y + threadIdx.y); i < M; i += int(gridDim.y * blockDim.y))
+    for (int j = int(blockIdx.x * blockDim.x + threadIdx.x); j < N; j += int(gridDim.x * blockDim.x))
+      D[std::size_t(i) * std::size_t(N) + std::size_t(j)] = core::bits_to_f32(
+          core::mma_dot(core::MmaValues{A + std::size_t(i) * std::size_t(K), 1}, core::MmaValues{B + j, N}, K, 0u, p));
+}
+
 // After a cast into the zeroed scratch totals t: *amax = fmaxf(*amax, max |x|) (as emu::quantize's
 // amax; fmaxf ignores a NaN side) and the counters add this cast's counts, count = n.
 __global__ void finish_cast_kernel(const CastTotals* __restrict__ t, unsigned long long n, float* amax,

@@ -28,6 +28,7 @@
 
 #include "device_buffer.hpp"
 #include "fp8emu/device/device.hpp"
+#include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/core/attention.hpp"
 #include "fp8emu/core/fp32_ops.hpp"
 #include "fp8emu/core/half.hpp"
@@ -191,6 +192,20 @@ class CudaDevice final : public backend::Device {
     if (M == 0 || N == 0) return;
     if (library_gemm_nn(M, N, K, A, B, D, true)) return;
     gemm_f32_exact(M, N, K, A, B, D);
+  }
+
+  void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation model, float* D) const override {
+    FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_tc_nn: negative size M = ", M, ", N = ", N, ", K = ", K);
+    const AccumulationModel& m = model_of(model);
+    FP8EMU_CHECK(m.datapath == Datapath::kTensorCore && m.input != core::MmaOperands::kFp8, "gemm_tc_nn: '", m.name,
+                 "' is not a tensor-core model of fp16, bf16 or tf32 inputs (e.g. hopper-bf16, ampere-fp16, ada-tf32)");
+    if (M == 0 || N == 0) return;
+    State& s = enter();
+    const dim3 grid(unsigned(core::min_int((N + kG - 1) / kG, 65535)),
+                    unsigned(core::min_int((M + kG - 1) / kG, 65535)));
+    gemm_tc_nn_kernel<<<grid, dim3(kG, kG), 0, s.stream>>>(M, N, K, reinterpret_cast<const std::uint32_t*>(A),
+                                                          reinterpret_cast<const std::uint32_t*>(B), m.tensor_core(), D);
+    FP8EMU_CUDA_CHECK_LAUNCH("gemm_tc_nn_kernel");
   }
 
   void transpose_f32(int rows, int cols, const float* in, float* out) const override {

@@ -55,26 +55,104 @@ void check_values(const float* x, std::size_t n, core::MmaOperands o, const char
   }
 }
 
-// Decodes rows x rows of k values (element (r, t) at x[r * rs + t * ts]) into out [rows * k].
-void decode_rows(const float* x, int rows, int k, std::size_t rs, std::size_t ts, core::MmaOperands o,
-                 core::MmaDecoded* out) {
+// Operands of a values GEMM decoded once, row by row ([rows, k]): the signed significand and the
+// exponent of each value (zero: significand 0, exponent kZeroExp), and per row whether it holds a
+// NaN or an Inf (such rows take the per-element core path).
+constexpr int kZeroExp = -30000;
+struct DecodedRows {
+  int rows = 0, k = 0;
+  std::vector<std::int32_t> sig;
+  std::vector<std::int32_t> exp;
+  std::vector<core::MmaDecoded> terms;  // the core path's form, for rows with specials
+  std::vector<unsigned char> special;
+};
+
+// Decodes rows x k values (element (r, t) at x[r * rs + t * ts]).
+DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::size_t ts, core::MmaOperands o) {
+  DecodedRows d;
+  d.rows = rows;
+  d.k = k;
+  const std::size_t n = std::size_t(rows) * std::size_t(k);
+  d.sig.resize(n);
+  d.exp.resize(n);
+  d.terms.resize(n);
+  d.special.assign(std::size_t(rows), 0);
 #pragma omp parallel for schedule(static) if (double(rows) * k >= 1e6)
   for (int r = 0; r < rows; ++r)
-    for (int t = 0; t < k; ++t)
-      out[std::size_t(r) * std::size_t(k) + std::size_t(t)] =
-          core::decode_value(core::f32_to_bits(x[std::size_t(r) * rs + std::size_t(t) * ts]), o);
+    for (int t = 0; t < k; ++t) {
+      const std::size_t at = std::size_t(r) * std::size_t(k) + std::size_t(t);
+      const core::MmaDecoded v = core::decode_value(core::f32_to_bits(x[std::size_t(r) * rs + std::size_t(t) * ts]), o);
+      d.terms[at] = v;
+      if (v.cls != 0u) d.special[std::size_t(r)] = 1;
+      d.sig[at] = v.term.sig == 0u ? 0 : (v.term.sign ? -std::int32_t(v.term.sig) : std::int32_t(v.term.sig));
+      d.exp[at] = v.term.sig == 0u ? kZeroExp : v.term.exp;
+    }
+  return d;
+}
+
+// One output element on a single-step row with C in the alignment and the fp32 accumulator (every
+// fp16, bf16 and tf32 row), without NaN or Inf operands: core::mma_step's arithmetic on the decoded
+// significands and exponents, block after block along K (tested equal to the core path).
+std::uint32_t dot_fast(const std::int32_t* sa, const std::int32_t* ea, const std::int32_t* sb, const std::int32_t* eb,
+                       int K, std::uint32_t c, const core::MmaDatapath& p, int frac2) {
+  for (int k0 = 0; k0 < K; k0 += p.block) {
+    const int n = K - k0 < p.block ? K - k0 : p.block;
+    if ((c & 0x7FFFFFFFu) >= 0x7F800000u) return (c & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FFFFFFFu : c;
+    const core::MmaTerm ct = core::decode_f32_term(c);
+    int E = ct.sig ? ct.exp : kZeroExp;
+    for (int t = k0; t < k0 + n; ++t) {
+      const int e = ea[t] + eb[t];
+      if (e > E) E = e;  // a zero operand's kZeroExp keeps its product out
+    }
+    if (E <= kZeroExp / 2) {  // no non-zero term
+      c = 0u;
+      continue;
+    }
+    if (E < p.exponent_floor) E = p.exponent_floor;
+    std::int64_t S = 0;
+    if (ct.sig) {
+      const int sh = p.fraction_bits - 23 - (E - ct.exp);
+      const std::uint64_t m = sh >= 0 ? (std::uint64_t(ct.sig) << sh) : (-sh >= 64 ? 0u : (std::uint64_t(ct.sig) >> -sh));
+      S = ct.sign ? -std::int64_t(m) : std::int64_t(m);
+    }
+    const int base = p.fraction_bits - frac2 - E;
+    for (int t = k0; t < k0 + n; ++t) {
+      const std::int64_t prod = std::int64_t(sa[t]) * sb[t];
+      if (prod == 0) continue;
+      const int sh = base + ea[t] + eb[t];
+      const std::uint64_t mag = std::uint64_t(prod < 0 ? -prod : prod);
+      const std::uint64_t m = sh >= 0 ? (mag << sh) : (-sh >= 64 ? 0u : (mag >> -sh));
+      S += prod < 0 ? -std::int64_t(m) : std::int64_t(m);
+    }
+    if (S == 0) {
+      c = 0u;
+      continue;
+    }
+    const std::uint32_t sign = S < 0 ? 1u : 0u;
+    std::uint64_t T = std::uint64_t(S < 0 ? -S : S);
+    const int nbits = core::bit_length(T), keep = p.significant_bits;
+    if (nbits > keep) T = (T >> (nbits - keep)) << (nbits - keep);
+    c = core::scaled_int_to_f32_rz(sign, T, E - p.fraction_bits);
+  }
+  return c;
 }
 
 // D [M, N] from decoded A rows [M, K] and B rows [N, K], C [M, N] or null.
-void gemm_decoded(int M, int N, int K, const core::MmaDecoded* a, const core::MmaDecoded* b,
-                  const core::MmaDatapath& p, const float* C, float* D) {
+void gemm_decoded(const DecodedRows& a, const DecodedRows& b, const core::MmaDatapath& p, const float* C, float* D) {
+  const int M = a.rows, N = b.rows, K = a.k;
+  const bool fast = p.steps == 1 && p.c_joins_first_step && p.accumulator == core::MmaAccumulator::kFp32;
+  const int frac2 = 2 * core::operand_fraction_bits(p.operands);
 #pragma omp parallel for schedule(static) if (double(M) * N * K >= 1e6)
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       const std::size_t at = std::size_t(i) * std::size_t(N) + std::size_t(j);
+      const std::size_t ra = std::size_t(i) * std::size_t(K), rb = std::size_t(j) * std::size_t(K);
       const std::uint32_t c = C ? core::f32_to_bits(C[at]) : 0u;
-      D[at] = core::bits_to_f32(core::mma_dot(core::MmaDecodedTerms{a + std::size_t(i) * std::size_t(K)},
-                                              core::MmaDecodedTerms{b + std::size_t(j) * std::size_t(K)}, K, c, p));
+      if (fast && !a.special[std::size_t(i)] && !b.special[std::size_t(j)])
+        D[at] = core::bits_to_f32(dot_fast(&a.sig[ra], &a.exp[ra], &b.sig[rb], &b.exp[rb], K, c, p, frac2));
+      else
+        D[at] = core::bits_to_f32(
+            core::mma_dot(core::MmaDecodedTerms{&a.terms[ra]}, core::MmaDecodedTerms{&b.terms[rb]}, K, c, p));
     }
 }
 }  // namespace
@@ -85,10 +163,8 @@ void mma_tn_values(int M, int N, int K, const float* A, const float* B, Accumula
   const std::size_t na = std::size_t(M) * std::size_t(K), nb = std::size_t(N) * std::size_t(K);
   check_values(A, na, m.operands, "mma", "A");
   check_values(B, nb, m.operands, "mma", "B");
-  std::vector<core::MmaDecoded> a(na), b(nb);
-  decode_rows(A, M, K, std::size_t(K), 1, m.operands, a.data());
-  decode_rows(B, N, K, std::size_t(K), 1, m.operands, b.data());
-  gemm_decoded(M, N, K, a.data(), b.data(), m.tensor_core(), C, D);
+  gemm_decoded(decode_rows(A, M, K, std::size_t(K), 1, m.operands), decode_rows(B, N, K, std::size_t(K), 1, m.operands),
+               m.tensor_core(), C, D);
 }
 
 void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation model, float* D) {
@@ -97,10 +173,9 @@ void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulatio
   const std::size_t na = std::size_t(M) * std::size_t(K), nb = std::size_t(N) * std::size_t(K);
   check_values(A, na, m.operands, "gemm_tc_nn", "A");
   check_values(B, nb, m.operands, "gemm_tc_nn", "B");
-  std::vector<core::MmaDecoded> a(na), b(nb);
-  decode_rows(A, M, K, std::size_t(K), 1, m.operands, a.data());
-  decode_rows(B, N, K, 1, std::size_t(N), m.operands, b.data());  // B's columns as rows
-  gemm_decoded(M, N, K, a.data(), b.data(), m.tensor_core(), nullptr, D);
+  gemm_decoded(decode_rows(A, M, K, std::size_t(K), 1, m.operands),
+               decode_rows(B, N, K, 1, std::size_t(N), m.operands),  // B's columns as rows
+               m.tensor_core(), nullptr, D);
 }
 
 std::uint64_t ulp_distance(float a, float b) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/scaling/recipe.hpp"
 
 namespace fp8emu::experiments::common {
@@ -38,6 +39,10 @@ struct RunConfig {
   /// Also train a BF16 run ("bf16", after "fp32"): every Linear in nn::Precision::kBf16 (bf16
   /// operands and outputs, fp32 accumulation), the baseline FP8 is usually measured against.
   bool bf16_baseline = false;
+  /// How the bf16 run's GEMMs sum (nn::Linear::set_bf16_accumulation): "fp32" (default: fp32
+  /// sequential sums) or a bf16 tensor-core row, "hopper-bf16" (also ampere-bf16, ada-bf16,
+  /// blackwell-bf16): what the GPU's bf16 tensor cores compute.
+  std::string bf16_accumulation = "fp32";
   /// Where a run keeps its model, activations and optimizer state between steps: "auto" (default) on
   /// the GPU when every layer runs on cuda with one shard; "on" on the device of the layers' one
   /// backend (the CPU for emulated: the same step program, a check), an error with several shards or
@@ -62,9 +67,13 @@ struct RunConfig {
 inline constexpr int kMaxThreads = 1024;
 
 /// The checks of the shared flags, each error naming its flag: --lr positive and finite, --threads
-/// in [0, kMaxThreads], --checkpoint-every >= 0. (The recipe parameters are the experiment's to
+/// in [0, kMaxThreads], --checkpoint-every >= 0, --bf16-accumulation fp32 or a bf16 tensor-core row. (The recipe parameters are the experiment's to
 /// validate, after --format has been applied.)
 /// \throws fp8emu::Error for the first that fails.
 void check_run_config(const RunConfig& c);
+
+/// The model of --bf16-accumulation. \throws fp8emu::Error for a name that is not fp32 or a bf16
+/// tensor-core row.
+Accumulation bf16_accumulation_of(const RunConfig& c);
 
 }  // namespace fp8emu::experiments::common

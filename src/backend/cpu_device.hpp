@@ -23,6 +23,7 @@
 #include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/emulation/mma.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -76,6 +77,9 @@ class CpuDevice : public Device {
   }
   void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
     gemm_f32_nn(M, N, K, A, B, D);
+  }
+  void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation model, float* D) const override {
+    emu::gemm_tc_nn(M, N, K, A, B, model, D);
   }
   void transpose_f32(int rows, int cols, const float* in, float* out) const override {
     check_size(rows, cols, "transpose");

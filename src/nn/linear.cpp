@@ -90,6 +90,7 @@ Linear::Linear(const Linear& o)
       acc_fprop_(o.acc_fprop_),
       acc_dgrad_(o.acc_dgrad_),
       acc_wgrad_(o.acc_wgrad_),
+      bf16_acc_(o.bf16_acc_),
       rounding_stream_(o.rounding_stream_) {
   // The copy lives on the host (its quantizers' state too), with the source's current values; its
   // step buffers are made at its first call (no cached weight, no saved forward).
@@ -303,7 +304,7 @@ void Linear::step_forward(const float* x, int rows, float* y, bool training, std
     d.copy(wb_.get(), w(), wb_.bytes());  // bf16(W), kept for dgrad: W changes only after backward
     d.round_bf16(wb_.get(), wb_.size());
     d.transpose_f32(out, in, wb_.get(), wt_.get());  // the transpose of the rounded W is the rounded transpose
-    d.gemm_bf16_nn(rows, out, in, xb_.get(), wt_.get(), y);
+    bf16_gemm(rows, out, in, xb_.get(), wt_.get(), y);
     d.bias_add(y, b(), rows, out);
     d.round_bf16(y, ny);
     saved_x_ = xb_.get();
@@ -361,9 +362,9 @@ void Linear::step_backward(const float* dy, int rows, float* dx) {
     d.copy(dyb_.get(), dy, ndy * sizeof(float));  // bf16(dy) once, for both GEMMs
     d.round_bf16(dyb_.get(), ndy);
     d.transpose_f32(rows, out, dyb_.get(), dyt_.get());
-    d.gemm_bf16_nn(out, in, rows, dyt_.get(), saved_x_, gw());
+    bf16_gemm(out, in, rows, dyt_.get(), saved_x_, gw());
     if (dx) {
-      d.gemm_bf16_nn(rows, in, out, dyb_.get(), wb_.get(), dx);  // wb_: the forward's bf16(W)
+      bf16_gemm(rows, in, out, dyb_.get(), wb_.get(), dx);  // wb_: the forward's bf16(W)
       d.round_bf16(dx, std::size_t(rows) * std::size_t(in));
     }
   } else if (precision_ == Precision::kFp32) {
@@ -584,6 +585,21 @@ void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::Gem
   acc_fprop_ = fprop;
   acc_dgrad_ = dgrad;
   acc_wgrad_ = wgrad;
+}
+
+void Linear::set_bf16_accumulation(Accumulation model) {
+  const AccumulationModel& m = model_of(model);
+  FP8EMU_CHECK(model == Accumulation::kFp32 ||
+                   (m.datapath == Datapath::kTensorCore && m.input == core::MmaOperands::kBf16),
+               "Linear: the bf16 GEMMs sum as fp32 or on a bf16 tensor core (ampere-bf16, ada-bf16, hopper-bf16, "
+               "blackwell-bf16), not '", m.name, "'");
+  bf16_acc_ = model;
+}
+
+// A GEMM of the bf16 layer: D [M, N] = A [M, K] B [K, N] on bf16 values, summed as bf16_acc_ says.
+void Linear::bf16_gemm(int M, int N, int K, const float* A, const float* B, float* D) const {
+  if (bf16_acc_ == Accumulation::kFp32) device_->gemm_bf16_nn(M, N, K, A, B, D);
+  else device_->gemm_tc_nn(M, N, K, A, B, bf16_acc_, D);
 }
 
 void Linear::update_forward_scales() {

@@ -1,7 +1,8 @@
 // emu::mma_tn_values and emu::gemm_tc_nn (the tensor cores of fp16, bf16 and tf32 inputs as GEMMs)
 // against the recorded GPU rows of tests/data/tensor-core-mma (the diagonal of a GEMM over the
 // first recorded rows is those rows), against the per-element core path (core::mma_dot on
-// core::MmaValues, which decodes each operand where it is used), and their errors.
+// core::MmaValues, which decodes each operand where it is used; the GEMMs' own loop for rows without
+// NaN or Inf is checked against it with subnormals and the whole exponent range), and their errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -24,7 +25,8 @@ std::uint32_t to_bits(float x) { return core::f32_to_bits(x); }
 
 // Random values of the operand format: normals of a wide exponent range, subnormals, zeros of both
 // signs and (with `specials`) NaN and Inf.
-std::vector<float> random_values(std::size_t n, core::MmaOperands o, std::mt19937& rng, bool specials) {
+std::vector<float> random_values(std::size_t n, core::MmaOperands o, std::mt19937& rng, bool specials,
+                                 bool full_range = false) {
   std::vector<float> v(n);
   std::uniform_int_distribution<std::uint32_t> bits;
   for (float& x : v) {
@@ -38,7 +40,8 @@ std::vector<float> random_values(std::size_t n, core::MmaOperands o, std::mt1993
     } else {
       const std::uint32_t keep = o == core::MmaOperands::kBf16 ? 0xFFFF0000u : 0xFFFFE000u;
       u &= keep;
-      u = (u & 0x807FFFFFu) | ((96u + (u >> 23) % 64u) << 23);  // exponents -31 .. 32
+      // exponents -31 .. 32, or (full_range) every normal exponent: products far below the floor
+      u = (u & 0x807FFFFFu) | ((full_range ? 1u + (u >> 23) % 254u : 96u + (u >> 23) % 64u) << 23);
       if (kind < 2) u &= 0x807FFFFFu & keep;                       // subnormal or zero
       if (specials && kind == 2) u = (u & 0x80000000u) | 0x7F800000u;
       if (specials && kind == 3) u = 0x7FC00000u;
@@ -76,10 +79,11 @@ TEST_CASE("mma_tn_values and gemm_tc_nn equal the per-element core path", "[mma]
                           Accumulation::kHopperFp16, Accumulation::kHopperBf16, Accumulation::kBlackwellTf32}) {
     const AccumulationModel& m = model_of(id);
     INFO(m.name);
-    for (bool specials : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool specials = variant == 1, full = variant == 2;
       const int M = 13, N = 9, K = 37;  // K not a multiple of any block: a short last block
-      const std::vector<float> A = random_values(std::size_t(M) * K, m.operands, rng, specials);
-      const std::vector<float> B = random_values(std::size_t(N) * K, m.operands, rng, specials);
+      const std::vector<float> A = random_values(std::size_t(M) * K, m.operands, rng, specials, full);
+      const std::vector<float> B = random_values(std::size_t(N) * K, m.operands, rng, specials, full);
       const std::vector<float> C = random_values(std::size_t(M) * N, core::MmaOperands::kTf32, rng, specials);
       std::vector<float> D(std::size_t(M) * N), Dnn(D.size()), Bt(B.size());
       emu::mma_tn_values(M, N, K, A.data(), B.data(), id, C.data(), D.data());

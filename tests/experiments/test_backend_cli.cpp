@@ -151,6 +151,34 @@ TEST_CASE("train --bf16 adds a BF16 run after FP32 and leaves the others unchang
   CHECK(m.substr(f32 + 5, f32_end - f32 - 5) != m.substr(b16 + 5, b16_end - b16 - 5));
 }
 
+TEST_CASE("train --bf16-accumulation runs the BF16 run on a bf16 tensor core, nothing else changes",
+          "[cli][backend][bf16]") {
+  const std::string args = " --epochs 1 --train-samples 600 --test-samples 200 --quiet --recipe delayed --bf16";
+  const fs::path a = scratch("bf16-tc"), b = scratch("bf16-seq"), c = scratch("bf16-bad");
+  const Result ra = run("train" + args + " --bf16-accumulation hopper-bf16 --out " + a.string());
+  INFO(ra.output);
+  REQUIRE(ra.code == 0);
+  REQUIRE(run("train" + args + " --out " + b.string()).code == 0);
+  const std::string ma = metrics_without_seconds(a / "metrics.csv"), mb = metrics_without_seconds(b / "metrics.csv");
+  auto rows_of = [](const std::string& m, const std::string& run_name) {
+    std::string out;
+    std::stringstream rows(m);
+    for (std::string row; std::getline(rows, row);)
+      if (row.rfind(run_name + ",", 0) == 0) out += row + "\n";
+    return out;
+  };
+  CHECK(rows_of(ma, "fp32") == rows_of(mb, "fp32"));
+  CHECK(rows_of(ma, "fp8_delayed") == rows_of(mb, "fp8_delayed"));
+  CHECK(rows_of(ma, "bf16") != rows_of(mb, "bf16"));  // other sums, other training
+  CHECK(slurp(a / "summary.json").find("\"bf16_accumulation\": \"hopper-bf16\"") != std::string::npos);
+  CHECK(slurp(b / "summary.json").find("bf16_accumulation") == std::string::npos);  // default: no key
+  const Result rc = run("train" + args + " --bf16-accumulation hopper-fp16 --out " + c.string());
+  CHECK(rc.code == 2);
+  CHECK(rc.output.find("--bf16-accumulation must be fp32 or a bf16 tensor core (ampere-bf16, ada-bf16, hopper-bf16, "
+                       "blackwell-bf16), got 'hopper-fp16'") != std::string::npos);
+  CHECK(!fs::exists(c));
+}
+
 TEST_CASE("train --resident refuses what it cannot do by name, writing nothing", "[cli][backend][errors]") {
   const fs::path d = scratch("resident-bad");
   Result r = run("train" + kSmall + " --resident sometimes --out " + d.string());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fp8emu/core/convert.hpp"
+#include "fp8emu/core/half.hpp"
 #include "fp8emu/io/npy.hpp"
 #include "support/cli_runner.hpp"
 #include "support/mma_data.hpp"
@@ -190,6 +191,86 @@ TEST_CASE("mma-check takes fp16, bf16 and tf32 values and refuses others", "[cli
   CHECK(r.code == 2);
   CHECK(r.output.find("ragged.txt:2: 1 values, but line 1 has 2") != std::string::npos);
   fs::remove_all(h);
+}
+
+TEST_CASE("gemm on bf16 and fp16 .npy operands reproduces recorded tensor-core rows", "[cli][gemm][recorded]") {
+  // A = the first n recorded rows' a, B = their b, C their c on the diagonal: the diagonal of
+  // D = A B^T + C is the recorded d (H100 bf16 as ml_dtypes' bfloat16 bits, B200 fp16 as float16,
+  // once with B given as [K, N] for --layout nn).
+  namespace io = fp8emu::io;
+  const fs::path d = fs::temp_directory_path() / ("fp8emu-gemm-values-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  struct Case {
+    const char* gpu;
+    const char* format;
+    const char* model;
+  };
+  for (const Case cs : {Case{"H100", "bf16", "hopper-bf16"}, Case{"B200", "fp16", "blackwell-fp16"}}) {
+    fp8emu::testing::MmaDataset ds{};
+    ds.gpu = cs.gpu;
+    ds.format = cs.format;
+    const std::vector<fp8emu::testing::MmaRow> rows = fp8emu::testing::load_mma_dataset(ds);
+    const std::size_t n = 24, K = rows[0].a.size();
+    const bool bf16 = std::string(cs.format) == "bf16";
+    io::NpyArray A, B, Bt, C;
+    A.dtype = B.dtype = Bt.dtype = bf16 ? "<u2" : "<f2";
+    A.shape = B.shape = {n, K};
+    Bt.shape = {K, n};
+    C.dtype = "<f4";
+    C.shape = {n, n};
+    A.data.resize(n * K * 2);
+    B.data.resize(n * K * 2);
+    Bt.data.resize(n * K * 2);
+    C.data.assign(n * n * 4, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t k = 0; k < K; ++k) {
+        auto half_of = [&](std::uint32_t v) {
+          return bf16 ? std::uint16_t(v >> 16) : fp8emu::core::f32_bits_to_half_rne(v);
+        };
+        const std::uint16_t ha = half_of(rows[i].a[k]), hb = half_of(rows[i].b[k]);
+        std::memcpy(&A.data[(i * K + k) * 2], &ha, 2);
+        std::memcpy(&B.data[(i * K + k) * 2], &hb, 2);
+        std::memcpy(&Bt.data[(k * n + i) * 2], &hb, 2);
+      }
+      std::memcpy(&C.data[(i * n + i) * 4], &rows[i].c, 4);
+    }
+    io::write_npy((d / "A.npy").string(), A);
+    io::write_npy((d / "B.npy").string(), B);
+    io::write_npy((d / "Bt.npy").string(), Bt);
+    io::write_npy((d / "C.npy").string(), C);
+    for (const char* layout : {"tn", "nn"}) {
+      const std::string b = std::string(layout) == "tn" ? "B.npy" : "Bt.npy";
+      const Result r = run_cli("gemm --a " + (d / "A.npy").string() + " --b " + (d / b).string() + " --layout " +
+                               layout + " --c " + (d / "C.npy").string() + " --accumulation " + cs.model + " --out " +
+                               (d / "D.npy").string());
+      INFO(cs.gpu << " " << cs.format << " " << layout << ": " << r.output);
+      REQUIRE(r.code == 0);
+      const io::NpyArray D = io::read_npy((d / "D.npy").string());
+      int bad = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint32_t u;
+        std::memcpy(&u, &D.data[(i * n + i) * 4], 4);
+        bad += u != rows[i].d;
+      }
+      CHECK(bad == 0);
+    }
+  }
+  // The FP8 epilogue's flags are refused by name; an FP8 .npy is not a bf16 operand.
+  Result r = run_cli("gemm --a " + (d / "A.npy").string() + " --b " + (d / "B.npy").string() +
+                     " --accumulation blackwell-fp16 --alpha 2 --out " + (d / "E.npy").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--accumulation blackwell-fp16 takes fp16 values") != std::string::npos);
+  CHECK(!fs::exists(d / "E.npy"));
+  io::NpyArray q;
+  q.dtype = "|u1";
+  q.shape = {2, 2};
+  q.data.assign(4, 0x38);
+  io::write_npy((d / "q.npy").string(), q);
+  r = run_cli("gemm --a " + (d / "q.npy").string() + " --b " + (d / "q.npy").string() +
+              " --accumulation hopper-bf16 --out " + (d / "E.npy").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("q.npy: dtype |u1 is not float16, bfloat16 (uint16 bits) or float32") != std::string::npos);
+  fs::remove_all(d);
 }
 
 TEST_CASE("gemm on .npy files and compare", "[cli][gemm]") {

@@ -230,6 +230,35 @@ void check_gemm_bf16(const Device& ref, const Device& cand, Report& rep) {
       }
 }
 
+// The bf16 layer's tensor-core GEMM (Linear::set_bf16_accumulation): gemm_tc_nn on bf16 operands
+// (NaN and Inf included: the per-element special-value path) for a bf16 and a tf32 row.
+void check_gemm_tc(const Device& ref, const Device& cand, Report& rep) {
+  std::uint64_t seed = 19;
+  auto bf16_inputs = [&](backend::InputFamily fam, std::size_t n, std::uint64_t s) {
+    std::vector<float> v = inputs(fam, n, s);
+    backend::cpu_device().round_bf16(v.data(), v.size());
+    return v;
+  };
+  for (const Accumulation model : {Accumulation::kHopperBf16, Accumulation::kAmpereTf32})
+    for (const int M : kSizes)
+      for (const int N : kSizes)
+        for (const int K : {1, 7, 33, 300}) {
+          if (M * N * K > 300 * 33 * 300) continue;
+          for (const backend::InputFamily fam : {backend::InputFamily::kNormal, backend::InputFamily::kWide,
+                                                 backend::InputFamily::kNanInf}) {
+            const std::string where = std::string("gemm_tc_nn ") + model_of(model).name + " " + std::to_string(M) +
+                                      " x " + std::to_string(N) + " x " + std::to_string(K) + " " +
+                                      backend::to_string(fam);
+            Twin<float> a(ref, cand, bf16_inputs(fam, std::size_t(M) * std::size_t(K), mix(++seed, 1)));
+            Twin<float> b(ref, cand, bf16_inputs(fam, std::size_t(K) * std::size_t(N), mix(++seed, 2)));
+            Twin<float> d(ref, cand, std::vector<float>(std::size_t(M) * std::size_t(N), 12345.0f));
+            ref.gemm_tc_nn(M, N, K, a.r.get(), b.r.get(), model, d.r.get());
+            cand.gemm_tc_nn(M, N, K, a.c.get(), b.c.get(), model, d.c.get());
+            compare(rep, where, d);
+          }
+        }
+}
+
 void check_transpose_f32(const Device& ref, const Device& cand, Report& rep) {
   std::uint64_t seed = 21;
   for (const int rows : kSizes)
@@ -891,6 +920,13 @@ class ReversedGemm final : public Forward {
       }
   }
 };
+// The tensor-core GEMM summed as the fp32-sequential bf16 GEMM.
+class SequentialTcGemm final : public Forward {
+ public:
+  void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation, float* D) const override {
+    backend::cpu_device().gemm_f32_nn(M, N, K, A, B, D);
+  }
+};
 // The bf16 GEMM summed in decreasing k.
 class ReversedBf16Gemm final : public Forward {
  public:
@@ -966,6 +1002,9 @@ TEST_CASE("gpu: device gemm_f32_nn bit-identical to cpu_device", "[gpu][device]"
 }
 TEST_CASE("gpu: device gemm_bf16_nn bit-identical to cpu_device", "[gpu][device]") {
   gpu_check("gemm_bf16_nn", check_gemm_bf16);
+}
+TEST_CASE("gpu: device gemm_tc_nn (bf16 and tf32 tensor-core rows) bit-identical to cpu_device", "[gpu][device]") {
+  gpu_check("gemm_tc_nn", check_gemm_tc);
 }
 TEST_CASE("gpu: library GEMMs (set_library_gemms) agree with the exact ones to fp32 accuracy", "[gpu][device]") {
   if (!testing::have_gpu()) return;
@@ -1076,6 +1115,7 @@ TEST_CASE("device comparison: cpu_device against itself and against changed oper
       {"memory", check_memory},
       {"gemm_f32_nn", check_gemm_f32},
       {"gemm_bf16_nn", check_gemm_bf16},
+      {"gemm_tc_nn", check_gemm_tc},
       {"transpose_f32", check_transpose_f32},
       {"cast_transpose", check_cast_transpose},
       {"current_scale", check_current_scale},
@@ -1099,6 +1139,7 @@ TEST_CASE("device comparison: cpu_device against itself and against changed oper
   };
   caught("gemm_f32_nn summed in decreasing k", check_gemm_f32, ReversedGemm{});
   caught("gemm_bf16_nn summed in decreasing k", check_gemm_bf16, ReversedBf16Gemm{});
+  caught("gemm_tc_nn summed as fp32-sequential", check_gemm_tc, SequentialTcGemm{});
   caught("gemm_fp8_tn with RN(1 / (sa * sb))", check_gemm_fp8, FusedScaleGemm{});
   caught("adam with an FMA", check_optimizers, FmaAdam{});
   caught("column_sum in two partial sums", check_bias_and_columns, PairwiseColumnSum{});

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "support/nn_helpers.hpp"
 #include "fp8emu/nn/mlp.hpp"
@@ -216,4 +217,52 @@ TEST_CASE("Linear BF16: bf16 operands and outputs, fp32-sequential sums, worked 
     CHECK(lin.grad_bias.data[std::size_t(o)] == c);
   }
   CHECK(std::string(precision_name(Precision::kBf16)) == "bf16");
+}
+
+TEST_CASE("Linear BF16 on the Hopper bf16 tensor core: every GEMM is the recorded datapath", "[nn][linear][bf16]") {
+  // With set_bf16_accumulation(hopper-bf16) each GEMM element is core::mma_dot on the bf16 operands
+  // (blocks of 16 products, 25 fraction bits, 24 bits kept: the row that reproduces the recorded
+  // H100/H200 bf16 tensor cores), the rest of the bf16 layer unchanged.
+  Rng rng(22);
+  const int batch = 6, in = 40, out = 5;  // K = 40: two whole blocks of 16 and a short one
+  Linear lin(in, out, Precision::kBf16);
+  lin.init(rng);
+  Matrix x = random_matrix(batch, in, rng, 2.0f), dy = random_matrix(batch, out, rng, 1.0f), y, dx, y_seq, dx_seq;
+  for (std::size_t i = 0; i < x.data.size(); i += 3) x.data[i] *= 4096.0f;  // wide exponent spread: truncation shows
+  Linear seq = lin;
+  lin.set_bf16_accumulation(Accumulation::kHopperBf16);
+  CHECK(lin.bf16_accumulation() == Accumulation::kHopperBf16);
+  CHECK_THROWS_WITH(lin.set_bf16_accumulation(Accumulation::kHopperFp16),
+                    Catch::Contains("not 'hopper-fp16'") && Catch::Contains("hopper-bf16"));
+  lin.forward(x, y, true);
+  lin.backward(dy, &dx);
+  seq.forward(x, y_seq, true);
+  seq.backward(dy, &dx_seq);
+  const core::MmaDatapath p = model_of(Accumulation::kHopperBf16).tensor_core();
+  auto bits_of = [](const std::vector<float>& v) {
+    std::vector<std::uint32_t> u(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) u[i] = core::f32_to_bits(testing::bf16_round(v[i]));
+    return u;
+  };
+  const std::vector<std::uint32_t> xb = bits_of(x.data), wb = bits_of(lin.weight.data), dyb = bits_of(dy.data);
+  auto dot = [&](const std::uint32_t* a, int sa, const std::uint32_t* b, int sb, int K) {
+    return core::bits_to_f32(core::mma_dot(core::MmaValues{a, sa}, core::MmaValues{b, sb}, K, 0u, p));
+  };
+  std::size_t differs = 0;
+  for (int r = 0; r < batch; ++r)
+    for (int o = 0; o < out; ++o) {
+      const float d = dot(&xb[std::size_t(r * in)], 1, &wb[std::size_t(o * in)], 1, in);
+      const float expect = testing::bf16_round(d + lin.bias.data[std::size_t(o)]);
+      CHECK(y.data[std::size_t(r * out + o)] == expect);
+    }
+  for (std::size_t i = 0; i < lin.grad_weight.data.size(); ++i)
+    differs += lin.grad_weight.data[i] != seq.grad_weight.data[i];
+  CHECK(differs > 0);  // the fp32-sequential bf16 layer's dW (kept in fp32) has other bits here
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i)  // dW = dy^T x over the batch, fp32
+      CHECK(lin.grad_weight.data[std::size_t(o * in + i)] == dot(&dyb[std::size_t(o)], out, &xb[std::size_t(i)], in, batch));
+  for (int r = 0; r < batch; ++r)
+    for (int i = 0; i < in; ++i)  // dx = bf16(dy W)
+      CHECK(dx.data[std::size_t(r * in + i)] ==
+            testing::bf16_round(dot(&dyb[std::size_t(r * out)], 1, &wb[std::size_t(i)], in, out)));
 }

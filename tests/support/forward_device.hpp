@@ -31,6 +31,9 @@ class ForwardDevice : public backend::Device {
   void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const override {
     b.gemm_bf16_nn(M, N, K, A, B, D);
   }
+  void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation model, float* D) const override {
+    b.gemm_tc_nn(M, N, K, A, B, model, D);
+  }
   void transpose_f32(int r, int c, const float* in, float* out) const override { b.transpose_f32(r, c, in, out); }
   void cast_transpose(const float* x, int r, int c, const float* s, Format f, std::uint8_t* qr, std::uint8_t* qc,
                       float* amax, backend::CastCounters* k) const override {

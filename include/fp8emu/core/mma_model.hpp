@@ -248,7 +248,10 @@ struct MmaDecoded {
 FP8EMU_HD constexpr MmaDecoded decode_value(std::uint32_t bits, MmaOperands o) {
   const std::uint32_t m = bits & 0x7FFFFFFFu;
   const std::uint32_t cls = m < 0x7F800000u ? 0u : (m == 0x7F800000u ? 2u : 1u);
-  return MmaDecoded{cls == 0u ? decode_operand_term(bits, o) : MmaTerm{bits >> 31, 0u, 0, 0}, cls};
+  // (Built in two statements: nvcc 13.0's cicc crashes on the one-expression conditional form.)
+  MmaDecoded d{MmaTerm{bits >> 31, 0u, 0, 0}, cls};
+  if (cls == 0u) d.term = decode_operand_term(bits, o);
+  return d;
 }
 
 /// Operands decoded ahead (decode_value with the datapath's operand format): the same block FMA as

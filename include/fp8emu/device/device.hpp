@@ -228,6 +228,11 @@ class Device {
   /// the cuda device's library GEMMs are on (set_library_gemms) does it run cuBLASLt's bf16 GEMM
   /// instead (fp32 accumulation and output, in cuBLASLt's order: not bit-identical).
   virtual void gemm_bf16_nn(int M, int N, int K, const float* A, const float* B, float* D) const = 0;
+  /// emu::gemm_tc_nn: D [M, N] = A [M, K] * B [K, N] on a tensor-core row of fp16, bf16 or tf32 input
+  /// (A and B hold values of its format in fp32 storage): every element the row's chain of blocks
+  /// along K from +0 (core::mma_dot), bit for bit on every device. The GEMM of a bf16 layer with
+  /// nn::Linear::set_bf16_accumulation.
+  virtual void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation model, float* D) const = 0;
   /// emu::transpose of fp32: out [cols, rows] = in [rows, cols]^T.
   virtual void transpose_f32(int rows, int cols, const float* in, float* out) const = 0;
 

@@ -132,6 +132,15 @@ class Linear {
   void set_accumulation(const emu::GemmAccumulation& fprop, const emu::GemmAccumulation& dgrad,
                         const emu::GemmAccumulation& wgrad);
 
+  /// How the GEMMs of a bf16 layer (Precision::kBf16) sum: Accumulation::kFp32 (default: the fp32
+  /// sequential sum, emu::gemm_f32_nn's order) or a bf16 tensor-core row of the model table
+  /// (`ampere-bf16`, `ada-bf16`, `hopper-bf16`, `blackwell-bf16`: blocks of the row's length aligned
+  /// and truncated as the GPU's bf16 tensor cores do, Device::gemm_tc_nn; docs/tensor-core-model.md).
+  /// Operands, bias and output rounding are unchanged. Takes effect in bf16 only.
+  /// \throws fp8emu::Error for another model.
+  void set_bf16_accumulation(Accumulation model);
+  Accumulation bf16_accumulation() const { return bf16_acc_; }
+
   /// Where the FP8 casts and GEMMs of this layer run (backend/device.hpp): cpu_device() (default),
   /// or cuda_device(), which gets each operand uploaded and each result downloaded (this layer's
   /// storage is the host's); every device gives the same bits. The reference backend is
@@ -234,6 +243,7 @@ class Linear {
   void run_backward(const float* dy, int rows, float* dx);
   void cast_weight(std::optional<bool> is_first_microbatch);
   void accumulate_twin(const float* x, int rows, const float* y);
+  void bf16_gemm(int M, int N, int K, const float* A, const float* B, float* D) const;
   void reserve(int rows);
   void make_buffers();
   void take_counts();  // host layers: the device counters into stats, then zeroed
@@ -250,6 +260,7 @@ class Linear {
   std::unique_ptr<scaling::Quantizer> fwd_q_, bwd_q_;
   scaling::DelayedScalingState idle_fwd_state_{3, 1}, idle_bwd_state_{2, 1};
   emu::GemmAccumulation acc_fprop_, acc_dgrad_, acc_wgrad_;
+  Accumulation bf16_acc_ = Accumulation::kFp32;  // the bf16 GEMMs' sum (set_bf16_accumulation)
   bool resident_ = false;
   const backend::Device* return_device_ = nullptr;  // move_to_device's previous device
   // Saved by a training forward.
