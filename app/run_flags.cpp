@@ -72,6 +72,10 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
                   "How the BF16 run's GEMMs sum: fp32 (sequential) or a bf16 tensor core: ampere-bf16, ada-bf16, "
                   "hopper-bf16, blackwell-bf16 (docs/tensor-core-model.md)")
       ->capture_default_str();
+  cmd->add_option("--fp32-accumulation", cfg.fp32_accumulation,
+                  "How the FP32 run's GEMMs run: fp32 or, as PyTorch's allow_tf32, a tf32 tensor core: ampere-tf32, "
+                  "ada-tf32, hopper-tf32, blackwell-tf32 (operands rounded to tf32)")
+      ->capture_default_str();
   cmd->add_option("--lr", cfg.lr, "Learning rate")->capture_default_str();
   cmd->add_option("--checkpoint-every", cfg.checkpoint_every,
                   "Write <out>/checkpoint.bin every N " + words.step + " and at the end of each run (0: never)")

@@ -151,6 +151,10 @@ __global__ void round_bf16_kernel(float* x, std::size_t n) {
   x[i] = core::bits_to_f32(core::bf16_to_f32_bits(core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]))));
 }
 
+__global__ void round_tf32_kernel(float* x, std::size_t n) {
+  FP8EMU_FOR_EACH(i, n) x[i] = core::bits_to_f32(core::f32_bits_to_tf32_rna(core::f32_to_bits(x[i])));
+}
+
 // bf16 bits of fp32 values (RNE; exact for values round_bf16 left): the library bf16 GEMM's operands.
 __global__ void to_bf16_bits_kernel(const float* __restrict__ x, std::uint16_t* __restrict__ out, std::size_t n) {
   FP8EMU_FOR_EACH(i, n) out[i] = core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]));

@@ -497,6 +497,13 @@ class CudaDevice final : public backend::Device {
     FP8EMU_CUDA_CHECK_LAUNCH("round_bf16_kernel");
   }
 
+  void round_tf32(float* x, std::size_t n) const override {
+    if (n == 0) return;
+    State& s = enter();
+    round_tf32_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(x, n);
+    FP8EMU_CUDA_CHECK_LAUNCH("round_tf32_kernel");
+  }
+
   void norm_forward(backend::NormOp op, const float* x, int rows, int cols, const float* gamma, const float* beta,
                     float eps, bool zero_centered_gamma, float* y, float* xhat, float* rsigma) const override {
     FP8EMU_CHECK(rows >= 0 && cols >= 0, "norm: negative shape [", rows, ", ", cols, "]");

@@ -174,6 +174,8 @@ LmLog train_one(const Context& ctx, const RunSpec& run, common::DataParallel& dp
   const bool fp8 = run.precision == nn::Precision::kFp8;
   if (run.precision == nn::Precision::kBf16)
     for (nn::Linear* l : lins) l->set_bf16_accumulation(common::bf16_accumulation_of(cfg));
+  if (run.precision == nn::Precision::kFp32)
+    for (nn::Linear* l : lins) l->set_fp32_accumulation(common::fp32_accumulation_of(cfg));
   if (fp8) {
     std::vector<std::string> names;
     for (auto& nl : named) names.push_back(nl.first);
@@ -523,7 +525,8 @@ class LmJob : public common::Job<Codec> {
        << " val=" << cfg.val_fraction << " sample=" << cfg.sample_chars << " layer_recipe=" << cfg.layer_recipe
        << " layer_acc=" << cfg.layer_accumulation << " dp_shards=" << dp().shards()
        << " amax_reduction=" << dp().reduction().name() << (cfg.bf16_baseline ? " bf16=1" : "")
-       << (cfg.bf16_accumulation != "fp32" ? " bf16_acc=" + cfg.bf16_accumulation : std::string());
+       << (cfg.bf16_accumulation != "fp32" ? " bf16_acc=" + cfg.bf16_accumulation : std::string())
+       << (cfg.fp32_accumulation != "fp32" ? " fp32_acc=" + cfg.fp32_accumulation : std::string());
     const nlohmann::json changed = common::changed_recipe_parameters(cfg.recipes);
     if (!changed.empty()) fp << " recipes=" << changed.dump();  // only then: earlier fingerprints stay valid
     return fp.str();
@@ -582,7 +585,7 @@ class LmJob : public common::Job<Codec> {
                    {"activation_dtype", cfg.activation_dtype}, {"recipe", cfg.recipe},
                    {"format", cfg.format},      {"accumulation", cfg.accumulation},
                    {"backend", cfg.backend},    {"fp8_head", cfg.fp8_head}, {"bf16", cfg.bf16_baseline},
-                   {"bf16_accumulation", cfg.bf16_accumulation},
+                   {"bf16_accumulation", cfg.bf16_accumulation}, {"fp32_accumulation", cfg.fp32_accumulation},
                    {"layer_recipe", cfg.layer_recipe}, {"layer_accumulation", cfg.layer_accumulation},
                    {"lr", cfg.lr},              {"seed", cfg.seed},
                    {"eval_every", cfg.eval_every}, {"eval_batches", cfg.eval_batches}};

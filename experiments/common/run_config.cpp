@@ -13,19 +13,31 @@ void check_run_config(const RunConfig& c) {
   FP8EMU_CHECK(c.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", c.threads);
   FP8EMU_CHECK(c.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", c.checkpoint_every);
   bf16_accumulation_of(c);
+  fp32_accumulation_of(c);
 }
 
-Accumulation bf16_accumulation_of(const RunConfig& c) {
+namespace {
+// The row named `name`: fp32, or a tensor-core row whose input is `input`.
+Accumulation wide_accumulation(const std::string& name, core::MmaOperands input, const char* flag, const char* kind,
+                               const char* rows) {
   Accumulation a = Accumulation::kFp32;
   for (const AccumulationModel& m : kAccumulationModels)
-    if (c.bf16_accumulation == m.name) a = m.id;
+    if (name == m.name) a = m.id;
   const AccumulationModel& m = model_of(a);
-  FP8EMU_CHECK(c.bf16_accumulation == m.name &&
-                   (a == Accumulation::kFp32 ||
-                    (m.datapath == Datapath::kTensorCore && m.input == core::MmaOperands::kBf16)),
-               "--bf16-accumulation must be fp32 or a bf16 tensor core (ampere-bf16, ada-bf16, hopper-bf16, "
-               "blackwell-bf16), got '", c.bf16_accumulation, "'");
+  FP8EMU_CHECK(name == m.name && (a == Accumulation::kFp32 || (m.datapath == Datapath::kTensorCore && m.input == input)),
+               flag, " must be fp32 or a ", kind, " tensor core (", rows, "), got '", name, "'");
   return a;
+}
+}  // namespace
+
+Accumulation bf16_accumulation_of(const RunConfig& c) {
+  return wide_accumulation(c.bf16_accumulation, core::MmaOperands::kBf16, "--bf16-accumulation", "bf16",
+                           "ampere-bf16, ada-bf16, hopper-bf16, blackwell-bf16");
+}
+
+Accumulation fp32_accumulation_of(const RunConfig& c) {
+  return wide_accumulation(c.fp32_accumulation, core::MmaOperands::kTf32, "--fp32-accumulation", "tf32",
+                           "ampere-tf32, ada-tf32, hopper-tf32, blackwell-tf32");
 }
 
 }  // namespace fp8emu::experiments::common

@@ -43,6 +43,10 @@ struct RunConfig {
   /// sequential sums) or a bf16 tensor-core row, "hopper-bf16" (also ampere-bf16, ada-bf16,
   /// blackwell-bf16): what the GPU's bf16 tensor cores compute.
   std::string bf16_accumulation = "fp32";
+  /// How the FP32 run's GEMMs run (nn::Linear::set_fp32_accumulation): "fp32" (default: fp32
+  /// operands, sequential sums) or a tf32 tensor-core row, "hopper-tf32" (also ampere-tf32,
+  /// ada-tf32, blackwell-tf32): PyTorch's allow_tf32.
+  std::string fp32_accumulation = "fp32";
   /// Where a run keeps its model, activations and optimizer state between steps: "auto" (default) on
   /// the GPU when every layer runs on cuda with one shard; "on" on the device of the layers' one
   /// backend (the CPU for emulated: the same step program, a check), an error with several shards or
@@ -67,7 +71,8 @@ struct RunConfig {
 inline constexpr int kMaxThreads = 1024;
 
 /// The checks of the shared flags, each error naming its flag: --lr positive and finite, --threads
-/// in [0, kMaxThreads], --checkpoint-every >= 0, --bf16-accumulation fp32 or a bf16 tensor-core row. (The recipe parameters are the experiment's to
+/// in [0, kMaxThreads], --checkpoint-every >= 0, --bf16-accumulation fp32 or a bf16 tensor-core row,
+/// --fp32-accumulation fp32 or a tf32 one. (The recipe parameters are the experiment's to
 /// validate, after --format has been applied.)
 /// \throws fp8emu::Error for the first that fails.
 void check_run_config(const RunConfig& c);
@@ -75,5 +80,8 @@ void check_run_config(const RunConfig& c);
 /// The model of --bf16-accumulation. \throws fp8emu::Error for a name that is not fp32 or a bf16
 /// tensor-core row.
 Accumulation bf16_accumulation_of(const RunConfig& c);
+/// The model of --fp32-accumulation. \throws fp8emu::Error for a name that is not fp32 or a tf32
+/// tensor-core row.
+Accumulation fp32_accumulation_of(const RunConfig& c);
 
 }  // namespace fp8emu::experiments::common

@@ -114,6 +114,8 @@ RunLog train_one(const TrainConfig& cfg, const Settings& set, const common::RunS
   }
   if (precision == nn::Precision::kBf16)
     for (auto& l : model.layers) l.set_bf16_accumulation(common::bf16_accumulation_of(cfg));
+  if (precision == nn::Precision::kFp32)
+    for (auto& l : model.layers) l.set_fp32_accumulation(common::fp32_accumulation_of(cfg));
   if (precision == nn::Precision::kFp8) {
     for (std::size_t i = 0; i < set.backends.size(); ++i) {
       if (set.backends[i] == backend::Kind::kReference) model.layers[i].set_precision(nn::Precision::kFp32);
@@ -316,6 +318,7 @@ nlohmann::json config_json(const TrainConfig& cfg, const std::vector<int>& sizes
   c["resident"] = cfg.resident;
   if (cfg.bf16_baseline) c["bf16"] = true;  // only when set: earlier runs' fingerprints stay valid
   if (cfg.bf16_accumulation != "fp32") c["bf16_accumulation"] = cfg.bf16_accumulation;  // likewise
+  if (cfg.fp32_accumulation != "fp32") c["fp32_accumulation"] = cfg.fp32_accumulation;
   c["gemm_accumulation"] =
       model_of(emu::parse_accumulation(cfg.accumulation)).datapath == Datapath::kTensorCore
           ? cfg.accumulation + " (fprop fast accumulation, dgrad/wgrad promoted every 128; block recipes: fp32)"

@@ -297,6 +297,9 @@ class CpuDevice : public Device {
     for (std::size_t i = 0; i < n; ++i)
       x[i] = core::bits_to_f32(core::bf16_to_f32_bits(core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]))));
   }
+  void round_tf32(float* x, std::size_t n) const override {
+    for (std::size_t i = 0; i < n; ++i) x[i] = core::bits_to_f32(core::f32_bits_to_tf32_rna(core::f32_to_bits(x[i])));
+  }
   void norm_forward(NormOp op, const float* x, int rows, int cols, const float* gamma, const float* beta, float eps,
                     bool zero_centered_gamma, float* y, float* xhat, float* rsigma) const override {
     check_size(rows, cols, "norm");

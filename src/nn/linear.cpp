@@ -91,6 +91,7 @@ Linear::Linear(const Linear& o)
       acc_dgrad_(o.acc_dgrad_),
       acc_wgrad_(o.acc_wgrad_),
       bf16_acc_(o.bf16_acc_),
+      fp32_acc_(o.fp32_acc_),
       rounding_stream_(o.rounding_stream_) {
   // The copy lives on the host (its quantizers' state too), with the source's current values; its
   // step buffers are made at its first call (no cached weight, no saved forward).
@@ -225,7 +226,7 @@ void Linear::make_buffers() {
         d, scaling::device_operand(*fwd_q_, out, in, scaling::TensorRole::kWeight, scaling::Usage::kBoth));
   else
     wt_ = Tensor<float>(d, in, out);
-  if (precision_ == Precision::kBf16) wb_ = Tensor<float>(d, out, in);
+  if (rounds_operands()) wb_ = Tensor<float>(d, out, in);
   buffers_on_ = device_;
 }
 
@@ -242,7 +243,7 @@ void Linear::reserve(int rows) {
   } else {
     xs_ = Tensor<float>(d, rows, in);
     dyt_ = Tensor<float>(d, out, rows);
-    if (precision_ == Precision::kBf16) {
+    if (rounds_operands()) {
       xb_ = Tensor<float>(d, rows, in);
       dyb_ = Tensor<float>(d, rows, out);
     }
@@ -308,6 +309,15 @@ void Linear::step_forward(const float* x, int rows, float* y, bool training, std
     d.bias_add(y, b(), rows, out);
     d.round_bf16(y, ny);
     saved_x_ = xb_.get();
+  } else if (precision_ == Precision::kFp32 && fp32_acc_ != Accumulation::kFp32) {
+    d.copy(xb_.get(), x, nx * sizeof(float));
+    d.round_tf32(xb_.get(), nx);
+    d.copy(wb_.get(), w(), wb_.bytes());  // tf32(W), kept for dgrad
+    d.round_tf32(wb_.get(), wb_.size());
+    d.transpose_f32(out, in, wb_.get(), wt_.get());
+    d.gemm_tc_nn(rows, out, in, xb_.get(), wt_.get(), fp32_acc_, y);
+    d.bias_add(y, b(), rows, out);
+    saved_x_ = xb_.get();
   } else if (precision_ == Precision::kFp32) {
     d.transpose_f32(out, in, w(), wt_.get());
     d.gemm_f32_nn(rows, out, in, x, wt_.get(), y);
@@ -367,6 +377,13 @@ void Linear::step_backward(const float* dy, int rows, float* dx) {
       bf16_gemm(rows, in, out, dyb_.get(), wb_.get(), dx);  // wb_: the forward's bf16(W)
       d.round_bf16(dx, std::size_t(rows) * std::size_t(in));
     }
+  } else if (precision_ == Precision::kFp32 && fp32_acc_ != Accumulation::kFp32) {
+    d.column_sum(dy, rows, out, gb());
+    d.copy(dyb_.get(), dy, ndy * sizeof(float));  // tf32(dy) once, for both GEMMs
+    d.round_tf32(dyb_.get(), ndy);
+    d.transpose_f32(rows, out, dyb_.get(), dyt_.get());
+    d.gemm_tc_nn(out, in, rows, dyt_.get(), saved_x_, fp32_acc_, gw());
+    if (dx) d.gemm_tc_nn(rows, in, out, dyb_.get(), wb_.get(), fp32_acc_, dx);  // wb_: the forward's tf32(W)
   } else if (precision_ == Precision::kFp32) {
     d.column_sum(dy, rows, out, gb());
     d.transpose_f32(rows, out, dy, dyt_.get());
@@ -594,6 +611,21 @@ void Linear::set_bf16_accumulation(Accumulation model) {
                "Linear: the bf16 GEMMs sum as fp32 or on a bf16 tensor core (ampere-bf16, ada-bf16, hopper-bf16, "
                "blackwell-bf16), not '", m.name, "'");
   bf16_acc_ = model;
+}
+
+void Linear::set_fp32_accumulation(Accumulation model) {
+  const AccumulationModel& m = model_of(model);
+  FP8EMU_CHECK(model == Accumulation::kFp32 ||
+                   (m.datapath == Datapath::kTensorCore && m.input == core::MmaOperands::kTf32),
+               "Linear: the fp32 GEMMs sum as fp32 or on a tf32 tensor core (ampere-tf32, ada-tf32, hopper-tf32, "
+               "blackwell-tf32), not '", m.name, "'");
+  FP8EMU_CHECK(!resident_, "Linear: set_fp32_accumulation on a device-resident layer (to_host() it first)");
+  if (model != fp32_acc_) buffers_on_ = nullptr;  // the rounded copies are made (or dropped) at the next call
+  fp32_acc_ = model;
+}
+
+bool Linear::rounds_operands() const {
+  return precision_ == Precision::kBf16 || (precision_ == Precision::kFp32 && fp32_acc_ != Accumulation::kFp32);
 }
 
 // A GEMM of the bf16 layer: D [M, N] = A [M, K] B [K, N] on bf16 values, summed as bf16_acc_ says.

@@ -154,3 +154,31 @@ TEST_CASE("fp16 add of C after the steps rounds once", "[mma][fp16]") {
   CHECK(add_f16_rne(0x7BFFu, 0x5000u) == 0x7C00u);  // 65504 + 32 rounds up to Inf
   CHECK(add_f16_rne(0x0001u, 0x0001u) == 0x0002u);  // subnormals add exactly
 }
+
+TEST_CASE("tf32 rounding: nearest, ties away from zero (PTX cvt.rna.tf32.f32)", "[mma][tf32]") {
+  // tf32 keeps 10 fraction bits: the grid near 1 is 2^-10. 1 + 2^-11 is a tie: away from zero,
+  // 1 + 2^-10 (ties-to-even would give 1); 1 + 2^-11 - 2^-23 rounds down; the sign is kept.
+  CHECK(f32_bits_to_tf32_rna(bits(1.0f + 0x1p-11f)) == bits(1.0f + 0x1p-10f));
+  CHECK(f32_bits_to_tf32_rna(bits(-(1.0f + 0x1p-11f))) == bits(-(1.0f + 0x1p-10f)));
+  CHECK(f32_bits_to_tf32_rna(bits(1.0f + 0x1p-11f - 0x1p-23f)) == bits(1.0f));
+  CHECK(f32_bits_to_tf32_rna(bits(2.0f - 0x1p-12f)) == bits(2.0f));  // the carry moves the exponent
+  CHECK(f32_bits_to_tf32_rna(0x7F7FFFFFu) == 0x7F800000u);           // FLT_MAX rounds to Inf
+  CHECK(f32_bits_to_tf32_rna(0x7F7FEFFFu) == 0x7F7FE000u);           // just below the tie stays finite
+  CHECK(f32_bits_to_tf32_rna(0x00001000u) == 0x00002000u);           // subnormal tie, away from zero
+  CHECK(f32_bits_to_tf32_rna(0xFF800000u) == 0xFF800000u);
+  const std::uint32_t nan = f32_bits_to_tf32_rna(0x7F800001u);
+  CHECK(((nan & 0x7F800000u) == 0x7F800000u && (nan & 0x7FFFFFu) != 0u));
+  CHECK((nan & 0x1FFFu) == 0u);
+  // Every 2^13-th pattern of the finite range against the arithmetic definition in long double:
+  // the nearest multiple of the tf32 quantum of |x|'s binade, ties away.
+  int bad = 0;
+  for (std::uint64_t u = 0; u < 0x7F800000u; u += 0x1FFFu) {
+    const float x = bits_to_f32(std::uint32_t(u));
+    const int e = std::max(std::ilogb(x == 0.0f ? 1.0f : x), -126);
+    const long double q = std::ldexp(1.0L, e - 10);
+    const long double r = std::floor(static_cast<long double>(x) / q + 0.5L) * q;  // ties away (x >= 0)
+    const std::uint32_t want = r >= 0x1p128L ? 0x7F800000u : f32_to_bits(float(r));
+    bad += f32_bits_to_tf32_rna(std::uint32_t(u)) != want;
+  }
+  CHECK(bad == 0);
+}

@@ -151,7 +151,7 @@ TEST_CASE("train --bf16 adds a BF16 run after FP32 and leaves the others unchang
   CHECK(m.substr(f32 + 5, f32_end - f32 - 5) != m.substr(b16 + 5, b16_end - b16 - 5));
 }
 
-TEST_CASE("train --bf16-accumulation runs the BF16 run on a bf16 tensor core, nothing else changes",
+TEST_CASE("train --bf16-accumulation and --fp32-accumulation run one run each on a tensor core",
           "[cli][backend][bf16]") {
   const std::string args = " --epochs 1 --train-samples 600 --test-samples 200 --quiet --recipe delayed --bf16";
   const fs::path a = scratch("bf16-tc"), b = scratch("bf16-seq"), c = scratch("bf16-bad");
@@ -172,6 +172,18 @@ TEST_CASE("train --bf16-accumulation runs the BF16 run on a bf16 tensor core, no
   CHECK(rows_of(ma, "bf16") != rows_of(mb, "bf16"));  // other sums, other training
   CHECK(slurp(a / "summary.json").find("\"bf16_accumulation\": \"hopper-bf16\"") != std::string::npos);
   CHECK(slurp(b / "summary.json").find("bf16_accumulation") == std::string::npos);  // default: no key
+  // --fp32-accumulation: the FP32 run on a tf32 tensor core, the bf16 and FP8 runs unchanged.
+  const fs::path t = scratch("fp32-tf32");
+  REQUIRE(run("train" + args + " --fp32-accumulation ampere-tf32 --out " + t.string()).code == 0);
+  const std::string mt = metrics_without_seconds(t / "metrics.csv");
+  CHECK(rows_of(mt, "fp32") != rows_of(mb, "fp32"));
+  CHECK(rows_of(mt, "bf16") == rows_of(mb, "bf16"));
+  CHECK(rows_of(mt, "fp8_delayed") == rows_of(mb, "fp8_delayed"));
+  CHECK(slurp(t / "summary.json").find("\"fp32_accumulation\": \"ampere-tf32\"") != std::string::npos);
+  Result rt = run("train" + args + " --fp32-accumulation hopper-bf16 --out " + c.string());
+  CHECK(rt.code == 2);
+  CHECK(rt.output.find("--fp32-accumulation must be fp32 or a tf32 tensor core (ampere-tf32, ada-tf32, hopper-tf32, "
+                       "blackwell-tf32), got 'hopper-bf16'") != std::string::npos);
   const Result rc = run("train" + args + " --bf16-accumulation hopper-fp16 --out " + c.string());
   CHECK(rc.code == 2);
   CHECK(rc.output.find("--bf16-accumulation must be fp32 or a bf16 tensor core (ampere-bf16, ada-bf16, hopper-bf16, "

@@ -693,6 +693,10 @@ void check_transformer_ops(const Device& ref, const Device& cand, Report& rep) {
         ref.round_bf16(ta.r.get(), n);
         cand.round_bf16(ta.c.get(), n);
         compare(rep, "round_bf16 " + at + " " + backend::to_string(fam), ta);
+        Twin<float> tt(ref, cand, a);
+        ref.round_tf32(tt.r.get(), n);
+        cand.round_tf32(tt.c.get(), n);
+        compare(rep, "round_tf32 " + at + " " + backend::to_string(fam), tt);
       }
       for (const backend::NormOp op : {backend::NormOp::kLayerNorm, backend::NormOp::kRMSNorm})
         for (const bool zc : {false, true}) {

@@ -266,3 +266,45 @@ TEST_CASE("Linear BF16 on the Hopper bf16 tensor core: every GEMM is the recorde
       CHECK(dx.data[std::size_t(r * in + i)] ==
             testing::bf16_round(dot(&dyb[std::size_t(r * out)], 1, &wb[std::size_t(i)], in, out)));
 }
+
+TEST_CASE("Linear FP32 on the Hopper tf32 tensor core (allow_tf32): operands rounded, every GEMM the datapath",
+          "[nn][linear][tf32]") {
+  Rng rng(23);
+  const int batch = 6, in = 20, out = 4;  // K = 20: two blocks of 8 and a short one
+  Linear lin(in, out, Precision::kFp32);
+  lin.init(rng);
+  Matrix x = random_matrix(batch, in, rng, 2.0f), dy = random_matrix(batch, out, rng, 1.0f), y, dx;
+  Linear plain = lin;
+  lin.set_fp32_accumulation(Accumulation::kHopperTf32);
+  CHECK_THROWS_WITH(lin.set_fp32_accumulation(Accumulation::kHopperBf16), Catch::Contains("not 'hopper-bf16'"));
+  lin.forward(x, y, true);
+  lin.backward(dy, &dx);
+  Matrix y_plain, dx_plain;
+  plain.forward(x, y_plain, true);
+  plain.backward(dy, &dx_plain);
+  const core::MmaDatapath p = model_of(Accumulation::kHopperTf32).tensor_core();
+  auto tf32_of = [](const std::vector<float>& v) {
+    std::vector<std::uint32_t> u(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) u[i] = core::f32_bits_to_tf32_rna(core::f32_to_bits(v[i]));
+    return u;
+  };
+  const std::vector<std::uint32_t> xt = tf32_of(x.data), wt = tf32_of(lin.weight.data), dyt = tf32_of(dy.data);
+  auto dot = [&](const std::uint32_t* a, int sa, const std::uint32_t* b, int sb, int K) {
+    return core::bits_to_f32(core::mma_dot(core::MmaValues{a, sa}, core::MmaValues{b, sb}, K, 0u, p));
+  };
+  std::size_t differs = 0;
+  for (int r = 0; r < batch; ++r)
+    for (int o = 0; o < out; ++o) {
+      const float want = dot(&xt[std::size_t(r * in)], 1, &wt[std::size_t(o * in)], 1, in) + lin.bias.data[std::size_t(o)];
+      CHECK(y.data[std::size_t(r * out + o)] == want);  // fp32 output, fp32 bias add
+      differs += y.data[std::size_t(r * out + o)] != y_plain.data[std::size_t(r * out + o)];
+    }
+  CHECK(differs > 0);  // tf32 operands: other bits than the fp32 layer
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i)
+      CHECK(lin.grad_weight.data[std::size_t(o * in + i)] == dot(&dyt[std::size_t(o)], out, &xt[std::size_t(i)], in, batch));
+  for (int r = 0; r < batch; ++r)
+    for (int i = 0; i < in; ++i)
+      CHECK(dx.data[std::size_t(r * in + i)] == dot(&dyt[std::size_t(r * out)], 1, &wt[std::size_t(i)], in, out));
+  for (int o = 0; o < out; ++o) CHECK(lin.grad_bias.data[std::size_t(o)] == plain.grad_bias.data[std::size_t(o)]);
+}

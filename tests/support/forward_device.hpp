@@ -69,6 +69,7 @@ class ForwardDevice : public backend::Device {
   }
   void add(const float* x, const float* y, float* out, std::size_t n) const override { b.add(x, y, out, n); }
   void round_bf16(float* x, std::size_t n) const override { b.round_bf16(x, n); }
+  void round_tf32(float* x, std::size_t n) const override { b.round_tf32(x, n); }
   void norm_forward(backend::NormOp op, const float* x, int r, int c, const float* g, const float* be, float eps,
                     bool zc, float* y, float* xh, float* rs) const override {
     b.norm_forward(op, x, r, c, g, be, eps, zc, y, xh, rs);

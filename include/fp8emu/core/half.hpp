@@ -56,6 +56,16 @@ FP8EMU_HD constexpr std::uint16_t f32_bits_to_bf16_rne(std::uint32_t u, Bf16Nan 
   return std::uint16_t((u + 0x7FFFu + lsb) >> 16);  // carries into the exponent round up / to Inf
 }
 
+/// fp32 bits -> tf32 (an fp32 whose low 13 significand bits are zero), round to nearest with ties
+/// away from zero, as PTX `cvt.rna.tf32.f32` (and CUTLASS's default tfloat32_t conversion) round:
+/// the carry of a tie moves the exponent, up to +-Inf; fp32 subnormals round in the same grid; Inf
+/// stays; NaN -> a quiet NaN of the same sign with the low 13 bits cleared.
+FP8EMU_HD constexpr std::uint32_t f32_bits_to_tf32_rna(std::uint32_t u) {
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u | 0x00400000u) & 0xFFFFE000u;
+  if ((u & 0x7FFFFFFFu) == 0x7F800000u) return u;
+  return (u + 0x1000u) & 0xFFFFE000u;  // sign-magnitude: adding half an ulp rounds ties away
+}
+
 /// fp32 bits -> binary16 bits, round to nearest even, overflow to +-Inf; NaN -> 0x7FFF
 /// (CUDA `__float2half_rn`).
 FP8EMU_HD constexpr std::uint16_t f32_bits_to_half_rne(std::uint32_t u) {

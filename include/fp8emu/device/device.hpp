@@ -309,6 +309,9 @@ class Device {
   virtual void add(const float* a, const float* b, float* out, std::size_t n) const = 0;
   /// x[i] = x[i] rounded to bfloat16 (RNE, core::f32_bits_to_bf16_rne), kept as fp32.
   virtual void round_bf16(float* x, std::size_t n) const = 0;
+  /// x[i] = x[i] rounded to tf32 (round to nearest, ties away: core::f32_bits_to_tf32_rna), kept as
+  /// fp32: the operands of a layer on a tf32 tensor core (nn::Linear::set_fp32_accumulation).
+  virtual void round_tf32(float* x, std::size_t n) const = 0;
   /// Norm::forward (training) of each row of x [rows, cols] (core::norm_forward_row): y [rows, cols]
   /// (may be x), xhat [rows, cols] and rsigma [rows] for the backward; gamma, beta [cols] (beta unread
   /// for RMSNorm).

@@ -140,6 +140,15 @@ class Linear {
   /// \throws fp8emu::Error for another model.
   void set_bf16_accumulation(Accumulation model);
   Accumulation bf16_accumulation() const { return bf16_acc_; }
+  /// How the GEMMs of an fp32 layer (Precision::kFp32) run: Accumulation::kFp32 (default: fp32
+  /// operands, the fp32 sequential sum) or a tf32 tensor-core row (`ampere-tf32`, `ada-tf32`,
+  /// `hopper-tf32`, `blackwell-tf32`), as PyTorch's `allow_tf32` runs an fp32 layer: x, W and dy
+  /// rounded to tf32 (core::f32_bits_to_tf32_rna, the rounding of PTX `cvt.rna.tf32.f32`: a model
+  /// choice, cuBLAS's conversion is not published), the products summed as the row says
+  /// (Device::gemm_tc_nn); outputs and gradients stay fp32, the bias is added in fp32.
+  /// \throws fp8emu::Error for another model.
+  void set_fp32_accumulation(Accumulation model);
+  Accumulation fp32_accumulation() const { return fp32_acc_; }
 
   /// Where the FP8 casts and GEMMs of this layer run (backend/device.hpp): cpu_device() (default),
   /// or cuda_device(), which gets each operand uploaded and each result downloaded (this layer's
@@ -244,6 +253,7 @@ class Linear {
   void cast_weight(std::optional<bool> is_first_microbatch);
   void accumulate_twin(const float* x, int rows, const float* y);
   void bf16_gemm(int M, int N, int K, const float* A, const float* B, float* D) const;
+  bool rounds_operands() const;  // bf16, or fp32 on a tf32 tensor core: x, W, dy kept rounded
   void reserve(int rows);
   void make_buffers();
   void take_counts();  // host layers: the device counters into stats, then zeroed
@@ -261,6 +271,7 @@ class Linear {
   scaling::DelayedScalingState idle_fwd_state_{3, 1}, idle_bwd_state_{2, 1};
   emu::GemmAccumulation acc_fprop_, acc_dgrad_, acc_wgrad_;
   Accumulation bf16_acc_ = Accumulation::kFp32;  // the bf16 GEMMs' sum (set_bf16_accumulation)
+  Accumulation fp32_acc_ = Accumulation::kFp32;  // the fp32 GEMMs' (set_fp32_accumulation)
   bool resident_ = false;
   const backend::Device* return_device_ = nullptr;  // move_to_device's previous device
   // Saved by a training forward.
