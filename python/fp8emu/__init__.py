@@ -478,9 +478,26 @@ def gemm(
             :func:`cast`), not on the CPU; c/bias not float32; out of a wrong dtype.
         ValueError: not 2-D, shape mismatch, non-contiguous, unknown names, E5M2 x E5M2, a
             promotion interval the model does not take, split_k < 1, beta != 0 without c.
+    fp16, bf16 and tf32 tensor cores: with ``accumulation`` one of their rows ("hopper-bf16",
+    "ampere-fp16", "ada-tf32", ...) and a, b float16, bfloat16 or float32 arrays of that format's
+    values, ``D = A B^T + C`` (``c`` is the accumulator C; "nn": ``D = A B + C``) as :func:`mma`
+    computes it, in float32; the FP8 arguments (scales, promotion, split_k, out_dtype, d_scale,
+    alpha, beta, bias, return_amax, stream) are refused there.
+
     Mirrors: emu::gemm_fp8_tn with emu::GemmEpilogue (include/fp8emu/emulation/gemm_models.hpp),
-    as ``fp8emu gemm`` runs it.
+    as ``fp8emu gemm`` runs it (emu::mma_tn_values for the value operands).
     """
+    if str(accumulation).endswith(("-fp16", "-bf16", "-tf32")) and _value_dtype(a) is not None \
+            and _value_dtype(b) is not None:
+        if (scale_inv_a, scale_inv_b, promotion, split_k, d_scale, alpha, beta) != (1.0, 1.0, 0, 1, 1.0, 1.0, 0.0) \
+                or bias is not None or return_amax or stream is not None or _name_of(out_dtype) != "float32":
+            raise ValueError(f"accumulation {accumulation!r} computes D = A B^T + C on value operands in float32: "
+                             "scale_inv_a/b, promotion, split_k, out_dtype, d_scale, alpha, beta, bias, return_amax "
+                             "and stream apply to FP8 operands only")
+        if layout not in ("tn", "nn"):
+            raise ValueError(f"unknown layout {layout!r} (accepted: tn, nn)")
+        bt = b if layout == "tn" else np.ascontiguousarray(np.asarray(b).T)
+        return mma(a, bt, c, accumulation=accumulation, out=out)
     qa, fa = _as_codes(a, "a", format_a)
     qb, fb = _as_codes(b, "b", format_b)
     od = _name_of(out_dtype)

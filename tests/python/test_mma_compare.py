@@ -116,6 +116,19 @@ def test_mma_on_values_reproduces_recorded_tensor_cores(name, model, dtype):
     assert np.count_nonzero(seq.view(np.uint32) != d) > 0
 
 
+def test_gemm_on_values_is_the_mma_in_both_layouts():
+    a, b, c, d = load_wide("H200_bf16", 64)
+    C = np.zeros((64, 64), np.float32)
+    C[np.arange(64), np.arange(64)] = c.view(np.float32)
+    ab, bb = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    D = fp8emu.gemm(ab, bb, c=C, accumulation="hopper-bf16")
+    assert np.array_equal(np.diag(D).view(np.uint32), d)
+    Dnn = fp8emu.gemm(ab, np.ascontiguousarray(bb.T), c=C, accumulation="hopper-bf16", layout="nn")
+    assert np.array_equal(Dnn.view(np.uint32), D.view(np.uint32))
+    with pytest.raises(ValueError, match="apply to FP8 operands only"):
+        fp8emu.gemm(ab, bb, accumulation="hopper-bf16", alpha=2.0)
+
+
 def test_mma_on_values_refuses_values_outside_the_format():
     x = np.array([[1.0, 1.0 + 2.0**-9]], np.float32)
     assert fp8emu.mma(x, x, accumulation="hopper-fp16")[0, 0] == np.float32(2.0 + 2.0**-8 + 2.0**-18)  # exact in 24 bits

@@ -13,9 +13,9 @@ _CUDA_ONLY = "a CUDA-runtime feature with no meaning in emulation"
 
 #: name -> why it is not available.
 REASONS: Dict[str, str] = {
-    "GroupedLinear": "grouped GEMMs (MoE) are not modelled yet",
-    "Fp8Padding": "grouped GEMMs (MoE) are not modelled yet",
-    "Fp8Unpadding": "grouped GEMMs (MoE) are not modelled yet",
+    "Fp8Padding": "the padding of MoE groups to FP8 shapes is not modelled (GroupedLinear takes any m_splits "
+                  "satisfying TE's FP8 shape rule)",
+    "Fp8Unpadding": "the padding of MoE groups to FP8 shapes is not modelled",
     "initialize_ub": "userbuffers (communication overlap) are not modelled: " + _MULTI_GPU,
     "destroy_ub": "userbuffers (communication overlap) are not modelled: " + _MULTI_GPU,
     "UserBufferQuantizationMode": "userbuffers (communication overlap) are not modelled: " + _MULTI_GPU,
