@@ -273,7 +273,7 @@ int run_mma_check(const MmaCheckOptions& o, std::ostream& out, std::ostream& err
             for (std::uint32_t bits : (*side)[i])
               if (!core::is_operand_value(bits, in_a.kind))
                 throw Malformed{(side == &va ? o.a : o.b) + ":" + std::to_string(i + 1) + ": " + hex(bits) +
-                                " is not exactly an " + in_a.label + " value"};
+                                " is not exactly " + (in_a.label == "fp16" ? "an " : "a ") + in_a.label + " value"};
       }
     }
 

@@ -12,7 +12,8 @@ void check_run_config(const RunConfig& c) {
   FP8EMU_CHECK(c.threads >= 0, "--threads must be >= 0, got ", c.threads);
   FP8EMU_CHECK(c.threads <= kMaxThreads, "--threads must be <= ", kMaxThreads, ", got ", c.threads);
   FP8EMU_CHECK(c.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", c.checkpoint_every);
-  bf16_accumulation_of(c);
+  FP8EMU_CHECK(bf16_accumulation_of(c) == Accumulation::kFp32 || c.bf16_baseline,
+               "--bf16-accumulation ", c.bf16_accumulation, " sets the BF16 run's GEMMs: add --bf16 to train that run");
   fp32_accumulation_of(c);
 }
 

@@ -188,6 +188,11 @@ TEST_CASE("train --bf16-accumulation and --fp32-accumulation run one run each on
   CHECK(rc.code == 2);
   CHECK(rc.output.find("--bf16-accumulation must be fp32 or a bf16 tensor core (ampere-bf16, ada-bf16, hopper-bf16, "
                        "blackwell-bf16), got 'hopper-fp16'") != std::string::npos);
+  // The BF16 run's model without the BF16 run: refused, naming the missing flag.
+  const Result rn = run("train --epochs 1 --train-samples 600 --test-samples 200 --quiet --bf16-accumulation "
+                        "hopper-bf16 --out " + c.string());
+  CHECK(rn.code == 2);
+  CHECK(rn.output.find("add --bf16 to train that run") != std::string::npos);
   CHECK(!fs::exists(c));
 }
 

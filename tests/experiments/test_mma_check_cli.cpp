@@ -266,8 +266,17 @@ TEST_CASE("gemm on bf16 and fp16 .npy operands reproduces recorded tensor-core r
   q.shape = {2, 2};
   q.data.assign(4, 0x38);
   io::write_npy((d / "q.npy").string(), q);
+  // FP8 codes with a bf16 row: the FP8 GEMM with the codes widened to bf16 (1 * 1 summed twice = 2).
   r = run_cli("gemm --a " + (d / "q.npy").string() + " --b " + (d / "q.npy").string() +
               " --accumulation hopper-bf16 --out " + (d / "E.npy").string());
+  CHECK(r.code == 0);
+  const io::NpyArray e = io::read_npy((d / "E.npy").string());
+  float e00 = 0.0f;
+  std::memcpy(&e00, e.data.data(), 4);
+  CHECK(e00 == 2.0f);
+  // A uint8 B with value A: B is no bf16 operand.
+  r = run_cli("gemm --a " + (d / "A.npy").string() + " --b " + (d / "q.npy").string() +
+              " --accumulation hopper-bf16 --out " + (d / "F.npy").string());
   CHECK(r.code == 2);
   CHECK(r.output.find("q.npy: dtype |u1 is not float16, bfloat16 (uint16 bits) or float32") != std::string::npos);
   fs::remove_all(d);
