@@ -73,19 +73,19 @@ std::vector<float> values_operand(const io::NpyArray& a, const std::string& path
 
 // `gemm` on a tensor-core row of fp16, bf16 or tf32 inputs: D = A B^T (or A B) + C as chained MMA
 // instructions compute it (emu::mma_tn_values), fp32 output; the FP8 flags are refused.
-int run_values_gemm(const GemmOptions& o, const AccumulationModel& row, std::ostream& out) {
+int run_values_gemm(const GemmOptions& o, const AccumulationModel& row, const io::NpyArray& A, std::ostream& out) {
   const GemmOptions defaults;
   FP8EMU_CHECK(o.scale_inv_a == defaults.scale_inv_a && o.scale_inv_b == defaults.scale_inv_b &&
                    o.format_a == defaults.format_a && o.format_b == defaults.format_b &&
                    o.promotion == 0 && o.split_k == 1 && o.output == "fp32" && o.d_scale == 1.0f &&
                    o.alpha == 1.0f && o.beta == 0.0f && o.bias.empty(),
                "--accumulation ", row.name, " takes ",
-               row.input == core::MmaOperands::kFp16 ? "fp16" : row.input == core::MmaOperands::kBf16 ? "bf16" : "tf32",
+               core::operand_format_name(row.input),
                " values and computes D = A B^T + C (C: --c, always added, as an MMA's accumulator) in fp32: "
                "--format-a/-b, --scale-inv-a/-b, --promotion, --split-k, --output, --d-scale, --alpha, --beta and "
                "--bias apply to FP8 operands only");
   const emu::GemmLayout layout = emu::parse_gemm_layout(o.layout, "--layout");
-  const io::NpyArray A = io::read_npy(o.a), B = io::read_npy(o.b);
+  const io::NpyArray B = io::read_npy(o.b);
   const std::vector<float> a = values_operand(A, o.a);
   std::vector<float> b = values_operand(B, o.b);
   const std::size_t M = A.shape[0], K = A.shape[1];
@@ -142,8 +142,8 @@ int run_gemm(const GemmOptions& o, std::ostream& out, std::ostream& err) {
       // Value operands (not uint8 FP8 codes) with an fp16, bf16 or tf32 row: that tensor core's GEMM;
       // FP8 codes with such a row: the FP8 GEMM, its codes widened to the row's format.
       if (row.datapath == Datapath::kTensorCore && row.input != core::MmaOperands::kFp8) {
-        const io::NpyArray head = io::read_npy(o.a);
-        if (head.dtype != "|u1" && head.dtype != "<u1") return run_values_gemm(o, row, out);
+        const io::NpyArray A = io::read_npy(o.a);
+        if (A.dtype != "|u1" && A.dtype != "<u1") return run_values_gemm(o, row, A, out);
       }
     }
     const Format fa = parse_format(o.format_a, "--format-a"), fb = parse_format(o.format_b, "--format-b");

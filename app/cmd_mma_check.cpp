@@ -156,22 +156,12 @@ struct Input {
   std::string label;
 };
 
-const char* operand_name(core::MmaOperands o) {
-  switch (o) {
-    case core::MmaOperands::kFp8: return "fp8";
-    case core::MmaOperands::kFp16: return "fp16";
-    case core::MmaOperands::kBf16: return "bf16";
-    case core::MmaOperands::kTf32: return "tf32";
-  }
-  return "?";
-}
-
 Input select_input(const std::string& specific, const std::string& both, const char* flag) {
   const std::string& name = specific.empty() ? both : specific;
   if (name.empty()) throw Malformed{std::string("no format for ") + flag + ": give --format, or " + flag};
   Input in;
   for (core::MmaOperands o : {core::MmaOperands::kFp16, core::MmaOperands::kBf16, core::MmaOperands::kTf32})
-    if (name == operand_name(o)) {
+    if (name == core::operand_format_name(o)) {
       in.kind = o;
       in.label = name;
       return in;
@@ -195,7 +185,7 @@ const AccumulationModel& select_model(const std::string& arch, const std::string
     if (archs.find(m.arch) == std::string::npos) archs += (archs.empty() ? "" : ", ") + std::string(m.arch);
     if (arch != m.arch) continue;
     arch_known = true;
-    const std::string fmt = m.input == core::MmaOperands::kFp8 ? "e4m3, e5m2" : operand_name(m.input);
+    const std::string fmt = m.input == core::MmaOperands::kFp8 ? "e4m3, e5m2" : core::operand_format_name(m.input);
     if (formats.find(fmt) == std::string::npos) formats += (formats.empty() ? "" : ", ") + fmt;
     if (m.input != input) continue;
     format_known = true;
@@ -204,7 +194,7 @@ const AccumulationModel& select_model(const std::string& arch, const std::string
   }
   if (!arch_known) throw Malformed{"unknown --arch '" + arch + "' (accepted: " + archs + ")"};
   if (!format_known)
-    throw Malformed{"--arch " + arch + " has no " + (input == core::MmaOperands::kFp8 ? "FP8" : operand_name(input)) +
+    throw Malformed{"--arch " + arch + " has no " + (input == core::MmaOperands::kFp8 ? "FP8" : core::operand_format_name(input)) +
                     " tensor-core model (its formats: " + formats + ")"};
   if (!chosen)
     throw Malformed{"--arch " + arch + " has no --instruction '" + instruction + "' for this format (accepted: " +

@@ -41,16 +41,12 @@ const AccumulationModel& values_row(Accumulation model, const char* who) {
   return m;
 }
 
-const char* operand_format_name(core::MmaOperands o) {
-  return o == core::MmaOperands::kFp16 ? "fp16" : o == core::MmaOperands::kBf16 ? "bf16" : "tf32";
-}
-
 // Every element of x [n] a value of the operand format.
 void check_values(const float* x, std::size_t n, core::MmaOperands o, const char* who, const char* name) {
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t u = core::f32_to_bits(x[i]);
     FP8EMU_CHECK(core::is_operand_value(u, o), who, ": ", name, "[", i, "] = ", x[i], " (0x", std::hex, u, std::dec,
-                 ") is not a ", operand_format_name(o), " value; round the operand to ", operand_format_name(o),
+                 ") is not a ", core::operand_format_name(o), " value; round the operand to ", core::operand_format_name(o),
                  " first");
   }
 }

@@ -24,8 +24,7 @@ Accumulation wide_accumulation(const std::string& name, core::MmaOperands input,
   Accumulation a = Accumulation::kFp32;
   for (const AccumulationModel& m : kAccumulationModels)
     if (name == m.name) a = m.id;
-  const AccumulationModel& m = model_of(a);
-  FP8EMU_CHECK(name == m.name && (a == Accumulation::kFp32 || (m.datapath == Datapath::kTensorCore && m.input == input)),
+  FP8EMU_CHECK(name == model_of(a).name && layer_accumulation_fits(a, input),
                flag, " must be fp32 or a ", kind, " tensor core (", rows, "), got '", name, "'");
   return a;
 }

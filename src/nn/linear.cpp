@@ -606,8 +606,7 @@ void Linear::set_accumulation(const emu::GemmAccumulation& fprop, const emu::Gem
 
 void Linear::set_bf16_accumulation(Accumulation model) {
   const AccumulationModel& m = model_of(model);
-  FP8EMU_CHECK(model == Accumulation::kFp32 ||
-                   (m.datapath == Datapath::kTensorCore && m.input == core::MmaOperands::kBf16),
+  FP8EMU_CHECK(layer_accumulation_fits(model, core::MmaOperands::kBf16),
                "Linear: the bf16 GEMMs sum as fp32 or on a bf16 tensor core (ampere-bf16, ada-bf16, hopper-bf16, "
                "blackwell-bf16), not '", m.name, "'");
   bf16_acc_ = model;
@@ -615,8 +614,7 @@ void Linear::set_bf16_accumulation(Accumulation model) {
 
 void Linear::set_fp32_accumulation(Accumulation model) {
   const AccumulationModel& m = model_of(model);
-  FP8EMU_CHECK(model == Accumulation::kFp32 ||
-                   (m.datapath == Datapath::kTensorCore && m.input == core::MmaOperands::kTf32),
+  FP8EMU_CHECK(layer_accumulation_fits(model, core::MmaOperands::kTf32),
                "Linear: the fp32 GEMMs sum as fp32 or on a tf32 tensor core (ampere-tf32, ada-tf32, hopper-tf32, "
                "blackwell-tf32), not '", m.name, "'");
   FP8EMU_CHECK(!resident_, "Linear: set_fp32_accumulation on a device-resident layer (to_host() it first)");

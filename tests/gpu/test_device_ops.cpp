@@ -204,15 +204,17 @@ void check_gemm_f32(const Device& ref, const Device& cand, Report& rep) {
       }
 }
 
+// Inputs of a family rounded to bf16 on the host (the bf16 GEMMs' contract: bf16 values).
+std::vector<float> bf16_inputs(backend::InputFamily fam, std::size_t n, std::uint64_t s) {
+  std::vector<float> v = inputs(fam, n, s);
+  backend::cpu_device().round_bf16(v.data(), v.size());
+  return v;
+}
+
 // The BF16 layer's GEMM: operands rounded to bf16 on the host (the contract: bf16 values), then
 // gemm_bf16_nn on each device.
 void check_gemm_bf16(const Device& ref, const Device& cand, Report& rep) {
   std::uint64_t seed = 17;
-  auto bf16_inputs = [&](backend::InputFamily fam, std::size_t n, std::uint64_t s) {
-    std::vector<float> v = inputs(fam, n, s);
-    backend::cpu_device().round_bf16(v.data(), v.size());
-    return v;
-  };
   for (const int M : kSizes)
     for (const int N : kSizes)
       for (const int K : {1, 7, 33, 300}) {
@@ -234,11 +236,6 @@ void check_gemm_bf16(const Device& ref, const Device& cand, Report& rep) {
 // (NaN and Inf included: the per-element special-value path) for a bf16 and a tf32 row.
 void check_gemm_tc(const Device& ref, const Device& cand, Report& rep) {
   std::uint64_t seed = 19;
-  auto bf16_inputs = [&](backend::InputFamily fam, std::size_t n, std::uint64_t s) {
-    std::vector<float> v = inputs(fam, n, s);
-    backend::cpu_device().round_bf16(v.data(), v.size());
-    return v;
-  };
   for (const Accumulation model : {Accumulation::kHopperBf16, Accumulation::kAmpereTf32})
     for (const int M : kSizes)
       for (const int N : kSizes)

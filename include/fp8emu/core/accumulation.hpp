@@ -176,6 +176,14 @@ inline constexpr int kAccumulationModelCount = int(sizeof(kAccumulationModels) /
 /// The record of a model (host code; device code receives records by value).
 constexpr const AccumulationModel& model_of(Accumulation a) { return kAccumulationModels[int(a)]; }
 
+/// Whether a layer whose GEMM operands are values of `input` (bf16, tf32) can sum with `a`: the
+/// fp32 sequential sum, or a tensor-core row of that input format (nn::Linear's
+/// set_bf16_accumulation / set_fp32_accumulation, --bf16-accumulation, --fp32-accumulation).
+constexpr bool layer_accumulation_fits(Accumulation a, core::MmaOperands input) {
+  return a == Accumulation::kFp32 ||
+         (model_of(a).datapath == Datapath::kTensorCore && model_of(a).input == input);
+}
+
 namespace detail {
 constexpr bool accumulation_table_in_order() {
   for (int i = 0; i < kAccumulationModelCount; ++i)

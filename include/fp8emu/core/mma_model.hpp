@@ -172,6 +172,11 @@ enum class MmaOperands : std::uint8_t {
   kTf32,  ///< tf32 fields: 11-bit significand, exponent clamped at -126.
 };
 
+/// The operand format's name: "fp8", "fp16", "bf16", "tf32".
+FP8EMU_HD constexpr const char* operand_format_name(MmaOperands o) {
+  return o == MmaOperands::kFp8 ? "fp8" : o == MmaOperands::kFp16 ? "fp16" : o == MmaOperands::kBf16 ? "bf16" : "tf32";
+}
+
 /// Exponent floor and fraction bits of a non-FP8 operand format.
 FP8EMU_HD constexpr int operand_emin(MmaOperands o) { return o == MmaOperands::kFp16 ? -14 : -126; }
 FP8EMU_HD constexpr int operand_fraction_bits(MmaOperands o) { return o == MmaOperands::kBf16 ? 7 : 10; }
