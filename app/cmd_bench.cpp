@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -25,6 +26,7 @@
 #include "fp8emu/core/convert.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "bench_blas.hpp"
+#include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
 #include "gemm_isa.hpp"  // emulation/: which kernels the models run
 
@@ -84,10 +86,19 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
   else out << "; openblas_sgemm: not in this build (install libopenblas-dev and reconfigure)";
   out << "\nmodels: fp8emu's " << emu::detail::to_string(emu::detail::gemm_isa())
       << " kernels (FP8EMU_GEMM_ISA=baseline|avx2|avx512 picks a lower path)";
-  out << "\nratios are against the best baseline of each size (best = the fastest of them)\n";
-  out << "  size  openblas_sgemm  eigen_sgemm  eigen_isa_sgemm  fp32_model  hopper_model       best  fp32/best  "
-         "hopper/best\n";
-  double first_fp32 = 0, first_hopper = 0;
+  out << "\nratios are against the best baseline of each size (best = the fastest of them); block = MXFP8 "
+         "(E4M3, 1 x 32 E8M0 blocks) on the fp32 model\n";
+  // The models timed, in column order; the summary lines name them in reverse (fp32 last).
+  const char* const model_names[] = {"fp32", "hopper", "ada", "block"};
+  constexpr int kModels = 4;
+  const auto model_width = [&](int m) { return int(std::max<std::size_t>(11, std::strlen(model_names[m]) + 6)); };
+  const auto ratio_width = [&](int m) { return int(std::max<std::size_t>(9, std::strlen(model_names[m]) + 5)); };
+  out << "  size  openblas_sgemm  eigen_sgemm  eigen_isa_sgemm";
+  for (int m = 0; m < kModels; ++m) out << ' ' << std::setw(model_width(m)) << (std::string(model_names[m]) + "_model");
+  out << "       best";
+  for (int m = 0; m < kModels; ++m) out << ' ' << std::setw(ratio_width(m)) << (std::string(model_names[m]) + "/best");
+  out << "\n";
+  double first_ratio[kModels] = {};
   std::string first_best = "eigen_sgemm";
   for (std::size_t si = 0; si < sizes.size(); ++si) {
     const int n = sizes[si];
@@ -96,24 +107,31 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
     std::vector<std::uint8_t> qa(std::size_t(n) * n), qb(qa.size());
     for (auto& c : qa) c = std::uint8_t(g() & 0x77);  // finite E4M3 codes
     for (auto& c : qb) c = std::uint8_t(g() & 0x77);
+    // The block-scaled operands: MXFP8 casts of the same fp32 matrices (row-major [n, n], K = cols).
+    const emu::BlockQuantized xa = emu::quantize_mxfp8(A.data(), n, n, emu::BlockAxis::kRowwise, Format::kE4M3,
+                                                       E8M0Rule::kTransformerEngine, nullptr);
+    const emu::BlockQuantized xb = emu::quantize_mxfp8(B.data(), n, n, emu::BlockAxis::kRowwise, Format::kE4M3,
+                                                       E8M0Rule::kTransformerEngine, nullptr);
     std::vector<float> D(qa.size());
     const double flop = 2.0 * n * double(n) * n;
+    const auto fp8 = [&](emu::Accumulation a) {
+      return [&, a] {
+        emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1, {a, 0}, D.data());
+      };
+    };
+    const std::function<void()> model_runs[kModels] = {fp8(emu::Accumulation::kFp32), fp8(emu::Accumulation::kHopper),
+                                                       fp8(emu::Accumulation::kAda),
+                                                       [&] { emu::gemm_fp8_block_tn(xa, xb, D.data()); }};
     // Rounds interleave the baselines and the models, so that all of them see the same machine
     // conditions; the best time of each is kept.
-    double t_eigen = 1e300, t_blas = 1e300, t_isa = 1e300, t_fp32 = 1e300, t_hopper = 1e300;
+    double t_eigen = 1e300, t_blas = 1e300, t_isa = 1e300, t_model[kModels];
+    std::fill(t_model, t_model + kModels, 1e300);
     for (int r = 0; r < repeat; ++r) {
       t_eigen = std::min(t_eigen, seconds([&] { C.noalias() = A * B; }));
       if (blas) t_blas = std::min(t_blas, seconds([&] { openblas_sgemm(n, A.data(), B.data(), Cb.data(), threads); }));
       if (eigen_isa)
         t_isa = std::min(t_isa, seconds([&] { eigen_isa_sgemm(n, A.data(), B.data(), Ci.data(), threads); }));
-      t_fp32 = std::min(t_fp32, seconds([&] {
-        emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1,
-                         {emu::Accumulation::kFp32, 0}, D.data());
-      }));
-      t_hopper = std::min(t_hopper, seconds([&] {
-        emu::gemm_fp8_tn(n, n, n, qa.data(), Format::kE4M3, 1, qb.data(), Format::kE4M3, 1,
-                         {emu::Accumulation::kHopper, 0}, D.data());
-      }));
+      for (int m = 0; m < kModels; ++m) t_model[m] = std::min(t_model[m], seconds(model_runs[m]));
     }
     // The baselines compute the same product: a BLAS that is fast because it is wrong is no
     // baseline (fp32 sums in different orders differ by rounding only).
@@ -129,7 +147,7 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
       }
     }
     const double ge = flop / t_eigen / 1e9, gb = blas ? flop / t_blas / 1e9 : 0.0,
-                 gi = eigen_isa ? flop / t_isa / 1e9 : 0.0, gf = flop / t_fp32 / 1e9, gh = flop / t_hopper / 1e9;
+                 gi = eigen_isa ? flop / t_isa / 1e9 : 0.0;
     const char* best_name = "eigen";
     double best = ge;
     if (blas && gb >= best) {
@@ -143,18 +161,28 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
     char blas_col[32] = "-", isa_col[32] = "-";
     if (blas) std::snprintf(blas_col, sizeof blas_col, "%.2f", gb);
     if (eigen_isa) std::snprintf(isa_col, sizeof isa_col, "%.2f", gi);
-    std::snprintf(line, sizeof line, "%6d %15s %12.2f %16s %11.2f %13.2f %10s %10.3f %12.3f\n", n, blas_col, ge,
-                  isa_col, gf, gh, best_name, gf / best, gh / best);
-    out << line << std::flush;
-    if (si == 0) {
-      first_fp32 = gf / best;
-      first_hopper = gh / best;
-      first_best = std::string(best_name) + "_sgemm";
+    std::snprintf(line, sizeof line, "%6d %15s %12.2f %16s", n, blas_col, ge, isa_col);
+    out << line;
+    for (int m = 0; m < kModels; ++m) {
+      std::snprintf(line, sizeof line, " %*.2f", model_width(m), flop / t_model[m] / 1e9);
+      out << line;
     }
+    std::snprintf(line, sizeof line, " %10s", best_name);
+    out << line;
+    for (int m = 0; m < kModels; ++m) {
+      const double ratio = flop / t_model[m] / 1e9 / best;
+      std::snprintf(line, sizeof line, " %*.3f", ratio_width(m), ratio);
+      out << line;
+      if (si == 0) first_ratio[m] = ratio;
+    }
+    out << "\n" << std::flush;
+    if (si == 0) first_best = std::string(best_name) + "_sgemm";
   }
-  std::snprintf(line, sizeof line, "best_baseline: %s\nhopper_vs_best_sgemm: %.3f\nfp32_vs_best_sgemm: %.3f\n",
-                first_best.c_str(), first_hopper, first_fp32);
-  out << line;
+  out << "best_baseline: " << first_best << "\n";
+  for (int m = kModels - 1; m >= 0; --m) {
+    std::snprintf(line, sizeof line, "%s_vs_best_sgemm: %.3f\n", model_names[m], first_ratio[m]);
+    out << line;
+  }
   return 0;
 }
 

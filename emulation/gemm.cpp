@@ -111,6 +111,42 @@ __attribute__((always_inline)) inline void wide_tile(const float* ap, const floa
     for (int v = 0; v < V; ++v) std::memcpy(acc + r * ldc + L * v, &c[r][v], sizeof(Vec));
 }
 
+// The block-scaled form of wide_tile (gemm_fp8_block_tn): k0..k1 holds whole blocks of `block`
+// K-elements (the last may end at K); each block's partial is summed in registers from +0 in k
+// order, then joins the tile's totals tot (row stride ldc) as tot = RN(tot + RN(P * RN(sa * sb))),
+// with sa the row's block scale (sa + r * nb + b) and sb the panel's ([nb][W], packed).
+template <class Vec, int R, int W>
+__attribute__((always_inline)) inline void wide_tile_scaled(const float* ap, const float* bp, int k0, int k1,
+                                                            int block, const float* sa, std::size_t nb,
+                                                            const float* sb, float* tot, std::size_t ldc) {
+  constexpr int L = int(sizeof(Vec) / sizeof(float)), V = W / L;
+  for (int kb = k0; kb < k1; kb += block) {
+    const int ke = std::min(k1, kb + block);
+    Vec c[R][V];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) c[r][v] = Vec{};
+    for (int k = kb; k < ke; ++k) {
+      Vec b[V];
+      for (int v = 0; v < V; ++v) std::memcpy(&b[v], bp + std::size_t(k) * W + L * v, sizeof(Vec));
+      const float* a = ap + std::size_t(k) * R;
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v) c[r][v] += a[r] * b[v];
+    }
+    const std::size_t blk = std::size_t(kb / block);
+    Vec s[V];
+    for (int v = 0; v < V; ++v) std::memcpy(&s[v], sb + blk * W + L * v, sizeof(Vec));
+    for (int r = 0; r < R; ++r) {
+      const float sr = sa[std::size_t(r) * nb + blk];
+      for (int v = 0; v < V; ++v) {
+        Vec t;
+        std::memcpy(&t, tot + r * ldc + L * v, sizeof(Vec));
+        t += c[r][v] * (sr * s[v]);
+        std::memcpy(tot + r * ldc + L * v, &t, sizeof(Vec));
+      }
+    }
+  }
+}
+
 // The AVX-512 tile: 6 x 64 (24 zmm accumulators). The AVX2 tile: 6 x 16 (12 of the 16 ymm).
 struct WideAvx512 {
   static constexpr int kR = 6, kW = 64;
@@ -118,12 +154,24 @@ struct WideAvx512 {
                                                                         int k1, float* acc, std::size_t ldc) {
     wide_tile<v16f, kR, kW>(ap, bp, k0, k1, acc, ldc);
   }
+  __attribute__((target("avx512f,avx512vl,avx512dq"))) static void tile_scaled(const float* ap, const float* bp,
+                                                                               int k0, int k1, int block,
+                                                                               const float* sa, std::size_t nb,
+                                                                               const float* sb, float* tot,
+                                                                               std::size_t ldc) {
+    wide_tile_scaled<v16f, kR, kW>(ap, bp, k0, k1, block, sa, nb, sb, tot, ldc);
+  }
 };
 struct WideAvx2 {
   static constexpr int kR = 6, kW = 16;
   __attribute__((target("avx2"))) static void tile(const float* ap, const float* bp, int k0, int k1, float* acc,
                                                    std::size_t ldc) {
     wide_tile<v8f, kR, kW>(ap, bp, k0, k1, acc, ldc);
+  }
+  __attribute__((target("avx2"))) static void tile_scaled(const float* ap, const float* bp, int k0, int k1, int block,
+                                                          const float* sa, std::size_t nb, const float* sb,
+                                                          float* tot, std::size_t ldc) {
+    wide_tile_scaled<v8f, kR, kW>(ap, bp, k0, k1, block, sa, nb, sb, tot, ldc);
   }
 };
 
@@ -140,9 +188,9 @@ struct WideAvx2 {
 struct WideChain {
   int promotion = 0;  // 0, or a run length shorter than min(K, range)
   int range = 1 << 30;
-  // Block scaling (gemm_fp8_block_tn): with sa set, each run of `promotion` = block K-elements is
-  // added to the total times its scale, tot = RN(tot + RN(acc * RN(sa[i, b] * sb[j, b]))), and the
-  // result is that total (no split-K). sa [M, nb], sb [N, nb].
+  // Block scaling (gemm_fp8_block_tn): with sa set, `promotion` is the block, each block's partial
+  // is added to the total times its scale, tot = RN(tot + RN(acc * RN(sa[i, b] * sb[j, b]))), and
+  // the result is that total (no split-K; wide_tile_scaled). sa [M, nb], sb [N, nb].
   const float* sa = nullptr;
   const float* sb = nullptr;
   int nb = 0;
@@ -154,21 +202,6 @@ struct WideChain {
     return next;
   }
 };
-
-// Block b's partial sums of a tile (acc, rows x cols of a kNcF-wide state) join the totals with
-// their block scales, and the partials restart from +0.
-inline void block_scaled_add(const WideChain& ch, int b, int i0, int j0, int rows, int cols, float* acc, float* tot) {
-  for (int r = 0; r < rows; ++r) {
-    const float sa = ch.sa[std::size_t(i0 + r) * std::size_t(ch.nb) + std::size_t(b)];
-    float* a = acc + std::size_t(r) * kNcF;
-    float* t = tot + std::size_t(r) * kNcF;
-    const float* sb = ch.sb + std::size_t(j0) * std::size_t(ch.nb) + std::size_t(b);
-    for (int c = 0; c < cols; ++c) {
-      t[c] = t[c] + a[c] * (sa * sb[std::size_t(c) * std::size_t(ch.nb)]);
-      a[c] = 0.0f;
-    }
-  }
-}
 
 template <class Tile, class AAt, class BAt>
 void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideChain ch = WideChain{}) {
@@ -198,6 +231,23 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
           bp[(std::size_t(p) * std::size_t(K) + std::size_t(k)) * kWideCols + std::size_t(c)] = j < N ? b_at(k, j) : 0.0f;
         }
   }
+  // Block scaling: the scales packed as the tiles read them, sa [Mp][nb] and sb [Np / W][nb][W]
+  // (zero padded), and K chunks of whole blocks.
+  thread_local std::vector<float> sa_buf, sb_buf;
+  float* sap = nullptr;
+  float* sbp = nullptr;
+  const std::size_t nb = std::size_t(ch.nb);
+  if (ch.sa) {
+    sap = detail::grow(sa_buf, std::size_t(Mp) * nb);
+    sbp = detail::grow(sb_buf, std::size_t(Np) * nb);
+    for (int i = 0; i < Mp; ++i)
+      for (std::size_t b = 0; b < nb; ++b) sap[std::size_t(i) * nb + b] = i < M ? ch.sa[std::size_t(i) * nb + b] : 0.0f;
+    for (int j = 0; j < Np; ++j)
+      for (std::size_t b = 0; b < nb; ++b)
+        sbp[(std::size_t(j / kWideCols) * nb + b) * kWideCols + std::size_t(j % kWideCols)] =
+            j < N ? ch.sb[std::size_t(j) * nb + b] : 0.0f;
+  }
+  const int scaled_chunk = ch.sa ? std::max(ch.promotion, kKcF / ch.promotion * ch.promotion) : 0;
   const bool parallel = double(M) * N * K >= detail::kParallelMinMacs;
   const detail::CacheTile ct =
       detail::cache_tile(Mp, N, kMcF, kNcF, kWideRows, kWideCols, parallel ? omp_get_max_threads() : 1);
@@ -216,8 +266,18 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
       const int panels_here = (cols + kWideCols - 1) / kWideCols;
       const std::size_t tile_size = std::size_t(rows) * kNcF;  // the rows of acc this tile uses
       std::fill(acc, acc + tile_size, 0.0f);
-      if (chained) std::fill(tot, tot + tile_size, 0.0f);
-      for (int k0 = 0; k0 < K;) {
+      if (ch.sa) {  // acc holds the totals; each block's partial stays in registers
+        for (int k0 = 0; k0 < K; k0 += scaled_chunk)
+          for (int r0 = 0; r0 < rows; r0 += kWideRows)
+            for (int p = 0; p < panels_here; ++p)
+              Tile::tile_scaled(ap + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
+                                bp + std::size_t(j0 / kWideCols + p) * std::size_t(K) * kWideCols, k0,
+                                std::min(K, k0 + scaled_chunk), ch.promotion, sap + std::size_t(i0 + r0) * nb, nb,
+                                sbp + std::size_t(j0 / kWideCols + p) * nb * kWideCols,
+                                acc + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
+      }
+      if (chained && !ch.sa) std::fill(tot, tot + tile_size, 0.0f);
+      for (int k0 = 0; k0 < K && !ch.sa;) {
         const int k1 = std::min({K, k0 + kKcF, chained ? ch.next_boundary(k0) : K});
         if (chained && ch.range_ends(k0))
           for (std::size_t x = 0; x < tile_size; ++x) {  // a split-K range ends: its value joins the sum
@@ -225,15 +285,11 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
             sum[x] = k0 == ch.range ? v : sum[x] + v;
             acc[x] = tot[x] = 0.0f;
           }
-        if (chained && ch.run_ends(k0)) {
-          if (ch.sa)
-            block_scaled_add(ch, k0 / ch.promotion - 1, i0, j0, std::min(rows, M - i0), cols, acc, tot);
-          else
-            for (std::size_t x = 0; x < tile_size; ++x) {  // a promotion run ends: one RN add to the total
-              tot[x] += acc[x];
-              acc[x] = 0.0f;
-            }
-        }
+        if (chained && ch.run_ends(k0))
+          for (std::size_t x = 0; x < tile_size; ++x) {  // a promotion run ends: one RN add to the total
+            tot[x] += acc[x];
+            acc[x] = 0.0f;
+          }
         for (int r0 = 0; r0 < rows; r0 += kWideRows)
           for (int p = 0; p < panels_here; ++p)
             Tile::tile(ap + std::size_t((i0 + r0) / kWideRows) * std::size_t(K) * kWideRows,
@@ -241,10 +297,7 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
                        acc + std::size_t(r0) * kNcF + std::size_t(p) * kWideCols, kNcF);
         k0 = k1;
       }
-      if (chained && ch.sa) {
-        block_scaled_add(ch, (K - 1) / ch.promotion, i0, j0, std::min(rows, M - i0), cols, acc, tot);
-        std::copy(tot, tot + tile_size, acc);
-      } else if (chained) {
+      if (chained && !ch.sa) {
         for (std::size_t x = 0; x < tile_size; ++x) {
           const float v = ch.promotion > 0 ? tot[x] + acc[x] : acc[x];
           acc[x] = K > ch.range ? sum[x] + v : v;
@@ -261,6 +314,8 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
   }
   detail::trim(ap_buf);
   detail::trim(bp_buf);
+  detail::trim(sa_buf);
+  detail::trim(sb_buf);
 }
 #endif
 

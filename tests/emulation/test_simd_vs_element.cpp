@@ -335,7 +335,8 @@ TEST_CASE("CPU block-scaled GEMM: every ISA path and thread count equals element
   struct Shape {
     int M, N, K, block;
   };
-  const Shape shapes[] = {{1, 1, 1, 32}, {5, 70, 45, 32}, {37, 13, 300, 32}, {9, 140, 300, 128}, {70, 9, 64, 32}};
+  const Shape shapes[] = {{1, 1, 1, 32},     {5, 70, 45, 32},    {37, 13, 300, 32}, {9, 140, 300, 128},
+                          {70, 9, 64, 32},   {13, 290, 520, 16}, {7, 70, 200, 48}};
   std::uint64_t compared = 0;
   for (const Shape& sh : shapes)
     for (const auto& fmts : {std::pair{Format::kE4M3, Format::kE4M3}, std::pair{Format::kE5M2, Format::kE4M3}}) {

@@ -64,10 +64,13 @@ TEST_CASE("bench gemm times the baselines and ends with the best-baseline ratios
   INFO(r.output);
   REQUIRE(r.code == 0);
   const std::vector<std::string> lines = lines_of(r.output);
-  REQUIRE(lines.size() >= 3);
+  // Last: the best baseline, then each model's ratio (fp32 last).
+  REQUIRE(lines.size() >= 6);
   CHECK(value_of(lines.back(), "fp32_vs_best_sgemm") > 0.0);
   CHECK(value_of(lines[lines.size() - 2], "hopper_vs_best_sgemm") > 0.0);
-  const std::string best = lines[lines.size() - 3];
+  CHECK(value_of(lines[lines.size() - 3], "ada_vs_best_sgemm") > 0.0);
+  CHECK(value_of(lines[lines.size() - 4], "block_vs_best_sgemm") > 0.0);
+  const std::string best = lines[lines.size() - 5];
   // The Eigen module for the processor's ISA level, or a line saying why there is none.
   const bool isa = r.output.find("eigen_isa_sgemm = Eigen") != std::string::npos;
   CHECK((isa || r.output.find("eigen_isa_sgemm: ") != std::string::npos));
