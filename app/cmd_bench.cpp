@@ -28,6 +28,7 @@
 #include "bench_blas.hpp"
 #include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/gemm_models.hpp"
+#include "fp8emu/emulation/mma.hpp"
 #include "gemm_isa.hpp"  // emulation/: which kernels the models run
 
 namespace fp8emu::cli {
@@ -87,10 +88,10 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
   out << "\nmodels: fp8emu's " << emu::detail::to_string(emu::detail::gemm_isa())
       << " kernels (FP8EMU_GEMM_ISA=baseline|avx2|avx512 picks a lower path)";
   out << "\nratios are against the best baseline of each size (best = the fastest of them); block = MXFP8 "
-         "(E4M3, 1 x 32 E8M0 blocks) on the fp32 model\n";
+         "(E4M3, 1 x 32 E8M0 blocks) on the fp32 model; hopper_bf16 = the Hopper bf16 tensor core on bf16 values\n";
   // The models timed, in column order; the summary lines name them in reverse (fp32 last).
-  const char* const model_names[] = {"fp32", "hopper", "ada", "block"};
-  constexpr int kModels = 4;
+  const char* const model_names[] = {"fp32", "hopper", "ada", "block", "hopper_bf16"};
+  constexpr int kModels = 5;
   const auto model_width = [&](int m) { return int(std::max<std::size_t>(11, std::strlen(model_names[m]) + 6)); };
   const auto ratio_width = [&](int m) { return int(std::max<std::size_t>(9, std::strlen(model_names[m]) + 5)); };
   out << "  size  openblas_sgemm  eigen_sgemm  eigen_isa_sgemm";
@@ -112,6 +113,10 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
                                                        E8M0Rule::kTransformerEngine, nullptr);
     const emu::BlockQuantized xb = emu::quantize_mxfp8(B.data(), n, n, emu::BlockAxis::kRowwise, Format::kE4M3,
                                                        E8M0Rule::kTransformerEngine, nullptr);
+    // The bf16 operands of the bf16 tensor core (the fp32 matrices with their low 16 bits cleared).
+    std::vector<float> ba(A.data(), A.data() + qa.size()), bb(B.data(), B.data() + qa.size());
+    for (std::vector<float>* v : {&ba, &bb})
+      for (float& x : *v) x = core::bits_to_f32(core::f32_to_bits(x) & 0xFFFF0000u);
     std::vector<float> D(qa.size());
     const double flop = 2.0 * n * double(n) * n;
     const auto fp8 = [&](emu::Accumulation a) {
@@ -121,7 +126,11 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
     };
     const std::function<void()> model_runs[kModels] = {fp8(emu::Accumulation::kFp32), fp8(emu::Accumulation::kHopper),
                                                        fp8(emu::Accumulation::kAda),
-                                                       [&] { emu::gemm_fp8_block_tn(xa, xb, D.data()); }};
+                                                       [&] { emu::gemm_fp8_block_tn(xa, xb, D.data()); },
+                                                       [&] {
+                                                         emu::gemm_tc_nn(n, n, n, ba.data(), bb.data(),
+                                                                         emu::Accumulation::kHopperBf16, D.data());
+                                                       }};
     // Rounds interleave the baselines and the models, so that all of them see the same machine
     // conditions; the best time of each is kept.
     double t_eigen = 1e300, t_blas = 1e300, t_isa = 1e300, t_model[kModels];

@@ -9,6 +9,7 @@
 #include "fp8emu/core/dot.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
+#include "gemm_tc_values.hpp"
 
 namespace fp8emu::emu {
 
@@ -53,7 +54,9 @@ void check_values(const float* x, std::size_t n, core::MmaOperands o, const char
 
 // Operands of a values GEMM decoded once, row by row ([rows, k]): the signed significand and the
 // exponent of each value (zero: significand 0, exponent kZeroExp), and per row whether it holds a
-// NaN or an Inf (such rows take the per-element core path).
+// NaN or an Inf (such rows take the per-element core path). For the vector kernel
+// (detail::gemm_tc_values) also the value and exponent of each element of the rows it takes (`vec`:
+// finite, non-zero exponents in the kernel's range), zeros elsewhere.
 constexpr int kZeroExp = -30000;
 struct DecodedRows {
   int rows = 0, k = 0;
@@ -61,10 +64,15 @@ struct DecodedRows {
   std::vector<std::int32_t> exp;
   std::vector<core::MmaDecoded> terms;  // the core path's form, for rows with specials
   std::vector<unsigned char> special;
+  std::vector<float> vval;
+  std::vector<std::int32_t> vexp;
+  std::vector<unsigned char> vec;
 };
 
-// Decodes rows x k values (element (r, t) at x[r * rs + t * ts]).
-DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::size_t ts, core::MmaOperands o) {
+// Decodes rows x k values (element (r, t) at x[r * rs + t * ts]); with `vector` the kernel's
+// arrays too, rows qualifying with exponents in [lo, detail::kTcValuesMaxExponent].
+DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::size_t ts, core::MmaOperands o,
+                        bool vector, int lo) {
   DecodedRows d;
   d.rows = rows;
   d.k = k;
@@ -73,17 +81,44 @@ DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::si
   d.exp.resize(n);
   d.terms.resize(n);
   d.special.assign(std::size_t(rows), 0);
+  d.vec.assign(std::size_t(rows), 0);
+  if (vector) {
+    d.vval.resize(n);
+    d.vexp.resize(n);
+  }
 #pragma omp parallel for schedule(static) if (double(rows) * k >= 1e6)
-  for (int r = 0; r < rows; ++r)
+  for (int r = 0; r < rows; ++r) {
+    bool in_range = true;
     for (int t = 0; t < k; ++t) {
       const std::size_t at = std::size_t(r) * std::size_t(k) + std::size_t(t);
-      const core::MmaDecoded v = core::decode_value(core::f32_to_bits(x[std::size_t(r) * rs + std::size_t(t) * ts]), o);
+      const float xv = x[std::size_t(r) * rs + std::size_t(t) * ts];
+      const core::MmaDecoded v = core::decode_value(core::f32_to_bits(xv), o);
       d.terms[at] = v;
       if (v.cls != 0u) d.special[std::size_t(r)] = 1;
       d.sig[at] = v.term.sig == 0u ? 0 : (v.term.sign ? -std::int32_t(v.term.sig) : std::int32_t(v.term.sig));
       d.exp[at] = v.term.sig == 0u ? kZeroExp : v.term.exp;
+      if (vector) {
+        const bool zero = v.cls != 0u || v.term.sig == 0u;
+        in_range = in_range && (zero || (v.term.exp >= lo && v.term.exp <= detail::kTcValuesMaxExponent));
+        d.vval[at] = zero ? 0.0f : xv;
+        d.vexp[at] = zero ? detail::kTcValuesNoExponent : v.term.exp;
+      }
     }
+    if (vector && in_range && !d.special[std::size_t(r)]) {
+      d.vec[std::size_t(r)] = 1;
+    } else if (vector) {  // the kernel sees zeros; the caller recomputes these rows' elements
+      const std::size_t at = std::size_t(r) * std::size_t(k);
+      std::fill(d.vval.begin() + std::ptrdiff_t(at), d.vval.begin() + std::ptrdiff_t(at + std::size_t(k)), 0.0f);
+      std::fill(d.vexp.begin() + std::ptrdiff_t(at), d.vexp.begin() + std::ptrdiff_t(at + std::size_t(k)),
+                detail::kTcValuesNoExponent);
+    }
+  }
   return d;
+}
+
+// Whether a values GEMM without C runs the vector kernel (detail::gemm_tc_values).
+bool vector_kernel(const core::MmaDatapath& p, int K, const float* C) {
+  return C == nullptr && K <= detail::kTcValuesMaxK && detail::tc_values_fast_path(p);
 }
 
 // One output element on a single-step row with C in the alignment and the fp32 accumulator (every
@@ -133,14 +168,18 @@ std::uint32_t dot_fast(const std::int32_t* sa, const std::int32_t* ea, const std
   return c;
 }
 
-// D [M, N] from decoded A rows [M, K] and B rows [N, K], C [M, N] or null.
+// D [M, N] from decoded A rows [M, K] and B rows [N, K], C [M, N] or null: the vector kernel where
+// both were decoded for it, then the elements of the rows it does not take element by element.
 void gemm_decoded(const DecodedRows& a, const DecodedRows& b, const core::MmaDatapath& p, const float* C, float* D) {
   const int M = a.rows, N = b.rows, K = a.k;
   const bool fast = p.steps == 1 && p.c_joins_first_step && p.accumulator == core::MmaAccumulator::kFp32;
   const int frac2 = 2 * core::operand_fraction_bits(p.operands);
+  const bool vector = !a.vval.empty() && !b.vval.empty();
+  if (vector) detail::gemm_tc_values(M, N, K, a.vval.data(), a.vexp.data(), b.vval.data(), b.vexp.data(), p, D);
 #pragma omp parallel for schedule(static) if (double(M) * N * K >= 1e6)
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
+      if (vector && a.vec[std::size_t(i)] && b.vec[std::size_t(j)]) continue;
       const std::size_t at = std::size_t(i) * std::size_t(N) + std::size_t(j);
       const std::size_t ra = std::size_t(i) * std::size_t(K), rb = std::size_t(j) * std::size_t(K);
       const std::uint32_t c = C ? core::f32_to_bits(C[at]) : 0u;
@@ -159,8 +198,11 @@ void mma_tn_values(int M, int N, int K, const float* A, const float* B, Accumula
   const std::size_t na = std::size_t(M) * std::size_t(K), nb = std::size_t(N) * std::size_t(K);
   check_values(A, na, m.operands, "mma", "A");
   check_values(B, nb, m.operands, "mma", "B");
-  gemm_decoded(decode_rows(A, M, K, std::size_t(K), 1, m.operands), decode_rows(B, N, K, std::size_t(K), 1, m.operands),
-               m.tensor_core(), C, D);
+  const core::MmaDatapath p = m.tensor_core();
+  const bool vec = vector_kernel(p, K, C);
+  const int lo = detail::tc_values_min_exponent(p);
+  gemm_decoded(decode_rows(A, M, K, std::size_t(K), 1, m.operands, vec, lo),
+               decode_rows(B, N, K, std::size_t(K), 1, m.operands, vec, lo), p, C, D);
 }
 
 void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation model, float* D) {
@@ -169,9 +211,12 @@ void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulatio
   const std::size_t na = std::size_t(M) * std::size_t(K), nb = std::size_t(N) * std::size_t(K);
   check_values(A, na, m.operands, "gemm_tc_nn", "A");
   check_values(B, nb, m.operands, "gemm_tc_nn", "B");
-  gemm_decoded(decode_rows(A, M, K, std::size_t(K), 1, m.operands),
-               decode_rows(B, N, K, 1, std::size_t(N), m.operands),  // B's columns as rows
-               m.tensor_core(), nullptr, D);
+  const core::MmaDatapath p = m.tensor_core();
+  const bool vec = vector_kernel(p, K, nullptr);
+  const int lo = detail::tc_values_min_exponent(p);
+  gemm_decoded(decode_rows(A, M, K, std::size_t(K), 1, m.operands, vec, lo),
+               decode_rows(B, N, K, 1, std::size_t(N), m.operands, vec, lo),  // B's columns as rows
+               p, nullptr, D);
 }
 
 std::uint64_t ulp_distance(float a, float b) {

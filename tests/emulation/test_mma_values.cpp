@@ -12,7 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "fp8emu/core/half.hpp"
+#include "gemm_isa.hpp"        // emulation/: the instruction-set paths
+#include "gemm_tc_values.hpp"  // emulation/: the vector kernel of the values GEMMs
 #include "fp8emu/emulation/mma.hpp"
 #include "fp8emu/util/error.hpp"
 #include "support/mma_data.hpp"
@@ -117,4 +121,83 @@ TEST_CASE("mma_tn_values: a value outside the format and an FP8 row are refused"
                     Catch::Contains("'hopper' is not a tensor-core model of fp16, bf16 or tf32 inputs"));
   CHECK_THROWS_WITH(emu::gemm_tc_nn(1, 1, 2, a, b, Accumulation::kFp32, &d),
                     Catch::Contains("gemm_tc_nn: 'fp32' is not a tensor-core model"));
+}
+
+TEST_CASE("gemm_tc_nn's vector kernel equals the per-element core path on every ISA path and row",
+          "[mma][values][element]") {
+  // The fp16, bf16 and tf32 rows run detail::gemm_tc_values (emulation/gemm_tc_values.cpp) for rows
+  // whose exponents lie in its range and the element loop for the others. Shapes past one cache
+  // tile (128 columns, 64 rows) and one K chunk (256), ragged against every block and vector width;
+  // rows out of range, with NaN or Inf, of fp16 subnormals, and of the largest significands (each
+  // block's product terms near 2^31, the kernel's int32 bound).
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const int saved_threads = omp_get_max_threads();
+  std::mt19937 rng(11);
+  const int M = 70, N = 133, K = 300;
+  std::uint64_t compared = 0;
+  for (const AccumulationModel& m : kAccumulationModels) {
+    if (m.datapath != Datapath::kTensorCore || m.input == core::MmaOperands::kFp8) continue;
+    INFO(m.name);
+    const core::MmaDatapath p = m.tensor_core();
+    REQUIRE(isa_ns::tc_values_fast_path(p));
+    const int lo = isa_ns::tc_values_min_exponent(p);
+    // Values of exponent -20 .. 20 of the format (fp16: -14 .. 15), a few zeros.
+    const bool f16 = m.operands == core::MmaOperands::kFp16;
+    auto value = [&](int e) {
+      if (f16) e = std::min(15, std::max(-14, e));
+      const int frac = core::operand_fraction_bits(m.operands);
+      const std::uint32_t mant = (rng() & ((1u << frac) - 1u)) << (23 - frac);
+      return from_bits((rng() & 0x80000000u) | (std::uint32_t(127 + e) << 23) | mant);
+    };
+    std::vector<float> A(std::size_t(M) * K), Bt(std::size_t(K) * N);
+    for (float& x : A) x = rng() % 13 == 0 ? 0.0f : value(int(rng() % 41) - 20);
+    for (float& x : Bt) x = rng() % 13 == 0 ? 0.0f : value(int(rng() % 41) - 20);
+    if (!f16) {  // every fp16 exponent is inside the range
+      A[std::size_t(3) * K + 5] = value(lo - 1);                            // row 3: below the range
+      A[std::size_t(4) * K + 7] = value(lo);                                // row 4: at its floor
+      A[std::size_t(5) * K + 9] = value(isa_ns::kTcValuesMaxExponent + 1);  // row 5: above it
+      Bt[std::size_t(20) * N + 30] = value(lo);                             // column 30: at the floor
+    }
+    A[std::size_t(6) * K + 2] = std::numeric_limits<float>::quiet_NaN();
+    Bt[std::size_t(11) * N + 8] = -std::numeric_limits<float>::infinity();  // column 8
+    // Row 7 and column 9: the first block's products are 1 (their sum, c = block = 2^lb, joins the
+    // next block with exponent lb), then the largest significands at product exponent lb, one sign:
+    // in the second block the product terms sum to nearly 2^(F + 2 + log2 block) and c adds 2^F.
+    int lb = 0;
+    while ((1 << lb) < m.block) ++lb;
+    for (int k = 0; k < K; ++k) {
+      const std::uint32_t top = m.operands == core::MmaOperands::kBf16 ? 0x007F0000u : 0x007FE000u;
+      const bool first = k < m.block;
+      A[std::size_t(7) * K + k] = first ? 2.0f : from_bits(std::uint32_t(127 + 3) << 23 | top);
+      Bt[std::size_t(k) * N + 9] = first ? 0.5f : from_bits(std::uint32_t(127 + lb - 3) << 23 | top);
+      if (f16)  // row 8: fp16 subnormals (exponent clamped at -14)
+        A[std::size_t(8) * K + k] = from_bits(core::half_to_f32_bits(std::uint16_t(rng() & 0x83FFu)));
+    }
+    std::vector<std::uint32_t> want(std::size_t(M) * N);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        const auto* a = reinterpret_cast<const std::uint32_t*>(A.data()) + std::size_t(i) * K;
+        const auto* b = reinterpret_cast<const std::uint32_t*>(Bt.data()) + j;
+        want[std::size_t(i) * N + j] = core::mma_dot(core::MmaValues{a, 1}, core::MmaValues{b, N}, K, 0u, p);
+      }
+    for (int path = 0; path <= int(isa_ns::gemm_isa_supported()); ++path)
+      for (int threads : {1, 2}) {
+        REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(path)) == isa_ns::GemmIsa(path));
+        omp_set_num_threads(threads);
+        std::vector<float> D(want.size(), -1.0f);
+        emu::gemm_tc_nn(M, N, K, A.data(), Bt.data(), m.id, D.data());
+        std::size_t bad = 0, first = 0;
+        for (std::size_t x = 0; x < D.size(); ++x)
+          if (to_bits(D[x]) != want[x] && bad++ == 0) first = x;
+        INFO(isa_ns::to_string(isa_ns::GemmIsa(path)) << ", " << threads << " threads, first mismatch at [" << first / N
+                                                      << ", " << first % N << "]: " << D[first] << " vs "
+                                                      << from_bits(want[first]));
+        CHECK(bad == 0);
+        compared += D.size();
+      }
+  }
+  isa_ns::set_gemm_isa(saved_isa);
+  omp_set_num_threads(saved_threads);
+  CHECK(compared > 100000);
 }

@@ -65,12 +65,13 @@ TEST_CASE("bench gemm times the baselines and ends with the best-baseline ratios
   REQUIRE(r.code == 0);
   const std::vector<std::string> lines = lines_of(r.output);
   // Last: the best baseline, then each model's ratio (fp32 last).
-  REQUIRE(lines.size() >= 6);
+  REQUIRE(lines.size() >= 7);
   CHECK(value_of(lines.back(), "fp32_vs_best_sgemm") > 0.0);
   CHECK(value_of(lines[lines.size() - 2], "hopper_vs_best_sgemm") > 0.0);
   CHECK(value_of(lines[lines.size() - 3], "ada_vs_best_sgemm") > 0.0);
   CHECK(value_of(lines[lines.size() - 4], "block_vs_best_sgemm") > 0.0);
-  const std::string best = lines[lines.size() - 5];
+  CHECK(value_of(lines[lines.size() - 5], "hopper_bf16_vs_best_sgemm") > 0.0);
+  const std::string best = lines[lines.size() - 6];
   // The Eigen module for the processor's ISA level, or a line saying why there is none.
   const bool isa = r.output.find("eigen_isa_sgemm = Eigen") != std::string::npos;
   CHECK((isa || r.output.find("eigen_isa_sgemm: ") != std::string::npos));
