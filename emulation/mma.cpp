@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "fp8emu/core/dot.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
 #include "gemm_tc_values.hpp"
+#include "scratch.hpp"
 
 namespace fp8emu::emu {
 
@@ -60,59 +63,118 @@ void check_values(const float* x, std::size_t n, core::MmaOperands o, const char
 constexpr int kZeroExp = -30000;
 struct DecodedRows {
   int rows = 0, k = 0;
-  std::vector<std::int32_t> sig;
-  std::vector<std::int32_t> exp;
-  std::vector<core::MmaDecoded> terms;  // the core path's form, for rows with specials
+  // Left uninitialised (no page is touched) where the vector kernel takes the row.
+  std::unique_ptr<std::int32_t[]> sig, exp;
+  std::unique_ptr<core::MmaDecoded[]> terms;  // the core path's form, for rows with specials
   std::vector<unsigned char> special;
-  std::vector<float> vval;
-  std::vector<std::int32_t> vexp;
+  const float* vval = nullptr;  // per-thread scratch (detail::grow), valid until the next decode
+  const std::int32_t* vexp = nullptr;
   std::vector<unsigned char> vec;
 };
 
-// Decodes rows x k values (element (r, t) at x[r * rs + t * ts]); with `vector` the kernel's
-// arrays too, rows qualifying with exponents in [lo, detail::kTcValuesMaxExponent].
+// Per-thread scratch of the vector kernel's operands, A's and B's, reused across calls.
+struct VectorScratch {
+  std::vector<float> val;
+  std::vector<std::int32_t> exp;
+};
+thread_local VectorScratch vector_scratch[2];
+
+// Decodes rows x k values (element (r, t) at x[r * rs + t * ts]); with `vector` (into
+// vector_scratch[slot]) the kernel's arrays too, rows qualifying with exponents in
+// [lo, detail::kTcValuesMaxExponent], and the element loop's arrays only for the other rows.
 DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::size_t ts, core::MmaOperands o,
-                        bool vector, int lo) {
+                        bool vector, int lo, int slot) {
   DecodedRows d;
   d.rows = rows;
   d.k = k;
   const std::size_t n = std::size_t(rows) * std::size_t(k);
-  d.sig.resize(n);
-  d.exp.resize(n);
-  d.terms.resize(n);
+  d.sig.reset(new std::int32_t[n]);
+  d.exp.reset(new std::int32_t[n]);
+  d.terms.reset(new core::MmaDecoded[n]);
   d.special.assign(std::size_t(rows), 0);
   d.vec.assign(std::size_t(rows), 0);
+  float* vval = nullptr;
+  std::int32_t* vexp = nullptr;
   if (vector) {
-    d.vval.resize(n);
-    d.vexp.resize(n);
+    vval = detail::grow(vector_scratch[slot].val, n);
+    vexp = detail::grow(vector_scratch[slot].exp, n);
+    d.vval = vval;
+    d.vexp = vexp;
   }
+  const auto element = [&](int r, int t) {
+    const std::size_t at = std::size_t(r) * std::size_t(k) + std::size_t(t);
+    const core::MmaDecoded v = core::decode_value(core::f32_to_bits(x[std::size_t(r) * rs + std::size_t(t) * ts]), o);
+    d.terms[at] = v;
+    d.sig[at] = v.term.sig == 0u ? 0 : (v.term.sign ? -std::int32_t(v.term.sig) : std::int32_t(v.term.sig));
+    d.exp[at] = v.term.sig == 0u ? kZeroExp : v.term.exp;
+    return v;
+  };
 #pragma omp parallel for schedule(static) if (double(rows) * k >= 1e6)
   for (int r = 0; r < rows; ++r) {
+    if (!vector) {
+      for (int t = 0; t < k; ++t)
+        if (element(r, t).cls != 0u) d.special[std::size_t(r)] = 1;
+      continue;
+    }
     bool in_range = true;
+    const std::size_t row = std::size_t(r) * std::size_t(k);
     for (int t = 0; t < k; ++t) {
-      const std::size_t at = std::size_t(r) * std::size_t(k) + std::size_t(t);
       const float xv = x[std::size_t(r) * rs + std::size_t(t) * ts];
       const core::MmaDecoded v = core::decode_value(core::f32_to_bits(xv), o);
+      const bool zero = v.cls != 0u || v.term.sig == 0u;
+      in_range = in_range && v.cls == 0u &&
+                 (zero || (v.term.exp >= lo && v.term.exp <= detail::kTcValuesMaxExponent));
+      vval[row + std::size_t(t)] = zero ? 0.0f : xv;
+      vexp[row + std::size_t(t)] = zero ? detail::kTcValuesNoExponent : v.term.exp;
+    }
+    if (in_range) {
+      d.vec[std::size_t(r)] = 1;
+      continue;
+    }
+    // The kernel sees zeros; the element loop recomputes this row's elements.
+    std::fill(vval + row, vval + row + std::size_t(k), 0.0f);
+    std::fill(vexp + row, vexp + row + std::size_t(k), detail::kTcValuesNoExponent);
+    for (int t = 0; t < k; ++t)
+      if (element(r, t).cls != 0u) d.special[std::size_t(r)] = 1;
+  }
+  return d;
+}
+
+// The element loop's arrays of the rows decode_rows left to the vector kernel (needed when the other
+// operand has a row the kernel does not take): the same x, strides and format.
+void complete_rows(DecodedRows& d, const float* x, std::size_t rs, std::size_t ts, core::MmaOperands o) {
+  bool any = false;
+  for (unsigned char v : d.vec) any = any || v;
+  if (!any) return;
+  const int k = d.k;
+#pragma omp parallel for schedule(static) if (double(d.rows) * k >= 1e6)
+  for (int r = 0; r < d.rows; ++r) {
+    if (!d.vec[std::size_t(r)]) continue;
+    for (int t = 0; t < k; ++t) {
+      const std::size_t at = std::size_t(r) * std::size_t(k) + std::size_t(t);
+      const core::MmaDecoded v = core::decode_value(core::f32_to_bits(x[std::size_t(r) * rs + std::size_t(t) * ts]), o);
       d.terms[at] = v;
-      if (v.cls != 0u) d.special[std::size_t(r)] = 1;
       d.sig[at] = v.term.sig == 0u ? 0 : (v.term.sign ? -std::int32_t(v.term.sig) : std::int32_t(v.term.sig));
       d.exp[at] = v.term.sig == 0u ? kZeroExp : v.term.exp;
-      if (vector) {
-        const bool zero = v.cls != 0u || v.term.sig == 0u;
-        in_range = in_range && (zero || (v.term.exp >= lo && v.term.exp <= detail::kTcValuesMaxExponent));
-        d.vval[at] = zero ? 0.0f : xv;
-        d.vexp[at] = zero ? detail::kTcValuesNoExponent : v.term.exp;
-      }
-    }
-    if (vector && in_range && !d.special[std::size_t(r)]) {
-      d.vec[std::size_t(r)] = 1;
-    } else if (vector) {  // the kernel sees zeros; the caller recomputes these rows' elements
-      const std::size_t at = std::size_t(r) * std::size_t(k);
-      std::fill(d.vval.begin() + std::ptrdiff_t(at), d.vval.begin() + std::ptrdiff_t(at + std::size_t(k)), 0.0f);
-      std::fill(d.vexp.begin() + std::ptrdiff_t(at), d.vexp.begin() + std::ptrdiff_t(at + std::size_t(k)),
-                detail::kTcValuesNoExponent);
     }
   }
+}
+
+// Decodes A (rows of x, stride ras / tas) and B (rbs / tbs) for gemm_decoded: with the vector
+// kernel, each operand's element arrays in full when the other has a row the kernel does not take.
+std::pair<DecodedRows, DecodedRows> decode_operands(const float* A, int M, std::size_t ras, std::size_t tas,
+                                                    const float* B, int N, std::size_t rbs, std::size_t tbs, int K,
+                                                    core::MmaOperands o, bool vector, int lo) {
+  std::pair<DecodedRows, DecodedRows> d{decode_rows(A, M, K, ras, tas, o, vector, lo, 0),
+                                        decode_rows(B, N, K, rbs, tbs, o, vector, lo, 1)};
+  if (!vector) return d;
+  const auto all = [](const DecodedRows& r) {
+    for (unsigned char v : r.vec)
+      if (!v) return false;
+    return true;
+  };
+  if (!all(d.second)) complete_rows(d.first, A, ras, tas, o);
+  if (!all(d.first)) complete_rows(d.second, B, rbs, tbs, o);
   return d;
 }
 
@@ -174,8 +236,8 @@ void gemm_decoded(const DecodedRows& a, const DecodedRows& b, const core::MmaDat
   const int M = a.rows, N = b.rows, K = a.k;
   const bool fast = p.steps == 1 && p.c_joins_first_step && p.accumulator == core::MmaAccumulator::kFp32;
   const int frac2 = 2 * core::operand_fraction_bits(p.operands);
-  const bool vector = !a.vval.empty() && !b.vval.empty();
-  if (vector) detail::gemm_tc_values(M, N, K, a.vval.data(), a.vexp.data(), b.vval.data(), b.vexp.data(), p, D);
+  const bool vector = a.vval != nullptr && b.vval != nullptr;
+  if (vector) detail::gemm_tc_values(M, N, K, a.vval, a.vexp, b.vval, b.vexp, p, D);
 #pragma omp parallel for schedule(static) if (double(M) * N * K >= 1e6)
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
@@ -201,8 +263,12 @@ void mma_tn_values(int M, int N, int K, const float* A, const float* B, Accumula
   const core::MmaDatapath p = m.tensor_core();
   const bool vec = vector_kernel(p, K, C);
   const int lo = detail::tc_values_min_exponent(p);
-  gemm_decoded(decode_rows(A, M, K, std::size_t(K), 1, m.operands, vec, lo),
-               decode_rows(B, N, K, std::size_t(K), 1, m.operands, vec, lo), p, C, D);
+  const auto d = decode_operands(A, M, std::size_t(K), 1, B, N, std::size_t(K), 1, K, m.operands, vec, lo);
+  gemm_decoded(d.first, d.second, p, C, D);
+  for (VectorScratch& v : vector_scratch) {
+    detail::trim(v.val);
+    detail::trim(v.exp);
+  }
 }
 
 void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulation model, float* D) {
@@ -214,9 +280,13 @@ void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulatio
   const core::MmaDatapath p = m.tensor_core();
   const bool vec = vector_kernel(p, K, nullptr);
   const int lo = detail::tc_values_min_exponent(p);
-  gemm_decoded(decode_rows(A, M, K, std::size_t(K), 1, m.operands, vec, lo),
-               decode_rows(B, N, K, 1, std::size_t(N), m.operands, vec, lo),  // B's columns as rows
-               p, nullptr, D);
+  const auto d = decode_operands(A, M, std::size_t(K), 1, B, N, 1, std::size_t(N), K, m.operands, vec,
+                                 lo);  // B's columns as rows
+  gemm_decoded(d.first, d.second, p, nullptr, D);
+  for (VectorScratch& v : vector_scratch) {
+    detail::trim(v.val);
+    detail::trim(v.exp);
+  }
 }
 
 std::uint64_t ulp_distance(float a, float b) {
