@@ -53,6 +53,7 @@
 
 #include "fp8emu/core/dot.hpp"
 #include "gemm_isa.hpp"
+#include "gemm_tc_chain.hpp"
 #include "parallel.hpp"
 #include "scratch.hpp"
 
@@ -67,50 +68,6 @@ bool tensor_core_fast_path(const AccumulationModel& model) {
 
 namespace {
 
-// Per-code decode of a format: the fields above, for finite codes; `special` marks NaN and Inf.
-struct CodeFields {
-  std::int16_t m, e, s;
-  bool special;
-};
-
-void decode_table(const FormatSpec& f, CodeFields* t) {
-  for (int c = 0; c < 256; ++c) {
-    const auto code = std::uint8_t(c);
-    const bool special = (code & f.top_code()) > f.max_finite_code();
-    const core::MmaTerm term = core::decode_fp8_term(special ? std::uint8_t(0) : code, f);
-    t[c] = CodeFields{std::int16_t(term.sig), std::int16_t(term.sig ? term.exp : 0),
-                      std::int16_t(term.sign ? -1 : 1), special};
-  }
-}
-
-// The block's bookkeeping along K, identical on every path: at the start of block k0 (a K index) a
-// split-K range may end (its value joins the fp32 sum of the ranges) and a promotion run may end
-// (the chain joins the fp32 total with one RN add). Split-K ranges hold whole blocks, and so do
-// promotion runs (the caller checked that the interval is a multiple of the block).
-struct Chain {
-  int promotion;  // 0: fast accumulation (or one run per range)
-  int range;      // split-K range length (K itself without split-K)
-  bool range_ends(int k0) const { return k0 > 0 && k0 % range == 0; }
-  bool run_ends(int k0) const { return promotion > 0 && k0 % range > 0 && (k0 % range) % promotion == 0; }
-};
-
-// Scalar form of the bookkeeping, per element (the vector kernels do the same per lane).
-inline void chain_boundary(const Chain& cp, int k0, float& chain, float& total, float& sum) {
-  if (cp.range_ends(k0)) {
-    const float v = cp.promotion > 0 ? total + chain : chain;
-    sum = k0 == cp.range ? v : sum + v;
-    chain = total = 0.0f;
-  }
-  if (cp.run_ends(k0)) {
-    total += chain;
-    chain = 0.0f;
-  }
-}
-
-inline float chain_result(const Chain& cp, int K, float chain, float total, float sum, float s) {
-  const float v = cp.promotion > 0 ? total + chain : chain;
-  return (K > cp.range ? sum + v : v) * s;
-}
 
 // ------------------------------------------------------------------------------------------------
 // AVX-512 path: int16 significands and exponents, 16 columns x 2 k per 512-bit register.
@@ -821,6 +778,8 @@ void gemm_tensor_core(int M, int N, int K, const std::uint8_t* A, const FormatSp
   if (isa == GemmIsa::kAvx512) {
     gemm_avx512(M, N, K, A, ta, B, tb, core::kMmaFractionBits - fa.mantissa_bits - fb.mantissa_bits, model.block, cp,
                 s, D, bad_a.data(), bad_b.data());
+  } else if (isa == GemmIsa::kAvx2 && gemm_tc_fma_avx2_supported()) {
+    gemm_tc_fma_avx2(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, bad_a.data(), bad_b.data());
   } else
 #endif
   {
