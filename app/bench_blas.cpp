@@ -24,12 +24,17 @@ bool openblas_sgemm(int n, const float* A, const float* B, float* C, int threads
   return true;
 }
 
+void openblas_sgemm_nn(int M, int N, int K, const float* A, const float* B, float* D) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, D, N);
+}
+
 std::string openblas_description() {
   return std::string(openblas_get_config()) + " (core " + openblas_get_corename() + ")";
 }
 #else
 bool have_openblas() { return false; }
 bool openblas_sgemm(int, const float*, const float*, float*, int) { return false; }
+void openblas_sgemm_nn(int, int, int, const float*, const float*, float*) {}
 std::string openblas_description() { return ""; }
 #endif
 

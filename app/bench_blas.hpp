@@ -15,6 +15,10 @@ bool have_openblas();
 /// `threads` threads (OpenBLAS's own pool). Returns false (and leaves C alone) without OpenBLAS.
 bool openblas_sgemm(int n, const float* A, const float* B, float* C, int threads);
 
+/// D [M, N] = A [M, K] B [K, N], row-major, with OpenBLAS's cblas_sgemm on its own thread pool as
+/// configured (a backend::CpuLibraryGemm). Does nothing without OpenBLAS (check have_openblas).
+void openblas_sgemm_nn(int M, int N, int K, const float* A, const float* B, float* D);
+
 /// OpenBLAS's description of itself, "OpenBLAS <version> <core> (<config>)", or "" without it.
 std::string openblas_description();
 

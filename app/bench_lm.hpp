@@ -28,8 +28,12 @@ struct BenchLmOptions {
 /// a Markdown table: per run (fp32, bf16, fp8_delayed, fp8_current, fp8_mxfp8, fp8_block) the mean
 /// milliseconds of a training step over steps 2..N (the first includes a device's set-up), the best
 /// of the repeats, and the speed-ups against the fp32 and the bf16 runs; then one line per FP8
-/// recipe, `lm_step_speedup_fp8_<recipe>_vs_bf16: X` (BF16 step time over the recipe's). Restores the
-/// library-GEMM switch it found. \return 0. \throws fp8emu::Error for steps < 2, repeat < 1, a
+/// recipe, `lm_step_speedup_fp8_<recipe>_vs_bf16: X` (BF16 step time over the recipe's). On the
+/// emulated backend with OpenBLAS in the build, the FP32 and BF16 runs are trained again with
+/// OpenBLAS's SGEMM for their GEMMs (backend::set_cpu_library_gemm; not bit-identical: a speed
+/// baseline), giving the rows fp32_openblas and bf16_openblas and, last, one line per FP8 recipe
+/// `lm_step_fp8_<recipe>_over_fp32_openblas: X` (the recipe's step time over that FP32 step's).
+/// Restores the library-GEMM switches it found. \return 0. \throws fp8emu::Error for steps < 2, repeat < 1, a
 /// backend other than emulated or cuda, --library-gemms without cuda, or as run_train_lm (bad
 /// sizes, a missing corpus, no GPU for cuda).
 int run_bench_lm(const BenchLmOptions& o, std::ostream& out);

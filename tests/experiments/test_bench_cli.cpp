@@ -146,7 +146,20 @@ TEST_CASE("bench lm times train-lm's step in FP32, BF16 and every FP8 recipe", "
   INFO(r.output);
   REQUIRE(r.code == 0);
   const std::vector<std::string> lines = lines_of(r.output);
+#ifdef FP8EMU_BENCH_OPENBLAS
+  // header, blank, table head (2 lines), 7 runs, the 2 OpenBLAS-GEMM runs, blank, 5 + 5 ratios
+  REQUIRE(lines.size() == 24);
+  for (int i = 0; i < 2; ++i) {
+    const std::string& row = lines[std::size_t(11 + i)];
+    INFO(row);
+    REQUIRE(row.rfind(std::string("| ") + (i == 0 ? "fp32" : "bf16") + "_openblas | ", 0) == 0);
+    CHECK(std::stod(row.substr(row.find(" | ") + 3)) > 0.0);
+  }
+  const std::size_t ratios = 14;
+#else
   REQUIRE(lines.size() == 17);  // header, blank, table head (2 lines), 7 runs, blank, 5 ratios
+  const std::size_t ratios = 12;
+#endif
   CHECK(lines[0].find("d-model 16, layers 1") != std::string::npos);
   CHECK(lines[0].find("mean of steps 2..3 of each run, best of 2") != std::string::npos);
   const char* runs[] = {"fp32", "bf16", "fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_block", "fp8_nvfp4"};
@@ -160,7 +173,12 @@ TEST_CASE("bench lm times train-lm's step in FP32, BF16 and every FP8 recipe", "
   CHECK(lines[4].find("| 1.00 |") != std::string::npos);  // fp32 against itself
   CHECK(lines[5].rfind("| 1.00 |") == lines[5].size() - 8);  // bf16 against itself
   for (int i = 0; i < 5; ++i)
-    CHECK(value_of(lines[std::size_t(12 + i)], std::string("lm_step_speedup_") + runs[2 + i] + "_vs_bf16") > 0.0);
+    CHECK(value_of(lines[ratios + std::size_t(i)], std::string("lm_step_speedup_") + runs[2 + i] + "_vs_bf16") > 0.0);
+#ifdef FP8EMU_BENCH_OPENBLAS
+  for (int i = 0; i < 5; ++i)
+    CHECK(value_of(lines[ratios + 5 + std::size_t(i)], std::string("lm_step_") + runs[2 + i] + "_over_fp32_openblas") >
+          0.0);
+#endif
 }
 
 TEST_CASE("bench lm and bench gpu reject bad options by name", "[cli][bench][errors]") {

@@ -384,6 +384,18 @@ bool library_gemms();
 /// exact kernel computed instead, since the process started. Always 0 without CUDA.
 unsigned long long library_gemm_fallbacks();
 
+/// An fp32 GEMM of another library for cpu_device()'s speed baseline: D [M, N] = A [M, K] B [K, N],
+/// all row-major.
+using CpuLibraryGemm = void (*)(int M, int N, int K, const float* A, const float* B, float* D);
+/// The speed-baseline switch of cpu_device(): when set, its gemm_f32_nn and gemm_bf16_nn call `gemm`
+/// (an optimized BLAS's SGEMM, as a user's FP32 or BF16 training on the CPU would) instead of the
+/// exact kernel: its sums are in that library's order, so results are NOT bit-identical to the
+/// emulator. Used by `fp8emu bench lm` (with OpenBLAS) to time FP32 and BF16 steps against FP8. FP8
+/// and tensor-core GEMMs, element_device() and the cuda device are unaffected; nullptr (the
+/// default) switches it off. Thread-safe; takes effect for GEMMs called after it.
+void set_cpu_library_gemm(CpuLibraryGemm gemm);
+CpuLibraryGemm cpu_library_gemm();
+
 /// `count` elements of T in a Device's memory, freed on destruction; move-only. Shape [rows, cols]
 /// (a vector is [1, n]). Zero-filled when made.
 template <class T>
