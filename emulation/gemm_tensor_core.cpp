@@ -552,8 +552,9 @@ void gemm_avx512(int M, int N, int K, const std::uint8_t* A, const CodeFields* t
 #endif  // FP8EMU_HAVE_X86_KERNELS
 
 // ------------------------------------------------------------------------------------------------
-// AVX2 and baseline paths: fp32 values and int32 exponents, 8 columns per vector (GCC vector
-// extensions; two SSE halves in the baseline build). For each K-block the alignment exponent E of
+// Baseline path (the x86-64 baseline, AVX2 without FMA, other targets; AVX2 with FMA runs
+// gemm_tc_fma.cpp): fp32 values and int32 exponents, 8 columns per vector (GCC vector extensions;
+// two SSE halves). For each K-block the alignment exponent E of
 // every output column is the max of ea + eb over the block's non-zero products and the running
 // sum's exponent; each exact product a*b (at most 8 significant bits, at least 2^-25: an fp32) is
 // scaled by 2^(13-E) (exact, or below 1 and then truncated to 0 anyway) and truncated toward zero by
@@ -685,19 +686,9 @@ void tc_rows_baseline(int i0, int rows, int N, int Npad, int K, const Decoded& a
   for (int i = i0; i < i0 + rows; ++i) tc_rows_generic<1>(i, N, Npad, K, a, bt, block, cp, s, D);
 }
 
-#ifdef FP8EMU_HAVE_X86_KERNELS
-// The same source with AVX2 instructions (no FMA is enabled, and -ffp-contract=off: the same
-// separate IEEE multiplies, truncating conversions and integer adds, so the same bits).
-__attribute__((target("avx2"))) void tc_rows_avx2(int i0, int rows, int N, int Npad, int K, const Decoded& a,
-                                                  const Decoded& bt, int block, Chain cp, float s, float* D) {
-  if (rows == kRowsV) return tc_rows_generic<kRowsV>(i0, N, Npad, K, a, bt, block, cp, s, D);
-  for (int i = i0; i < i0 + rows; ++i) tc_rows_generic<1>(i, N, Npad, K, a, bt, block, cp, s, D);
-}
-#endif
-
 void gemm_generic(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
                   const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
-                  float* D, bool avx2, char* bad_a, char* bad_b) {
+                  float* D, char* bad_a, char* bad_b) {
   DecodeTable da, db;
   decode_table_for_model(fa, ta, da);
   decode_table_for_model(fb, tb, db);
@@ -740,16 +731,9 @@ void gemm_generic(int M, int N, int K, const std::uint8_t* A, const FormatSpec& 
   const Decoded a{av, ae}, bt{bv, be};
   const double work = double(M) * N * K;
   const int groups = (M + kRowsV - 1) / kRowsV;
-  (void)avx2;
 #pragma omp parallel for schedule(dynamic, 1) if (work >= kParallelMinMacs)
   for (int g = 0; g < groups; ++g) {
     const int i0 = kRowsV * g, rows = std::min(kRowsV, M - i0);
-#ifdef FP8EMU_HAVE_X86_KERNELS
-    if (avx2) {
-      tc_rows_avx2(i0, rows, N, Npad, K, a, bt, block, cp, s, D);
-      continue;
-    }
-#endif
     tc_rows_baseline(i0, rows, N, Npad, K, a, bt, block, cp, s, D);
   }
   trim(scratch.av);
@@ -783,8 +767,7 @@ void gemm_tensor_core(int M, int N, int K, const std::uint8_t* A, const FormatSp
   } else
 #endif
   {
-    gemm_generic(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, isa == GemmIsa::kAvx2, bad_a.data(),
-                 bad_b.data());
+    gemm_generic(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, bad_a.data(), bad_b.data());
   }
   bool any_bad = false;
   for (int i = 0; i < M; ++i) any_bad = any_bad || bad_a[std::size_t(i)];
