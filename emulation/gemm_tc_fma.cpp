@@ -17,13 +17,16 @@
 //    away and y 2^-16 = n q 2^-16 < q. So a positive term still adds floor_g(y), and a negative one
 //    adds -(floor_g(y) + g): each non-zero negative product adds exactly g too little, and the
 //    block adds back g times their number (a popcount of the block's sign and non-zero masks).
-//  * c joins as trunc_g(c) (c * 2^(13 - E) truncated to an integer by VRNDSCALEPS, exact), the
-//    accumulator starts at M = 1.5 * 2^(E + 10) + trunc_g(c), and stays within the binade: the
-//    block's terms and c are below 33 * 2^(E + 2) + 2^(E + 1) < 2^(E + 9) in magnitude.
-//  * The block sum S = (acc - M) + count * g is exact (a multiple of g below 2^(E + 9): 22 bits);
-//    the 14-bit cut clears its low 10 mantissa bits (sign-magnitude: truncation), and S is already
-//    at its scale. S = 0 gives +0. E is at least -60 (clamped only for a block with no term, whose
-//    S is 0 whatever E) and at most about 40 (|c| < K * 2^17), so M, g and 2^(13 - E) are normal.
+//  * c joins the same way: the accumulator starts at RZ(M + c (1 + 2^-16)), one FMA, with
+//    M = 1.5 * 2^(E + 10). c has at most 14 significant bits and |c| < 2^(E + 1), so c 2^-16 is
+//    below g and below c's own quantum: that is M + trunc_g(c), less g when c < 0 (counted with the
+//    negative products). The accumulator stays within the binade: the block's terms and c are below
+//    33 * 2^(E + 2) + 2^(E + 1) < 2^(E + 9) in magnitude.
+//  * The block sum S = (acc - M) + count * g is exact in any rounding mode (a multiple of g below
+//    2^(E + 9): 22 bits); the 14-bit cut clears its low 10 mantissa bits (sign-magnitude:
+//    truncation), and S is already at its scale. S = 0 gives +0. E is at least -60 (clamped only
+//    for a block with no term, whose S is 0 whatever E) and at most about 40 (|c| < K * 2^17), so
+//    M and g are normal.
 // Along K the blocks chain (the result is the next block's c); promotion and split-K are the
 // scalar model's RN adds (gemm_tc_chain.hpp), per lane. Zero codes, and the zero padding of ragged
 // M, N and K, add 0 and have the exponent kZeroExp8, below every real one. Rows of A or B that hold
