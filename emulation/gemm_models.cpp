@@ -13,6 +13,7 @@
 #include "fp8emu/util/enum_names.hpp"
 #include "fp8emu/util/error.hpp"
 #include "gemm_kernel.hpp"
+#include "gemm_tc_values.hpp"
 #include "gemm_tensor_core.hpp"
 #include "parallel.hpp"
 
@@ -61,6 +62,72 @@ float dot_fp8(const std::uint8_t* a, Format fa, const std::uint8_t* b, Format fb
                            acc.split_k);
 }
 
+namespace {
+// FP8 codes on a tensor-core row of fp16, bf16 or tf32 inputs (the codes widened exactly to that
+// format) without promotion or split-K: detail::gemm_tc_values on the decoded values, times s (RN),
+// and the element model for the elements of rows that hold NaN or Inf. Returns false, with D
+// untouched, where that kernel does not apply.
+bool gemm_wide_row(int M, int N, int K, const std::uint8_t* A, const FormatSpec& sa, const std::uint8_t* B,
+                   const FormatSpec& sb, const AccumulationModel& model, const GemmAccumulation& acc, float s,
+                   float* D) {
+  const core::MmaDatapath p = model.tensor_core();
+  if (model.datapath != Datapath::kTensorCore || model.input == core::MmaOperands::kFp8 ||
+      !detail::tc_values_fast_path(p) || K > detail::kTcValuesMaxK || M == 0 || N == 0)
+    return false;
+  const int range = std::max(core::split_k_range(K, acc.split_k), 1);
+  if (range < K || (acc.promotion_interval > 0 && acc.promotion_interval < K)) return false;
+  // Every finite FP8 value's exponent, clamped at the operand format's emin, lies in [-16, 15],
+  // inside the kernel's range: only NaN and Inf send a row to the element model.
+  struct Code {
+    float value;
+    std::int32_t exp;
+    bool special;
+  };
+  const auto table = [&](const FormatSpec& f, Code* t) {
+    for (int c = 0; c < 256; ++c) {
+      const std::uint32_t bits = core::decode_to_f32_bits(std::uint8_t(c), f);
+      const core::MmaDecoded d = core::decode_value(bits, p.operands);
+      const bool zero = d.cls != 0u || d.term.sig == 0u;
+      t[c] = Code{zero ? 0.0f : core::bits_to_f32(bits), zero ? detail::kTcValuesNoExponent : d.term.exp, d.cls != 0u};
+    }
+  };
+  Code ta[256], tb[256];
+  table(sa, ta);
+  table(sb, tb);
+  std::vector<float> av(std::size_t(M) * std::size_t(K)), bv(std::size_t(N) * std::size_t(K));
+  std::vector<std::int32_t> ae(av.size()), be(bv.size());
+  std::vector<char> bad_a(static_cast<std::size_t>(M)), bad_b(static_cast<std::size_t>(N));
+  const auto decode = [&](const std::uint8_t* X, int rows, const Code* t, float* v, std::int32_t* e, char* bad) {
+#pragma omp parallel for schedule(static) if (double(rows) * K >= double(detail::kParallelMinElements))
+    for (int r = 0; r < rows; ++r) {
+      bool special = false;
+      for (int k = 0; k < K; ++k) {
+        const std::size_t x = std::size_t(r) * std::size_t(K) + std::size_t(k);
+        special = special || t[X[x]].special;
+        v[x] = t[X[x]].value;
+        e[x] = t[X[x]].exp;
+      }
+      bad[r] = special;  // its elements are recomputed below
+    }
+  };
+  decode(A, M, ta, av.data(), ae.data(), bad_a.data());
+  decode(B, N, tb, bv.data(), be.data(), bad_b.data());
+  detail::gemm_tc_values(M, N, K, av.data(), ae.data(), bv.data(), be.data(), p, D);
+  const double work = double(M) * N * K;
+#pragma omp parallel for schedule(dynamic, 4) if (work >= detail::kParallelMinMacs)
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float& d = D[std::size_t(i) * std::size_t(N) + std::size_t(j)];
+      if (bad_a[std::size_t(i)] || bad_b[std::size_t(j)])
+        d = core::gemm_tn_element(A + std::size_t(i) * std::size_t(K), sa, B + std::size_t(j) * std::size_t(K), sb, K,
+                                  model, acc.promotion_interval, acc.split_k, s);
+      else
+        d = d * s;  // RN(result * s), as the element model
+    }
+  return true;
+}
+}  // namespace
+
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const GemmAccumulation& acc, float* D) {
   check_gemm_tn(M, N, K, fa, fb, acc);
@@ -72,6 +139,7 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
     detail::gemm_tensor_core(M, N, K, A, sa, B, sb, model, acc.promotion_interval, acc.split_k, s, D);
     return;
   }
+  if (gemm_wide_row(M, N, K, A, sa, B, sb, model, acc, s, D)) return;
   if (model.datapath == Datapath::kFp32Sequential &&
       detail::gemm_fp8_tn_fp32(M, N, K, A, fa, scale_inv_a, B, fb, scale_inv_b, acc.promotion_interval,
                                core::split_k_range(K, acc.split_k), D))

@@ -214,7 +214,11 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
       {Accumulation::kAda, 0, 1},     {Accumulation::kAda, 16, 1},    {Accumulation::kAda, 128, 3},
       {Accumulation::kFp32, 0, 1},    {Accumulation::kFp32, 64, 1},   {Accumulation::kFp32, 0, 2},
       {Accumulation::kFp32, 100, 1},  {Accumulation::kFp32, 128, 3},  {Accumulation::kFp32, 96, 25},
-      {Accumulation::kExact, 0, 1},   {Accumulation::kHopperMmaSync, 0, 1}, {Accumulation::kHopperMmaSync, 64, 2}};
+      {Accumulation::kExact, 0, 1},   {Accumulation::kHopperMmaSync, 0, 1}, {Accumulation::kHopperMmaSync, 64, 2},
+      // FP8 codes widened to fp16, bf16 and tf32 rows: the values kernel, and the element model with
+      // promotion or split-K.
+      {Accumulation::kHopperBf16, 0, 1}, {Accumulation::kAmpereFp16, 0, 1}, {Accumulation::kVoltaFp16, 0, 1},
+      {Accumulation::kAdaTf32, 0, 1},   {Accumulation::kHopperFp16, 64, 1}};
   const bool saved_vbmi = isa_ns::gemm_pack_vbmi();
   const bool vbmi_supported = isa_ns::set_gemm_pack_vbmi(true);
   std::uint64_t compared = 0;
