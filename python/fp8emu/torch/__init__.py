@@ -53,12 +53,12 @@ try:
 except ImportError as e:  # pragma: no cover - exercised where torch is absent
     raise ImportError("fp8emu.torch needs PyTorch (pip install torch); the rest of fp8emu works without it") from e
 
-from .attention import DotProductAttention, MultiheadAttention
+from .attention import DotProductAttention, MultiheadAttention, RotaryPositionEmbedding
 from .fp8 import (autocast, fp8_autocast, fp8_model_init, get_default_recipe, get_fp8_recipe, is_fp8_available,
                   is_fp8_block_scaling_available, is_fp8_enabled, is_mxfp8_available, is_nvfp4_available,
                   quantized_model_init)
 from .distributed import checkpoint
-from .module import GroupedLinear, LayerNorm, LayerNormLinear, LayerNormMLP, Linear, RMSNorm
+from .module import Fp8Padding, Fp8Unpadding, GroupedLinear, LayerNorm, LayerNormLinear, LayerNormMLP, Linear, RMSNorm
 from .module.layernorm_mlp import _ACTIVATIONS  # noqa: F401 (TE's activation table, read by tests)
 from .transformer import TransformerLayer
 from .utils import get_device_compute_capability, is_bf16_available
@@ -72,7 +72,8 @@ for _name in _unsupported.NAMESPACES:
     globals()[_name] = _unsupported.namespace(_name)
 del _name
 
-__all__ = ["Linear", "GroupedLinear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "DotProductAttention", "MultiheadAttention",
+__all__ = ["Linear", "GroupedLinear", "Fp8Padding", "Fp8Unpadding", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "DotProductAttention", "MultiheadAttention",
+           "RotaryPositionEmbedding",
            "TransformerLayer", "fp8_autocast", "autocast", "is_fp8_enabled", "get_fp8_recipe", "fp8_model_init",
            "quantized_model_init", "is_fp8_available", "is_mxfp8_available", "is_fp8_block_scaling_available",
            "is_nvfp4_available", "is_bf16_available", "get_default_recipe", "get_device_compute_capability",

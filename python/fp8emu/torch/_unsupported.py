@@ -13,9 +13,6 @@ _CUDA_ONLY = "a CUDA-runtime feature with no meaning in emulation"
 
 #: name -> why it is not available.
 REASONS: Dict[str, str] = {
-    "Fp8Padding": "the padding of MoE groups to FP8 shapes is not modelled (GroupedLinear takes any m_splits "
-                  "satisfying TE's FP8 shape rule)",
-    "Fp8Unpadding": "the padding of MoE groups to FP8 shapes is not modelled",
     "initialize_ub": "userbuffers (communication overlap) are not modelled: " + _MULTI_GPU,
     "destroy_ub": "userbuffers (communication overlap) are not modelled: " + _MULTI_GPU,
     "UserBufferQuantizationMode": "userbuffers (communication overlap) are not modelled: " + _MULTI_GPU,
@@ -23,7 +20,6 @@ REASONS: Dict[str, str] = {
     "FusedMLAQUpProjFunction": "fused multi-head latent attention kernels are not modelled",
     "FusedMLAQUpProjRopeQuant": "fused multi-head latent attention kernels are not modelled",
     "InferenceParams": "KV-cache inference is not modelled (TransformerLayer refuses inference_params)",
-    "RotaryPositionEmbedding": "rotary embeddings are not modelled yet (TransformerLayer refuses rotary_pos_emb)",
     "moe_permute": "MoE token permutation is not modelled",
     "moe_permute_with_probs": "MoE token permutation is not modelled",
     "moe_permute_and_pad_with_probs": "MoE token permutation is not modelled",

@@ -81,8 +81,7 @@ class TransformerLayer(torch.nn.Module):
         Accepted at their no-op values only: tp_group=None, tp_size=1, get_rng_state_tracker=None,
         fuse_wgrad_accumulation=False, ub_tp_comm_overlap=False (the other ub_* flags are then no-ops,
         as in TE), activation_params=None, qk_norm_type=None; sequence_parallel and
-        set_parallel_mode are no-ops at tp_size=1 (as in TE) and rotary_pos_interleaved without
-        rotary embeddings.
+        set_parallel_mode are no-ops at tp_size=1 (as in TE).
     forward(hidden_states, attention_mask=None, self_attn_mask_type=None, window_size=None,
         bottom_right_diagonal=None, encoder_output=None, enc_dec_attn_mask=None,
         enc_dec_attn_mask_type=None, ..., is_first_microbatch=None, checkpoint_core_attention=False):
@@ -90,11 +89,13 @@ class TransformerLayer(torch.nn.Module):
         (the GEMMs are fp8emu's, the attention core fp32, the result in the input's dtype) ->
         the same shape. ``attention_mask``: bool, True = masked out, [b, 1, 1, s] for padding masks.
         ``checkpoint_core_attention`` is accepted (recomputation does not change values).
+        ``rotary_pos_emb`` (angles from :class:`RotaryPositionEmbedding`, or a (q, k) pair) goes to
+        the self and the cross attention, as in TE.
     Raises:
         ValueError: inconsistent sizes, unknown mask types / formats / normalizations /
             activations, TE's incompatible flag combinations. TypeError: unknown keyword arguments,
             non-bool masks. NotImplementedError: the TE features listed above as not modelled
-            (named in the message), e.g. "thd", rotary embeddings, inference_params, attention
+            (named in the message), e.g. "thd", inference_params, attention
             biases/ALiBi, GLU activations, parallelism.
     """
 
@@ -178,7 +179,8 @@ class TransformerLayer(torch.nn.Module):
                          return_layernorm_output=apply_residual_connection_post_layernorm,
                          fuse_qkv_params=fuse_qkv_params, zero_centered_gamma=zero_centered_gamma,
                          qkv_weight_interleaved=qkv_weight_interleaved, qkv_format=attn_input_format,
-                         softmax_type=softmax_type, bias=bias, normalization=normalization, device=device)
+                         softmax_type=softmax_type, bias=bias, normalization=normalization, device=device,
+                         rotary_pos_interleaved=rotary_pos_interleaved)
         args = (hidden_size, num_attention_heads, self.kv_channels, attention_dropout, layernorm_epsilon, init_method,
                 output_layer_init_method)
         self.self_attention = MultiheadAttention(*args, attn_mask_type=self.self_attn_mask_type,
@@ -242,13 +244,13 @@ class TransformerLayer(torch.nn.Module):
             raise ValueError(f"hidden_states must be [s, b, {self.hidden_size}] (sbhd) or [b, s, {self.hidden_size}] "
                              f"(bshd); got {tuple(hidden_states.shape)}")
         hidden_states = hidden_states.contiguous()
-        unsupported = dict(inference_params=inference_params, rotary_pos_emb=rotary_pos_emb,
+        unsupported = dict(inference_params=inference_params,
                            core_attention_bias=core_attention_bias, alibi_slopes=alibi_slopes,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
                            cu_seqlens_q_padded=cu_seqlens_q_padded, cu_seqlens_kv_padded=cu_seqlens_kv_padded)
         _check_unsupported_forward("TransformerLayer", **unsupported)
         attn_kwargs = dict(is_first_microbatch=is_first_microbatch, checkpoint_core_attention=checkpoint_core_attention,
-                           core_attention_bias_type=core_attention_bias_type)
+                           core_attention_bias_type=core_attention_bias_type, rotary_pos_emb=rotary_pos_emb)
         self_out = self.self_attention(hidden_states, attention_mask=attention_mask, attn_mask_type=mask_type,
                                        window_size=window_size, bottom_right_diagonal=bottom_right_diagonal,
                                        **attn_kwargs)

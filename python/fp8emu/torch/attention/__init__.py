@@ -1,5 +1,6 @@
-"""TE's ``DotProductAttention`` and ``MultiheadAttention`` (``attention/``), the attention core in
-fp32 PyTorch."""
+"""TE's ``transformer_engine.pytorch.attention``: ``DotProductAttention`` and ``MultiheadAttention``
+(the attention core in fp32 PyTorch) and the rotary embedding (:mod:`.rope`:
+``RotaryPositionEmbedding``, ``apply_rotary_pos_emb``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import Any, Callable, Optional, Tuple
 
 import torch
 
-from .module.layernorm_linear import LayerNormLinear
-from .module.linear import Linear
-from .fp8 import _STACK
-from .utils import _NoQuantizerState, _default_init
+from ..module.layernorm_linear import LayerNormLinear
+from ..module.linear import Linear
+from ..fp8 import _STACK
+from .rope import RotaryPositionEmbedding, apply_rotary_pos_emb
+from ..utils import _NoQuantizerState, _default_init
 
 
 _MASK_TYPES = ("no_mask", "padding", "causal", "padding_causal", "causal_bottom_right",
@@ -312,11 +314,14 @@ class MultiheadAttention(torch.nn.Module):
         bottom_right_diagonal, num_gqa_groups, params_dtype, return_bias, return_layernorm_output,
         input_layernorm, attention_type, fuse_qkv_params, zero_centered_gamma,
         qkv_weight_interleaved, bias, normalization, device, qkv_format, name, seq_length,
-        micro_batch_size, softmax_type); parallelism, userbuffers, rotary and QK-norm arguments at
-        their no-op values only (else NotImplementedError).
+        micro_batch_size, softmax_type, rotary_pos_interleaved); parallelism, userbuffers and QK-norm
+        arguments at their no-op values only (else NotImplementedError).
     forward(hidden_states, attention_mask=None, encoder_output=None, attn_mask_type=None,
-        window_size=None, bottom_right_diagonal=None, is_first_microbatch=None, ...):
-        hidden_states [s, b, hidden] (sbhd) or [b, s, hidden] (bshd) -> the same shape; returns
+        window_size=None, bottom_right_diagonal=None, is_first_microbatch=None, rotary_pos_emb=None, ...):
+        hidden_states [s, b, hidden] (sbhd) or [b, s, hidden] (bshd) -> the same shape.
+        ``rotary_pos_emb``: angles [s2, 1, 1, d2] from :class:`RotaryPositionEmbedding`, or a pair
+        (for q, for k), applied to q and k after the projection as TE does (its fused kernel's
+        arithmetic, :func:`fp8emu.torch.rope.apply_rotary_pos_emb` with ``fused=True``). Returns
         ``out``, or ``(out, proj_bias)`` with return_bias, plus the norm output with
         return_layernorm_output (as TE).
     """
@@ -368,6 +373,7 @@ class MultiheadAttention(torch.nn.Module):
         self.input_layernorm, self.attention_type = bool(input_layernorm), attention_type
         self.return_bias, self.return_layernorm_output = bool(return_bias), bool(return_layernorm_output)
         self.qkv_weight_interleaved = bool(qkv_weight_interleaved) and bool(fuse_qkv_params)
+        self.rotary_pos_interleaved = bool(rotary_pos_interleaved)
         self.params_dtype = params_dtype or torch.get_default_dtype()
         self.name = name
         init_method = init_method or _default_init
@@ -419,8 +425,7 @@ class MultiheadAttention(torch.nn.Module):
                 cu_seqlens_q: Any = None, cu_seqlens_kv: Any = None, cu_seqlens_q_padded: Any = None,
                 cu_seqlens_kv_padded: Any = None, max_seqlen_q: Optional[int] = None,
                 max_seqlen_kv: Optional[int] = None, fast_zero_fill: bool = True, pad_between_seqs: Any = None):
-        _check_unsupported_forward("MultiheadAttention", inference_params=inference_params,
-                                   rotary_pos_emb=rotary_pos_emb, cu_seqlens_q=cu_seqlens_q,
+        _check_unsupported_forward("MultiheadAttention", inference_params=inference_params, cu_seqlens_q=cu_seqlens_q,
                                    cu_seqlens_kv=cu_seqlens_kv, cu_seqlens_q_padded=cu_seqlens_q_padded,
                                    cu_seqlens_kv_padded=cu_seqlens_kv_padded)
         mask_type = self.attn_mask_type if attn_mask_type is None else attn_mask_type
@@ -449,6 +454,10 @@ class MultiheadAttention(torch.nn.Module):
             else:
                 q = self.query_layer(hidden_states, is_first_microbatch=is_first_microbatch)
             q = q.reshape(q.shape[0], q.shape[1], -1, self.hidden_size_per_attention_head)
+        if rotary_pos_emb is not None:  # TE: one tensor for both, or (q_pos_emb, k_pos_emb); the fused kernel
+            q_pos_emb, k_pos_emb = rotary_pos_emb if isinstance(rotary_pos_emb, tuple) else (rotary_pos_emb,) * 2
+            q = apply_rotary_pos_emb(q, q_pos_emb, self.qkv_format, fused=True, interleaved=self.rotary_pos_interleaved)
+            k = apply_rotary_pos_emb(k, k_pos_emb, self.qkv_format, fused=True, interleaved=self.rotary_pos_interleaved)
         context = self.core_attention(q, k, v, attention_mask=attention_mask, qkv_format=self.qkv_format,
                                       attn_mask_type=mask_type, window_size=window_size,
                                       bottom_right_diagonal=bottom_right_diagonal,
@@ -460,3 +469,9 @@ class MultiheadAttention(torch.nn.Module):
         if self.input_layernorm and self.return_layernorm_output:
             outputs += (ln_out,)
         return outputs if len(outputs) > 1 else outputs[0]
+
+
+from .._unsupported import unsupported as _unsupported_name  # noqa: E402
+
+#: TE's ``attention.InferenceParams`` (KV cache): present, refusing with the reason.
+InferenceParams = _unsupported_name("InferenceParams", module=__name__)
