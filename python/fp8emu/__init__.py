@@ -660,3 +660,16 @@ from .recipe import (  # noqa: E402
 from . import layers  # noqa: E402  (the FP8 Linear / LayerNormLinear as functions)
 from . import nv  # noqa: E402  (cuda_fp8.h's conversions, vectorised)
 from .explain import CodeRow, Explanation, explain, table, table_text  # noqa: E402
+
+
+def __getattr__(name: str):
+    """TE's package layout for ``import fp8emu as te`` in place of ``import transformer_engine as
+    te``: ``te.pytorch`` is :mod:`fp8emu.torch` (imported on first use; it needs PyTorch) and
+    ``te.common.recipe`` is :mod:`fp8emu.recipe`."""
+    if name == "pytorch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    if name == "common":
+        import types
+        return types.SimpleNamespace(recipe=recipe)
+    raise AttributeError(f"module 'fp8emu' has no attribute {name!r}")

@@ -186,3 +186,72 @@ def test_fused_adam_is_torchs_adamw_with_tes_arguments():
     for name in ("MultiTensorApply", "multi_tensor_applier"):  # TE's other optimizers names
         with pytest.raises(NotImplementedError, match=name):
             getattr(te.optimizers, name)()
+
+
+# ---- TE client patterns found by running TE's own examples (getting started, quickstart, te_llama,
+# te_gemma) with the imports swapped
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "qgelu", "srelu", "silu", "glu", "geglu", "qgeglu", "reglu", "sreglu",
+                                 "swiglu"])
+def test_layernorm_mlp_takes_te_activations_with_te_layout(act):
+    """TE's activation definitions (ops/basic/activation.py): the gated ones split FC1's 2 ffn outputs
+    into a (first half, gated) and b; written out here with torch primitives."""
+    gelu = lambda t: 0.5 * t * (1 + torch.tanh(0.7978845608028654 * (t + 0.044715 * t ** 3)))  # noqa: E731
+    sig = torch.sigmoid
+    unary = {"gelu": gelu, "relu": lambda t: torch.clamp(t, min=0), "qgelu": lambda t: t * sig(1.702 * t),
+             "srelu": lambda t: torch.clamp(t, min=0) ** 2, "silu": lambda t: t * sig(t)}
+    gated = {"glu": sig, "geglu": gelu, "qgeglu": unary["qgelu"], "reglu": unary["relu"], "sreglu": unary["srelu"],
+             "swiglu": unary["silu"]}
+    torch.manual_seed(3)
+    mlp = te.LayerNormMLP(16, 32, activation=act)
+    assert mlp.fc1_weight.shape == ((64 if act in gated else 32), 16) and mlp.fc2_weight.shape == (16, 32)
+    x = randn(8, 16, seed=4)
+    h = torch.nn.functional.layer_norm(x, (16,), mlp.layer_norm_weight, mlp.layer_norm_bias, 1e-5)
+    h = h @ mlp.fc1_weight.T + mlp.fc1_bias
+    a = gated[act](h[:, :32]) * h[:, 32:] if act in gated else unary[act](h)
+    want = a @ mlp.fc2_weight.T + mlp.fc2_bias
+    torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-5)
+    with te.fp8_autocast(enabled=True):
+        y = mlp(x)
+    y.sum().backward()
+    assert torch.isfinite(y).all() and mlp.fc1_weight.grad.shape == mlp.fc1_weight.shape
+    layer = te.TransformerLayer(32, 64, 4, activation=act, hidden_dropout=0.0, attention_dropout=0.0)
+    assert layer.layernorm_mlp.fc1_weight.shape[0] == (128 if act in gated else 64)
+
+
+def test_clamped_swiglu_refuses_in_every_module():
+    for make in (lambda: te.LayerNormMLP(16, 24, activation="clamped_swiglu"),
+                 lambda: te.TransformerLayer(32, 64, 4, activation="clamped_swiglu")):
+        with pytest.raises(NotImplementedError, match="clamped_swiglu"):
+            make()
+
+
+def test_te_quantization_module_and_package_paths():
+    from fp8emu.torch import quantization as q
+    from fp8emu.torch.quantization import FP8GlobalStateManager, get_default_fp8_recipe
+    assert isinstance(get_default_fp8_recipe(), fp8emu.DelayedScaling)
+    ok, why = q.check_fp8_support()
+    assert ok and "emulated" in why
+    assert q.get_align_size_for_quantization(fp8emu.MXFP8BlockScaling()) == 32
+    hybrid = fp8emu.DelayedScaling(fp8_format=fp8emu.Format.HYBRID)
+    assert q.get_fp8_torch_dtype(hybrid) == torch.float8_e4m3fn
+    assert q.get_fp8_torch_dtype(hybrid, fprop_tensor=False) == torch.float8_e5m2
+    assert q.get_fp8_max(hybrid, fprop_tensor=False) == 57344
+    assert not FP8GlobalStateManager.is_fp8_enabled()
+    rec = fp8emu.Float8CurrentScaling()
+    with te.autocast(enabled=True, recipe=rec, _graph=False):
+        assert FP8GlobalStateManager.is_fp8_enabled() and FP8GlobalStateManager.get_fp8_recipe() is rec
+    # import transformer_engine as te; te.pytorch.Linear; te.common.recipe.DelayedScaling
+    assert fp8emu.pytorch is te and fp8emu.common.recipe.DelayedScaling is fp8emu.DelayedScaling
+    with pytest.raises(AttributeError):
+        fp8emu.no_such_name  # noqa: B018
+
+
+def test_autocast_graph_leaves_the_scale_update_to_the_caller():
+    torch.manual_seed(0)
+    lin = te.Linear(16, 16)
+    x = randn(16, 16, seed=1)
+    with te.autocast(enabled=True, _graph=True):
+        lin(x)
+    scale, hist = lin._fwd_quantizer._impl.state()
+    assert np.all(scale == 1.0) and hist[0].max() > 0  # amax recorded, scales not yet updated

@@ -426,7 +426,7 @@ def test_bad_arguments_raise_named_errors():
                               (dict(attn_input_format="thd"), NotImplementedError, "thd"),
                               (dict(attn_input_format="hbsd"), ValueError, "attn_input_format"),
                               (dict(self_attn_mask_type="diagonal"), ValueError, "self_attn_mask_type"),
-                              (dict(activation="swiglu"), NotImplementedError, "swiglu"),
+                              (dict(activation="clamped_swiglu"), NotImplementedError, "clamped_swiglu"),
                               (dict(activation="tanh"), ValueError, "activation"),
                               (dict(normalization="BatchNorm"), ValueError, "normalization"),
                               (dict(layer_type="mixer"), ValueError, "layer_type"),

@@ -64,6 +64,7 @@ from .transformer import TransformerLayer
 from .utils import get_device_compute_capability, is_bf16_available
 from . import optimizers
 from . import _unsupported
+from . import quantization
 
 # TE's public names that are not modelled: present, raising NotImplementedError with the reason.
 for _name in _unsupported.REASONS:

@@ -124,9 +124,12 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
                 m._fwd_quantizer.update_scales()
 
 
-def autocast(enabled: bool = True, calibrating: bool = False, recipe: Any = None, amax_reduction_group: Any = None):
-    """TE 2.x's newer name for :func:`fp8_autocast` (``recipe`` for ``fp8_recipe``)."""
-    return fp8_autocast(enabled=enabled, calibrating=calibrating, fp8_recipe=recipe, fp8_group=amax_reduction_group)
+def autocast(enabled: bool = True, calibrating: bool = False, recipe: Any = None, amax_reduction_group: Any = None,
+             _graph: bool = False):
+    """TE 2.x's newer name for :func:`fp8_autocast` (``recipe`` for ``fp8_recipe``; ``_graph``:
+    TE's CUDA-graph capture flag, which leaves the scale update to the caller, as there)."""
+    return fp8_autocast(enabled=enabled, calibrating=calibrating, fp8_recipe=recipe, fp8_group=amax_reduction_group,
+                        _graph=_graph)
 
 
 # ---- TE's availability probes and model-init contexts (transformer_engine/pytorch/quantization.py) ----
@@ -159,6 +162,11 @@ def is_nvfp4_available(return_reason: bool = False) -> Any:
     """TE ``is_nvfp4_available``: True (NVFP4BlockScaling is emulated: TE's casts, Hadamard transform
     and stochastic rounding bit for bit; its block GEMM's accumulation a documented model)."""
     return _probe(True, _EMULATED, return_reason)
+
+
+def get_default_fp8_recipe() -> Any:
+    """TE ``get_default_fp8_recipe`` (TE's older module ``fp8``): :func:`get_default_recipe`."""
+    return get_default_recipe()
 
 
 def get_default_recipe() -> Any:

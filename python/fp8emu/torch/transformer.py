@@ -76,7 +76,8 @@ class TransformerLayer(torch.nn.Module):
         warm-up sizes: accepted, no effect), apply_residual_connection_post_layernorm,
         output_layernorm, parallel_attention_mlp, layer_type ("encoder"/"decoder"),
         drop_path_rate, fuse_qkv_params, zero_centered_gamma, qkv_weight_interleaved, bias,
-        activation ("gelu": tanh form, or "relu"), normalization ("LayerNorm"/"RMSNorm"),
+        activation (TE's, as :class:`LayerNormMLP`: gelu (tanh form), relu, qgelu, srelu, silu and the
+        gated glu, geglu, qgeglu, reglu, sreglu, swiglu), normalization ("LayerNorm"/"RMSNorm"),
         attn_input_format ("sbhd" or "bshd"), name, softmax_type ("vanilla").
         Accepted at their no-op values only: tp_group=None, tp_size=1, get_rng_state_tracker=None,
         fuse_wgrad_accumulation=False, ub_tp_comm_overlap=False (the other ub_* flags are then no-ops,
@@ -96,7 +97,7 @@ class TransformerLayer(torch.nn.Module):
             activations, TE's incompatible flag combinations. TypeError: unknown keyword arguments,
             non-bool masks. NotImplementedError: the TE features listed above as not modelled
             (named in the message), e.g. "thd", inference_params, attention
-            biases/ALiBi, GLU activations, parallelism.
+            biases/ALiBi, clamped_swiglu, parallelism.
     """
 
     def __init__(self, hidden_size: int, ffn_hidden_size: int, num_attention_heads: int,

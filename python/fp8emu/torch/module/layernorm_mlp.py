@@ -17,10 +17,44 @@ _PART_PARAMS = (("layer_norm_weight", 0, "layer_norm_weight"), ("layer_norm_bias
                 ("fc2_bias", 1, "bias"))
 
 
+def _gelu(t: "torch.Tensor") -> "torch.Tensor":
+    return torch.nn.functional.gelu(t, approximate="tanh")  # TE's gelu is the tanh form
+
+
+def _qgelu(t: "torch.Tensor") -> "torch.Tensor":
+    return t * torch.sigmoid(1.702 * t)
+
+
+def _srelu(t: "torch.Tensor") -> "torch.Tensor":
+    return torch.nn.functional.relu(t) ** 2
+
+
+def _gated(act: Callable) -> Callable:
+    """TE's gated form: FC1's output [..., 2 ffn] split into a (first half) and b; act(a) * b (TE
+    applies the gate to the first half, the opposite of torch.nn.functional.glu)."""
+    def f(t: "torch.Tensor") -> "torch.Tensor":
+        a, b = torch.chunk(t, 2, dim=-1)
+        return act(a) * b
+    return f
+
+
+# TE's activations (transformer_engine/pytorch/ops/basic/activation.py) as PyTorch expressions.
 _ACTIVATIONS = {
-    "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),  # TE's gelu is the tanh form
+    "gelu": _gelu,
     "relu": torch.nn.functional.relu,
+    "qgelu": _qgelu,
+    "srelu": _srelu,
+    "silu": torch.nn.functional.silu,
+    "glu": _gated(torch.sigmoid),
+    "geglu": _gated(_gelu),
+    "qgeglu": _gated(_qgelu),
+    "reglu": _gated(torch.nn.functional.relu),
+    "sreglu": _gated(_srelu),
+    "swiglu": _gated(torch.nn.functional.silu),
 }
+_GATED = ("glu", "geglu", "qgeglu", "reglu", "sreglu", "swiglu")
+# TE activations that need TE's activation_params: not modelled.
+_NOT_MODELLED = ("clamped_swiglu",)
 
 
 class LayerNormMLP(torch.nn.Module):
@@ -28,13 +62,15 @@ class LayerNormMLP(torch.nn.Module):
     :func:`fp8_autocast`.
 
     Args (TE's names): hidden_size, ffn_hidden_size, eps (1e-5), bias, normalization ("LayerNorm" or
-        "RMSNorm"), activation ("gelu": tanh form, as TE; or "relu"), init_method (FC1's weight),
+        "RMSNorm"), activation (TE's: "gelu" (tanh form), "relu", "qgelu", "srelu", "silu", and the
+        gated "glu", "geglu", "qgeglu", "reglu", "sreglu", "swiglu", whose FC1 has 2 ffn_hidden_size
+        outputs, the gate on the first half as TE), init_method (FC1's weight),
         output_layer_init_method (FC2's; default init_method), return_bias (return FC2's bias unadded),
         return_layernorm_output, params_dtype, zero_centered_gamma, device; the parallel and
         userbuffer arguments at their defaults only.
     Parameters (TE's names): ``layer_norm_weight`` (hidden_size,), ``layer_norm_bias`` (hidden_size,;
-        LayerNorm only), ``fc1_weight`` (ffn_hidden_size, hidden_size), ``fc1_bias``
-        (ffn_hidden_size,), ``fc2_weight`` (hidden_size, ffn_hidden_size), ``fc2_bias``
+        LayerNorm only), ``fc1_weight`` (ffn_hidden_size, hidden_size; 2 ffn_hidden_size rows for a
+        gated activation), ``fc1_bias`` (as many), ``fc2_weight`` (hidden_size, ffn_hidden_size), ``fc2_bias``
         (hidden_size,); no biases with ``bias=False``.
     FP8: the norm and FC1 are :class:`LayerNormLinear`'s path, FC2 is :class:`Linear`'s (its input,
     the activation output, cast to FP8 by FC2's forward quantizer); the activation is PyTorch's, in
@@ -44,7 +80,8 @@ class LayerNormMLP(torch.nn.Module):
     and amax histories are TE's.
     forward(inp, is_first_microbatch=None): inp (..., hidden_size) -> (..., hidden_size).
     Raises:
-        ValueError: unknown normalization or activation. NotImplementedError, TypeError: as Linear.
+        ValueError: unknown normalization or activation. NotImplementedError: "clamped_swiglu" (TE's
+        activation_params); otherwise as Linear. TypeError: as Linear.
     """
 
     def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, bias: bool = True,
@@ -54,12 +91,16 @@ class LayerNormMLP(torch.nn.Module):
                  zero_centered_gamma: bool = False, device: Any = "cpu", **kwargs: Any):
         super().__init__()
         _check_ignored(kwargs, "LayerNormMLP")
+        if activation in _NOT_MODELLED:
+            raise NotImplementedError(f"LayerNormMLP: activation={activation!r} (with TE's activation_params) is not "
+                                      f"modelled by fp8emu.torch (accepted: {', '.join(_ACTIVATIONS)})")
         if activation not in _ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r} (accepted: {', '.join(_ACTIVATIONS)})")
         self.hidden_size, self.ffn_hidden_size = int(hidden_size), int(ffn_hidden_size)
         self.activation = activation
         self.return_bias, self.return_layernorm_output = bool(return_bias), bool(return_layernorm_output)
-        fc1 = LayerNormLinear(hidden_size, ffn_hidden_size, eps=eps, bias=bias, normalization=normalization,
+        fc1_out = 2 * int(ffn_hidden_size) if activation in _GATED else int(ffn_hidden_size)
+        fc1 = LayerNormLinear(hidden_size, fc1_out, eps=eps, bias=bias, normalization=normalization,
                               init_method=init_method, params_dtype=params_dtype, return_layernorm_output=True,
                               zero_centered_gamma=zero_centered_gamma, device=device)
         fc2 = Linear(ffn_hidden_size, hidden_size, bias=bias, init_method=output_layer_init_method or init_method,

@@ -1,0 +1,99 @@
+"""TE's ``transformer_engine.pytorch.quantization`` (older name ``fp8``): the autocast, the
+availability checks, the default recipe and the recipe helpers scripts import from it, on
+fp8emu's emulated FP8 (every check is True, the reason saying it is emulated)."""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import torch
+
+from ..recipe import Format
+from .fp8 import (_EMULATED, _STACK, autocast, fp8_autocast, fp8_model_init, get_default_recipe, get_fp8_recipe,
+                  is_fp8_available, is_fp8_block_scaling_available, is_fp8_enabled, is_mxfp8_available,
+                  is_nvfp4_available, quantized_model_init)
+from .module.fp8_padding import _align_size
+
+__all__ = ["autocast", "fp8_autocast", "fp8_model_init", "quantized_model_init", "is_fp8_available",
+           "is_mxfp8_available", "is_fp8_block_scaling_available", "is_nvfp4_available", "check_fp8_support",
+           "check_mxfp8_support", "check_nvfp4_support", "check_fp8_block_scaling_support", "check_recipe_support",
+           "get_default_fp8_recipe", "get_default_recipe", "get_align_size_for_quantization", "get_fp8_torch_dtype",
+           "get_fp8_max", "FP8GlobalStateManager"]
+
+
+def check_fp8_support() -> Tuple[bool, str]:
+    """TE ``check_fp8_support``: ``(True, reason)``, FP8 being emulated."""
+    return True, _EMULATED
+
+
+check_mxfp8_support = check_nvfp4_support = check_fp8_block_scaling_support = check_fp8_support
+
+
+def check_recipe_support(recipe: Any) -> None:
+    """TE ``check_recipe_support``: every fp8emu recipe runs here; a non-recipe raises TypeError."""
+    if getattr(recipe, "_kind", None) is None:
+        raise TypeError(f"not an fp8emu recipe: {type(recipe).__name__}")
+
+
+def get_default_fp8_recipe() -> Any:
+    """TE ``get_default_fp8_recipe``: the recipe TE picks on the modelled GPU (Hopper, compute
+    capability 9.0): ``DelayedScaling()``."""
+    return get_default_recipe()
+
+
+def get_align_size_for_quantization(recipe: Any) -> int:
+    """TE ``get_align_size_for_quantization``: 32 for MXFP8, 128 for NVFP4, 16 otherwise."""
+    return _align_size(recipe)
+
+
+def _fwd_format(recipe: Any, fprop_tensor: bool) -> bool:
+    """True where the tensor is E4M3 (TE: E4M3 recipes everywhere, HYBRID forward tensors only)."""
+    return recipe.fp8_format == Format.E4M3 or (recipe.fp8_format == Format.HYBRID and fprop_tensor)
+
+
+def get_fp8_torch_dtype(fp8_recipe: Any, fprop_tensor: bool = True) -> "torch.dtype":
+    """TE ``get_fp8_torch_dtype``: ``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` for a forward
+    (``fprop_tensor``) or backward tensor of the recipe."""
+    return torch.float8_e4m3fn if _fwd_format(fp8_recipe, fprop_tensor) else torch.float8_e5m2
+
+
+def get_fp8_max(fp8_recipe: Any, fprop_tensor: bool = True) -> float:
+    """TE ``get_fp8_max``: the format's largest finite value (448 or 57344) for that tensor."""
+    helper = fp8_recipe.fp8_format.value
+    return helper.max_fwd if fprop_tensor else helper.max_bwd
+
+
+class FP8GlobalStateManager:
+    """TE's ``FP8GlobalStateManager``, the queries scripts make of it (the state lives in
+    :func:`fp8_autocast`'s region stack): whether FP8 is on, calibrating, the recipe and group of
+    the innermost autocast, the availability checks. TE's internal buffer methods are not mirrored."""
+
+    @classmethod
+    def is_fp8_enabled(cls) -> bool:
+        return is_fp8_enabled()
+
+    @classmethod
+    def is_fp8_calibration(cls) -> bool:
+        return bool(_STACK) and _STACK[-1].calibrating
+
+    @classmethod
+    def get_fp8_recipe(cls) -> Any:
+        return get_fp8_recipe()
+
+    @classmethod
+    def get_fp8_group(cls) -> Any:
+        return _STACK[-1].group if _STACK else None
+
+    @classmethod
+    def with_fp8_parameters(cls) -> bool:
+        return False
+
+    @classmethod
+    def fp8_graph_capturing(cls) -> bool:
+        return False
+
+    @classmethod
+    def is_fp8_available(cls) -> Tuple[bool, str]:
+        return check_fp8_support()
+
+    is_mxfp8_available = is_fp8_block_scaling_available = is_nvfp4_available = is_fp8_available
