@@ -17,17 +17,6 @@
 namespace fp8emu::emu {
 namespace {
 
-template <class T>
-void transpose_impl(int rows, int cols, const T* in, T* out) {
-  constexpr int kTile = 32;
-#pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * cols >= detail::kParallelMinElements)
-  for (int r0 = 0; r0 < rows; r0 += kTile)
-    for (int c0 = 0; c0 < cols; c0 += kTile)
-      for (int r = r0; r < std::min(rows, r0 + kTile); ++r)
-        for (int c = c0; c < std::min(cols, c0 + kTile); ++c)
-          out[std::size_t(c) * rows + r] = in[std::size_t(r) * cols + c];
-}
-
 // Register-blocked fp32 kernels. Each element is c = RN(c + RN(a*b)) in k = 0..K-1 order from
 // c = +0, with no FMA (-ffp-contract=off; separate vector multiplies and adds), so every path gives
 // the results of the documented order, whatever the tiling, cache blocking or thread count: tiling
@@ -347,14 +336,6 @@ void gemm_f32_dispatch(int M, int N, int K, const float* A, const float* B, floa
 void gemm_f32_nn(int M, int N, int K, const float* A, const float* B, float* C) {
   if (M == 0 || N == 0) return;
   gemm_f32_dispatch(M, N, K, A, B, C);
-}
-
-void transpose(int rows, int cols, const float* in, float* out) {
-  transpose_impl(rows, cols, in, out);
-}
-
-void transpose(int rows, int cols, const std::uint8_t* in, std::uint8_t* out) {
-  transpose_impl(rows, cols, in, out);
 }
 
 void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,

@@ -20,6 +20,7 @@
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/core/scale.hpp"
+#include "fp8emu/emulation/activation.hpp"
 #include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/emulation/gemm.hpp"
@@ -257,8 +258,7 @@ class CpuDevice : public Device {
     if (act == ActivationOp::kReLU) {
       for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = core::relu_forward(x[i]);
     } else {
-#pragma omp parallel for schedule(static) if (count >= kParallelMin / 16)
-      for (std::ptrdiff_t i = 0; i < count; ++i) y[i] = core::gelu_tanh_forward(x[i]);
+      emu::gelu_tanh_forward(x, n, y);  // core::gelu_tanh_forward per element, vectorised
     }
   }
   void activation_backward(ActivationOp act, const float* pre, float* dx, std::size_t n) const override {
@@ -266,8 +266,7 @@ class CpuDevice : public Device {
     if (act == ActivationOp::kReLU) {
       for (std::ptrdiff_t i = 0; i < count; ++i) dx[i] *= core::relu_grad(pre[i]);
     } else {
-#pragma omp parallel for schedule(static) if (count >= kParallelMin / 16)
-      for (std::ptrdiff_t i = 0; i < count; ++i) dx[i] *= core::gelu_tanh_grad(pre[i]);
+      emu::gelu_tanh_backward(pre, dx, n, dx);  // dx * core::gelu_tanh_grad per element, vectorised
     }
   }
   void softmax_xent(const float* logits, const std::uint8_t* labels, int rows, int classes, float divisor,
@@ -329,27 +328,26 @@ class CpuDevice : public Device {
   }
   void mlp_act_forward(MlpActOp op, const float* h, int rows, int ffn, float* act) const override {
     check_size(rows, ffn, "MLP activation");
-    const std::size_t w = op == MlpActOp::kSwiGlu ? 2 * std::size_t(ffn) : std::size_t(ffn);
+    if (op == MlpActOp::kGelu) return emu::gelu_tanh_forward(h, std::size_t(rows) * std::size_t(ffn), act);
+    const std::size_t w = 2 * std::size_t(ffn);
 #pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * ffn >= kParallelMin / 16)
     for (int i = 0; i < rows; ++i) {
       const float* hr = h + std::size_t(i) * w;
       float* ar = act + std::size_t(i) * std::size_t(ffn);
       for (int j = 0; j < ffn; ++j)
-        ar[j] = op == MlpActOp::kGelu ? core::gelu_tanh_forward(hr[j]) : core::swiglu_forward(hr[j], hr[ffn + j]);
+        ar[j] = core::swiglu_forward(hr[j], hr[ffn + j]);
     }
   }
   void mlp_act_backward(MlpActOp op, const float* h, const float* da, int rows, int ffn, float* dh) const override {
     check_size(rows, ffn, "MLP activation backward");
-    const std::size_t w = op == MlpActOp::kSwiGlu ? 2 * std::size_t(ffn) : std::size_t(ffn);
+    if (op == MlpActOp::kGelu) return emu::gelu_tanh_backward(h, da, std::size_t(rows) * std::size_t(ffn), dh);
+    const std::size_t w = 2 * std::size_t(ffn);
 #pragma omp parallel for schedule(static) if (std::ptrdiff_t(rows) * ffn >= kParallelMin / 16)
     for (int i = 0; i < rows; ++i) {
       const float* hr = h + std::size_t(i) * w;
       const float* dar = da + std::size_t(i) * std::size_t(ffn);
       float* dhr = dh + std::size_t(i) * w;
-      for (int j = 0; j < ffn; ++j) {
-        if (op == MlpActOp::kGelu) dhr[j] = dar[j] * core::gelu_tanh_grad(hr[j]);
-        else core::swiglu_backward(hr[j], hr[ffn + j], dar[j], dhr[j], dhr[ffn + j]);
-      }
+      for (int j = 0; j < ffn; ++j) core::swiglu_backward(hr[j], hr[ffn + j], dar[j], dhr[j], dhr[ffn + j]);
     }
   }
   void attention_forward(const float* qkv, int B, int T, int H, int d, float scale, bool causal, float* out,

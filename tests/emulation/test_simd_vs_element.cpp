@@ -324,6 +324,45 @@ TEST_CASE("CPU fp32 GEMM: every ISA path and thread count sums each element in k
   omp_set_num_threads(saved_threads);
 }
 
+TEST_CASE("Transposes: every ISA path and thread count moves every fp32 bit pattern and code", "[element][gemm]") {
+  // emu::transpose against out[c][r] = in[r][c] by index, on shapes with ragged 8 x 8, 16 x 16 and
+  // 64 x 64 edges, with bit patterns (NaN payloads, -0, subnormals) that a value copy could change.
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const int saved_threads = omp_get_max_threads();
+  for (const auto& [rows, cols] : {std::pair{1, 1}, std::pair{1, 9}, std::pair{7, 3}, std::pair{8, 8},
+                                   std::pair{37, 256}, std::pair{130, 67}, std::pair{200, 513}}) {
+    std::vector<std::uint32_t> bits(std::size_t(rows) * std::size_t(cols));
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = std::uint32_t(i * 2654435761u) ^ 0x7FC00001u * (i % 3 == 0);
+    std::vector<float> in(bits.size()), out(bits.size());
+    std::memcpy(in.data(), bits.data(), 4 * bits.size());
+    std::vector<std::uint8_t> codes(bits.size()), cout(bits.size());
+    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = std::uint8_t(bits[i] >> 11);
+    for (int p = 0; p <= int(isa_ns::gemm_isa_supported()); ++p)
+      for (int threads : {1, 2}) {
+        REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(p)) == isa_ns::GemmIsa(p));
+        omp_set_num_threads(threads);
+        std::fill(out.begin(), out.end(), 0.0f);
+        std::fill(cout.begin(), cout.end(), std::uint8_t(0));
+        emu::transpose(rows, cols, in.data(), out.data());
+        emu::transpose(rows, cols, codes.data(), cout.data());
+        std::size_t bad = 0, bad_codes = 0;
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < cols; ++c) {
+            const std::size_t src = std::size_t(r) * std::size_t(cols) + std::size_t(c);
+            const std::size_t dst = std::size_t(c) * std::size_t(rows) + std::size_t(r);
+            bad += std::memcmp(&out[dst], &bits[src], 4) != 0;
+            bad_codes += cout[dst] != codes[src];
+          }
+        INFO(isa_ns::to_string(isa_ns::GemmIsa(p)) << ", " << threads << " threads, " << rows << " x " << cols);
+        CHECK(bad == 0);
+        CHECK(bad_codes == 0);
+      }
+  }
+  isa_ns::set_gemm_isa(saved_isa);
+  omp_set_num_threads(saved_threads);
+}
+
 TEST_CASE("CPU block-scaled GEMM: every ISA path and thread count equals element_device() bit for bit",
           "[element][gemm]") {
   // gemm_fp8_block_tn (MXFP8 and 1 x 128 operands) against the element kernel set, which sums each
