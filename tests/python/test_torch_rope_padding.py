@@ -198,3 +198,35 @@ def test_padded_grouped_linear_gives_the_unpadded_rows_of_each_group():
         with te.fp8_autocast(enabled=True):
             want = lin(rows)[:hi - lo]
         assert torch.equal(y[lo:hi], want)
+
+
+def test_te_llama_decoder_layer_pattern_runs_in_fp8():
+    """TE's docs/examples/te_llama/te_llama.py builds each decoder layer as a TransformerLayer with
+    RMSNorm, SwiGLU, no biases, grouped-query attention, bshd inputs and one RotaryPositionEmbedding
+    passed as rotary_pos_emb; its weight loader writes the gate and up projections into
+    fc1_weight[:ffn] and fc1_weight[ffn:]. The same here at small sizes, FP8 forward and backward."""
+    torch.manual_seed(0)
+    hidden, ffn, heads, kv_heads, seq = 64, 128, 4, 2, 16
+    layer = te.TransformerLayer(hidden, ffn, heads, bias=False, layernorm_epsilon=1e-5, hidden_dropout=0.0,
+                                attention_dropout=0.0, fuse_qkv_params=False, normalization="RMSNorm",
+                                activation="swiglu", attn_input_format="bshd", num_gqa_groups=kv_heads)
+    mlp = layer.layernorm_mlp
+    assert mlp.fc1_weight.shape == (2 * ffn, hidden)
+    assert layer.self_attention.layernorm_qkv.key_weight.shape == (kv_heads * hidden // heads, hidden)
+    gate, up = randn(ffn, hidden, seed=11) * 0.1, randn(ffn, hidden, seed=12) * 0.1
+    with torch.no_grad():  # te_llama's replace_params
+        mlp.fc1_weight.data[:ffn] = gate
+        mlp.fc1_weight.data[ffn:] = up
+    rope = RotaryPositionEmbedding(hidden // heads)(max_seq_len=64)
+    x = randn(2, seq, hidden, seed=13)
+    y32 = layer(x, rotary_pos_emb=rope)
+    # the MLP half by hand: SwiGLU of the written gate and up
+    h = randn(16, hidden, seed=14)
+    n = torch.nn.functional.rms_norm(h, (hidden,), mlp.layer_norm_weight, 1e-5)
+    want = (torch.nn.functional.silu(n @ gate.T) * (n @ up.T)) @ mlp.fc2_weight.T
+    torch.testing.assert_close(mlp(h)[0], want, rtol=1e-5, atol=1e-5)  # (out, bias): return_bias in a layer
+    with te.fp8_autocast(enabled=True, fp8_recipe=fp8emu.DelayedScaling(fp8_format=fp8emu.Format.HYBRID)):
+        y8 = layer(x, rotary_pos_emb=rope)
+    y8.sum().backward()
+    assert y8.shape == x.shape and torch.isfinite(y8).all() and not torch.equal(y8, y32)
+    assert all(p.grad is not None for p in layer.parameters())
