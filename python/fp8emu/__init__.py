@@ -666,10 +666,7 @@ def __getattr__(name: str):
     """TE's package layout for ``import fp8emu as te`` in place of ``import transformer_engine as
     te``: ``te.pytorch`` is :mod:`fp8emu.torch` (imported on first use; it needs PyTorch) and
     ``te.common.recipe`` is :mod:`fp8emu.recipe`."""
-    if name == "pytorch":
+    if name in ("pytorch", "common"):
         import importlib
-        return importlib.import_module(".torch", __name__)
-    if name == "common":
-        import types
-        return types.SimpleNamespace(recipe=recipe)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'fp8emu' has no attribute {name!r}")

@@ -58,8 +58,6 @@ def test_inv_freq_and_angles_follow_the_definition():
     dyn = fixed(64).numpy()[:, 0, 0, :32]
     np.testing.assert_allclose(dyn, np.arange(64)[:, None] * (16 / 64) * theta[None, :], rtol=3e-7)
     assert RotaryPositionEmbedding(64, rotary_percent=0.5)(3).shape == (3, 1, 1, 32)
-    with pytest.raises(ValueError, match="even"):
-        RotaryPositionEmbedding(7)
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
@@ -230,3 +228,26 @@ def test_te_llama_decoder_layer_pattern_runs_in_fp8():
     y8.sum().backward()
     assert y8.shape == x.shape and torch.isfinite(y8).all() and not torch.equal(y8, y32)
     assert all(p.grad is not None for p in layer.parameters())
+
+
+def test_odd_and_zero_rotary_dims_as_te():
+    f = RotaryPositionEmbedding(10, rotary_percent=0.5)(4)  # dim 5: TE's arange(0, 5, 2) gives 3 angles
+    assert f.shape == (4, 1, 1, 6)
+    assert RotaryPositionEmbedding(0)(3).shape == (3, 1, 1, 0)
+
+
+def test_fused_qkv_rope_splits_as_te_kernel():
+    """TE's fused QKV kernel: qkv [s, b, g, q + k + v]; q out [s, b, g q / k, k] (each group's query
+    heads of the key width), k out [s, b, g, k], v out [s, b, g, v]; q and k rotated."""
+    from fp8emu.torch.attention.rope import apply_fused_qkv_rotary_pos_emb
+    s, b, g, d = 6, 2, 2, 8
+    qkv = randn(s, b, g, 2 * d + d + d, seed=21)
+    freqs = RotaryPositionEmbedding(d)(16)
+    q, k, v = apply_fused_qkv_rotary_pos_emb(qkv, freqs, freqs, [2 * d, d, d])
+    assert q.shape == (s, b, 2 * g, d) and k.shape == (s, b, g, d) and v.shape == (s, b, g, d)
+    want_q = apply_rotary_pos_emb(qkv[..., :2 * d].reshape(s, b, 2 * g, d), freqs, fused=True)
+    assert torch.equal(q, want_q) and torch.equal(v, qkv[..., 3 * d:])
+    np.testing.assert_allclose(k.numpy(), rope_oracle(qkv[..., 2 * d:3 * d].numpy(), np.arange(s)), atol=2e-5,
+                               rtol=0)
+    with pytest.raises(ValueError, match="thd"):
+        apply_fused_qkv_rotary_pos_emb(qkv, freqs, freqs, [2 * d, d, d], tensor_format="thd")

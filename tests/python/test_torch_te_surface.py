@@ -255,3 +255,118 @@ def test_autocast_graph_leaves_the_scale_update_to_the_caller():
         lin(x)
     scale, hist = lin._fwd_quantizer._impl.state()
     assert np.all(scale == 1.0) and hist[0].max() > 0  # amax recorded, scales not yet updated
+
+
+# ---- TE's autocast state (quantization.py autocast_exit, add_fp8_tensors_to_global_buffer)
+
+def _fwd_state(m):
+    scale, hist = m._fwd_quantizer._impl.state()
+    return scale.copy(), hist.copy()
+
+
+def test_no_update_when_gradients_are_off():
+    """TE updates at the outermost exit only when torch.is_grad_enabled() (autocast_exit)."""
+    torch.manual_seed(0)
+    lin = te.Linear(32, 32)
+    x = randn(16, 32, seed=2) * 10
+    ys = []
+    with torch.no_grad():
+        for _ in range(2):
+            with te.autocast(recipe=fp8emu.DelayedScaling()):
+                ys.append(lin(x))
+    scale, hist = _fwd_state(lin)
+    assert np.all(scale == 1.0) and hist[0].max() > 0  # amax recorded, never rolled
+    assert torch.equal(ys[0], ys[1])
+    with te.autocast(recipe=fp8emu.DelayedScaling()):  # with gradients: updated
+        lin(x)
+    assert not np.all(_fwd_state(lin)[0] == 1.0)
+
+
+def test_every_registered_module_is_updated_at_each_update():
+    """TE's global buffers: a module registered by an earlier FP8 forward takes part in every update,
+    whether or not it ran. On TE's Python path (fused_update=False: torch.roll(h, -1, 0), row 0
+    zeroed) its history rolls a zero row in; the fused kernel leaves a history whose row 0 is 0 as
+    it is (core::delayed_update_slot_fused, TE's fused_amax_and_scale_update_after_reduction)."""
+    x = randn(16, 16, seed=3)
+    for fused in (False, True):
+        torch.manual_seed(0)
+        rec = fp8emu.DelayedScaling(amax_history_len=4, fused_update=fused)
+        a, b = te.Linear(16, 16), te.Linear(16, 16)
+        with te.autocast(recipe=rec):
+            y = a(x) + b(x)
+        y.sum().backward()
+        _, hb1 = _fwd_state(b)
+        hbb1 = b._bwd_quantizer._impl.state()[1].copy()
+        assert hb1[-1].any() and hbb1[-1].any()
+        for _ in range(2):
+            with te.autocast(recipe=rec):
+                y = a(x)
+            y.sum().backward()
+        _, hb3 = _fwd_state(b)
+        hbb3 = b._bwd_quantizer._impl.state()[1]
+        if fused:
+            assert np.array_equal(hb3, hb1) and np.array_equal(hbb3, hbb1)
+        else:  # two more rolls: the first step's amaxes moved from the last row up by two
+            assert np.array_equal(hb3[-3], hb1[-1]) and not hb3[-2:].any() and not hb3[0].any()
+            assert np.array_equal(hbb3[-3], hbb1[-1]) and not hbb3[-2:].any()
+            # an outermost region with FP8 off updates nothing (TE: `enabled` at exit)
+            with te.autocast(enabled=False, recipe=rec):
+                a(x)
+            assert np.array_equal(_fwd_state(b)[1], hb3)
+
+
+def test_graph_capture_leaves_registration_and_updates_to_the_caller():
+    from fp8emu.torch.quantization import FP8GlobalStateManager as M
+    torch.manual_seed(0)
+    lin = te.Linear(16, 16)
+    x = randn(16, 16, seed=4)
+    with te.autocast(enabled=True, _graph=True):
+        assert M.fp8_graph_capturing()
+        y = lin(x)
+    y.sum().backward()
+    assert not M.fp8_graph_capturing()
+    assert np.all(_fwd_state(lin)[0] == 1.0) and np.all(lin._bwd_quantizer._impl.state()[0] == 1.0)
+    assert not getattr(lin._fwd_quantizer, "_fp8emu_registered", False)
+    with te.autocast(enabled=True):
+        lin(x)  # registers
+    M.reset()
+    assert not getattr(lin._fwd_quantizer, "_fp8emu_registered", False)
+
+
+def test_activations_round_once_in_low_precision():
+    """TE's activation kernels compute in fp32 and round once (common/util/math.h)."""
+    h = randn(64, 64, seed=5).to(torch.bfloat16)
+    mlp_acts = __import__("fp8emu.torch.module.layernorm_mlp", fromlist=["_activate"])
+    for act in ("qgelu", "swiglu", "geglu", "glu", "sreglu", "gelu", "silu"):
+        got = mlp_acts._activate(act, h)
+        want = mlp_acts._ACTIVATIONS[act](h.float()).to(torch.bfloat16)
+        assert got.dtype == torch.bfloat16 and torch.equal(got, want), act
+    nan = torch.tensor([float("nan"), -1.0, 2.0])
+    for act, want in (("relu", [0.0, 0.0, 2.0]), ("srelu", [0.0, 0.0, 4.0])):
+        assert torch.equal(mlp_acts._activate(act, nan), torch.tensor(want)), act  # TE: fmaxf(x, 0)
+
+
+def test_layernorm_mlp_takes_te_positional_order_and_arguments():
+    m = te.LayerNormMLP(16, 32, 1e-5, False)  # TE's 4th parameter is sequence_parallel
+    assert m.fc1_bias is not None
+    te.LayerNormMLP(16, 32, seq_length=8, micro_batch_size=2, set_parallel_mode=True, checkpoint=True,
+                    return_layernorm_output_gathered=False)
+    with pytest.raises(NotImplementedError, match="sequence_parallel"):
+        te.LayerNormMLP(16, 32, 1e-5, True)
+    with pytest.raises(ValueError, match="activation_params"):
+        te.LayerNormMLP(16, 32, activation_params={"limit": 7.0})
+
+
+def test_te_module_paths_import():
+    import importlib
+    assert importlib.import_module("fp8emu.pytorch") is te
+    from fp8emu.common.recipe import DelayedScaling
+    assert DelayedScaling is fp8emu.DelayedScaling
+    from fp8emu.torch.fp8 import FP8GlobalStateManager, check_fp8_support, Format  # TE's older module
+    assert check_fp8_support()[0] and Format is fp8emu.Format and FP8GlobalStateManager is not None
+    from fp8emu.torch import quantization as q
+    q.check_recipe_support(None)
+    with pytest.raises(NotImplementedError, match="DType"):
+        q.get_fp8_te_dtype(fp8emu.DelayedScaling())
+    with pytest.raises(NotImplementedError, match="QuantizerRole"):
+        q.QuantizerRole()

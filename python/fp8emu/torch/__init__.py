@@ -21,12 +21,13 @@ fprop, fp32 promotion every 128 K-elements in dgrad and wgrad), bit for bit as f
 are plain fp32 ``torch.nn.functional.linear`` / ``layer_norm`` (the same bits as ``torch.nn.Linear``
 and ``torch.nn.LayerNorm``).
 
-Delayed scaling's state is updated where TE updates it: each module's forward amax history and
-scales at the exit of the outermost ``fp8_autocast`` (TE ``reduce_and_update_fp8_tensors(forward=True)``),
-its backward state at the end of the backward pass (the backward of the first FP8 module of the
-autocast region, as TE's ``reduce_and_update_bwd_fp8_tensors``). The state is per module; with
-torch.distributed initialized, each update first reduces this step's amaxes (MAX) over ``fp8_group``
-(None: the default group), as TE, so every rank holds the same scales.
+Delayed scaling's state is updated where and when TE updates it: the forward amax histories and
+scales at the exit of the outermost ``fp8_autocast`` with FP8 on and gradients enabled (TE
+``reduce_and_update_fp8_tensors(forward=True)``), the backward state at the end of the backward
+pass (TE's ``reduce_and_update_bwd_fp8_tensors``), each time for every module that has run an FP8
+forward (TE's global buffers), not only those of the region. With torch.distributed initialized,
+each update first reduces this step's amaxes (MAX) over ``fp8_group`` (None: the default group), as
+TE, so every rank holds the same scales.
 
 Checkpoints and copies, as TE: ``state_dict()`` holds each module's ``_extra_state`` in TE's layout
 (the recipe and, for delayed scaling, the scales and amax histories), so ``load_state_dict``

@@ -32,8 +32,10 @@ REASONS: Dict[str, str] = {
     "DelayedScalingRequest": "custom quantizer factories (CustomRecipe) are not modelled",
     "quantizer_factory": "custom quantizer factories (CustomRecipe) are not modelled",
     "get_cudnn_version": _CUDA_ONLY,
-    "deinterleave_glu_tensor": "GLU weight layouts are not modelled (LayerNormMLP takes gelu and relu)",
-    "interleave_glu_tensor": "GLU weight layouts are not modelled (LayerNormMLP takes gelu and relu)",
+    "deinterleave_glu_tensor": "interleaved GLU weight layouts are not modelled (LayerNormMLP's gated "
+                               "activations take TE's default [gate; linear] halves)",
+    "interleave_glu_tensor": "interleaved GLU weight layouts are not modelled (LayerNormMLP's gated "
+                             "activations take TE's default [gate; linear] halves)",
     "make_graphed_callables": "CUDA graphs: " + _CUDA_ONLY,
     "CudaRNGStatesTracker": "per-region CUDA RNG states serve tensor parallelism: " + _MULTI_GPU,
     "get_cpu_offload_context": "activation offloading: " + _CUDA_ONLY,

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+import torch
 
 from ..recipe import DelayedScaling, Quantizer
 
@@ -21,6 +23,60 @@ class _Region:
     modules: List[Any] = field(default_factory=list)  # modules whose FP8 forward ran in the region
     first_module_seen: bool = False
     backward_group: Optional["_BackwardGroup"] = None
+    graph: bool = False  # TE's _graph (CUDA-graph capture): no registration, no automatic updates
+
+
+# TE's global buffers (FP8GlobalStateManager.add_fp8_tensors_to_global_buffer): every quantizer with
+# delayed-scaling state joins, at its module's first FP8 forward outside graph capture, the list of
+# its (recipe, fp8_group) key, once; each update then rolls and updates every registered quantizer of
+# its direction, whether or not its module ran since the last one, reducing the amaxes per key. Weak
+# references: a module that is gone leaves its key.
+_Key = Tuple[str, Optional[int]]
+_REGISTERED: Dict[bool, Dict[_Key, Tuple[Any, Any, List["weakref.ref"]]]] = {True: {}, False: {}}
+
+
+def _register(fwd: Quantizer, bwd: Quantizer, recipe: Any, group: Any) -> None:
+    """TE ``add_fp8_tensors_to_global_buffer`` for one GEMM's forward and backward quantizers."""
+    if getattr(fwd, "_fp8emu_registered", False) or fwd._impl.state() is None:
+        return
+    key = (repr(recipe), None if group is None else id(group))
+    for forward, q in ((True, fwd), (False, bwd)):
+        entry = _REGISTERED[forward].setdefault(key, (recipe, group, []))
+        entry[2].append(weakref.ref(q))
+        q._fp8emu_registered = True
+
+
+def _update_registered(forward: bool, also: List[Quantizer] = ()) -> None:
+    """TE ``reduce_and_update_fp8_tensors(forward)``: every registered quantizer of the direction,
+    per key its amaxes reduced over the key's group, then each quantizer's update; ``also``: quantizers
+    outside the registry (calibration) updated after them."""
+    table = _REGISTERED[forward]
+    done: List[Quantizer] = []
+    for key in list(table):
+        recipe, group, refs = table[key]
+        alive = [q for q in (r() for r in refs) if q is not None]
+        if not alive:
+            del table[key]
+            continue
+        refs[:] = [weakref.ref(q) for q in alive]
+        _reduce_amaxes(alive, recipe, group)
+        for q in alive:
+            q.update_scales()
+        done.extend(alive)
+    for q in also:
+        if not any(q is d for d in done):
+            q.update_scales()
+            done.append(q)
+
+
+def _reset_registered() -> None:
+    for forward in (True, False):
+        for _, _, refs in _REGISTERED[forward].values():
+            for r in refs:
+                q = r()
+                if q is not None:
+                    q._fp8emu_registered = False
+        _REGISTERED[forward].clear()
 
 
 def _reduce_amaxes(quantizers: List[Quantizer], recipe: Any, group: Any) -> None:
@@ -53,18 +109,21 @@ class _BackwardGroup:
     """The backward quantizers of one autocast region, updated together at the end of the backward
     (after the amax reduction over the region's fp8_group)."""
 
-    def __init__(self, recipe: Any = None, group: Any = None):
+    def __init__(self, recipe: Any = None, group: Any = None, graph: bool = False):
         self.quantizers: List[Quantizer] = []
-        self.recipe, self.group = recipe, group
+        self.recipe, self.group, self.graph = recipe, group, graph
 
     def add(self, q: Quantizer) -> None:
         if not any(q is o for o in self.quantizers):
             self.quantizers.append(q)
 
     def update(self) -> None:
-        _reduce_amaxes(self.quantizers, self.recipe, self.group)
-        for q in self.quantizers:
-            q.update_scales()
+        """TE ``reduce_and_update_fp8_tensors(forward=False)`` at the end of the backward: every
+        registered backward quantizer (and this region's others), unless the region was captured
+        as a graph (TE skips it then)."""
+        if self.graph:
+            return
+        _update_registered(False, [q for q in self.quantizers if not getattr(q, "_fp8emu_registered", False)])
 
 
 _STACK: List[_Region] = []
@@ -98,7 +157,13 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
             amaxes over the group's ranks (None: the default group), so every rank holds the same
             scales, as TE.
     Nesting: the innermost context decides; the forward scales are updated at the exit of the
-    outermost one (TE's ``FP8_AUTOCAST_DEPTH == 0``).
+    outermost one (TE's ``FP8_AUTOCAST_DEPTH == 0``) when gradients are enabled there
+    (``torch.is_grad_enabled()``: under ``torch.no_grad()`` TE leaves the scales as they are).
+    Which scales: as TE's global buffers, every module that has run an FP8 forward under delayed
+    scaling (registered once, at its first; each (recipe, fp8_group) pair reduced separately),
+    whether or not it ran in this region, and the modules calibrated in it; the backward states
+    likewise at the end of each backward. ``_graph`` (TE's CUDA-graph capture flag): modules
+    neither register nor update; the caller updates.
     Raises:
         TypeError: a recipe that is not one of fp8emu's recipe classes.
     """
@@ -106,7 +171,7 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
     if getattr(recipe, "_kind", None) is None:
         raise TypeError(f"fp8_recipe must be an fp8emu recipe (DelayedScaling, Float8CurrentScaling, "
                         f"MXFP8BlockScaling, Float8BlockScaling, NVFP4BlockScaling); got {type(recipe).__name__}")
-    region = _Region(bool(enabled), bool(calibrating), recipe, fp8_group)
+    region = _Region(bool(enabled), bool(calibrating), recipe, fp8_group, graph=bool(_graph))
     _STACK.append(region)
     try:
         yield
@@ -114,14 +179,14 @@ def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: An
         _STACK.pop()
         if _STACK:  # nested: hand the modules to the enclosing region, which updates them at its exit
             _STACK[-1].modules.extend(region.modules)
-        elif not _graph:
-            seen = []
-            for m in region.modules:
-                if not any(m is o for o in seen):
-                    seen.append(m)
-            _reduce_amaxes([m._fwd_quantizer for m in seen], recipe, fp8_group)
-            for m in seen:
-                m._fwd_quantizer.update_scales()
+        elif not _graph and torch.is_grad_enabled():
+            calibrated = [m._fwd_quantizer for m in region.modules
+                          if not getattr(m._fwd_quantizer, "_fp8emu_registered", False)]
+            if enabled:  # TE: the registered modules' update needs FP8 on in the outermost region
+                _update_registered(True, calibrated)
+            else:
+                for q in {id(q): q for q in calibrated}.values():
+                    q.update_scales()
 
 
 def autocast(enabled: bool = True, calibrating: bool = False, recipe: Any = None, amax_reduction_group: Any = None,
@@ -191,3 +256,16 @@ def fp8_model_init(enabled: bool = True, recipe: Any = None, preserve_high_preci
     """TE ``fp8_model_init``: :func:`quantized_model_init` under its older name."""
     return quantized_model_init(enabled=enabled, recipe=recipe,
                                 preserve_high_precision_init_val=preserve_high_precision_init_val)
+
+
+def __getattr__(name: str) -> Any:
+    """TE's older module ``transformer_engine.pytorch.fp8`` re-exports the quantization module and
+    the recipes: the same names here, imported on first use."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from . import quantization
+    from .. import recipe as _recipe
+    for mod in (quantization, _recipe):
+        if hasattr(mod, name):
+            return getattr(mod, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

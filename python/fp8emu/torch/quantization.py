@@ -9,7 +9,7 @@ from typing import Any, Tuple
 import torch
 
 from ..recipe import Format
-from .fp8 import (_EMULATED, _STACK, autocast, fp8_autocast, fp8_model_init, get_default_recipe, get_fp8_recipe,
+from .fp8 import (_EMULATED, _STACK, _reset_registered, _update_registered, autocast, fp8_autocast, fp8_model_init, get_default_recipe, get_fp8_recipe,
                   is_fp8_available, is_fp8_block_scaling_available, is_fp8_enabled, is_mxfp8_available,
                   is_nvfp4_available, quantized_model_init)
 from .module.fp8_padding import _align_size
@@ -18,7 +18,14 @@ __all__ = ["autocast", "fp8_autocast", "fp8_model_init", "quantized_model_init",
            "is_mxfp8_available", "is_fp8_block_scaling_available", "is_nvfp4_available", "check_fp8_support",
            "check_mxfp8_support", "check_nvfp4_support", "check_fp8_block_scaling_support", "check_recipe_support",
            "get_default_fp8_recipe", "get_default_recipe", "get_align_size_for_quantization", "get_fp8_torch_dtype",
-           "get_fp8_max", "FP8GlobalStateManager"]
+           "get_fp8_max", "get_fp8_te_dtype", "get_fp4_te_dtype", "FP8GlobalStateManager", "QuantizerRole",
+           "QuantizerRequest", "DelayedScalingRequest"]
+
+from ._unsupported import unsupported as _unsupported  # noqa: E402
+
+QuantizerRole = _unsupported("QuantizerRole", module=__name__)
+QuantizerRequest = _unsupported("QuantizerRequest", module=__name__)
+DelayedScalingRequest = _unsupported("DelayedScalingRequest", module=__name__)
 
 
 def check_fp8_support() -> Tuple[bool, str]:
@@ -30,8 +37,9 @@ check_mxfp8_support = check_nvfp4_support = check_fp8_block_scaling_support = ch
 
 
 def check_recipe_support(recipe: Any) -> None:
-    """TE ``check_recipe_support``: every fp8emu recipe runs here; a non-recipe raises TypeError."""
-    if getattr(recipe, "_kind", None) is None:
+    """TE ``check_recipe_support``: every fp8emu recipe runs here (None too: nothing to check, as
+    TE); anything else raises TypeError."""
+    if recipe is not None and getattr(recipe, "_kind", None) is None:
         raise TypeError(f"not an fp8emu recipe: {type(recipe).__name__}")
 
 
@@ -63,6 +71,19 @@ def get_fp8_max(fp8_recipe: Any, fprop_tensor: bool = True) -> float:
     return helper.max_fwd if fprop_tensor else helper.max_bwd
 
 
+def get_fp8_te_dtype(fp8_recipe: Any, fprop_tensor: bool = True) -> Any:
+    """TE ``get_fp8_te_dtype`` returns TE's C++ ``DType`` enum, which fp8emu does not mirror: use
+    :func:`get_fp8_torch_dtype`. Raises NotImplementedError."""
+    raise NotImplementedError("transformer_engine.pytorch.quantization.get_fp8_te_dtype is not available in "
+                              "fp8emu.torch: TE's C++ DType enum is not mirrored; use get_fp8_torch_dtype")
+
+
+def get_fp4_te_dtype(fp4_recipe: Any) -> Any:
+    """TE ``get_fp4_te_dtype``: as :func:`get_fp8_te_dtype`, NotImplementedError."""
+    raise NotImplementedError("transformer_engine.pytorch.quantization.get_fp4_te_dtype is not available in "
+                              "fp8emu.torch: TE's C++ DType enum is not mirrored")
+
+
 class FP8GlobalStateManager:
     """TE's ``FP8GlobalStateManager``, the queries scripts make of it (the state lives in
     :func:`fp8_autocast`'s region stack): whether FP8 is on, calibrating, the recipe and group of
@@ -90,7 +111,20 @@ class FP8GlobalStateManager:
 
     @classmethod
     def fp8_graph_capturing(cls) -> bool:
-        return False
+        """True inside ``autocast(_graph=True)`` (TE's CUDA-graph capture flag)."""
+        return bool(_STACK) and _STACK[-1].graph
+
+    @classmethod
+    def reduce_and_update_fp8_tensors(cls, forward: bool = True) -> None:
+        """TE's update of every registered delayed-scaling state of one direction (amaxes reduced
+        over each fp8_group first): what a caller runs by hand after ``autocast(_graph=True)``."""
+        _update_registered(bool(forward))
+
+    @classmethod
+    def reset(cls) -> None:
+        """TE ``reset``: forget every registered module (they register again at their next FP8
+        forward); the modules keep their scales and histories."""
+        _reset_registered()
 
     @classmethod
     def is_fp8_available(cls) -> Tuple[bool, str]:

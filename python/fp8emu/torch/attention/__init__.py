@@ -321,7 +321,7 @@ class MultiheadAttention(torch.nn.Module):
         hidden_states [s, b, hidden] (sbhd) or [b, s, hidden] (bshd) -> the same shape.
         ``rotary_pos_emb``: angles [s2, 1, 1, d2] from :class:`RotaryPositionEmbedding`, or a pair
         (for q, for k), applied to q and k after the projection as TE does (its fused kernel's
-        arithmetic, :func:`fp8emu.torch.rope.apply_rotary_pos_emb` with ``fused=True``). Returns
+        arithmetic, :func:`fp8emu.torch.attention.rope.apply_rotary_pos_emb` with ``fused=True``). Returns
         ``out``, or ``(out, proj_bias)`` with return_bias, plus the norm output with
         return_layernorm_output (as TE).
     """

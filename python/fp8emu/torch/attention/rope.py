@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["RotaryPositionEmbedding", "apply_rotary_pos_emb"]
+__all__ = ["RotaryPositionEmbedding", "apply_rotary_pos_emb", "apply_fused_qkv_rotary_pos_emb"]
 
 _FORMATS = ("sbhd", "bshd", "thd")
 
@@ -31,7 +31,9 @@ class RotaryPositionEmbedding(torch.nn.Module):
     """TE ``RotaryPositionEmbedding`` (RoFormer's rotary embedding, arXiv:2104.09864).
 
     Args (TE's):
-        dim: rotary dimension d2 (even); with ``rotary_percent < 1`` TE's ``int(dim * rotary_percent)``.
+        dim: rotary dimension; with ``rotary_percent < 1`` TE's ``int(dim * rotary_percent)``. The
+            angles have 2 ceil(dim / 2) channels (TE's ``arange(0, dim, 2)``: an odd dim gives one
+            more channel than dim; 0 gives none).
         rotary_percent: fraction of ``dim`` rotated.
         seq_len_interpolation_factor, pretrained_max_position_embeddings: TE's position
             interpolation (arXiv:2306.15595): positions multiplied by ``1 / factor``, or by
@@ -44,7 +46,6 @@ class RotaryPositionEmbedding(torch.nn.Module):
     forward(max_seq_len, offset=0) -> float32 angles [max_seq_len, 1, 1, d2]: position
     ``(arange(max_seq_len) + offset)`` (after interpolation) times ``inv_freq``, the d2/2 angles
     repeated as [a, a] (or pairwise when interleaved), computed outside ``torch.autocast`` as TE.
-    Raises ValueError for a non-positive or odd rotary dimension.
     """
 
     def __init__(self, dim: int, rotary_percent: float = 1.0, seq_len_interpolation_factor: Optional[int] = None,
@@ -53,8 +54,6 @@ class RotaryPositionEmbedding(torch.nn.Module):
         super().__init__()
         if rotary_percent < 1.0:
             dim = int(dim * rotary_percent)
-        if dim <= 0 or dim % 2:
-            raise ValueError(f"RotaryPositionEmbedding: the rotary dimension must be a positive even number; got {dim}")
         self.seq_len_interpolation_factor = seq_len_interpolation_factor
         self.rotary_base = rotary_base
         inv_freq = 1.0 / (self.rotary_base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
@@ -163,3 +162,38 @@ def apply_rotary_pos_emb(t: "torch.Tensor", freqs: "torch.Tensor", tensor_format
     elif seqlen * cp_size > freqs.shape[0]:
         raise ValueError(f"Rotary Embeddings only suppported up to {freqs.shape[0]} sequence length!")
     return _apply_base(t, _freqs_on_rank(freqs, seqlen, cp_size, cp_rank), tensor_format, interleaved, fused)
+
+
+def apply_fused_qkv_rotary_pos_emb(qkv: "torch.Tensor", q_freqs: "torch.Tensor", k_freqs: "torch.Tensor",
+                                   qkv_split_arg_list: list, tensor_format: str = "sbhd",
+                                   start_positions: Optional["torch.Tensor"] = None, interleaved: bool = False,
+                                   cu_seqlens: Optional["torch.Tensor"] = None, cp_size: int = 1,
+                                   cp_rank: int = 0) -> tuple:
+    """TE ``apply_fused_qkv_rotary_pos_emb``: split a fused QKV tensor and rotate q and k.
+
+    Args:
+        qkv: [s, b, g, q + k + v] ("sbhd") or [b, s, g, q + k + v] ("bshd"), g the key/value
+            groups, the last dimension [q | k | v] with sizes ``qkv_split_arg_list`` = [q, k, v].
+        q_freqs, k_freqs: float angles [s2, 1, 1, d2] for q and k.
+    Returns (q [.., g q / k, k], k [.., g, k], v [.., g, v]): each group's q split into heads of
+    the key width k, as TE's kernel lays them out; q and k rotated with TE's fused arithmetic
+    (:func:`apply_rotary_pos_emb`, ``fused=True``), v unchanged.
+    Raises ValueError for "thd" (TE: not supported), start_positions with cp_size > 1, a split that
+    does not add up to qkv's last dimension, or a q width not a multiple of k.
+    """
+    if tensor_format == "thd":
+        raise ValueError("'thd' tensor_format not supported currently.")
+    if tensor_format not in ("sbhd", "bshd"):
+        raise ValueError(f"Unsupported tensor_format: {tensor_format}.")
+    if cp_size > 1 and start_positions is not None:
+        raise ValueError("start_positions != None with CP SIZE > 1 is not supported!")
+    nq, nk, nv = (int(x) for x in qkv_split_arg_list)
+    if qkv.dim() != 4 or nq + nk + nv != qkv.shape[-1] or nk <= 0 or nq % nk:
+        raise ValueError(f"qkv_split_arg_list {list(qkv_split_arg_list)} must split qkv's last dimension "
+                         f"{qkv.shape[-1]} into q, k, v with q a multiple of k (qkv shape {tuple(qkv.shape)})")
+    q = qkv[..., :nq].reshape(qkv.shape[0], qkv.shape[1], qkv.shape[2] * (nq // nk), nk)
+    k = qkv[..., nq:nq + nk]
+    v = qkv[..., nq + nk:].contiguous()
+    common = dict(tensor_format=tensor_format, start_positions=start_positions, interleaved=interleaved,
+                  fused=True, cp_size=cp_size, cp_rank=cp_rank)
+    return apply_rotary_pos_emb(q, q_freqs, **common), apply_rotary_pos_emb(k, k_freqs, **common), v

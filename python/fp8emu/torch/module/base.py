@@ -11,7 +11,7 @@ import torch
 import numpy as np
 
 from ...recipe import Quantizer
-from ..fp8 import _BackwardGroup, _Region
+from ..fp8 import _BackwardGroup, _Region, _register
 
 
 def _promotions(recipe: Any) -> tuple:
@@ -66,8 +66,10 @@ class _Fp8Module(torch.nn.Module):
         """Registers this module's FP8 pass in the region; returns the backward group this call
         must update at the end of its backward (the first FP8 module of the region) or None."""
         region.modules.append(self)
+        if region.enabled and not region.graph:
+            _register(self._fwd_quantizer, self._bwd_quantizer, region.recipe, region.group)
         if region.backward_group is None:
-            region.backward_group = _BackwardGroup(region.recipe, region.group)
+            region.backward_group = _BackwardGroup(region.recipe, region.group, region.graph)
         region.backward_group.add(self._bwd_quantizer)
         first = needs_grad and not region.first_module_seen
         if needs_grad:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ...recipe import Quantizer
-from ..fp8 import _BackwardGroup, _Region, _STACK
+from ..fp8 import _BackwardGroup, _Region, _STACK, _register
 from .base import _Fp8Module, _extra_state, _load_extra_state, _restore_states, _rounding_seed
 from .linear import _LinearFn, _weight_cache
 from ... import layers as _layers
@@ -158,8 +158,11 @@ class GroupedLinear(_Fp8Module):
         """As _Fp8Module._region_enter for every GEMM, those without rows included: TE updates one
         fp8_meta holding all the GEMMs' slots, so a group without tokens records an amax of 0."""
         region.modules.extend(self._gemms)
+        if region.enabled and not region.graph:
+            for g in self._gemms:
+                _register(g._fwd_quantizer, g._bwd_quantizer, region.recipe, region.group)
         if region.backward_group is None:
-            region.backward_group = _BackwardGroup(region.recipe, region.group)
+            region.backward_group = _BackwardGroup(region.recipe, region.group, region.graph)
         for g in self._gemms:
             region.backward_group.add(g._bwd_quantizer)
         first = needs_grad and not region.first_module_seen

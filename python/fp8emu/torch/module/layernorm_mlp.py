@@ -25,8 +25,14 @@ def _qgelu(t: "torch.Tensor") -> "torch.Tensor":
     return t * torch.sigmoid(1.702 * t)
 
 
+def _relu(t: "torch.Tensor") -> "torch.Tensor":
+    """TE's relu, fmaxf(x, 0): a NaN gives 0 (torch.relu would keep it)."""
+    return torch.where(t > 0, t, torch.zeros_like(t))
+
+
 def _srelu(t: "torch.Tensor") -> "torch.Tensor":
-    return torch.nn.functional.relu(t) ** 2
+    """TE's srelu, x > 0 ? x * x : 0 (NaN gives 0)."""
+    return torch.where(t > 0, t * t, torch.zeros_like(t))
 
 
 def _gated(act: Callable) -> Callable:
@@ -41,20 +47,26 @@ def _gated(act: Callable) -> Callable:
 # TE's activations (transformer_engine/pytorch/ops/basic/activation.py) as PyTorch expressions.
 _ACTIVATIONS = {
     "gelu": _gelu,
-    "relu": torch.nn.functional.relu,
+    "relu": _relu,
     "qgelu": _qgelu,
     "srelu": _srelu,
     "silu": torch.nn.functional.silu,
     "glu": _gated(torch.sigmoid),
     "geglu": _gated(_gelu),
     "qgeglu": _gated(_qgelu),
-    "reglu": _gated(torch.nn.functional.relu),
+    "reglu": _gated(_relu),
     "sreglu": _gated(_srelu),
     "swiglu": _gated(torch.nn.functional.silu),
 }
 _GATED = ("glu", "geglu", "qgeglu", "reglu", "sreglu", "swiglu")
 # TE activations that need TE's activation_params: not modelled.
 _NOT_MODELLED = ("clamped_swiglu",)
+
+
+def _activate(name: str, h: "torch.Tensor") -> "torch.Tensor":
+    """TE's activation kernels compute each element in fp32 and round once to the tensor's dtype
+    (common/util/math.h); the same here: fp32 PyTorch arithmetic, one cast back."""
+    return _ACTIVATIONS[name](h.float()).to(h.dtype)
 
 
 class LayerNormMLP(torch.nn.Module):
@@ -73,23 +85,45 @@ class LayerNormMLP(torch.nn.Module):
         gated activation), ``fc1_bias`` (as many), ``fc2_weight`` (hidden_size, ffn_hidden_size), ``fc2_bias``
         (hidden_size,); no biases with ``bias=False``.
     FP8: the norm and FC1 are :class:`LayerNormLinear`'s path, FC2 is :class:`Linear`'s (its input,
-    the activation output, cast to FP8 by FC2's forward quantizer); the activation is PyTorch's, in
-    fp32 on the tensors' device (it may differ from TE's CUDA gelu, and between devices, in the last
-    bit). Each GEMM has its own
+    the activation output, cast to FP8 by FC2's forward quantizer); the activation is PyTorch's
+    arithmetic in fp32 on the tensors' device, rounded once to the tensors' dtype, as TE's kernels
+    (its transcendental functions may differ from CUDA's in the last fp32 bit). Under FP8 recipes
+    other than Float8BlockScaling TE casts the fp32 activation to FP8 directly; here FC2 casts the
+    activation rounded to the tensors' dtype, which differs only for bf16/fp16 tensors and only where
+    that rounding crosses an FP8 rounding boundary. Each GEMM has its own
     delayed-scaling slots (TE keeps the same six forward slots in one ``fp8_meta``), so the scales
     and amax histories are TE's.
     forward(inp, is_first_microbatch=None): inp (..., hidden_size) -> (..., hidden_size).
     Raises:
-        ValueError: unknown normalization or activation. NotImplementedError: "clamped_swiglu" (TE's
-        activation_params); otherwise as Linear. TypeError: as Linear.
+        ValueError: unknown normalization or activation; activation_params with another activation
+        than clamped_swiglu. NotImplementedError: "clamped_swiglu" (TE's activation_params);
+        otherwise as Linear. TypeError: as Linear.
+    Arguments in TE's order (``sequence_parallel`` is the fourth); ``seq_length``,
+    ``micro_batch_size``, ``set_parallel_mode``, ``return_layernorm_output_gathered`` and
+    ``checkpoint`` (FC1's recomputation in the backward) are accepted and change no value.
     """
 
-    def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, bias: bool = True,
-                 normalization: str = "LayerNorm", activation: str = "gelu", init_method: Optional[Callable] = None,
-                 output_layer_init_method: Optional[Callable] = None, return_bias: bool = False,
-                 return_layernorm_output: bool = False, params_dtype: Optional["torch.dtype"] = None,
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, eps: float = 1e-5, sequence_parallel: bool = False,
+                 return_bias: bool = False, get_rng_state_tracker: Optional[Callable] = None, tp_group: Any = None,
+                 tp_size: int = 1, init_method: Optional[Callable] = None, bias: bool = True,
+                 normalization: str = "LayerNorm", activation: str = "gelu", activation_params: Optional[dict] = None,
+                 output_layer_init_method: Optional[Callable] = None, fuse_wgrad_accumulation: bool = False,
+                 params_dtype: Optional["torch.dtype"] = None, return_layernorm_output: bool = False,
+                 return_layernorm_output_gathered: bool = False, seq_length: Optional[int] = None,
+                 micro_batch_size: Optional[int] = None, set_parallel_mode: bool = False,
                  zero_centered_gamma: bool = False, device: Any = "cpu", **kwargs: Any):
         super().__init__()
+        # TE's positional order (sequence_parallel 4th); the parallel, userbuffer and checkpoint
+        # arguments at their defaults only, as Linear checks them.
+        for name, value, default in (("sequence_parallel", sequence_parallel, False),
+                                     ("get_rng_state_tracker", get_rng_state_tracker, None), ("tp_group", tp_group, None),
+                                     ("tp_size", tp_size, 1), ("fuse_wgrad_accumulation", fuse_wgrad_accumulation, False)):
+            if value is not default and value != default:
+                kwargs[name] = value
+        kwargs.pop("checkpoint", None)  # TE's recomputation of FC1 in the backward: the same values
+        if activation_params is not None and activation not in _NOT_MODELLED:
+            raise ValueError(f"LayerNormMLP: activation_params is only read by clamped_swiglu (got activation="
+                             f"{activation!r})")
         _check_ignored(kwargs, "LayerNormMLP")
         if activation in _NOT_MODELLED:
             raise NotImplementedError(f"LayerNormMLP: activation={activation!r} (with TE's activation_params) is not "
@@ -97,7 +131,7 @@ class LayerNormMLP(torch.nn.Module):
         if activation not in _ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r} (accepted: {', '.join(_ACTIVATIONS)})")
         self.hidden_size, self.ffn_hidden_size = int(hidden_size), int(ffn_hidden_size)
-        self.activation = activation
+        self.activation, self.activation_params = activation, activation_params
         self.return_bias, self.return_layernorm_output = bool(return_bias), bool(return_layernorm_output)
         fc1_out = 2 * int(ffn_hidden_size) if activation in _GATED else int(ffn_hidden_size)
         fc1 = LayerNormLinear(hidden_size, fc1_out, eps=eps, bias=bias, normalization=normalization,
@@ -134,7 +168,7 @@ class LayerNormMLP(torch.nn.Module):
         self._sync_parts()
         fc1, fc2 = self._parts
         h, ln = fc1(inp, is_first_microbatch=is_first_microbatch)
-        out = fc2(_ACTIVATIONS[self.activation](h), is_first_microbatch=is_first_microbatch)
+        out = fc2(_activate(self.activation, h), is_first_microbatch=is_first_microbatch)
         result = list(out) if self.return_bias else [out]
         if self.return_layernorm_output:
             result.append(ln)
