@@ -21,6 +21,7 @@
 #include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/core/scale.hpp"
 #include "fp8emu/emulation/activation.hpp"
+#include "fp8emu/emulation/attention.hpp"
 #include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/emulation/gemm.hpp"
@@ -358,10 +359,10 @@ class CpuDevice : public Device {
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h) {
         const float* base = qkv + std::size_t(b) * std::size_t(T) * ld + std::size_t(h) * std::size_t(d);
-        for (int i = 0; i < T; ++i)
-          core::attention_row_forward(base + std::size_t(i) * ld, base + D, base + 2 * D, int(ld), i, T, d, scale, causal,
-                                      probs + (std::size_t(b * H + h) * std::size_t(T) + std::size_t(i)) * std::size_t(T),
-                                      out + (std::size_t(b) * std::size_t(T) + std::size_t(i)) * D + std::size_t(h) * std::size_t(d));
+        // core::attention_row_forward for every row i, vectorised over keys (emulation/attention.cpp)
+        emu::attention_forward_head(base, base + D, base + 2 * D, int(ld), T, d, scale, causal,
+                                    probs + std::size_t(b * H + h) * std::size_t(T) * std::size_t(T),
+                                    out + std::size_t(b) * std::size_t(T) * D + std::size_t(h) * std::size_t(d), int(D));
       }
   }
   void attention_backward(const float* qkv, const float* probs, const float* dout, int B, int T, int H, int d,

@@ -1,5 +1,5 @@
-// The vectorised tanh_rn and GELU kernels (emulation/activation.cpp) against the element functions
-// of the core (core::tanh_rn, core::gelu_tanh_forward, core::gelu_tanh_grad), bit for bit, on every
+// The vectorised exp_rn, tanh_rn and GELU kernels (emulation/activation.cpp) against the element functions
+// of the core (core::exp_rn, core::tanh_rn, core::gelu_tanh_forward, core::gelu_tanh_grad), bit for bit, on every
 // instruction-set path and thread count. The element functions are themselves checked against
 // glibc's binary64 functions and Boost.Multiprecision on all 2^32 inputs (tests/core/
 // test_fp32_math.cpp); here the oracle is the element function, which the kernels must reproduce.
@@ -37,7 +37,7 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 std::vector<float> sample_inputs() {
   std::vector<float> v;
   for (const std::uint32_t edge : {0x39800000u, 0x3E000000u, 0x4111999Au, 0x7F800000u, 0x00000000u, 0x00000001u,
-                                   0x3F800000u, 0x7FC00001u, 0x7F800123u, 0x40000000u, 0x3DFFFFFFu})
+                                   0x3F800000u, 0x7FC00001u, 0x7F800123u, 0x40000000u, 0x3DFFFFFFu, 0x42AE0000u, 0x42B00000u, 0x33000000u})
     for (std::uint32_t d = 0; d < 5; ++d)
       for (const std::uint32_t s : {0u, 0x80000000u}) {
         v.push_back(from_bits((edge + d) | s));
@@ -68,14 +68,18 @@ void each_path(Fn fn) {
 
 }  // namespace
 
-TEST_CASE("Vectorised tanh_rn and GELU: every path equals the element functions bit for bit", "[element][activation]") {
+TEST_CASE("Vectorised exp_rn and tanh_rn and the GELU: every path equals the element functions bit for bit", "[element][activation]") {
   const std::vector<float> x = sample_inputs();
   std::vector<float> dy(x.size());
   std::mt19937 g(7);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   for (auto& d : dy) d = u(g);
   each_path([&] {
-    std::vector<float> y(x.size()), gelu(x.size()), dx(x.size());
+    std::vector<float> y(x.size()), gelu(x.size()), dx(x.size()), ex(x.size());
+    emu::exp_rn(x.data(), x.size(), ex.data());
+    std::size_t bad_exp = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) bad_exp += !same_bits(ex[i], core::exp_rn(x[i]));
+    CHECK(bad_exp == 0);
     emu::tanh_rn(x.data(), x.size(), y.data());
     emu::gelu_tanh_forward(x.data(), x.size(), gelu.data());
     emu::gelu_tanh_backward(x.data(), dy.data(), x.size(), dx.data());
@@ -113,6 +117,35 @@ TEST_CASE("Vectorised tanh_rn equals core::tanh_rn for all 2^32 inputs on every 
     for (int p = 0; p < paths; ++p) {
       REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(p)) == isa_ns::GemmIsa(p));
       emu::tanh_rn(in.data(), kChunk, out.data());
+      for (std::size_t i = 0; i < kChunk; ++i)
+        if (!same_bits(out[i], want[i]) && bad[std::size_t(p)]++ == 0) first_bad[std::size_t(p)] = std::uint32_t(base + i);
+    }
+  }
+  isa_ns::set_gemm_isa(saved_isa);
+  for (int p = 0; p < paths; ++p) {
+    INFO(isa_ns::to_string(isa_ns::GemmIsa(p)) << ": first mismatch at input bits 0x" << std::hex << first_bad[std::size_t(p)]);
+    CHECK(bad[std::size_t(p)] == 0);
+  }
+}
+
+TEST_CASE("Vectorised exp_rn equals core::exp_rn for all 2^32 inputs on every path",
+          "[element][activation][exhaustive]") {
+  // Per chunk of inputs, the element function once (OpenMP), then every ISA path (2 threads).
+  constexpr std::size_t kChunk = std::size_t(1) << 22;
+  std::vector<float> in(kChunk), want(kChunk), out(kChunk);
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const int paths = int(isa_ns::gemm_isa_supported()) + 1;
+  std::vector<std::uint64_t> bad(std::size_t(paths), 0);
+  std::vector<std::uint32_t> first_bad(std::size_t(paths), 0);
+  for (std::uint64_t base = 0; base < (std::uint64_t(1) << 32); base += kChunk) {
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t i = 0; i < std::ptrdiff_t(kChunk); ++i) {
+      in[std::size_t(i)] = from_bits(std::uint32_t(base + std::uint64_t(i)));
+      want[std::size_t(i)] = core::exp_rn(in[std::size_t(i)]);
+    }
+    for (int p = 0; p < paths; ++p) {
+      REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(p)) == isa_ns::GemmIsa(p));
+      emu::exp_rn(in.data(), kChunk, out.data());
       for (std::size_t i = 0; i < kChunk; ++i)
         if (!same_bits(out[i], want[i]) && bad[std::size_t(p)]++ == 0) first_bad[std::size_t(p)] = std::uint32_t(base + i);
     }

@@ -1,6 +1,6 @@
 /// \file activation.hpp
-/// \brief Vectorised CPU kernels of the tanh-form GELU and of the correctly rounded tanh: the bits
-/// of the element layer (core::gelu_tanh_forward, core::gelu_tanh_grad, core::tanh_rn in
+/// \brief Vectorised CPU kernels of the tanh-form GELU and of the correctly rounded tanh and exp: the bits
+/// of the element layer (core::gelu_tanh_forward, core::gelu_tanh_grad, core::tanh_rn, core::exp_rn in
 /// include/fp8emu/core), eight elements at a time.
 ///
 /// Each kernel evaluates, per element, the same IEEE binary32 and binary64 operations in the same
@@ -17,6 +17,11 @@
 #include <cstddef>
 
 namespace fp8emu::emu {
+
+/// y[i] = core::exp_rn(x[i]) for i < n (the attention softmax's exponential, eight lanes at a
+/// time: lanes with NaN, |x| < 2^-25, x > 88, x < -87 or an exact fp32 midpoint call
+/// core::exp_rn). x and y may be the same array. OpenMP over chunks for large n; deterministic.
+void exp_rn(const float* x, std::size_t n, float* y);
 
 /// y[i] = core::tanh_rn(x[i]) for i < n. x and y may be the same array. Threads: OpenMP over
 /// chunks for large n; deterministic.
