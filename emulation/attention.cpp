@@ -68,7 +68,50 @@ FP8EMU_SIMD_INLINE void forward_body(const float* q0, const float* k0, const flo
   }
 }
 
+FP8EMU_SIMD_INLINE void backward_q_body(const float* p0, const float* go0, int ldg, const float* k0, const float* v0,
+                                        int ld, int T, int d, float scale, bool causal, float* ds0, float* dq0,
+                                        int lddq, float* vt, int T8) {
+  // V transposed and zero padded: vt[c * T8 + j] = v_j[c].
+  for (int c = 0; c < d; ++c)
+    for (int j = 0; j < T8; ++j) vt[std::size_t(c) * T8 + j] = j < T ? v0[std::size_t(j) * ld + c] : 0.0f;
+  for (int i = 0; i < T; ++i) {
+    const float* p = p0 + std::size_t(i) * T;
+    const float* go = go0 + std::size_t(i) * ldg;
+    float* ds = ds0 + std::size_t(i) * T;
+    float* dq = dq0 + std::size_t(i) * lddq;
+    const int n = (causal ? i : T - 1) + 1;
+    // dp_j = go . v_j in c order, eight keys at once (stored in ds as the element function does).
+    alignas(32) float s8[8];
+    for (int j0 = 0; j0 < n; j0 += 8) {
+      v8f s = v8f{};
+      for (int c = 0; c < d; ++c) s = s + go[c] * load8(vt + std::size_t(c) * T8 + j0);
+      store8(s8, s);
+      for (int j = j0; j < n && j < j0 + 8; ++j) ds[j] = s8[j - j0];
+    }
+    float dot = 0.0f;
+    for (int j = 0; j < n; ++j) dot += ds[j] * p[j];
+    for (int j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - dot) * scale;
+    for (int c = 0; c < d; ++c) dq[c] = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      const float* k = k0 + std::size_t(j) * ld;
+      const float dsj = ds[j];
+      int c = 0;
+      for (; c + 8 <= d; c += 8) store8(dq + c, load8(dq + c) + dsj * load8(k + c));
+      for (; c < d; ++c) dq[c] += dsj * k[c];
+    }
+  }
+}
+
 #if defined(__x86_64__) || defined(_M_X64)
+#define FP8EMU_ATT_BQ_PARAMS                                                                                   \
+  (const float* p0, const float* go0, int ldg, const float* k0, const float* v0, int ld, int T, int d, float scale, \
+   bool causal, float* ds0, float* dq0, int lddq, float* vt, int T8)
+#define FP8EMU_ATT_BQ_ARGS (p0, go0, ldg, k0, v0, ld, T, d, scale, causal, ds0, dq0, lddq, vt, T8)
+__attribute__((target("avx512f,avx512vl"))) void backward_q_avx512 FP8EMU_ATT_BQ_PARAMS {
+  backward_q_body FP8EMU_ATT_BQ_ARGS;
+}
+__attribute__((target("avx2"))) void backward_q_avx2 FP8EMU_ATT_BQ_PARAMS { backward_q_body FP8EMU_ATT_BQ_ARGS; }
+void backward_q_base FP8EMU_ATT_BQ_PARAMS { backward_q_body FP8EMU_ATT_BQ_ARGS; }
 #define FP8EMU_ATT_PARAMS                                                                                     \
   (const float* q0, const float* k0, const float* v0, int ld, int T, int d, float scale, bool causal, float* p0, \
    float* o0, int ldo, float* kt, int T8)
@@ -94,6 +137,27 @@ void attention_forward_head(const float* q0, const float* k0, const float* v0, i
   }
 #else
   forward_body(q0, k0, v0, ld, T, d, scale, causal, p0, o0, ldo, kt.data(), T8);
+#endif
+}
+
+void attention_backward_q_head(const float* p0, const float* go0, int ldg, const float* k0, const float* v0, int ld,
+                               int T, int d, float scale, bool causal, float* ds0, float* dq0, int lddq) {
+  if (T <= 0) return;
+  const int T8 = (T + 7) / 8 * 8;
+  thread_local std::vector<float> vt;
+  if (vt.size() < std::size_t(T8) * std::size_t(d > 0 ? d : 1)) vt.resize(std::size_t(T8) * std::size_t(d > 0 ? d : 1));
+#if defined(__x86_64__) || defined(_M_X64)
+  switch (detail::gemm_isa()) {
+    case detail::GemmIsa::kAvx512:
+      backward_q_avx512(p0, go0, ldg, k0, v0, ld, T, d, scale, causal, ds0, dq0, lddq, vt.data(), T8);
+      break;
+    case detail::GemmIsa::kAvx2:
+      backward_q_avx2(p0, go0, ldg, k0, v0, ld, T, d, scale, causal, ds0, dq0, lddq, vt.data(), T8);
+      break;
+    default: backward_q_base(p0, go0, ldg, k0, v0, ld, T, d, scale, causal, ds0, dq0, lddq, vt.data(), T8);
+  }
+#else
+  backward_q_body(p0, go0, ldg, k0, v0, ld, T, d, scale, causal, ds0, dq0, lddq, vt.data(), T8);
 #endif
 }
 

@@ -378,10 +378,9 @@ class CpuDevice : public Device {
         float* ds0 = ds + std::size_t(b * H + h) * TT;
         const float* go0 = dout + row0 * D + hd;
         float* dq0 = dqkv + row0 * ld + hd;
-        for (int i = 0; i < T; ++i)
-          core::attention_row_backward_q(p0 + std::size_t(i) * std::size_t(T), go0 + std::size_t(i) * D, q0 + D,
-                                         q0 + 2 * D, int(ld), i, T, d, scale, causal, ds0 + std::size_t(i) * std::size_t(T),
-                                         dq0 + std::size_t(i) * ld);
+        // core::attention_row_backward_q for every row i, vectorised over keys (emulation/attention.cpp)
+        emu::attention_backward_q_head(p0, go0, int(D), q0 + D, q0 + 2 * D, int(ld), T, d, scale, causal, ds0, dq0,
+                                       int(ld));
         for (int j = 0; j < T; ++j)
           core::attention_col_backward_kv(ds0, p0, T, q0, int(ld), go0, int(D), j, T, d, causal, dq0 + std::size_t(j) * ld + D,
                                           dq0 + std::size_t(j) * ld + 2 * D);

@@ -16,7 +16,7 @@
 
 using namespace fp8emu;
 
-TEST_CASE("Vectorised attention forward equals core::attention_row_forward bit for bit", "[element][attention]") {
+TEST_CASE("Vectorised attention forward and query backward equal the element functions bit for bit", "[element][attention]") {
   namespace isa_ns = fp8emu::emu::detail;
   const isa_ns::GemmIsa saved = isa_ns::gemm_isa();
   std::mt19937 g(11);
@@ -50,9 +50,29 @@ TEST_CASE("Vectorised attention forward equals core::attention_row_forward bit f
         std::size_t bad_p = 0, bad_o = 0;
         for (std::size_t x = 0; x < got_p.size(); ++x) bad_p += std::memcmp(&got_p[x], &want_p[x], 4) != 0;
         for (std::size_t x = 0; x < got_o.size(); ++x) bad_o += std::memcmp(&got_o[x], &want_o[x], 4) != 0;
+        // The query side of the backward, from the forward's probabilities and an output gradient.
+        std::vector<float> go(std::size_t(sh.T) * sh.d);
+        for (auto& x : go) x = n01(g);
+        std::vector<float> want_ds(want_p.size()), want_dq(std::size_t(sh.T) * sh.d), got_ds(want_p.size(), -7.0f),
+            got_dq(want_dq.size(), -7.0f);
+        for (int i = 0; i < sh.T; ++i)
+          core::attention_row_backward_q(want_p.data() + std::size_t(i) * sh.T, go.data() + std::size_t(i) * sh.d, k0,
+                                         v0, ld, i, sh.T, sh.d, scale, causal, want_ds.data() + std::size_t(i) * sh.T,
+                                         want_dq.data() + std::size_t(i) * sh.d);
+        emu::attention_backward_q_head(want_p.data(), go.data(), sh.d, k0, v0, ld, sh.T, sh.d, scale, causal,
+                                       got_ds.data(), got_dq.data(), sh.d);
+        std::size_t bad_ds = 0, bad_dq = 0;
+        for (int i = 0; i < sh.T; ++i)  // ds past the last key is not written by either
+          for (int j = 0; j <= (causal ? i : sh.T - 1); ++j) {
+            const std::size_t x = std::size_t(i) * sh.T + std::size_t(j);
+            bad_ds += std::memcmp(&got_ds[x], &want_ds[x], 4) != 0;
+          }
+        for (std::size_t x = 0; x < got_dq.size(); ++x) bad_dq += std::memcmp(&got_dq[x], &want_dq[x], 4) != 0;
         INFO(isa_ns::to_string(isa_ns::GemmIsa(p)) << ", T " << sh.T << ", d " << sh.d << ", causal " << causal);
         CHECK(bad_p == 0);
         CHECK(bad_o == 0);
+        CHECK(bad_ds == 0);
+        CHECK(bad_dq == 0);
       }
     }
   }

@@ -1,6 +1,7 @@
 /// \file attention.hpp
-/// \brief Vectorised CPU forward of the attention core for one (batch, head): the bits of
-/// core::attention_row_forward for every query row, eight keys at a time.
+/// \brief Vectorised CPU forward (and the query side of the backward) of the attention core for
+/// one (batch, head): the bits of core::attention_row_forward (attention_row_backward_q) for every
+/// query row, eight keys at a time.
 ///
 /// Each query row's scores are its q . k_j sums in c order (one fp32 product and one fp32 sum per
 /// term, as core::attention_row_forward), with eight keys in the lanes; the exponentials are
@@ -18,5 +19,12 @@ namespace fp8emu::emu {
 /// causal, p0 + i * T, o0 + i * ldo) for every i. Single-threaded (callers parallelise over heads).
 void attention_forward_head(const float* q0, const float* k0, const float* v0, int ld, int T, int d, float scale,
                             bool causal, float* p0, float* o0, int ldo);
+
+/// The query side of the backward for rows i = 0 .. T-1 of one head: equals
+/// core::attention_row_backward_q(p0 + i * T, go0 + i * ldg, k0, v0, ld, i, T, d, scale, causal,
+/// ds0 + i * T, dq0 + i * lddq) for every i (its go . v_j sums eight keys at a time, in c order;
+/// the rest in the element function's order). Single-threaded.
+void attention_backward_q_head(const float* p0, const float* go0, int ldg, const float* k0, const float* v0, int ld,
+                               int T, int d, float scale, bool causal, float* ds0, float* dq0, int lddq);
 
 }  // namespace fp8emu::emu
