@@ -6,6 +6,7 @@
 //                           2j in the low nibble: [R, ceil(C / 2)]
 //   rowwise_scale_inv.npy   per-tensor recipes: float32 [1]; MXFP8: uint8 E8M0 codes [R, C / 32];
 //                           NVFP4: uint8 E4M3 codes [R, C / 16]; 128-block: float32 [R, C / 128]
+//                           (with --mxfp8-gemms, TE's Blackwell conversion: uint8 E8M0 [R, C / 32])
 //                           (unswizzled; with --swizzle also *_swizzled.npy in cuBLAS's layout)
 //   columnwise_data.npy, columnwise_scale_inv.npy   the same for x^T [C, R] (NVFP4: after the
 //                           Hadamard transform when it is on)
@@ -37,7 +38,7 @@ namespace {
 
 struct QuantizeOptions {
   std::string recipe, role = "input", in, out, format, backend = "emulated", mxfp8_rule = "te";
-  bool no_rht = false, no_sr = false, no_2d = false, swizzle = false;
+  bool no_rht = false, no_sr = false, no_2d = false, swizzle = false, mxfp8_gemms = false;
   std::string seed = "0", offset = "0";
 };
 
@@ -146,17 +147,20 @@ int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err)
     const std::uint64_t seed = parse_u64(o.seed, "--seed"), offset = parse_u64(o.offset, "--offset");
     nv.seed = seed;
     set.get<scaling::MXFP8BlockScaling>().rule = scaling::parse_e8m0_rule(o.mxfp8_rule, "--mxfp8-rule");
+    set.get<scaling::Float8BlockScaling>().mxfp8_gemms = o.mxfp8_gemms;
     const scaling::Recipe recipe = set.find(o.recipe);
+    FP8EMU_CHECK(!o.mxfp8_gemms || o.recipe == "block", "--mxfp8-gemms is a switch of --recipe block (TE's ",
+                 "Blackwell conversion of its scales), not of ", o.recipe);
+    const bool e8m0_scales = o.recipe == "mxfp8" || o.mxfp8_gemms;
     const bool nvfp4 = std::holds_alternative<scaling::NVFP4BlockScaling>(recipe);
     FP8EMU_CHECK(!nvfp4 || o.format.empty() || o.format == "e4m3", "--format ", o.format,
                  " does not apply to --recipe nvfp4: its formats are TE's fixed ones (E2M1 elements, E4M3 block "
                  "scales)");
     FP8EMU_CHECK(nvfp4 || (!o.no_rht && !o.no_sr && !o.no_2d), "--no-rht, --no-sr and --no-2d are switches of ",
                  "--recipe nvfp4, not of ", o.recipe);
-    FP8EMU_CHECK(o.swizzle ? scaling::scaling_mode(recipe) == scaling::ScalingMode::kBlock &&
-                                 (nvfp4 || o.recipe == "mxfp8")
-                           : true,
-                 "--swizzle writes cuBLAS's layout of E8M0 or E4M3 block scales: --recipe mxfp8 or nvfp4");
+    FP8EMU_CHECK(!o.swizzle || nvfp4 || e8m0_scales,
+                 "--swizzle writes cuBLAS's layout of E8M0 or E4M3 block scales: --recipe mxfp8, nvfp4, or block "
+                 "with --mxfp8-gemms");
     const scaling::TensorRole role = parse_role(o.role);
     int rows = 0, cols = 0;
     const std::vector<float> x = read_input(o.in, rows, cols);
@@ -210,7 +214,7 @@ int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err)
         if (nvfp4) {  // E4M3 block scales: exact E4M3 values, so their codes are exact
           for (std::size_t i = 0; i < codes.size(); ++i)
             codes[i] = core::f32_to_fp8(v.scale_inv[i], kSpecE4M3, Saturation::kSatFinite);
-        } else if (o.recipe == "mxfp8") {  // E8M0 scales: powers of two (or NaN)
+        } else if (e8m0_scales) {  // E8M0 scales: powers of two (or NaN)
           for (std::size_t i = 0; i < codes.size(); ++i)
             codes[i] = core::e8m0_from_f32_bits(core::f32_to_bits(v.scale_inv[i]), true, false);
         } else {
@@ -276,7 +280,9 @@ Command add_quantize(CLI::App& app) {
   c->add_option("--mxfp8-rule", o->mxfp8_rule,
                 "mxfp8: E8M0 scale rule: te (round up), ocp (floor) or even (torchao's EVEN)")
       ->capture_default_str();
-  c->add_flag("--swizzle", o->swizzle, "mxfp8, nvfp4: also write the scales in cuBLAS's swizzled layout");
+  c->add_flag("--mxfp8-gemms", o->mxfp8_gemms,
+              "block: TE's Blackwell conversion for its MXFP8 GEMMs: E8M0 scales on 1 x 32 blocks (uint8 codes)");
+  c->add_flag("--swizzle", o->swizzle, "mxfp8, nvfp4, block --mxfp8-gemms: also write the scales in cuBLAS's swizzled layout");
   c->add_option("--backend", o->backend, "Where the cast runs: emulated (the CPU emulator), element (the per-element reference) or cuda (the GPU)")->capture_default_str();
   return {c, [o] { return run_quantize(*o, std::cout, std::cerr); }};
 }

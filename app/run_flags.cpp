@@ -43,6 +43,8 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
       ->capture_default_str();
   cmd->add_flag("--block-f32-scales", recipes.get<scaling::Float8BlockScaling>().use_f32_scales,
                 "Block scaling: plain fp32 scales instead of powers of 2");
+  cmd->add_flag("--block-mxfp8-gemms", recipes.get<scaling::Float8BlockScaling>().mxfp8_gemms,
+                "Block scaling: GEMMs as TE runs them on Blackwell (scales to E8M0 on 1 x 32 blocks, MXFP8 GEMMs)");
   cmd->add_option("--mxfp8-rule", n->mx_rule, "MXFP8 E8M0 scale rule: te (round up), ocp (floor) or even (torchao's EVEN: amax rounded to the element precision, then floor)")
       ->capture_default_str();
   auto& nvfp4 = recipes.get<scaling::NVFP4BlockScaling>();

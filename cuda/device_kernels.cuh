@@ -155,6 +155,16 @@ __global__ void round_tf32_kernel(float* x, std::size_t n) {
   FP8EMU_FOR_EACH(i, n) x[i] = core::bits_to_f32(core::f32_bits_to_tf32_rna(core::f32_to_bits(x[i])));
 }
 
+// out[r, j] = the MXFP8 scale of in[r, j / repeat] (Device::block_scales_to_mxfp8), one thread each.
+__global__ void block_scales_to_mxfp8_kernel(const float* __restrict__ in, int out_blocks, int repeat,
+                                             float* __restrict__ out, std::size_t n) {
+  const std::size_t in_blocks = (std::size_t(out_blocks) + repeat - 1) / repeat;
+  FP8EMU_FOR_EACH(i, n) {
+    const std::size_t r = i / std::size_t(out_blocks), j = i % std::size_t(out_blocks);
+    out[i] = core::bits_to_f32(core::mxfp8_scale_from_block_scale_inv_bits(core::f32_to_bits(in[r * in_blocks + j / repeat])));
+  }
+}
+
 // bf16 bits of fp32 values (RNE; exact for values round_bf16 left): the library bf16 GEMM's operands.
 __global__ void to_bf16_bits_kernel(const float* __restrict__ x, std::uint16_t* __restrict__ out, std::size_t n) {
   FP8EMU_FOR_EACH(i, n) out[i] = core::f32_bits_to_bf16_rne(core::f32_to_bits(x[i]));

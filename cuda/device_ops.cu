@@ -30,6 +30,7 @@
 #include "fp8emu/device/device.hpp"
 #include "fp8emu/core/accumulation.hpp"
 #include "fp8emu/core/attention.hpp"
+#include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/core/fp32_ops.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/core/nn_element.hpp"
@@ -419,6 +420,16 @@ class CudaDevice final : public backend::Device {
     if (M == 0 || N == 0) return;
     State& s = enter();
     launch_gemm_block_tn(M, N, K, block, A, fa, sa, B, fb, sb, amax_a, amax_b, acc.model, D, s.stream);
+  }
+
+  void block_scales_to_mxfp8(const float* in, int rows, int out_blocks, int repeat, float* out) const override {
+    FP8EMU_CHECK(rows >= 0 && out_blocks >= 0 && repeat >= 1, "block_scales_to_mxfp8: bad shape rows=", rows,
+                 " out_blocks=", out_blocks, " repeat=", repeat);
+    const std::size_t n = std::size_t(rows) * std::size_t(out_blocks);
+    if (n == 0) return;
+    State& s = enter();
+    block_scales_to_mxfp8_kernel<<<blocks_1d(n), kThreads1d, 0, s.stream>>>(in, out_blocks, repeat, out, n);
+    FP8EMU_CUDA_CHECK_LAUNCH("block_scales_to_mxfp8_kernel");
   }
 
   // ---- per-element work of an MLP step ----

@@ -235,11 +235,18 @@ class Float8BlockScaling(Recipe):
     (TE's NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1, read when fp8emu is imported, as TE reads it).
     ``x_block_scaling_dim`` / ``w_block_scaling_dim`` / ``grad_block_scaling_dim`` are TE's (1 or 2,
     with TE's checks); fp8emu runs TE's defaults (1, 2, 1) and refuses the other valid choices by
-    name. The GEMMs always promote (TE requires ``use_split_accumulator=True`` for all three)."""
+    name. The GEMMs always promote (TE requires ``use_split_accumulator=True`` for all three).
+
+    ``mxfp8_gemms`` (fp8emu's, not a TE field: TE picks it from the GPU) runs the GEMMs as TE does on
+    Blackwell (sm_100 and newer): the same FP8 codes, each power-of-two ``scale_inv`` converted to
+    the E8M0 code of its exponent and broadcast to four 1 x 32 blocks, every 32-block's partial
+    promoted (an MXFP8 GEMM). It needs power-of-two scales (``use_f32_scales=False``), as TE
+    asserts on Blackwell; docs/transformer-engine.md has the sources."""
 
     fp8_format: Format = Format.E4M3
     use_f32_scales: bool = os.getenv("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") == "1"
     amax_epsilon: float = 0.0
+    mxfp8_gemms: bool = False
     x_block_scaling_dim: int = 1
     w_block_scaling_dim: int = 2
     grad_block_scaling_dim: int = 1

@@ -16,6 +16,7 @@
 
 #include "fp8emu/backend/device.hpp"
 #include "fp8emu/core/attention.hpp"
+#include "fp8emu/core/e8m0.hpp"
 #include "fp8emu/core/hadamard.hpp"
 #include "fp8emu/core/half.hpp"
 #include "fp8emu/core/nn_element.hpp"
@@ -162,6 +163,16 @@ class CpuDevice : public Device {
       return q;
     };
     gemm_fp8_block_tn_host(record(M, A, fa, sa, amax_a), record(N, B, fb, sb, amax_b), acc, D);
+  }
+
+  void block_scales_to_mxfp8(const float* in, int rows, int out_blocks, int repeat, float* out) const override {
+    FP8EMU_CHECK(rows >= 0 && out_blocks >= 0 && repeat >= 1, "block_scales_to_mxfp8: bad shape rows=", rows,
+                 " out_blocks=", out_blocks, " repeat=", repeat);
+    const int in_blocks = (out_blocks + repeat - 1) / repeat;
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < out_blocks; ++j)
+        out[std::size_t(r) * std::size_t(out_blocks) + std::size_t(j)] = core::bits_to_f32(
+            core::mxfp8_scale_from_block_scale_inv_bits(core::f32_to_bits(in[std::size_t(r) * std::size_t(in_blocks) + std::size_t(j / repeat)])));
   }
 
  protected:

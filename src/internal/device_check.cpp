@@ -293,9 +293,10 @@ std::vector<emu::GemmAccumulation> device_check_accumulations() {
 
 std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand, const DeviceCheckOptions& opt) {
   FP8EMU_CHECK(opt.only.empty() || opt.only == "current_scale" || opt.only == "cast_transpose" ||
-                   opt.only == "block_cast" || opt.only == "gemm_fp8_tn" || opt.only == "gemm_fp8_block_tn",
+                   opt.only == "block_cast" || opt.only == "gemm_fp8_tn" || opt.only == "gemm_fp8_block_tn" ||
+                   opt.only == "block_scales_to_mxfp8",
                "device check: unknown operation '", opt.only,
-               "' (current_scale, cast_transpose, block_cast, gemm_fp8_tn, gemm_fp8_block_tn)");
+               "' (current_scale, cast_transpose, block_cast, gemm_fp8_tn, gemm_fp8_block_tn, block_scales_to_mxfp8)");
   Recorder rec;
   auto wants = [&](const char* op) { return opt.only.empty() || opt.only == op; };
   auto progress = [&](const std::string& s) {
@@ -589,6 +590,29 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
                 });
           }
       }
+    }
+  }
+  // Float8BlockScaling's scales turned into MXFP8 ones (TE on Blackwell): powers of two over the
+  // whole E8M0 range (2^-127 a subnormal), values with a mantissa (dropped), ragged last blocks.
+  if (wants("block_scales_to_mxfp8")) {
+    DeviceCheckRow& r = rec.row("block_scales_to_mxfp8", "pow2 and other scale_inv");
+    std::mt19937_64 g(mix(opt.seed, 77));
+    for (const int out_blocks : {1, 4, 7, 33}) {
+      const int rows = 5, in_blocks = (out_blocks + 3) / 4;
+      std::vector<float> in(std::size_t(rows) * std::size_t(in_blocks));
+      for (float& v : in)
+        v = g() % 4 == 0 ? std::ldexp(1.0f + float(g() % 8) / 8.0f, int(g() % 254) - 126)
+                         : std::ldexp(1.0f, int(g() % 255) - 127);
+      const std::string w = "blocks " + std::to_string(out_blocks);
+      compare(
+          r, w,
+          [&](const Device& d) {
+            const DeviceTensor<float> src = put(d, in);
+            DeviceTensor<float> out = put(d, std::vector<float>(std::size_t(rows) * std::size_t(out_blocks), -1.0f));
+            d.block_scales_to_mxfp8(src.get(), rows, out_blocks, 4, out.get());
+            return get(out);
+          },
+          [&](const std::vector<float>& a, const std::vector<float>& b) { cmp_f32(r, w, a.data(), b.data(), a.size()); });
     }
   }
   return rec.take();

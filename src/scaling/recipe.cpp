@@ -67,6 +67,10 @@ void Float8BlockScaling::validate() const {
   FP8EMU_CHECK(std::isfinite(amax_epsilon) && amax_epsilon >= 0.0f,
                "block scaling: amax_epsilon must be finite and >= 0, got ", amax_epsilon);
   check_not_e5m2(fp8_format, "block scaling");
+  FP8EMU_CHECK(!(mxfp8_gemms && use_f32_scales),
+               "block scaling: mxfp8_gemms (Blackwell) needs power-of-two scales, but use_f32_scales is on (TE: on ",
+               "Blackwell the FP8 block scaling recipe is emulated with MXFP8, which requires power of two scaling ",
+               "factors)");
 }
 
 void NVFP4BlockScaling::validate() const {

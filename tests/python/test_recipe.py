@@ -156,6 +156,64 @@ def test_float8_block_scaling_by_hand():
             assert qw.columnwise_scale_inv[128 * tj, ti] == np.float32(1) / s
 
 
+def test_float8_block_scaling_mxfp8_gemms_is_te_blackwell_conversion():
+    # TE on Blackwell (common/swizzle/swizzle_block_scaling.cu): the same codes; each power-of-two
+    # scale_inv becomes the E8M0 code of its fp32 exponent field, `(bits >> 23) & 0xFF`, broadcast
+    # to the four 1 x 32 blocks of its 128-block; the GEMM then runs on 32-blocks.
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((6, 300)) * 7).astype(np.float32)
+    x[:, 3] *= 500
+    w = (rng.standard_normal((130, 300)) * 2).astype(np.float32)
+    hopper = fp8emu.Quantizer(fp8emu.Float8BlockScaling(), "forward")
+    blackwell = fp8emu.Quantizer(fp8emu.Float8BlockScaling(mxfp8_gemms=True), "forward")
+    for t, role in ((x, "input"), (w, "weight")):
+        q128, q32 = hopper.quantize(t, role, "both"), blackwell.quantize(t, role, "both")
+        assert q32.block == 32
+        for view in ("rowwise", "columnwise"):
+            assert np.array_equal(getattr(q32, view + "_data").view(np.uint8), getattr(q128, view + "_data").view(np.uint8))
+            s128 = getattr(q128, view + "_scale_inv")
+            k = t.shape[1] if view == "rowwise" else t.shape[0]  # the view's K
+            code = (s128.view(np.uint32) >> 23) & 0xFF
+            want = np.ldexp(np.float32(1), code.astype(np.int32) - 127).astype(np.float32)
+            want = np.repeat(want, 4, axis=1)[:, :(k + 31) // 32]
+            assert np.array_equal(getattr(q32, view + "_scale_inv"), want)
+    with pytest.raises(ValueError, match="power-of-two scales"):
+        fp8emu.Quantizer(fp8emu.Float8BlockScaling(mxfp8_gemms=True, use_f32_scales=True), "forward")
+    # The GEMM sums 32-element partials: the product of the exact block partials in float64 matches
+    # both to rounding, and the two GEMMs differ where a 128-block partial rounds.
+    xq32, wq32 = blackwell.quantize(x, "input"), blackwell.quantize(w, "weight")
+    xq128, wq128 = hopper.quantize(x, "input"), hopper.quantize(w, "weight")
+    y32 = fp8emu.recipe.gemm(xq32, wq32, accumulation="fp32")
+    y128 = fp8emu.recipe.gemm(xq128, wq128, accumulation="fp32")
+    ref = np.zeros((6, 130), np.float32)
+    a, b = xq32.rowwise_data.astype(np.float32), wq32.rowwise_data.astype(np.float32)
+    for kb in range(10):
+        p = np.zeros((6, 130), np.float32)
+        for k in range(32 * kb, min(300, 32 * kb + 32)):
+            p = p + np.outer(a[:, k], b[:, k]).astype(np.float32)
+        s = np.outer(xq32.rowwise_scale_inv[:, kb], wq32.rowwise_scale_inv[:, kb]).astype(np.float32)
+        ref = ref + p * s
+    assert np.array_equal(y32, ref)
+    assert not np.array_equal(y32, y128)
+
+
+def test_quantize_cli_writes_te_blackwell_block_scales(cli, tmp_path):
+    # `fp8emu quantize --recipe block --mxfp8-gemms`: TE's converted MXFP8 tensor, E8M0 codes
+    # `(scale_inv bits >> 23) & 0xFF` of the 128-block scales broadcast to 1 x 32 blocks, as uint8.
+    x = (np.random.default_rng(6).standard_normal((64, 300)) * 3).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run_cli(cli, "quantize", "--recipe", "block", "--role", "weight", "--in", tmp_path / "x.npy", "--out", tmp_path / "h")
+    run_cli(cli, "quantize", "--recipe", "block", "--role", "weight", "--mxfp8-gemms", "--in", tmp_path / "x.npy",
+            "--out", tmp_path / "b")
+    for view, k in (("rowwise", 300), ("columnwise", 64)):
+        s128 = np.load(tmp_path / "h" / f"{view}_scale_inv.npy")
+        e8m0 = np.load(tmp_path / "b" / f"{view}_scale_inv.npy")
+        assert s128.dtype == np.float32 and e8m0.dtype == np.uint8
+        want = np.repeat(((s128.view(np.uint32) >> 23) & 0xFF).astype(np.uint8), 4, axis=1)[:, :(k + 31) // 32]
+        assert np.array_equal(e8m0, want)
+        assert np.array_equal(np.load(tmp_path / "b" / f"{view}_data.npy"), np.load(tmp_path / "h" / f"{view}_data.npy"))
+
+
 def test_per_tensor_gemm_is_the_scaled_gemm():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((6, 64)).astype(np.float32)
@@ -336,7 +394,9 @@ def test_recipes_reach_cpp_as_records_field_by_field():
          {"fp8_format": "hybrid", "use_power_2_scales": True, "amax_epsilon": 0.5}),
         (fp8emu.MXFP8BlockScaling(scale_rule="ocp"), {"fp8_format": "e4m3", "scale_rule": "ocp"}),
         (fp8emu.Float8BlockScaling(use_f32_scales=True, amax_epsilon=0.25),
-         {"fp8_format": "e4m3", "use_f32_scales": True, "amax_epsilon": 0.25}),
+         {"fp8_format": "e4m3", "use_f32_scales": True, "amax_epsilon": 0.25, "mxfp8_gemms": False}),
+        (fp8emu.Float8BlockScaling(mxfp8_gemms=True),
+         {"fp8_format": "e4m3", "use_f32_scales": False, "amax_epsilon": 0.0, "mxfp8_gemms": True}),
     ]
     for recipe, want in cases:
         rec = _record(recipe)

@@ -110,6 +110,9 @@ class ForwardDevice : public backend::Device {
                          const emu::GemmAccumulation& acc, float* D) const override {
     b.gemm_fp8_block_tn(M, N, K, blk, A, fa, sa, B, fb, sb, amax_a, amax_b, acc, D);
   }
+  void block_scales_to_mxfp8(const float* in, int rows, int out_blocks, int repeat, float* out) const override {
+    b.block_scales_to_mxfp8(in, rows, out_blocks, repeat, out);
+  }
 
  private:
   bool host_;

@@ -58,6 +58,21 @@ FP8EMU_HD constexpr std::uint32_t e8m0_to_f32_bits(std::uint8_t code) {
   return std::uint32_t(code) << 23;
 }
 
+/// E8M0 code of a power-of-two fp32 block scale_inv (bits): its fp32 exponent field, as TE converts
+/// Float8BlockScaling's scales for Blackwell's MXFP8 GEMM (common/swizzle/swizzle_block_scaling.cu:
+/// `(sf >> 23) & 0xFF`). For every power of two from 2^-126 to 2^127, and for 2^-127 (the fp32
+/// subnormal 0x00400000, exponent field 0 = code 0), e8m0_to_f32_bits of the code gives the value
+/// back; other values lose their mantissa, which is why TE requires power-of-two scales there.
+FP8EMU_HD constexpr std::uint8_t e8m0_from_pow2_scale_inv_bits(std::uint32_t bits) {
+  return std::uint8_t((bits >> 23) & 0xFFu);
+}
+
+/// One element of that conversion, back to the fp32 scale the MXFP8 GEMM multiplies by
+/// (2^(code - 127)): out[r][j] = this of in[r][j / repeat] (backend::Device::block_scales_to_mxfp8).
+FP8EMU_HD constexpr std::uint32_t mxfp8_scale_from_block_scale_inv_bits(std::uint32_t bits) {
+  return e8m0_to_f32_bits(e8m0_from_pow2_scale_inv_bits(bits));
+}
+
 /// fp32 bits of 2^(127 - code), the multiplier TE applies before the FP8 cast (`exp2f_rcp`):
 /// code 0 -> 2^127, code 254 -> 2^-127 (subnormal 0x00400000), 0xFF -> NaN.
 FP8EMU_HD constexpr std::uint32_t e8m0_reciprocal_f32_bits(std::uint8_t code) {

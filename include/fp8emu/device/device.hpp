@@ -284,6 +284,15 @@ class Device {
                                  const std::uint8_t* B, Format fb, const float* sb, const float* amax_a,
                                  const float* amax_b, const emu::GemmAccumulation& acc, float* D) const = 0;
 
+  /// TE's conversion of Float8BlockScaling's block scales for the MXFP8 GEMM it runs on Blackwell
+  /// (pytorch/csrc/extensions/swizzle.cpp convert_block_scaling_to_mxfp8_tensor, kernels in
+  /// common/swizzle/swizzle_block_scaling.cu): each power-of-two scale_inv becomes the E8M0 code of
+  /// its fp32 exponent field, broadcast to `repeat` consecutive 1 x 32 blocks:
+  /// out[r, j] = core::mxfp8_scale_from_block_scale_inv_bits(in[r, j / repeat]) for j < out_blocks,
+  /// in [rows, ceil(out_blocks / repeat)], out [rows, out_blocks], fp32 (the GEMM's scale values).
+  /// 	hrows fp8emu::Error for a negative shape or repeat < 1.
+  virtual void block_scales_to_mxfp8(const float* in, int rows, int out_blocks, int repeat, float* out) const = 0;
+
   // ---- per-element work of an MLP step (core/nn_element.hpp) ----------------------------------
   /// y[i, j] += b[j] (fp32 add), y [rows, cols], b [cols].
   virtual void bias_add(float* y, const float* b, int rows, int cols) const = 0;

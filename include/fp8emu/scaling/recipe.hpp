@@ -197,7 +197,14 @@ struct Float8BlockScaling {
   RecipeFormat fp8_format = RecipeFormat::kE4M3;
   bool use_f32_scales = false;  ///< TE env NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1; default pow2 scales.
   float amax_epsilon = 0.0f;
-  /// \throws fp8emu::Error for a negative or non-finite epsilon or the E5M2 format.
+  /// The GEMMs as TE runs this recipe on Blackwell (sm_100 and newer, where cuBLASLt has no 128-block
+  /// mode; pytorch/csrc/extensions/gemm.cpp): the same FP8 codes, each power-of-two scale_inv turned
+  /// into the E8M0 code of its exponent field and broadcast to four 1 x 32 blocks, and the GEMM an
+  /// MXFP8 one (every 32-block's partial promoted). Off: Hopper's 128-block GEMMs. Needs
+  /// power-of-two scales, as TE asserts on Blackwell.
+  bool mxfp8_gemms = false;
+  /// \throws fp8emu::Error for a negative or non-finite epsilon, the E5M2 format, or mxfp8_gemms
+  ///         with use_f32_scales.
   void validate() const;
   /// Its quantizer (block_quantizer.hpp). \throws fp8emu::Error as validate().
   std::unique_ptr<Quantizer> make_quantizer(Direction direction) const;
@@ -207,6 +214,7 @@ struct Float8BlockScaling {
     f("fp8_format", to_string(fp8_format));
     f("use_f32_scales", use_f32_scales);
     f("amax_epsilon", amax_epsilon);
+    f("mxfp8_gemms", mxfp8_gemms);
   }
   /// As DelayedScaling::visit_fields (fp8emu.Float8BlockScaling).
   template <class Self, class F>
@@ -214,6 +222,7 @@ struct Float8BlockScaling {
     f("fp8_format", r.fp8_format);
     f("use_f32_scales", r.use_f32_scales);
     f("amax_epsilon", r.amax_epsilon);
+    f("mxfp8_gemms", r.mxfp8_gemms);
   }
 };
 

@@ -79,7 +79,7 @@ struct DeviceCheckOptions {
                                            ///< casts and GEMMs of M = s, N = s + 3, K = 2s + 1.
   std::uint64_t seed = 1;
   /// If non-empty, only the operation of this name ("current_scale", "cast_transpose",
-  /// "block_cast", "gemm_fp8_tn", "gemm_fp8_block_tn").
+  /// "block_cast", "gemm_fp8_tn", "gemm_fp8_block_tn", "block_scales_to_mxfp8").
   std::string only;
   /// Called before each group of calls with a short description (progress), if set.
   std::function<void(const std::string&)> progress;
