@@ -12,7 +12,7 @@ namespace fp8emu::cli {
 std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfig& cfg, const RunFlagWords& words) {
   struct Named {
     std::string algo = "max", mx_rule = "te";
-    bool unfused = false, quiet = false;
+    bool unfused = false, quiet = false, fnuz = false;
   };
   auto n = std::make_shared<Named>();
   scaling::RecipeSet& recipes = cfg.recipes;
@@ -39,6 +39,9 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
   cmd->add_option("--margin", delayed.margin, "Delayed scaling margin")->capture_default_str();
   cmd->add_flag("--unfused-update", n->unfused, "Delayed scaling: TE's unfused (Python) update path");
   cmd->add_flag("--pow2", current.use_power_2_scales, "Current scaling: power-of-2 scales");
+  cmd->add_flag("--fnuz", n->fnuz,
+                "Delayed and current scaling: ROCm TE's FP8 types on MI300, E4M3FNUZ (max 240) and E5M2FNUZ (CPU "
+                "backends)");
   cmd->add_option("--amax-epsilon", current.amax_epsilon, "Current and block scaling amax_epsilon")
       ->capture_default_str();
   cmd->add_flag("--block-f32-scales", recipes.get<scaling::Float8BlockScaling>().use_f32_scales,
@@ -96,6 +99,7 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
     auto& d = r.get<scaling::DelayedScaling>();
     d.fused_update = !n->unfused;
     d.amax_compute_algo = scaling::parse_amax_compute_algo(n->algo, "--amax-compute-algo");
+    d.fnuz = r.get<scaling::CurrentScaling>().fnuz = n->fnuz;
     r.get<scaling::Float8BlockScaling>().amax_epsilon = r.get<scaling::CurrentScaling>().amax_epsilon;
     r.get<scaling::MXFP8BlockScaling>().rule = scaling::parse_e8m0_rule(n->mx_rule, "--mxfp8-rule");
     r.get<scaling::NVFP4BlockScaling>().seed = cfg.seed;  // the Philox seed of stochastic rounding

@@ -36,7 +36,7 @@ void check_lt(cublasStatus_t s, const char* what) {
 constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
 
 cudaDataType_t fp8_type(Format f) {
-  emu::require_fp8(f, "cuBLASLt FP8 GEMM");
+  emu::require_ocp_fp8(f, "cuBLASLt FP8 GEMM");
   return cuda_format(f).data_type;
 }
 

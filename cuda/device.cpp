@@ -90,14 +90,14 @@ CastStats read_stats(const DeviceCastStats* stats, Stream stream) {
 
 void quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q, DeviceCastStats* stats,
               Stream stream) {
-  emu::require_fp8(fmt, "quantize");
+  emu::require_ocp_fp8(fmt, "quantize");
   if (n == 0) return;
   ScratchTotals t(stats, stream_of(stream));
   detail::launch_quantize(x, n, scale, fmt, q, t.get(), stream_of(stream));
 }
 
 void dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y, Stream stream) {
-  emu::require_fp8(fmt, "dequantize");
+  emu::require_ocp_fp8(fmt, "dequantize");
   if (n == 0) return;
   detail::launch_dequantize(q, n, scale_inv, fmt, y, stream_of(stream));
 }
@@ -123,6 +123,8 @@ void amax(const float* x, std::size_t n, unsigned int* amax_bits, Stream stream)
 void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a, const std::uint8_t* B,
                  Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, float* D, Stream stream) {
   emu::check_gemm_tn(M, N, K, fa, fb, acc);
+  emu::require_ocp_fp8(fa, "GEMM operand A");
+  emu::require_ocp_fp8(fb, "GEMM operand B");
   if (M == 0 || N == 0) return;
   const float s = scale_inv_a * scale_inv_b;  // RN on the host, as the emulator (emu::gemm_fp8_tn)
   detail::launch_gemm_tn(M, N, K, A, fa, B, fb, acc.model, acc.promotion_interval, acc.split_k, s, D,
@@ -133,10 +135,12 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
                  Format fb, float scale_inv_b, const emu::GemmAccumulation& acc, const emu::GemmEpilogue& ep,
                  void* D, unsigned int* amax_bits, Stream stream) {
   emu::check_gemm_tn(M, N, K, fa, fb, acc);
+  emu::require_ocp_fp8(fa, "GEMM operand A");
+  emu::require_ocp_fp8(fb, "GEMM operand B");
   FP8EMU_CHECK(ep.beta == 0.0f || ep.C != nullptr, "GEMM: beta = ", ep.beta, " needs a C matrix");
   FP8EMU_CHECK(ep.amax_d == nullptr, "gemm_fp8_tn on the GPU: GemmEpilogue::amax_d is a host pointer; pass "
                                      "amax_bits (device memory) for the amax of D");
-  if (ep.output == emu::GemmOutput::kFp8) emu::require_fp8(ep.output_format, "GEMM output");
+  if (ep.output == emu::GemmOutput::kFp8) emu::require_ocp_fp8(ep.output_format, "GEMM output");
   if (M == 0 || N == 0) return;
   const cudaStream_t s = stream_of(stream);
   const std::size_t n = std::size_t(M) * std::size_t(N);

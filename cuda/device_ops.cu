@@ -240,7 +240,7 @@ class CudaDevice final : public backend::Device {
   // n = 0: amax +0 (emu::compute_amax of nothing), so *scale = compute_scale_from_amax(0, ...).
   void current_scale(const float* x, std::size_t n, Format fmt, bool pow2, float epsilon,
                      float* scale) const override {
-    emu::require_fp8(fmt, "current_scale");
+    emu::require_ocp_fp8(fmt, "current_scale");
     FP8EMU_CHECK(scale != nullptr, "current_scale: null scale pointer");
     State& s = enter();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -266,6 +266,8 @@ class CudaDevice final : public backend::Device {
                    const std::uint8_t* B, Format fb, const float* scale_b, const emu::GemmAccumulation& acc,
                    float* D) const override {
     emu::check_gemm_tn(M, N, K, fa, fb, acc);
+    emu::require_ocp_fp8(fa, "gemm_fp8_tn operand A");
+    emu::require_ocp_fp8(fb, "gemm_fp8_tn operand B");
     if (M == 0 || N == 0) return;
     FP8EMU_CHECK(scale_a != nullptr && scale_b != nullptr, "gemm_fp8_tn: null scale pointer");
     State& s = enter();

@@ -607,7 +607,7 @@ void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std
   if (n == 0) return;
   const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(q) % 4 == 0;
   const unsigned int blocks = blocks_for(vec ? (n + 3) / 4 : n);
-  emu::require_fp8(fmt, "quantize");
+  emu::require_ocp_fp8(fmt, "quantize");
   switch (fmt) {  // no default: a new FP8 format needs its instance here
     case Format::kE4M3: quantize_kernel<Format::kE4M3><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals); break;
     case Format::kE5M2: quantize_kernel<Format::kE5M2><<<blocks, kThreads, 0, stream>>>(x, n, scale, q, vec, totals); break;
@@ -620,12 +620,12 @@ void launch_quantize(const float* x, std::size_t n, float scale, Format fmt, std
 void launch_dequantize(const std::uint8_t* q, std::size_t n, float scale_inv, Format fmt, float* y,
                        cudaStream_t stream) {
   if (n == 0) return;
-  emu::require_fp8(fmt, "dequantize");
+  emu::require_ocp_fp8(fmt, "dequantize");
   switch (fmt) {  // no default: a new FP8 format needs its instance here
     case Format::kE4M3: dequantize_kernel<Format::kE4M3><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y); break;
     case Format::kE5M2: dequantize_kernel<Format::kE5M2><<<blocks_for(n), kThreads, 0, stream>>>(q, n, scale_inv, y); break;
     case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
-    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
+    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_ocp_fp8
   }
   FP8EMU_CUDA_CHECK_LAUNCH("dequantize_kernel");
 }
@@ -654,7 +654,7 @@ template <class T>
 void launch_cast_transpose_t(const T* x, int rows, int cols, ScaleArg scale, Format fmt, std::uint8_t* q_rowwise,
                              std::uint8_t* q_columnwise, CastTotals* totals, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
-  emu::require_fp8(fmt, "cast_transpose");
+  emu::require_ocp_fp8(fmt, "cast_transpose");
   const bool vec = reinterpret_cast<std::uintptr_t>(x) % (4 * sizeof(T)) == 0 &&
                    reinterpret_cast<std::uintptr_t>(q_rowwise) % 4 == 0 &&
                    reinterpret_cast<std::uintptr_t>(q_columnwise) % 4 == 0 && rows % 4 == 0 && cols % 4 == 0;
@@ -671,7 +671,7 @@ void launch_cast_transpose_t(const T* x, int rows, int cols, ScaleArg scale, For
                                                                           q_columnwise, vec, totals);
       break;
     case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
-    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
+    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_ocp_fp8
   }
   FP8EMU_CUDA_CHECK_LAUNCH("cast_transpose_kernel");
 }
@@ -718,7 +718,7 @@ void launch_block_cast_both_b(const float* x, int rows, int cols, Format fmt, co
       block_cast_both_kernel<Format::kE5M2, B><<<grid, block, 0, stream>>>(x, rows, cols, rule, rowwise, columnwise, vec);
       break;
     case Format::kE4M3FNUZ: case Format::kE5M2FNUZ: case Format::kE8M0: case Format::kE2M3: case Format::kE3M2:
-    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_fp8
+    case Format::kE2M1: case Format::kBinary16: case Format::kBFloat16: break;  // rejected by require_ocp_fp8
   }
   FP8EMU_CUDA_CHECK_LAUNCH("block_cast_both_kernel");
 }

@@ -40,18 +40,18 @@ using namespace detail;  // the kernels of bulk_kernels.hpp
                                  Counts* counts) {                                                              \
     cast_span<SPEC, WIDEN, STATS>(x, n, scale, q, amax_bits, counts);                                           \
   }
-FP8EMU_BULK_KERNEL(cast_f32_e4m3, kSpecE4M3, WidenF32, false)
-FP8EMU_BULK_KERNEL(cast_f32_e5m2, kSpecE5M2, WidenF32, false)
-FP8EMU_BULK_KERNEL(cast_f32_e4m3_stats, kSpecE4M3, WidenF32, true)
-FP8EMU_BULK_KERNEL(cast_f32_e5m2_stats, kSpecE5M2, WidenF32, true)
-FP8EMU_BULK_KERNEL(cast_bf16_e4m3, kSpecE4M3, WidenBF16, false)
-FP8EMU_BULK_KERNEL(cast_bf16_e5m2, kSpecE5M2, WidenBF16, false)
-FP8EMU_BULK_KERNEL(cast_bf16_e4m3_stats, kSpecE4M3, WidenBF16, true)
-FP8EMU_BULK_KERNEL(cast_bf16_e5m2_stats, kSpecE5M2, WidenBF16, true)
-FP8EMU_BULK_KERNEL(cast_f16_e4m3, kSpecE4M3, WidenF16, false)
-FP8EMU_BULK_KERNEL(cast_f16_e5m2, kSpecE5M2, WidenF16, false)
-FP8EMU_BULK_KERNEL(cast_f16_e4m3_stats, kSpecE4M3, WidenF16, true)
-FP8EMU_BULK_KERNEL(cast_f16_e5m2_stats, kSpecE5M2, WidenF16, true)
+#define FP8EMU_BULK_KERNELS(FMT, SPEC)                                 \
+  FP8EMU_BULK_KERNEL(cast_f32_##FMT, SPEC, WidenF32, false)           \
+  FP8EMU_BULK_KERNEL(cast_f32_##FMT##_stats, SPEC, WidenF32, true)    \
+  FP8EMU_BULK_KERNEL(cast_bf16_##FMT, SPEC, WidenBF16, false)         \
+  FP8EMU_BULK_KERNEL(cast_bf16_##FMT##_stats, SPEC, WidenBF16, true)  \
+  FP8EMU_BULK_KERNEL(cast_f16_##FMT, SPEC, WidenF16, false)           \
+  FP8EMU_BULK_KERNEL(cast_f16_##FMT##_stats, SPEC, WidenF16, true)
+FP8EMU_BULK_KERNELS(e4m3, kSpecE4M3)
+FP8EMU_BULK_KERNELS(e5m2, kSpecE5M2)
+FP8EMU_BULK_KERNELS(e4m3fnuz, kSpecE4M3FNUZ)
+FP8EMU_BULK_KERNELS(e5m2fnuz, kSpecE5M2FNUZ)
+#undef FP8EMU_BULK_KERNELS
 #undef FP8EMU_BULK_KERNEL
 
 // The block-scaled casts: one multiplier per element, and the block amax passes.
@@ -74,15 +74,24 @@ template <class T>
 using SpanKernel = void (*)(const T*, std::size_t, float, std::uint8_t*, u32*, Counts*);
 using EachKernel = void (*)(const float*, std::size_t, const float*, std::uint8_t*, Counts*);
 
-// The SIMD span kernels exist for the OCP FP8 formats; every other registry format is rejected by
-// name (switches without default: a new Format enumerator is a compile-time warning here).
+// A kernel of each FP8 format, with and without counts (nullptr: none for that format).
 template <class Kernel>
-Kernel pick(Format f, bool stats, Kernel e4m3, Kernel e4m3_stats, Kernel e5m2, Kernel e5m2_stats) {
+struct Kernels {
+  Kernel e4m3, e4m3_stats, e5m2, e5m2_stats, e4m3fnuz = nullptr, e4m3fnuz_stats = nullptr, e5m2fnuz = nullptr,
+                                                e5m2fnuz_stats = nullptr;
+};
+
+// The SIMD span kernels exist for the FP8 formats (OCP; FNUZ for the per-tensor casts); every other
+// registry format is rejected by name (switches without default: a new Format enumerator is a
+// compile-time warning here).
+template <class Kernel>
+Kernel pick(Format f, bool stats, const Kernels<Kernel>& k) {
+  Kernel r = nullptr;
   switch (f) {
-    case Format::kE4M3: return stats ? e4m3_stats : e4m3;
-    case Format::kE5M2: return stats ? e5m2_stats : e5m2;
-    case Format::kE4M3FNUZ:
-    case Format::kE5M2FNUZ:
+    case Format::kE4M3: r = stats ? k.e4m3_stats : k.e4m3; break;
+    case Format::kE5M2: r = stats ? k.e5m2_stats : k.e5m2; break;
+    case Format::kE4M3FNUZ: r = stats ? k.e4m3fnuz_stats : k.e4m3fnuz; break;
+    case Format::kE5M2FNUZ: r = stats ? k.e5m2fnuz_stats : k.e5m2fnuz; break;
     case Format::kE2M3:
     case Format::kE3M2:
     case Format::kE2M1:
@@ -92,22 +101,31 @@ Kernel pick(Format f, bool stats, Kernel e4m3, Kernel e4m3_stats, Kernel e5m2, K
       break;
   }
   require_fp8(f, "bulk cast");
-  return nullptr;  // unreachable: require_fp8 throws
+  FP8EMU_CHECK(r != nullptr, "bulk cast: format ", format_name(f), " has no kernel of this kind (block casts take "
+               "the OCP formats)");
+  return r;
 }
 
 SpanKernel<float> span_kernel(WidenF32, Format f, bool stats) {
-  return pick<SpanKernel<float>>(f, stats, cast_f32_e4m3, cast_f32_e4m3_stats, cast_f32_e5m2, cast_f32_e5m2_stats);
+  return pick<SpanKernel<float>>(f, stats, {cast_f32_e4m3, cast_f32_e4m3_stats, cast_f32_e5m2, cast_f32_e5m2_stats,
+                                            cast_f32_e4m3fnuz, cast_f32_e4m3fnuz_stats, cast_f32_e5m2fnuz,
+                                            cast_f32_e5m2fnuz_stats});
 }
 SpanKernel<std::uint16_t> span_kernel(WidenBF16, Format f, bool stats) {
-  return pick<SpanKernel<std::uint16_t>>(f, stats, cast_bf16_e4m3, cast_bf16_e4m3_stats, cast_bf16_e5m2,
-                                         cast_bf16_e5m2_stats);
+  return pick<SpanKernel<std::uint16_t>>(f, stats, {cast_bf16_e4m3, cast_bf16_e4m3_stats, cast_bf16_e5m2,
+                                                    cast_bf16_e5m2_stats, cast_bf16_e4m3fnuz,
+                                                    cast_bf16_e4m3fnuz_stats, cast_bf16_e5m2fnuz,
+                                                    cast_bf16_e5m2fnuz_stats});
 }
 SpanKernel<std::uint16_t> span_kernel(WidenF16, Format f, bool stats) {
-  return pick<SpanKernel<std::uint16_t>>(f, stats, cast_f16_e4m3, cast_f16_e4m3_stats, cast_f16_e5m2,
-                                         cast_f16_e5m2_stats);
+  return pick<SpanKernel<std::uint16_t>>(f, stats, {cast_f16_e4m3, cast_f16_e4m3_stats, cast_f16_e5m2,
+                                                    cast_f16_e5m2_stats, cast_f16_e4m3fnuz, cast_f16_e4m3fnuz_stats,
+                                                    cast_f16_e5m2fnuz, cast_f16_e5m2fnuz_stats});
 }
 
-EachKernel each_kernel(Format f) { return pick<EachKernel>(f, true, cast_each_e4m3, cast_each_e4m3, cast_each_e5m2, cast_each_e5m2); }
+EachKernel each_kernel(Format f) {
+  return pick<EachKernel>(f, true, {cast_each_e4m3, cast_each_e4m3, cast_each_e5m2, cast_each_e5m2});
+}
 
 // Elements per kernel call in the 1-D cast; threads take whole blocks (static partition).
 constexpr std::size_t kBlock = std::size_t(1) << 14;

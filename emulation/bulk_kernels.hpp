@@ -95,6 +95,8 @@ struct Counts {
 //     AVX-512 and AVX2 clones and 4.8x slower in the baseline one, whose SSE2 has no per-lane
 //     shifts.)
 //  3. Clamp to the max finite code (SATFINITE), add the sign; NaN -> the positive NaN code.
+// FNUZ formats (core::cast_code: ROCm's cast) add no sign to a zero magnitude (no -0) and send
+// +-Inf, like NaN, to the NaN code 0x80.
 template <const FormatSpec& F>
 __attribute__((always_inline)) inline u32 encode_satfinite(u32 u) {
   constexpr int kShift = 23 - F.mantissa_bits;
@@ -107,8 +109,9 @@ __attribute__((always_inline)) inline u32 encode_satfinite(u32 u) {
   const u32 sign = (u >> 24) & u32(F.sign_mask());
   const u32 normal = (abs + kRoundNormal + ((abs >> kShift) & 1u)) >> kShift;
   const u32 subnormal = bits_of(float_of(abs) + kMagic) - kMagicBits;
-  const u32 code = std::min<u32>(select_bits(abs >= kMinNormalBits, normal, subnormal), F.max_finite_code()) | sign;
-  return select_bits(abs > kInfBits, u32(F.nan_code()), code);
+  const u32 mag = std::min<u32>(select_bits(abs >= kMinNormalBits, normal, subnormal), F.max_finite_code());
+  if constexpr (F.fnuz) return select_bits(abs >= kInfBits, u32(F.nan_code()), mag | select_bits(mag != 0, sign, 0u));
+  return select_bits(abs > kInfBits, u32(F.nan_code()), mag | sign);
 }
 
 // The multiplier of element i: one per-tensor scale, or one per element (the block-scaled casts
@@ -132,7 +135,7 @@ __attribute__((always_inline)) inline void cast_span_with(const typename W::T* _
   constexpr u32 kThreshold = core::decode_to_f32_bits(std::uint8_t(F.max_finite_code()), F) +
                              (1u << (22 - F.mantissa_bits));
   constexpr u32 kSatLo = kThreshold + (F.overflow_at_threshold() ? 0u : 1u);
-  constexpr u32 kMagMask = F.top_code();
+  constexpr u32 kMagMask = F.fnuz ? 0xFFu : F.top_code();  // the zero codes (FNUZ: 0x80 is NaN)
   u32 amax = *amax_bits;
   u32 sat = 0, under = 0, nans = 0;
   for (std::size_t i = 0; i < n; ++i) {

@@ -43,7 +43,9 @@ void check_gemm_tn(int M, int N, int K, Format fa, Format fb, const GemmAccumula
   FP8EMU_CHECK(M >= 0 && N >= 0 && K >= 0, "GEMM: negative shape M=", M, " N=", N, " K=", K);
   require_fp8(fa, "GEMM operand A");
   require_fp8(fb, "GEMM operand B");
-  // Both are FP8 here, so the pair the tensor cores lack is E5M2 x E5M2.
+  FP8EMU_CHECK(is_fp8(fa) == is_fp8(fb), "GEMM: operands ", format_name(fa), " and ", format_name(fb),
+               " mix OCP and FNUZ FP8 (no GPU multiplies the two)");
+  // Both are FP8 of one family here, so the pair the tensor cores lack is E5M2 x E5M2.
   FP8EMU_CHECK(gemm_operand_pair_supported(fa, fb),
                "GEMM: E5M2 x E5M2 is not supported (cuBLASLt rejects it); use E4M3 for one operand");
   const AccumulationModel& m = model_of(acc.model);

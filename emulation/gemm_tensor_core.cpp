@@ -222,6 +222,7 @@ struct PackTable {
   std::int8_t e8[256];
   std::int16_t m[256], e[256], s[256];
   bool special[256];
+  bool sign_free;  // no field but s depends on the sign bit (the VBMI packing's 128-entry tables)
 };
 
 void pack_table(const CodeFields* t, int shift, PackTable& p) {
@@ -234,6 +235,11 @@ void pack_table(const CodeFields* t, int shift, PackTable& p) {
     p.s[c] = f.s;
     p.special[c] = f.special;
   }
+  // FNUZ formats: 0x80 is NaN while 0x00 is zero, so their codes need the 256-entry tables.
+  p.sign_free = true;
+  for (int c = 0; c < 128; ++c)
+    p.sign_free = p.sign_free && p.special[c] == p.special[c | 0x80] && p.e8[c] == p.e8[c | 0x80] &&
+                  p.m[c] == p.m[c | 0x80] && p.e[c] == p.e[c | 0x80];
 }
 
 // Packed A: the arrays of APackRows, Mp rows of 4 * Kq elements.
@@ -423,7 +429,7 @@ void pack_avx512(int M, int N, int K, int Mp, int Np, int Kq, const std::uint8_t
                  char* bad_b) {
   const double work = double(Mp + Np) * double(Kq) * 4.0;
   const int Kp = 4 * Kq;
-  const bool vbmi = gemm_pack_vbmi();
+  const bool vbmi = gemm_pack_vbmi() && ta.sign_free && tb.sign_free;
   VbmiTables va{}, vb{};
   if (vbmi) {
     va = vbmi_tables(ta, 0);

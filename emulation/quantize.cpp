@@ -22,8 +22,15 @@ std::array<float, 256> make_table(FormatSpec f) {
 }  // namespace
 
 void require_fp8(Format fmt, const char* what) {
+  FP8EMU_CHECK(is_fp8_or_fnuz(fmt), what, ": format ", format_name(fmt),
+               " is not an FP8 kernel format (the FP8 kernels take e4m3fn, e5m2, e4m3fnuz and e5m2fnuz)");
+}
+
+void require_ocp_fp8(Format fmt, const char* what) {
   FP8EMU_CHECK(is_fp8(fmt), what, ": format ", format_name(fmt),
-               " is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
+               is_fp8_or_fnuz(fmt) ? " runs on the emulated and element backends only (the GPU's FP8 kernels "
+                                     "and cuBLASLt take e4m3fn and e5m2)"
+                                   : " is not an FP8 kernel format (the GPU's FP8 kernels take e4m3fn and e5m2)");
 }
 
 void require_block_element(Format fmt, const char* what) {
@@ -32,11 +39,13 @@ void require_block_element(Format fmt, const char* what) {
 }
 
 const float* decode_table(Format fmt) {
-  require_block_element(fmt, "decode_table");
+  FP8EMU_CHECK(is_mx_element(fmt) || is_fp8_or_fnuz(fmt), "decode_table: format ", format_name(fmt),
+               " is not an element format of the FP8 casts (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, e2m3fn, e3m2fn, "
+               "e2m1fn)");
   static const std::array<std::array<float, 256>, kFormatCount> tables = [] {
     std::array<std::array<float, 256>, kFormatCount> t{};
     for (const FormatRecord& r : kFormats)
-      if (is_mx_element(r.id)) t[std::size_t(r.id)] = make_table(*r.spec);
+      if (is_mx_element(r.id) || is_fp8_or_fnuz(r.id)) t[std::size_t(r.id)] = make_table(*r.spec);
     return t;
   }();
   return tables[std::size_t(fmt)].data();

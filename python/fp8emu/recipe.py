@@ -147,6 +147,11 @@ class DelayedScaling(Recipe):
     ``fp8_mha`` (TE's FP8 attention) are accepted; an attention module run under them raises
     NotImplementedError. ``backward_override`` must be None (TE: "Delayed scaling only supports
     backward_override=None").
+
+    ``fnuz`` (fp8emu's; ROCm's TE picks it from the GPU): the FP8 types of ROCm's TE on MI300
+    (gfx942), E4M3FNUZ (max 240) forward and E5M2FNUZ (max 57344) backward under HYBRID, cast as
+    ROCm casts them (round to nearest even, finite overflow to +-max, +-Inf and NaN to the NaN code
+    0x80, no -0); docs/transformer-engine.md. Host arrays only (the GPU path takes OCP formats).
     """
 
     margin: float = 0.0
@@ -159,6 +164,7 @@ class DelayedScaling(Recipe):
     fp8_mha: bool = False
     backward_override: Optional[str] = os.getenv("NVTE_BACKWARD_OVERRIDE", None)
     fused_update: bool = True  #: fp8emu's name for TE's NVTE_UNFUSED_FP8_UPDATE=0
+    fnuz: bool = False  #: ROCm's TE on MI300: E4M3FNUZ / E5M2FNUZ (above)
 
     _kind = "delayed"
 
@@ -177,11 +183,13 @@ class Float8CurrentScaling(Recipe):
     when fp8emu is imported, as TE reads it). ``fp8_gemm_fprop`` / ``fp8_gemm_dgrad`` /
     ``fp8_gemm_wgrad`` choose each GEMM's accumulation in fp8emu.torch as in TE (defaults: fast
     accumulation in fprop, promotion every 128 in dgrad and wgrad); dgrad and wgrad must agree
-    (fp8emu's backward takes one promotion interval). ``fp8_quant_*`` are TE's QParams, read only."""
+    (fp8emu's backward takes one promotion interval). ``fp8_quant_*`` are TE's QParams, read only.
+    ``fnuz``: ROCm's TE on MI300, as :class:`DelayedScaling`'s (fp8_max 240 for E4M3FNUZ)."""
 
     fp8_format: Format = Format.HYBRID
     use_power_2_scales: bool = os.getenv("NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES", "0") == "1"
     amax_epsilon: float = 0.0
+    fnuz: bool = False  #: ROCm's TE on MI300: E4M3FNUZ / E5M2FNUZ
     fp8_gemm_fprop: MMParams = MMParams(use_split_accumulator=False)
     fp8_gemm_dgrad: MMParams = MMParams(use_split_accumulator=True)
     fp8_gemm_wgrad: MMParams = MMParams(use_split_accumulator=True)

@@ -151,7 +151,7 @@ bool guarded(DeviceCheckRow& r, const std::string& where, F&& f) {
 std::uint32_t random_finite_code(std::mt19937_64& g, FormatSpec f) {
   for (;;) {
     const std::uint32_t c = std::uint32_t(g() & 0xFFu);
-    if ((c & f.top_code()) <= f.max_finite_code()) return c;
+    if ((c & f.top_code()) <= f.max_finite_code() && !(f.fnuz && c == f.nan_code())) return c;
   }
 }
 
@@ -253,8 +253,12 @@ std::vector<std::uint8_t> make_codes(CodeFamily family, Format fmt, std::size_t 
       std::uint32_t c = random_finite_code(g, f);
       if (family == CodeFamily::kSpecial && g() % 1000u == 0) {
         // A NaN code, or for E5M2 half of the time an Inf code; either sign.
-        c = (f.has_inf && (g() & 1u)) ? f.inf_code() : f.top_code() - std::uint32_t(g() % std::uint64_t(f.nan_codes));
-        if (g() & 1u) c |= f.sign_mask();
+        if (f.fnuz) {
+          c = f.nan_code();  // the one NaN (the -0 code)
+        } else {
+          c = (f.has_inf && (g() & 1u)) ? f.inf_code() : f.top_code() - std::uint32_t(g() % std::uint64_t(f.nan_codes));
+          if (g() & 1u) c |= f.sign_mask();
+        }
       }
       q[i] = std::uint8_t(c);
     }
@@ -312,7 +316,7 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
   // Every FP8 format of the registry, and every operand pair a GEMM takes.
   std::vector<Format> kFp8Formats;
   for (const FormatRecord& r : kFormats)
-    if (is_fp8(r.id)) kFp8Formats.push_back(r.id);
+    if (is_fp8(r.id) || (opt.fnuz && is_fp8_or_fnuz(r.id))) kFp8Formats.push_back(r.id);
   std::vector<std::pair<Format, Format>> kPairs;
   for (Format a : kFp8Formats)
     for (Format b : kFp8Formats)
@@ -449,7 +453,7 @@ std::vector<DeviceCheckRow> check_devices(const Device& ref, const Device& cand,
             }
           }
         }
-        if (wants("block_cast")) {
+        if (wants("block_cast") && is_fp8(fmt)) {  // the block casts take the OCP formats
           for (const BlockVariant& v : kBlockVariants) {
             BlockCast c = v.cast;
             if (v.own_format && fmt != Format::kE4M3) continue;  // once, in its own format

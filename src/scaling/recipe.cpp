@@ -37,14 +37,15 @@ void check_not_e5m2(RecipeFormat f, const char* recipe) {
 }
 }  // namespace
 
-Format forward_format(RecipeFormat f) {
+Format forward_format(RecipeFormat f, bool fnuz) {
   check_not_e5m2(f, "FP8 recipe");
-  return Format::kE4M3;
+  return fnuz ? Format::kE4M3FNUZ : Format::kE4M3;
 }
 
-Format backward_format(RecipeFormat f) {
+Format backward_format(RecipeFormat f, bool fnuz) {
   check_not_e5m2(f, "FP8 recipe");
-  return f == RecipeFormat::kHybrid ? Format::kE5M2 : Format::kE4M3;
+  if (f == RecipeFormat::kHybrid) return fnuz ? Format::kE5M2FNUZ : Format::kE5M2;
+  return fnuz ? Format::kE4M3FNUZ : Format::kE4M3;
 }
 
 void DelayedScaling::validate() const {

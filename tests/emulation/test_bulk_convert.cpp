@@ -50,14 +50,17 @@ Expected reference(const std::vector<std::uint32_t>& wide, float scale, Format f
   for (std::size_t i = 0; i < wide.size(); ++i) {
     const float x = float_of(wide[i]);
     const float s = x * scale;
-    const std::uint8_t c = core::encode_f32_bits(bits(s), f, Saturation::kSatFinite);
+    // The recipe kernels' conversion: CUDA's satfinite, or ROCm's for FNUZ (finite overflow to max,
+    // Inf and NaN to NaN: the encoder's ml_dtypes-saturate policy, the one NaN code either way).
+    const std::uint8_t c = f.fnuz ? core::encode_f32_bits_with(bits(s), f, Policy::ml_dtypes_saturate())
+                                  : core::encode_f32_bits(bits(s), f, Saturation::kSatFinite);
     e.q[i] = c;
     // Every NaN is ignored, signalling ones too (CUDA's fmaxf); glibc's fmaxf returns NaN for a
     // signalling NaN operand (IEEE 754-2008 maxNum), so the reference skips NaN explicitly.
     if (!std::isnan(x)) e.amax = std::max(e.amax, std::fabs(x));
     e.stats.nan += std::isnan(x);
     e.stats.saturated += f.overflows(std::fabs(s));
-    e.stats.underflow += (std::isfinite(x) && x != 0.0f && (c & f.top_code()) == 0);
+    e.stats.underflow += (std::isfinite(x) && x != 0.0f && (f.fnuz ? c == 0 : (c & f.top_code()) == 0));
   }
   return e;
 }
@@ -149,7 +152,7 @@ void cast_2d(const Input& in, std::size_t rows, std::size_t cols, float scale, F
 // Whole-array check of one input set against the reference, for every scale, both formats, with
 // and without counts.
 void check_all_scales(const Input& in) {
-  for (Format fmt : {Format::kE4M3, Format::kE5M2}) {
+  for (Format fmt : {Format::kE4M3, Format::kE5M2, Format::kE4M3FNUZ, Format::kE5M2FNUZ}) {
     for (float scale : kScales) {
       const Expected want = reference(in.wide, scale, fmt);
       for (bool with_stats : {false, true}) {
@@ -390,32 +393,22 @@ __attribute__((always_inline)) inline void span_any(const float* x, std::size_t 
   emu::detail::cast_span<F, emu::detail::WidenF32, true>(x, n, s, q, a, c);
 }
 using SpanFn = void (*)(const float*, std::size_t, float, std::uint8_t*, std::uint32_t*, emu::detail::Counts*);
-__attribute__((target("arch=x86-64-v4"))) void span_avx512_e4m3(const float* x, std::size_t n, float s,
-                                                                std::uint8_t* q, std::uint32_t* a,
-                                                                emu::detail::Counts* c) {
-  span_any<kSpecE4M3>(x, n, s, q, a, c);
+template <const FormatSpec& F>
+__attribute__((target("arch=x86-64-v4"))) void span_avx512(const float* x, std::size_t n, float s, std::uint8_t* q,
+                                                           std::uint32_t* a, emu::detail::Counts* c) {
+  span_any<F>(x, n, s, q, a, c);
 }
-__attribute__((target("arch=x86-64-v4"))) void span_avx512_e5m2(const float* x, std::size_t n, float s,
-                                                                std::uint8_t* q, std::uint32_t* a,
-                                                                emu::detail::Counts* c) {
-  span_any<kSpecE5M2>(x, n, s, q, a, c);
+template <const FormatSpec& F>
+__attribute__((target("avx2"))) void span_avx2(const float* x, std::size_t n, float s, std::uint8_t* q,
+                                               std::uint32_t* a, emu::detail::Counts* c) {
+  span_any<F>(x, n, s, q, a, c);
 }
-__attribute__((target("avx2"))) void span_avx2_e4m3(const float* x, std::size_t n, float s, std::uint8_t* q,
-                                                    std::uint32_t* a, emu::detail::Counts* c) {
-  span_any<kSpecE4M3>(x, n, s, q, a, c);
+template <const FormatSpec& F>
+void span_base(const float* x, std::size_t n, float s, std::uint8_t* q, std::uint32_t* a, emu::detail::Counts* c) {
+  span_any<F>(x, n, s, q, a, c);
 }
-__attribute__((target("avx2"))) void span_avx2_e5m2(const float* x, std::size_t n, float s, std::uint8_t* q,
-                                                    std::uint32_t* a, emu::detail::Counts* c) {
-  span_any<kSpecE5M2>(x, n, s, q, a, c);
-}
-void span_base_e4m3(const float* x, std::size_t n, float s, std::uint8_t* q, std::uint32_t* a,
-                    emu::detail::Counts* c) {
-  span_any<kSpecE4M3>(x, n, s, q, a, c);
-}
-void span_base_e5m2(const float* x, std::size_t n, float s, std::uint8_t* q, std::uint32_t* a,
-                    emu::detail::Counts* c) {
-  span_any<kSpecE5M2>(x, n, s, q, a, c);
-}
+// The per-tensor formats, in the order of the builds' kernel arrays below.
+const Format kSpanFormats[] = {Format::kE4M3, Format::kE5M2, Format::kE4M3FNUZ, Format::kE5M2FNUZ};
 // The block-scaled casts' kernel: one multiplier per element (cast_span_with + ScaleEach).
 template <const FormatSpec& F>
 __attribute__((always_inline)) inline void each_any(const float* x, std::size_t n, const float* m, std::uint8_t* q,
@@ -495,27 +488,29 @@ TEST_CASE("every instruction-set build of the span kernel equals the scalar core
   struct Build {
     const char* name;
     bool runs;
-    SpanFn e4m3, e5m2;
+    SpanFn kernels[4];  // kSpanFormats
   };
   const Build builds[] = {
       {"x86-64-v4", __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"),
-       span_avx512_e4m3, span_avx512_e5m2},
-      {"avx2", bool(__builtin_cpu_supports("avx2")), span_avx2_e4m3, span_avx2_e5m2},
-      {"baseline", true, span_base_e4m3, span_base_e5m2},
+       {span_avx512<kSpecE4M3>, span_avx512<kSpecE5M2>, span_avx512<kSpecE4M3FNUZ>, span_avx512<kSpecE5M2FNUZ>}},
+      {"avx2", bool(__builtin_cpu_supports("avx2")),
+       {span_avx2<kSpecE4M3>, span_avx2<kSpecE5M2>, span_avx2<kSpecE4M3FNUZ>, span_avx2<kSpecE5M2FNUZ>}},
+      {"baseline", true, {span_base<kSpecE4M3>, span_base<kSpecE5M2>, span_base<kSpecE4M3FNUZ>, span_base<kSpecE5M2FNUZ>}},
   };
   for (const Build& b : builds) {
     if (!b.runs) {
       WARN("this CPU cannot run the " << b.name << " build; not checked here");
       continue;
     }
-    for (Format fmt : {Format::kE4M3, Format::kE5M2}) {
+    for (int fi = 0; fi < 4; ++fi) {
+      const Format fmt = kSpanFormats[fi];
       for (float scale : kScales) {
         const Expected want = reference(in.wide, scale, fmt);
         std::vector<std::uint8_t> q(in.size());
         std::uint32_t amax = 0;
         emu::detail::Counts c;
-        (fmt == Format::kE4M3 ? b.e4m3 : b.e5m2)(in.f32.data(), in.size(), scale, q.data(), &amax, &c);
+        b.kernels[fi](in.f32.data(), in.size(), scale, q.data(), &amax, &c);
         INFO(b.name << " " << spec_of(fmt).name << " scale " << scale);
         CHECK(first_mismatch(q.data(), want.q) == -1);
         CHECK(amax == bits(want.amax));
@@ -528,13 +523,13 @@ TEST_CASE("every instruction-set build of the span kernel equals the scalar core
 }
 #endif
 
-TEST_CASE("bulk fp32 -> FP8 equals the scalar core for all 2^32 inputs (scale 1, both formats)",
+TEST_CASE("bulk fp32 -> FP8 equals the scalar core for all 2^32 inputs (scale 1, OCP and FNUZ formats)",
           "[emulation][bulk][exhaustive]") {
   // With scale 1 the fp32 multiply is exact, so the SIMD kernel must give core::encode_f32_bits of
   // every bit pattern; chunks of 2^24 inputs, the amax of each chunk checked as well.
   const std::size_t chunk = std::size_t(1) << 24;
   std::vector<float> x(chunk);
-  std::vector<std::uint8_t> q4(chunk), q5(chunk);
+  std::vector<std::uint8_t> q4(chunk), q5(chunk), q4z(chunk), q5z(chunk);
   std::uint64_t bad = 0, bad_amax = 0;
   std::uint32_t first = 0;
   for (std::uint64_t base = 0; base < (std::uint64_t(1) << 32); base += chunk) {
@@ -545,6 +540,8 @@ TEST_CASE("bulk fp32 -> FP8 equals the scalar core for all 2^32 inputs (scale 1,
     float amax = 0.0f;
     emu::quantize_f32(x.data(), chunk, 1.0f, Format::kE4M3, q4.data(), &amax);
     emu::quantize_f32(x.data(), chunk, 1.0f, Format::kE5M2, q5.data(), nullptr);
+    emu::quantize_f32(x.data(), chunk, 1.0f, Format::kE4M3FNUZ, q4z.data(), nullptr);
+    emu::quantize_f32(x.data(), chunk, 1.0f, Format::kE5M2FNUZ, q5z.data(), nullptr);
     float want_amax = 0.0f;
     std::uint64_t chunk_bad = 0;
     std::uint32_t chunk_first = 0xFFFFFFFFu;
@@ -553,7 +550,9 @@ TEST_CASE("bulk fp32 -> FP8 equals the scalar core for all 2^32 inputs (scale 1,
     for (std::int64_t i = 0; i < std::int64_t(chunk); ++i) {
       const std::uint32_t b = std::uint32_t(base + std::uint64_t(i));
       if (q4[std::size_t(i)] != core::encode_f32_bits(b, kSpecE4M3, Saturation::kSatFinite) ||
-          q5[std::size_t(i)] != core::encode_f32_bits(b, kSpecE5M2, Saturation::kSatFinite)) {
+          q5[std::size_t(i)] != core::encode_f32_bits(b, kSpecE5M2, Saturation::kSatFinite) ||
+          q4z[std::size_t(i)] != core::encode_f32_bits_with(b, kSpecE4M3FNUZ, Policy::ml_dtypes_saturate()) ||
+          q5z[std::size_t(i)] != core::encode_f32_bits_with(b, kSpecE5M2FNUZ, Policy::ml_dtypes_saturate())) {
         ++chunk_bad;
         chunk_first = std::min(chunk_first, b);
       }

@@ -106,18 +106,29 @@ TEST_CASE("amax ignores signaling NaNs too (glibc's fmax would return NaN and re
   CHECK(emu::compute_amax(y.data(), y.size()) == 3.0f);
 }
 
-TEST_CASE("FP8 kernels reject formats that are not OCP FP8, by name", "[quantize][registry]") {
+TEST_CASE("FP8 kernels reject formats that are not FP8, by name", "[quantize][registry]") {
   const float x[2] = {1.0f, 2.0f};
   std::uint8_t q[2] = {0, 0};
   float y[2] = {0, 0};
-  CHECK_THROWS_WITH(emu::quantize(x, 2, 1.0f, Format::kE2M1, q, nullptr),
-                    "quantize: format e2m1fn is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
-  CHECK_THROWS_WITH(emu::dequantize(q, 2, 1.0f, Format::kE4M3FNUZ, y),
-                    "dequantize: format e4m3fnuz is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
+  const char* const kTake = " is not an FP8 kernel format (the FP8 kernels take e4m3fn, e5m2, e4m3fnuz and e5m2fnuz)";
+  CHECK_THROWS_WITH(emu::quantize(x, 2, 1.0f, Format::kE2M1, q, nullptr), std::string("quantize: format e2m1fn") + kTake);
+  CHECK_THROWS_WITH(emu::dequantize(q, 2, 1.0f, Format::kE8M0, y), std::string("dequantize: format e8m0fnu") + kTake);
   float d = 0.0f;
   CHECK_THROWS_WITH(emu::gemm_fp8_tn(1, 1, 1, q, Format::kE8M0, 1.0f, q, Format::kE4M3, 1.0f,
                                      {Accumulation::kFp32, 0}, &d),
-                    "GEMM operand A: format e8m0fnu is not an FP8 kernel format (the FP8 kernels take e4m3fn and e5m2)");
+                    std::string("GEMM operand A: format e8m0fnu") + kTake);
+  // The CPU kernels take the FNUZ formats; a GEMM does not mix them with OCP ones, and the GPU's
+  // kernels refuse them by name.
+  CHECK_NOTHROW(emu::dequantize(q, 2, 1.0f, Format::kE4M3FNUZ, y));
+  CHECK_THROWS_WITH(emu::gemm_fp8_tn(1, 1, 1, q, Format::kE4M3FNUZ, 1.0f, q, Format::kE4M3, 1.0f,
+                                     {Accumulation::kFp32, 0}, &d),
+                    "GEMM: operands e4m3fnuz and e4m3fn mix OCP and FNUZ FP8 (no GPU multiplies the two)");
+  CHECK_THROWS_WITH(emu::gemm_fp8_tn(1, 1, 1, q, Format::kE5M2FNUZ, 1.0f, q, Format::kE5M2FNUZ, 1.0f,
+                                     {Accumulation::kFp32, 0}, &d),
+                    Catch::Contains("E5M2 x E5M2 is not supported"));
+  CHECK_THROWS_WITH(emu::require_ocp_fp8(Format::kE4M3FNUZ, "cast_transpose"),
+                    "cast_transpose: format e4m3fnuz runs on the emulated and element backends only (the GPU's FP8 "
+                    "kernels and cuBLASLt take e4m3fn and e5m2)");
   // The block casts take every OCP MX element format (FP8, FP6, FP4), and nothing else.
   CHECK_THROWS_WITH(emu::quantize_mxfp8(x, 1, 2, emu::BlockAxis::kRowwise, Format::kE4M3FNUZ,
                                         E8M0Rule::kTransformerEngine, nullptr),

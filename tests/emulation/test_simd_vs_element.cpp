@@ -41,6 +41,7 @@ TEST_CASE("Element layer: every FP8 and FP4 operation of cpu_device() (SIMD, Ope
   backend::DeviceCheckOptions opt;
   opt.sizes = {1, 17, 40, 131};
   opt.seed = 7;
+  opt.fnuz = true;
   const std::vector<backend::DeviceCheckRow> rows =
       backend::check_devices(backend::element_device(), backend::cpu_device(), opt);
   REQUIRE(!rows.empty());
@@ -160,13 +161,13 @@ std::vector<std::uint8_t> gemm_codes(std::mt19937& g, int rows, int K, Format f,
   for (auto& c : v) {
     const unsigned kind = g() % 16;
     const auto sign = std::uint8_t(g() & 0x80u);
-    if (kind == 0) c = sign;                                                         // +-0
+    if (kind == 0) c = s.fnuz ? 0 : sign;                                            // +-0 (FNUZ: +0)
     else if (kind == 1) c = std::uint8_t(sign | (1u + g() % ((1u << s.mantissa_bits) - 1u)));  // subnormal
     else if (kind == 2) c = std::uint8_t(sign | s.max_finite_code());               // largest magnitude
     else
       for (;;) {
         c = std::uint8_t(g());
-        if ((c & s.top_code()) <= s.max_finite_code()) break;
+        if ((c & s.top_code()) <= s.max_finite_code() && !(s.fnuz && c == s.nan_code())) break;
       }
   }
   for (int r : special_rows) {
@@ -207,7 +208,8 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
   // N crossing the 256-column cache tile; M crossing the 64-row cache tile with a long K.
   const Shape shapes[] = {{1, 1, 1}, {3, 17, 45}, {37, 70, 300}, {9, 290, 70}, {66, 20, 700}};
   const std::pair<Format, Format> pairs[] = {
-      {Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}, {Format::kE5M2, Format::kE4M3}};
+      {Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}, {Format::kE5M2, Format::kE4M3},
+      {Format::kE4M3FNUZ, Format::kE5M2FNUZ}, {Format::kE5M2FNUZ, Format::kE4M3FNUZ}};
   const GemmAccumulation accs[] = {
       {Accumulation::kHopper, 0, 1},  {Accumulation::kHopper, 32, 1}, {Accumulation::kHopper, 128, 1},
       {Accumulation::kHopper, 96, 2}, {Accumulation::kHopper, 0, 3},  {Accumulation::kHopper, 128, 25},

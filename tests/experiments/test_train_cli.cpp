@@ -124,6 +124,34 @@ TEST_CASE("train with recipe all trains FP32 and every recipe side by side", "[c
   CHECK(s["runs"]["fp8_current"]["layers"][0]["scale_input"].get<double>() > 0.0);
 }
 
+TEST_CASE("train with ROCm's FNUZ types and with Float8BlockScaling's Blackwell GEMMs", "[cli][smoke][recipes]") {
+  const fs::path out = scratch("fnuz"), ocp = scratch("fnuz-ocp");
+  const Result r = run("train --recipe all --fnuz --block-mxfp8-gemms --epochs 1" + kSmall + " --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const Result o = run("train --recipe all --epochs 1" + kSmall + " --out " + ocp.string());
+  REQUIRE(o.code == 0);
+  const nlohmann::json s = nlohmann::json::parse(slurp(out / "summary.json"));
+  const nlohmann::json t = nlohmann::json::parse(slurp(ocp / "summary.json"));
+  CHECK(s["config"]["delayed"]["fnuz"].get<bool>());
+  CHECK(s["config"]["current"]["fnuz"].get<bool>());
+  CHECK(s["config"]["block"]["mxfp8_gemms"].get<bool>());
+  for (const char* name : {"fp8_delayed", "fp8_current", "fp8_block"}) {
+    INFO(name);
+    CHECK(s["runs"][name]["test_accuracy"].get<double>() > 0.5);
+    // Other formats (FNUZ), other GEMMs (32-blocks): other training curves than the OCP/Hopper run.
+    CHECK(s["runs"][name]["train_loss"].get<double>() != t["runs"][name]["train_loss"].get<double>());
+  }
+  // The recipes the switches do not touch train bit for bit as without them.
+  for (const char* name : {"fp32", "fp8_mxfp8", "fp8_nvfp4"}) {
+    INFO(name);
+    CHECK(s["runs"][name]["train_loss"].get<double>() == t["runs"][name]["train_loss"].get<double>());
+  }
+  const Result f32 = run("train --recipe block --block-mxfp8-gemms --block-f32-scales --out " + scratch("bad").string());
+  CHECK(f32.code == 2);
+  CHECK(f32.output.find("needs power-of-two scales") != std::string::npos);
+}
+
 TEST_CASE("bad recipe parameters: clear errors and a non-zero exit", "[cli][errors][recipes]") {
   const std::string out = " --out " + scratch("badparam").string();
   const Result h = run("train --amax-history-len 0" + out);

@@ -310,7 +310,7 @@ TEST_CASE("recipe records list their parameters by name", "[scaling][recipe][set
   auto collect = [&](const char* n, const auto&) { names.push_back(n); };
   DelayedScaling{}.visit_parameters(collect);
   CHECK(names == std::vector<std::string>{"fp8_format", "amax_history_len", "amax_compute_algo", "margin",
-                                          "fused_update"});
+                                          "fused_update", "fnuz"});
   names.clear();
   MXFP8BlockScaling mx;
   mx.rule = E8M0Rule::kOcp;

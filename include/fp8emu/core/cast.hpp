@@ -57,14 +57,27 @@ FP8EMU_HD void count_element(float x, float s, std::uint8_t code, FormatSpec f, 
   const bool nan = f32_is_nan(x);
   counts.nan += nan ? 1u : 0u;
   counts.saturated += f.overflows(f32_abs(s)) ? 1u : 0u;
-  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && (code & f.top_code()) == 0) ? 1u : 0u;
+  const bool zero_code = f.fnuz ? code == 0 : (code & f.top_code()) == 0;  // FNUZ: 0x80 is NaN
+  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && zero_code) ? 1u : 0u;
 }
 
-/// One element of a cast: the code of RN(x * mult) under __NV_SATFINITE, and its counts added to
-/// `counts` (see CastCounts).
+/// The code of a scaled value s as the recipe kernels convert it, by format:
+///   OCP FP8, FP6, FP4: CUDA's __NV_SATFINITE (TE's kernels): RNE, finite overflow and +-Inf to
+///     +-max, NaN to the NaN code (FP6/FP4: +max);
+///   FNUZ (ROCm TE on MI300, its hip_f8 cast with clip, transformer_engine/common/amd_detail/
+///     hip_f8_impl.h): RNE, finite overflow to +-max, +-Inf and NaN to the NaN code 0x80, and a value
+///     that rounds to zero to +0 (FNUZ has no -0): the encoder's kSatFiniteKeepInf.
+FP8EMU_HD std::uint8_t cast_code(float s, FormatSpec f) {
+  if (is_e2m1(f)) return e2m1_code_satfinite(s);
+  if (f.fnuz) return encode_f32_bits_with(f32_to_bits(s), f, Policy{Rounding::kNearestEven, Overflow::kSatFiniteKeepInf, NanEncoding::kCanonical});
+  return f32_to_fp8(s, f, Saturation::kSatFinite);
+}
+
+/// One element of a cast: the code of RN(x * mult) (cast_code: CUDA's __NV_SATFINITE, or ROCm's
+/// cast for FNUZ formats), and its counts added to `counts` (see CastCounts).
 FP8EMU_HD std::uint8_t cast_element(float x, float mult, FormatSpec f, CastCounts& counts) {
   const float s = mul_rn(x, mult);
-  const std::uint8_t code = is_e2m1(f) ? e2m1_code_satfinite(s) : f32_to_fp8(s, f, Saturation::kSatFinite);
+  const std::uint8_t code = cast_code(s, f);
   count_element(x, s, code, f, counts);
   return code;
 }

@@ -23,7 +23,7 @@
 ///     later work on the same stream). Exceptions: use_device() and read_stats() are synchronous;
 ///     zero-size calls enqueue nothing.
 ///   - Errors: argument errors are detected on the host before anything is enqueued and thrown as
-///     fp8emu::Error with the emulator's messages (emu::require_fp8, emu::check_gemm_tn); a failed
+///     fp8emu::Error with the emulator's messages (emu::require_ocp_fp8, emu::check_gemm_tn); a failed
 ///     CUDA call or kernel launch throws fp8emu::Error "CUDA call <call> failed: <name>: <text>".
 ///     Errors of the kernels' execution (a bad pointer) are reported by CUDA at the next
 ///     synchronising call, as for any asynchronous CUDA work.
@@ -73,7 +73,7 @@ CastStats read_stats(const DeviceCastStats* stats, Stream stream);
 /// __NV_SATFINITE rule (finite overflow and +-Inf to +-max, NaN to the NaN code), round to nearest
 /// even, the multiply in fp32 without FMA. x: n floats; q: n bytes. Counts and amax of x are added
 /// to *stats when it is non-null (otherwise a stream-ordered scratch is used and dropped).
-/// \throws fp8emu::Error for another format (emu::require_fp8), or a CUDA error.
+/// \throws fp8emu::Error for another format (emu::require_ocp_fp8), or a CUDA error.
 void quantize(const float* x, std::size_t n, float scale, Format fmt, std::uint8_t* q, DeviceCastStats* stats,
               Stream stream);
 

@@ -1,7 +1,7 @@
 // The one table from fp8emu's format registry (include/fp8emu/format/format_spec.hpp)
 // to CUDA's names for the same formats: the cuBLASLt / library data type (`CUDA_R_8F_E4M3`) and the
 // cuda_fp8.h interpretation (`__NV_E4M3`). A format CUDA's FP8 code does not take has `fp8 = false`,
-// and the callers reject it by name (emu::require_fp8) before any launch.
+// and the callers reject it by name (emu::require_ocp_fp8) before any launch.
 #pragma once
 
 #include <cuda_fp8.h>

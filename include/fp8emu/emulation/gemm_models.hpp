@@ -74,10 +74,14 @@ inline GemmAccumulation te_wgrad(Accumulation m) { return {m, 128}; }
 ///         or above 1 for the exact model.
 void check_gemm_tn(int M, int N, int K, Format fa, Format fb, const GemmAccumulation& acc);
 
-/// Whether an FP8 GEMM takes this operand pair: both OCP FP8 formats, not both E5M2 (cuBLASLt and
-/// TE reject E5M2 x E5M2; the tensor cores take every other pair).
+/// Whether an FP8 GEMM takes this operand pair: both OCP FP8 formats or both FNUZ ones (ROCm's
+/// hipBLASLt pairs), not both E5M2 (cuBLASLt and TE reject E5M2 x E5M2; the tensor cores take every
+/// other pair; the same for E5M2FNUZ).
 constexpr bool gemm_operand_pair_supported(Format a, Format b) {
-  return is_fp8(a) && is_fp8(b) && !(a == Format::kE5M2 && b == Format::kE5M2);
+  const bool ocp = is_fp8(a) && is_fp8(b);
+  const bool fnuz = is_fp8_or_fnuz(a) && is_fp8_or_fnuz(b) && !is_fp8(a) && !is_fp8(b);
+  return (ocp && !(a == Format::kE5M2 && b == Format::kE5M2)) ||
+         (fnuz && !(a == Format::kE5M2FNUZ && b == Format::kE5M2FNUZ));
 }
 
 /// D = RN(acc * RN(scale_inv_a * scale_inv_b)) (see the file comment).

@@ -41,9 +41,14 @@ struct QuantizeStats {
   }
 };
 
-/// The check every FP8 kernel entry point makes of its format arguments.
-/// \throws fp8emu::Error naming `what` and the format when f is not an OCP FP8 format (is_fp8).
+/// The check every CPU FP8 kernel entry point makes of its format arguments.
+/// \throws fp8emu::Error naming `what` and the format when f is not an FP8 format of the CPU
+///         kernels (is_fp8_or_fnuz: OCP or FNUZ).
 void require_fp8(Format f, const char* what);
+/// The check of the GPU's FP8 kernels and cuBLASLt, which take the OCP formats only.
+/// \throws fp8emu::Error naming `what` and the format when f is not an OCP FP8 format (is_fp8);
+///         for an FNUZ format the message says it runs on the CPU backends.
+void require_ocp_fp8(Format f, const char* what);
 /// The check of the block-scaled casts and GEMMs: f must be an OCP MX element format
 /// (is_mx_element: FP8, FP6 or FP4). \throws fp8emu::Error naming `what` and the format.
 void require_block_element(Format f, const char* what);

@@ -136,7 +136,8 @@ enum class Format : std::uint8_t {
 /// What a format is for.
 enum class FormatFamily : std::uint8_t {
   kFp8,      ///< OCP FP8: the operands of the FP8 kernels, recipes and GEMMs.
-  kFp8Fnuz,  ///< FP8 without -0 and Inf (Graphcore/AMD): conversions only.
+  kFp8Fnuz,  ///< FP8 without -0 and Inf (Graphcore/AMD): conversions, and the per-tensor casts
+             ///< and GEMMs on the CPU (ROCm TE's FP8 types on MI300).
   kFp6,      ///< OCP MX FP6 elements: conversions only.
   kFp4,      ///< OCP MX FP4 elements: conversions only.
   kScale,    ///< Block scales (E8M0).
@@ -176,6 +177,13 @@ constexpr const FormatSpec& spec_of(Format f) { return *kFormats[int(f)].spec; }
 constexpr const char* format_name(Format f) { return spec_of(f).name; }
 /// Whether f is an OCP FP8 format, the operand formats of the FP8 kernels, recipes and GEMMs.
 constexpr bool is_fp8(Format f) { return record_of(f).family == FormatFamily::kFp8; }
+/// Whether f is an FP8 format of the per-tensor recipes, casts and GEMMs of the CPU devices: the
+/// OCP formats (TE on NVIDIA GPUs) and the FNUZ ones (ROCm's TE on MI300), each cast as its platform
+/// casts (core::cast_code). The CUDA kernels take the OCP formats only (is_fp8).
+constexpr bool is_fp8_or_fnuz(Format f) {
+  const FormatFamily k = record_of(f).family;
+  return k == FormatFamily::kFp8 || k == FormatFamily::kFp8Fnuz;
+}
 /// Whether f is an OCP MX element format (FP8 E4M3/E5M2, FP6 E2M3/E3M2, FP4 E2M1): the element
 /// formats of the block-scaled casts and GEMMs.
 constexpr bool is_mx_element(Format f) {

@@ -29,6 +29,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -291,7 +292,11 @@ class Quantizer {
 template <class RecipeRecord>
 Format cast_format(const RecipeRecord& recipe, Direction direction) {
   recipe.validate();
-  return direction == Direction::kForward ? forward_format(recipe.fp8_format) : backward_format(recipe.fp8_format);
+  bool fnuz = false;  // the per-tensor records' ROCm switch
+  if constexpr (std::is_same_v<RecipeRecord, DelayedScaling> || std::is_same_v<RecipeRecord, CurrentScaling>)
+    fnuz = recipe.fnuz;
+  return direction == Direction::kForward ? forward_format(recipe.fp8_format, fnuz)
+                                          : backward_format(recipe.fp8_format, fnuz);
 }
 
 /// The quantizer of a recipe for one direction: the record's own make_quantizer (each recipe

@@ -33,10 +33,12 @@ enum class RecipeFormat : std::uint8_t {
 /// Parse "hybrid" / "e4m3" / "e5m2". \throws fp8emu::Error naming the accepted values.
 RecipeFormat parse_recipe_format(const std::string& s);
 const char* to_string(RecipeFormat f);
-/// Element format of forward tensors: E4M3 for HYBRID and E4M3. \throws fp8emu::Error for E5M2.
-Format forward_format(RecipeFormat f);
-/// Element format of backward tensors: E5M2 for HYBRID, E4M3 for E4M3. \throws for E5M2.
-Format backward_format(RecipeFormat f);
+/// Element format of forward tensors: E4M3 for HYBRID and E4M3 (E4M3FNUZ with `fnuz`, ROCm's TE on
+/// MI300). \throws fp8emu::Error for E5M2.
+Format forward_format(RecipeFormat f, bool fnuz = false);
+/// Element format of backward tensors: E5M2 for HYBRID, E4M3 for E4M3 (their FNUZ twins with
+/// `fnuz`). \throws for E5M2.
+Format backward_format(RecipeFormat f, bool fnuz = false);
 
 /// How a recipe's quantized operands carry their scales (TE NVTEScalingMode).
 enum class ScalingMode : std::uint8_t {
@@ -98,6 +100,10 @@ struct DelayedScaling {
   /// and computes (fp8_max / amax) / 2^margin. Callables force the unfused path, as in TE.
   bool fused_update = true;
   AmaxReduceFn reduce_amax;  ///< Optional amax all-reduce (MAX) hook.
+  /// The FP8 types of ROCm's TE on MI300 (gfx942): E4M3FNUZ (max 240) forward, E5M2FNUZ (max
+  /// 57344) backward under HYBRID, cast as ROCm casts (core::cast_code); TE's Format is the same,
+  /// the GPU decides. CPU backends only.
+  bool fnuz = false;
 
   /// \throws fp8emu::Error for a history length outside [1, kMaxAmaxHistoryLen], a non-finite
   ///         margin or the E5M2 format.
@@ -114,6 +120,7 @@ struct DelayedScaling {
     f("amax_compute_algo", to_string(amax_compute_algo));
     f("margin", margin);
     f("fused_update", fused_update);
+    f("fnuz", fnuz);
   }
   /// Calls f(name, field...) for each field of `r` (a const or mutable record) by the name of TE's
   /// Python recipe class (fp8emu.DelayedScaling): what the Python module's record binding reads and
@@ -127,6 +134,7 @@ struct DelayedScaling {
     f("amax_compute_algo", r.amax_compute_algo, r.amax_compute_fn);  // TE's one field: a name or a callable
     f("scaling_factor_compute_algo", r.scaling_factor_compute_fn);
     f("fused_update", r.fused_update);
+    f("fnuz", r.fnuz);
   }
 };
 
@@ -137,6 +145,7 @@ struct CurrentScaling {
   RecipeFormat fp8_format = RecipeFormat::kHybrid;
   bool use_power_2_scales = false;  ///< TE env NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1.
   float amax_epsilon = 0.0f;        ///< amax is raised to at least this (>= 0).
+  bool fnuz = false;                ///< As DelayedScaling::fnuz (ROCm's TE on MI300).
   /// \throws fp8emu::Error for a negative or non-finite epsilon or the E5M2 format.
   void validate() const;
   /// Its quantizer (current_quantizer.hpp). \throws fp8emu::Error as validate().
@@ -147,6 +156,7 @@ struct CurrentScaling {
     f("fp8_format", to_string(fp8_format));
     f("use_power_2_scales", use_power_2_scales);
     f("amax_epsilon", amax_epsilon);
+    f("fnuz", fnuz);
   }
   /// As DelayedScaling::visit_fields (fp8emu.Float8CurrentScaling).
   template <class Self, class F>
@@ -154,6 +164,7 @@ struct CurrentScaling {
     f("fp8_format", r.fp8_format);
     f("use_power_2_scales", r.use_power_2_scales);
     f("amax_epsilon", r.amax_epsilon);
+    f("fnuz", r.fnuz);
   }
 };
 

@@ -61,14 +61,20 @@ def _fwd_format(recipe: Any, fprop_tensor: bool) -> bool:
 
 def get_fp8_torch_dtype(fp8_recipe: Any, fprop_tensor: bool = True) -> "torch.dtype":
     """TE ``get_fp8_torch_dtype``: ``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` for a forward
-    (``fprop_tensor``) or backward tensor of the recipe."""
-    return torch.float8_e4m3fn if _fwd_format(fp8_recipe, fprop_tensor) else torch.float8_e5m2
+    (``fprop_tensor``) or backward tensor of the recipe; ``torch.float8_e4m3fnuz`` /
+    ``torch.float8_e5m2fnuz`` for a recipe with ``fnuz=True``, as ROCm's TE on MI300."""
+    fwd = _fwd_format(fp8_recipe, fprop_tensor)
+    if getattr(fp8_recipe, "fnuz", False):
+        return torch.float8_e4m3fnuz if fwd else torch.float8_e5m2fnuz
+    return torch.float8_e4m3fn if fwd else torch.float8_e5m2
 
 
 def get_fp8_max(fp8_recipe: Any, fprop_tensor: bool = True) -> float:
-    """TE ``get_fp8_max``: the format's largest finite value (448 or 57344) for that tensor."""
+    """TE ``get_fp8_max``: the format's largest finite value (448 or 57344) for that tensor; 240 for
+    E4M3 with ``fnuz=True`` (ROCm's TE on MI300: E5M2FNUZ's max is 57344 too)."""
     helper = fp8_recipe.fp8_format.value
-    return helper.max_fwd if fprop_tensor else helper.max_bwd
+    fmax = helper.max_fwd if fprop_tensor else helper.max_bwd
+    return 240.0 if getattr(fp8_recipe, "fnuz", False) and fmax == 448 else fmax
 
 
 def get_fp8_te_dtype(fp8_recipe: Any, fprop_tensor: bool = True) -> Any:

@@ -81,6 +81,9 @@ struct DeviceCheckOptions {
   /// If non-empty, only the operation of this name ("current_scale", "cast_transpose",
   /// "block_cast", "gemm_fp8_tn", "gemm_fp8_block_tn", "block_scales_to_mxfp8").
   std::string only;
+  /// Also the FNUZ formats in the per-tensor casts and GEMMs (the CPU devices take them, the GPU's
+  /// kernels refuse them).
+  bool fnuz = false;
   /// Called before each group of calls with a short description (progress), if set.
   std::function<void(const std::string&)> progress;
 };
