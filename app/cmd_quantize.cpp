@@ -38,7 +38,7 @@ namespace {
 
 struct QuantizeOptions {
   std::string recipe, role = "input", in, out, format, backend = "emulated", mxfp8_rule = "te";
-  bool no_rht = false, no_sr = false, no_2d = false, swizzle = false, mxfp8_gemms = false;
+  bool no_rht = false, no_sr = false, no_2d = false, swizzle = false, mxfp8_gemms = false, fnuz = false;
   std::string seed = "0", offset = "0";
 };
 
@@ -148,10 +148,13 @@ int run_quantize(const QuantizeOptions& o, std::ostream& out, std::ostream& err)
     nv.seed = seed;
     set.get<scaling::MXFP8BlockScaling>().rule = scaling::parse_e8m0_rule(o.mxfp8_rule, "--mxfp8-rule");
     set.get<scaling::Float8BlockScaling>().mxfp8_gemms = o.mxfp8_gemms;
+    set.get<scaling::DelayedScaling>().fnuz = set.get<scaling::CurrentScaling>().fnuz = o.fnuz;
     const scaling::Recipe recipe = set.find(o.recipe);
     FP8EMU_CHECK(!o.mxfp8_gemms || o.recipe == "block", "--mxfp8-gemms is a switch of --recipe block (TE's ",
                  "Blackwell conversion of its scales), not of ", o.recipe);
     const bool e8m0_scales = o.recipe == "mxfp8" || o.mxfp8_gemms;
+    FP8EMU_CHECK(!o.fnuz || scaling::scaling_mode(recipe) == scaling::ScalingMode::kPerTensor,
+                 "--fnuz is a switch of the per-tensor recipes (delayed, current), not of ", o.recipe);
     const bool nvfp4 = std::holds_alternative<scaling::NVFP4BlockScaling>(recipe);
     FP8EMU_CHECK(!nvfp4 || o.format.empty() || o.format == "e4m3", "--format ", o.format,
                  " does not apply to --recipe nvfp4: its formats are TE's fixed ones (E2M1 elements, E4M3 block "
@@ -280,6 +283,8 @@ Command add_quantize(CLI::App& app) {
   c->add_option("--mxfp8-rule", o->mxfp8_rule,
                 "mxfp8: E8M0 scale rule: te (round up), ocp (floor) or even (torchao's EVEN)")
       ->capture_default_str();
+  c->add_flag("--fnuz", o->fnuz,
+              "delayed, current: ROCm TE's FP8 types on MI300 (E4M3FNUZ, E5M2FNUZ) and its cast");
   c->add_flag("--mxfp8-gemms", o->mxfp8_gemms,
               "block: TE's Blackwell conversion for its MXFP8 GEMMs: E8M0 scales on 1 x 32 blocks (uint8 codes)");
   c->add_flag("--swizzle", o->swizzle, "mxfp8, nvfp4, block --mxfp8-gemms: also write the scales in cuBLAS's swizzled layout");

@@ -134,3 +134,17 @@ def test_torch_modules_run_fnuz():
         outs.append(y.detach().clone())
     assert torch.isfinite(outs[0]).all() and x.grad is not None
     assert not torch.equal(outs[0], outs[1])  # other formats, other bits
+
+
+def test_quantize_cli_fnuz(cli, tmp_path):
+    from conftest import run_cli
+    x = inputs(4, (8, 24))
+    x.reshape(-1)[:3] = [5.0, -9.0, 1.5]
+    x[~np.isfinite(x)] = 0.0
+    x.reshape(-1)[7] = 0.0  # a finite tensor
+    np.save(tmp_path / "x.npy", x)
+    run_cli(cli, "quantize", "--recipe", "current", "--fnuz", "--in", tmp_path / "x.npy", "--out", tmp_path / "q")
+    scale = np.float32(E4M3FNUZ_MAX / np.max(np.abs(x)))
+    assert np.load(tmp_path / "q" / "rowwise_scale_inv.npy")[0] == np.float32(1) / scale
+    assert np.array_equal(np.load(tmp_path / "q" / "rowwise_data.npy"),
+                          rocm_codes(x * scale, ml_dtypes.float8_e4m3fnuz, E4M3FNUZ_MAX))
