@@ -65,20 +65,21 @@ int main() {
   using namespace fp8emu;
   using scaling::TensorRole;
   using scaling::Usage;
-  const backend::Device& cpu = backend::cpu_device();  // the casts run on the CPU emulator
-
   // ---- 1. Delayed scaling (TE DelayedScaling; HYBRID: the forward pass casts to E4M3) ----------
+  // The README shows the lines between the [readme] markers, verbatim (tests/python/test_readme.py).
+  // [readme]
+  const backend::Device& cpu = backend::cpu_device();  // the casts run on the CPU emulator
   scaling::DelayedScaling recipe;  // TE's defaults: margin 0, amax_compute_algo "max", fused update
   recipe.amax_history_len = 4;     // a short window (TE's default is 1024)
   scaling::DelayedQuantizer quantizer(recipe, scaling::Direction::kForward);
-  const int input_slot = scaling::slot_of(TensorRole::kInput);
-
   // A 2 x 4 activation, row-major. amax = 3.5.
   const std::vector<float> x = {3.5f, -1.0f, 0.3f, 0.01f, 0.0f, -2.0f, 1e-4f, 0.0625f};
-
-  std::printf("delayed scaling, step 0 (every scale starts at 1):\n");
   emu::QuantizeStats stats0;
   const scaling::QuantizedTensor q0 = quantizer.quantize(cpu, x.data(), 2, 4, TensorRole::kInput, Usage::kRowwise, &stats0);
+  // [/readme]
+  const int input_slot = scaling::slot_of(TensorRole::kInput);
+
+  std::printf("delayed scaling, step 0 (every scale starts at 1):\n");
   check_float("scale", q0.per_tensor().scale, 1.0f);
   check_float("scale_inv", q0.per_tensor().scale_inv, 1.0f);
   // Scale 1, so each code is x rounded to E4M3:
