@@ -100,6 +100,10 @@ std::function<void()> add_run_flags(CLI::App* cmd, experiments::common::RunConfi
     d.fused_update = !n->unfused;
     d.amax_compute_algo = scaling::parse_amax_compute_algo(n->algo, "--amax-compute-algo");
     d.fnuz = r.get<scaling::CurrentScaling>().fnuz = n->fnuz;
+    FP8EMU_CHECK(!n->fnuz || cfg.recipe == "all" || cfg.recipe == "delayed" || cfg.recipe == "current",
+                 "--fnuz is a switch of the per-tensor recipes (delayed, current), not of --recipe ", cfg.recipe);
+    FP8EMU_CHECK(!r.get<scaling::Float8BlockScaling>().mxfp8_gemms || cfg.recipe == "all" || cfg.recipe == "block",
+                 "--block-mxfp8-gemms is a switch of --recipe block, not of --recipe ", cfg.recipe);
     r.get<scaling::Float8BlockScaling>().amax_epsilon = r.get<scaling::CurrentScaling>().amax_epsilon;
     r.get<scaling::MXFP8BlockScaling>().rule = scaling::parse_e8m0_rule(n->mx_rule, "--mxfp8-rule");
     r.get<scaling::NVFP4BlockScaling>().seed = cfg.seed;  // the Philox seed of stochastic rounding

@@ -605,16 +605,16 @@ class Quantizer:
 
 
 def gemm(a: QuantizedTensor, b: QuantizedTensor, *, a_usage: str = "rowwise", b_usage: str = "rowwise",
-         accumulation: str = "hopper", promotion: int = 0) -> np.ndarray:
+         accumulation: Optional[str] = None, promotion: int = 0) -> np.ndarray:
     """FP8 GEMM of two quantized operands, TN layout: ``D[M, N] = A[M, K] B[N, K]^T``, fp32 out (TE
     ``general_gemm``). A is ``a`` read as ``a_usage`` (rowwise: (rows, cols); columnwise: (cols, rows)),
     B likewise: fprop ``y = x W^T`` (x rowwise, W rowwise), dgrad ``dx = dy W`` (dy rowwise, W
     columnwise), wgrad ``dW = dy^T x`` (dy columnwise, x columnwise).
 
     Per-tensor operands: ``D = RN(acc * RN(a.scale_inv * b.scale_inv))`` with any accumulation model
-    (see :func:`fp8emu.gemm`); block operands: per-block scales, each scale block's partial summed
-    under ``accumulation`` and promoted to the fp32 total (``promotion`` must be 0; the layers use
-    "fp32", TE's split accumulator).
+    (see :func:`fp8emu.gemm`; default ``"hopper"``, as the layers); block operands: per-block scales,
+    each scale block's partial summed under ``accumulation`` (default ``"fp32"``, as the layers) and
+    promoted to the fp32 total (``promotion`` must be 0).
 
     Devices: two host operands give a float32 NumPy array, computed by the emulator; two GPU
     operands (quantized from CUDA arrays) give a new float32 CUDA array of a's framework on their
@@ -633,4 +633,6 @@ def gemm(a: QuantizedTensor, b: QuantizedTensor, *, a_usage: str = "rowwise", b_
     if a.is_cuda != b.is_cuda:
         raise TypeError(f"fp8emu.recipe.gemm: a is on {a.device} and b on {b.device}; both operands must be on "
                         f"the same device (quantize both from CPU arrays, or both from CUDA arrays)")
+    if accumulation is None:
+        accumulation = "hopper" if a.mode == b.mode == "per_tensor" else "fp32"
     return _fp8emu.gemm_tn(a._impl, a_usage, b._impl, b_usage, accumulation, int(promotion))

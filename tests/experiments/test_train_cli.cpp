@@ -147,6 +147,14 @@ TEST_CASE("train with ROCm's FNUZ types and with Float8BlockScaling's Blackwell 
     INFO(name);
     CHECK(s["runs"][name]["train_loss"].get<double>() == t["runs"][name]["train_loss"].get<double>());
   }
+  // A switch of another recipe is refused, not ignored.
+  const Result m = run("train --recipe mxfp8 --fnuz --out " + scratch("bad").string());
+  CHECK(m.code == 2);
+  CHECK(m.output.find("--fnuz is a switch of the per-tensor recipes (delayed, current), not of --recipe mxfp8") !=
+        std::string::npos);
+  const Result d = run("train --recipe delayed --block-mxfp8-gemms --out " + scratch("bad").string());
+  CHECK(d.code == 2);
+  CHECK(d.output.find("--block-mxfp8-gemms is a switch of --recipe block") != std::string::npos);
   const Result f32 = run("train --recipe block --block-mxfp8-gemms --block-f32-scales --out " + scratch("bad").string());
   CHECK(f32.code == 2);
   CHECK(f32.output.find("needs power-of-two scales") != std::string::npos);

@@ -57,6 +57,12 @@ def test_delayed_cast_and_update_are_rocm_te(direction, dtype, fmax):
     assert np.array_equal(t.rowwise_data.view(np.uint8), want)
     assert np.array_equal(t.columnwise_data.view(np.uint8), want.T)
     assert want.reshape(-1)[3] == 0 and want.reshape(-1)[6] == 0 and want.reshape(-1)[0] == 0x80
+    # Counts: clipped finite values are saturated; +-Inf becomes NaN, so it is not (nan counts NaN inputs).
+    finite = np.isfinite(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        overflows = ~np.isfinite(x.astype(dtype).astype(np.float32))  # ml_dtypes' non-saturating cast
+    assert t.stats["saturated"] == int(np.count_nonzero(finite & overflows)) > 0
+    assert t.stats["nan"] == int(np.count_nonzero(np.isnan(x)))
     # TE's fused update: this amax is Inf (NaN ignored), so the scale stays.
     q.update_scales()
     assert np.float32(q.scale(role)) == np.float32(1.0)

@@ -30,7 +30,8 @@ namespace fp8emu::core {
 
 /// What a run of element casts did, summed as emu::QuantizeStats sums it.
 struct CastCounts {
-  std::uint32_t saturated = 0;  ///< |RN(x * mult)| overflowed the format (clipped to max; NaN never counts).
+  std::uint32_t saturated = 0;  ///< |RN(x * mult)| overflowed the format and was clipped to max (NaN never
+                                ///< counts; nor, for FNUZ formats, an infinity, which becomes NaN).
   std::uint32_t underflow = 0;  ///< finite non-zero x whose code is +-0.
   std::uint32_t nan = 0;        ///< NaN x.
 };
@@ -56,7 +57,8 @@ FP8EMU_HD std::uint8_t e2m1_code_satfinite(float v) {
 FP8EMU_HD void count_element(float x, float s, std::uint8_t code, FormatSpec f, CastCounts& counts) {
   const bool nan = f32_is_nan(x);
   counts.nan += nan ? 1u : 0u;
-  counts.saturated += f.overflows(f32_abs(s)) ? 1u : 0u;
+  // Clipped to max: FNUZ formats send an infinite RN(x * mult) to NaN instead (not counted).
+  counts.saturated += (f.overflows(f32_abs(s)) && !(f.fnuz && !f32_is_finite(s))) ? 1u : 0u;
   const bool zero_code = f.fnuz ? code == 0 : (code & f.top_code()) == 0;  // FNUZ: 0x80 is NaN
   counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && zero_code) ? 1u : 0u;
 }
