@@ -135,7 +135,6 @@ __attribute__((always_inline)) inline void cast_span_with(const typename W::T* _
   constexpr u32 kThreshold = core::decode_to_f32_bits(std::uint8_t(F.max_finite_code()), F) +
                              (1u << (22 - F.mantissa_bits));
   constexpr u32 kSatLo = kThreshold + (F.overflow_at_threshold() ? 0u : 1u);
-  constexpr u32 kMagMask = F.fnuz ? 0xFFu : F.top_code();  // the zero codes (FNUZ: 0x80 is NaN)
   constexpr u32 kSatHi = F.fnuz ? kInfBits - 1u : kInfBits;  // FNUZ: an infinity becomes NaN, not clipped
   u32 amax = *amax_bits;
   u32 sat = 0, under = 0, nans = 0;
@@ -150,7 +149,7 @@ __attribute__((always_inline)) inline void cast_span_with(const typename W::T* _
     if constexpr (kStats) {
       nans += x_nan ? 1u : 0u;
       sat += ((sb & kAbsMask) - kSatLo <= kSatHi - kSatLo) ? 1u : 0u;
-      under += (xabs - 1u < kInfBits - 1u && (code & kMagMask) == 0) ? 1u : 0u;
+      under += (xabs - 1u < kInfBits - 1u && F.is_zero_code(code)) ? 1u : 0u;
     }
   }
   *amax_bits = amax;

@@ -21,7 +21,7 @@ struct CodeFields {
 inline void decode_table(const FormatSpec& f, CodeFields* t) {
   for (int c = 0; c < 256; ++c) {
     const auto code = std::uint8_t(c);
-    const bool special = f.fnuz ? code == f.nan_code() : (code & f.top_code()) > f.max_finite_code();
+    const bool special = f.is_special_code(code);
     const core::MmaTerm term = core::decode_fp8_term(special ? std::uint8_t(0) : code, f);
     t[c] = CodeFields{std::int16_t(term.sig), std::int16_t(term.sig ? term.exp : 0),
                       std::int16_t(term.sign ? -1 : 1), special};

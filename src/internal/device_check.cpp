@@ -151,7 +151,7 @@ bool guarded(DeviceCheckRow& r, const std::string& where, F&& f) {
 std::uint32_t random_finite_code(std::mt19937_64& g, FormatSpec f) {
   for (;;) {
     const std::uint32_t c = std::uint32_t(g() & 0xFFu);
-    if ((c & f.top_code()) <= f.max_finite_code() && !(f.fnuz && c == f.nan_code())) return c;
+    if (!f.is_special_code(c)) return c;
   }
 }
 

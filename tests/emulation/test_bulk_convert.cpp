@@ -60,7 +60,7 @@ Expected reference(const std::vector<std::uint32_t>& wide, float scale, Format f
     if (!std::isnan(x)) e.amax = std::max(e.amax, std::fabs(x));
     e.stats.nan += std::isnan(x);
     e.stats.saturated += f.overflows(std::fabs(s)) && !(f.fnuz && std::isinf(s));  // FNUZ: Inf becomes NaN
-    e.stats.underflow += (std::isfinite(x) && x != 0.0f && (f.fnuz ? c == 0 : (c & f.top_code()) == 0));
+    e.stats.underflow += (std::isfinite(x) && x != 0.0f && f.is_zero_code(c));
   }
   return e;
 }

@@ -167,7 +167,7 @@ std::vector<std::uint8_t> gemm_codes(std::mt19937& g, int rows, int K, Format f,
     else
       for (;;) {
         c = std::uint8_t(g());
-        if ((c & s.top_code()) <= s.max_finite_code() && !(s.fnuz && c == s.nan_code())) break;
+        if (!s.is_special_code(c)) break;
       }
   }
   for (int r : special_rows) {

@@ -59,8 +59,7 @@ FP8EMU_HD void count_element(float x, float s, std::uint8_t code, FormatSpec f, 
   counts.nan += nan ? 1u : 0u;
   // Clipped to max: FNUZ formats send an infinite RN(x * mult) to NaN instead (not counted).
   counts.saturated += (f.overflows(f32_abs(s)) && !(f.fnuz && !f32_is_finite(s))) ? 1u : 0u;
-  const bool zero_code = f.fnuz ? code == 0 : (code & f.top_code()) == 0;  // FNUZ: 0x80 is NaN
-  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && zero_code) ? 1u : 0u;
+  counts.underflow += (!nan && x != 0.0f && f32_is_finite(x) && f.is_zero_code(code)) ? 1u : 0u;
 }
 
 /// The code of a scaled value s as the recipe kernels convert it, by format:
@@ -71,7 +70,7 @@ FP8EMU_HD void count_element(float x, float s, std::uint8_t code, FormatSpec f, 
 ///     that rounds to zero to +0 (FNUZ has no -0): the encoder's kSatFiniteKeepInf.
 FP8EMU_HD std::uint8_t cast_code(float s, FormatSpec f) {
   if (is_e2m1(f)) return e2m1_code_satfinite(s);
-  if (f.fnuz) return encode_f32_bits_with(f32_to_bits(s), f, Policy{Rounding::kNearestEven, Overflow::kSatFiniteKeepInf, NanEncoding::kCanonical});
+  if (f.fnuz) return encode_f32_bits_with(f32_to_bits(s), f, Policy::ml_dtypes_saturate());  // one NaN code
   return f32_to_fp8(s, f, Saturation::kSatFinite);
 }
 

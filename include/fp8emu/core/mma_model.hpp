@@ -153,10 +153,8 @@ FP8EMU_HD constexpr std::uint32_t scaled_int_to_f16_rne(std::uint32_t sign, std:
 namespace detail {
 // Classifies an FP8 code: 0 finite, 1 NaN, 2 Inf.
 FP8EMU_HD constexpr int fp8_class(std::uint8_t code, FormatSpec f) {
-  if (f.fnuz) return code == f.nan_code() ? 1 : 0;  // one NaN (the -0 code), no Inf
-  const std::uint32_t mag = code & f.top_code();
-  if (mag <= f.max_finite_code()) return 0;
-  return (f.has_inf && mag == f.inf_code()) ? 2 : 1;
+  if (!f.is_special_code(code)) return 0;
+  return (f.has_inf && (code & f.top_code()) == f.inf_code()) ? 2 : 1;
 }
 }  // namespace detail
 
@@ -221,7 +219,7 @@ struct MmaFp8Codes {
   const std::uint8_t* p;
   FormatSpec f;
   FP8EMU_HD constexpr int cls(int i) const { return detail::fp8_class(p[i], f); }
-  FP8EMU_HD constexpr bool is_zero(int i) const { return (p[i] & f.top_code()) == 0 && cls(i) == 0; }
+  FP8EMU_HD constexpr bool is_zero(int i) const { return f.is_zero_code(p[i]); }
   FP8EMU_HD constexpr std::uint32_t sign(int i) const { return (p[i] & f.sign_mask()) ? 1u : 0u; }
   FP8EMU_HD constexpr MmaTerm term(int i, MmaOperands o) const { return operand_term(p[i], f, o); }
   FP8EMU_HD constexpr MmaFp8Codes at(int k) const { return MmaFp8Codes{p + k, f}; }

@@ -290,7 +290,7 @@ class Device {
   /// its fp32 exponent field, broadcast to `repeat` consecutive 1 x 32 blocks:
   /// out[r, j] = core::mxfp8_scale_from_block_scale_inv_bits(in[r, j / repeat]) for j < out_blocks,
   /// in [rows, ceil(out_blocks / repeat)], out [rows, out_blocks], fp32 (the GEMM's scale values).
-  /// 	hrows fp8emu::Error for a negative shape or repeat < 1.
+  /// \throws fp8emu::Error for a negative shape or repeat < 1.
   virtual void block_scales_to_mxfp8(const float* in, int rows, int out_blocks, int repeat, float* out) const = 0;
 
   // ---- per-element work of an MLP step (core/nn_element.hpp) ----------------------------------

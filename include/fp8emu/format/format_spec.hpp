@@ -59,6 +59,13 @@ struct FormatSpec {
   FP8EMU_HD constexpr std::uint32_t nan_code() const { return fnuz ? sign_mask() : top_code(); }
   /// Infinity code, positive sign; only meaningful when has_inf.
   FP8EMU_HD constexpr std::uint32_t inf_code() const { return top_code() - std::uint32_t(nan_codes); }
+  /// Whether a code is NaN or Inf: a magnitude above max_finite_code(), or for fnuz formats the one
+  /// NaN (the -0 code).
+  FP8EMU_HD constexpr bool is_special_code(std::uint32_t c) const {
+    return fnuz ? c == nan_code() : (c & top_code()) > max_finite_code();
+  }
+  /// Whether a code is a zero: +0 or -0 (fnuz formats: only code 0, their -0 code being NaN).
+  FP8EMU_HD constexpr bool is_zero_code(std::uint32_t c) const { return fnuz ? c == 0 : (c & top_code()) == 0; }
   /// Code of the largest finite magnitude.
   FP8EMU_HD constexpr std::uint32_t max_finite_code() const {
     return top_code() - std::uint32_t(nan_codes) - (has_inf ? 1u : 0u);
