@@ -87,6 +87,9 @@ int run_bench_gemm(const std::vector<int>& sizes, int repeat, std::ostream& out)
   else out << "; openblas_sgemm: not in this build (install libopenblas-dev and reconfigure)";
   out << "\nmodels: fp8emu's " << emu::detail::to_string(emu::detail::gemm_isa())
       << " kernels (FP8EMU_GEMM_ISA=baseline|avx2|avx512 picks a lower path)";
+  if (emu::detail::gemm_isa() == emu::detail::GemmIsa::kAvx512)
+    out << "; hopper and ada on the " << (emu::detail::gemm_tc_fma512() ? "round-toward-zero FMA" : "int16")
+        << " tensor-core kernel (FP8EMU_GEMM_TC=int16|fma)";
   out << "\nratios are against the best baseline of each size (best = the fastest of them); block = MXFP8 "
          "(E4M3, 1 x 32 E8M0 blocks) on the fp32 model; hopper_bf16 = the Hopper bf16 tensor core on bf16 values\n";
   // The models timed, in column order; the summary lines name them in reverse (fp32 last).

@@ -1,6 +1,8 @@
 // See gemm_isa.hpp.
 #include "gemm_isa.hpp"
 
+#include "gemm_tc_chain.hpp"
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +67,25 @@ bool gemm_pack_vbmi() { return pack_vbmi().load(std::memory_order_relaxed); }
 bool set_gemm_pack_vbmi(bool on) {
   pack_vbmi().store(on && vbmi_supported(), std::memory_order_relaxed);
   return gemm_pack_vbmi();
+}
+
+namespace {
+std::atomic<bool>& tc_fma512() {
+  static std::atomic<bool> on{[] {
+    const char* env = std::getenv("FP8EMU_GEMM_TC");
+    return !(env && std::strcmp(env, "int16") == 0) && gemm_tc_fma_avx512_supported();
+  }()};
+  return on;
+}
+}  // namespace
+
+bool gemm_tc_fma512() {
+  return gemm_isa_supported() == GemmIsa::kAvx512 && tc_fma512().load(std::memory_order_relaxed);
+}
+
+bool set_gemm_tc_fma512(bool on) {
+  tc_fma512().store(on && gemm_tc_fma_avx512_supported(), std::memory_order_relaxed);
+  return gemm_tc_fma512();
 }
 
 GemmIsa gemm_isa() { return GemmIsa(current().load(std::memory_order_relaxed)); }

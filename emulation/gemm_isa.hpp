@@ -27,6 +27,13 @@ GemmIsa set_gemm_isa(GemmIsa isa);
 /// at what the processor supports. Returns the choice now in force. Not thread-safe, like set_gemm_isa.
 bool gemm_pack_vbmi();
 bool set_gemm_pack_vbmi(bool on);
+/// Which AVX-512 tensor-core kernel runs the Hopper and Ada models: the fp32 FMAs rounded toward
+/// zero (gemm_tc_fma.cpp; needs AVX512_VPOPCNTDQ; the default where the processor has it) or the
+/// int16 significand kernel (gemm_tensor_core.cpp). Same bits; FP8EMU_GEMM_TC=int16|fma in the
+/// environment (read once) or set_gemm_tc_fma512() (tests) chooses; true is capped at what the
+/// processor supports. Not thread-safe, like set_gemm_isa.
+bool gemm_tc_fma512();
+bool set_gemm_tc_fma512(bool on);
 /// "baseline", "avx2", "avx512".
 const char* to_string(GemmIsa isa);
 

@@ -1,4 +1,4 @@
-// The AVX2 tensor-core GEMM (Hopper wgmma and Ada models, fp32 accumulator; see
+// The AVX2 and AVX-512 tensor-core GEMMs (Hopper wgmma and Ada models, fp32 accumulator; see
 // gemm_tensor_core.hpp) as fp32 FMAs rounded toward zero, bit-identical to core::gemm_tn_element.
 //
 // One block FMA (docs/tensor-core-model.md §Block FMA: F = 13 fraction bits, 14 significant bits
@@ -36,8 +36,16 @@
 // it for their FMAs and back to round-to-nearest for the chain's RN adds (promotion and split-K)
 // and on return; every value crosses a switch through memory, behind a compiler barrier.
 //
-// Register tile: 6 rows x 16 columns (12 ymm accumulators; per k 2 vector loads and 6 broadcasts
-// for 12 FMAs), cache tiles of 72 rows x 256 columns run by OpenMP, K in chunks of 256.
+// AVX-512 (with AVX512_VPOPCNTDQ) runs the same arithmetic on 16 lanes, with three shortcuts that
+// are exact for the same reasons: c's exponent is VGETEXPPS's floor(log2 |c|) (-Inf, hence
+// INT32_MIN after the conversion, for c = +0); E needs no clamp (E >= -128, so M >= 1.5 * 2^-118 is
+// normal); and the count n is added to acc's bits rather than as n * g: acc + n g stays in acc's
+// binade [2^(E + 10), 2^(E + 11)), whose ulp is g, so the integer add is that exact sum.
+//
+// Register tiles: AVX2 6 rows x 16 columns (12 ymm accumulators; per k 2 vector loads and 6
+// broadcasts for 12 FMAs); AVX-512 4 rows x 64 columns (16 zmm accumulators; per k 4 loads and 4
+// broadcasts for 16 FMAs). Cache tiles of up to 72 rows x 256 columns run by OpenMP, K in chunks
+// of 256.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -65,11 +73,11 @@ namespace fp8emu::emu::detail {
 #ifdef FP8EMU_TC_FMA_X86
 namespace {
 
-constexpr int kR = 6;              // rows of the register tile
-constexpr int kC = 2;              // 8-column vectors of the register tile
-constexpr int kTileCols = 8 * kC;  // 16
-constexpr int kMc = 72;            // rows per cache tile (a multiple of kR)
-constexpr int kNc = 256;           // columns per cache tile (a multiple of kTileCols)
+// Register tiles: AVX2 6 rows x 2 8-column vectors, AVX-512 8 rows x 2 16-column vectors.
+constexpr int kR2 = 6, kCols2 = 16;
+constexpr int kR5 = 4, kCols5 = 64;
+constexpr int kMc = 72;            // rows per cache tile (rounded down to a multiple of the tile's rows)
+constexpr int kNc = 256;           // columns per cache tile (a multiple of both tiles' columns)
 constexpr int kKc = 256;           // K per chunk (a multiple of every block)
 constexpr std::int8_t kZeroExp8 = -64;  // below every real exponent (products: [-28, 30]; c: >= -60)
 
@@ -93,17 +101,19 @@ void pack_table(const FormatSpec& f, const CodeFields* t, bool a_side, PackTable
   }
 }
 
-// Packed A, per panel of kR rows: values [Kp][kR] and int8 exponents [Kp / 4][kR][4] (K padded
+// Packed A, per panel of R rows: values [Kp][kR] and int8 exponents [Kp / 4][kR][4] (K padded
 // to Kp, a multiple of the block), and per row and block the masks of negative and of non-zero
 // elements (bit i: the block's element i). Packed B, per panel of kTileCols columns: values
 // [Kp][kTileCols], exponents [Kp / 4][kTileCols][4] and per block the masks [kTileCols]. A register tile reads one A panel and one B panel, at constant offsets from two pointers.
-struct Packed {
+struct Packed {  // shared by both tile shapes
   std::vector<float> av, bv;
   std::vector<std::int8_t> ae, be;
   std::vector<std::uint32_t> aneg, anz, bneg, bnz;
 };
 
+template <int R, int Cols>
 struct View {
+  static constexpr int kR = R, kTileCols = Cols;
   int Kp, blocks;
   const float* av;
   const std::int8_t* ae;
@@ -119,6 +129,7 @@ struct View {
 };
 
 // Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged).
+template <int kR, int kTileCols>
 void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const PackTable& ta,
           const std::uint8_t* B, const PackTable& tb, Packed& p, char* bad_a, char* bad_b) {
   const int blocks = Kp / block;
@@ -218,8 +229,9 @@ FP8EMU_TC_FMA __attribute__((always_inline)) inline __m256i exponent_max(__m256i
 // ch, tot, sum: the tile's state [kR][kTileCols] (the chain, the promotion total and the split-K
 // sum), kept across K chunks.
 template <int BQ>
-FP8EMU_TC_FMA void tile(const View& w, int pa, int pb, int q_begin, int q_end, Chain cp, float* ch, float* tot,
-                        float* sum) {
+FP8EMU_TC_FMA void tile_avx2(const View<kR2, kCols2>& w, int pa, int pb, int q_begin, int q_end, Chain cp, float* ch,
+                             float* tot, float* sum) {
+  constexpr int kR = kR2, kC = 2, kTileCols = kCols2;
   const unsigned rn = _mm_getcsr(), rz = rn | 0x6000u;  // RC = 11: toward zero
   constexpr int kBlock = 4 * BQ, kV = kR * kC;
   const __m256i cut_mask = _mm256_set1_epi32(static_cast<int>(0xFFFFFC00u));
@@ -319,8 +331,123 @@ FP8EMU_TC_FMA void tile(const View& w, int pa, int pb, int q_begin, int q_end, C
   set_csr(rn);
 }
 
+#define FP8EMU_TC_FMA512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,fma")))
+
+// The AVX-512 register tile: the same arithmetic as tile_avx2 on 16-lane vectors, 8 rows x 32
+// columns (16 accumulators; per k 2 loads of B and 8 broadcast FMAs), the negative products counted
+// with VPOPCNTD on the block's masks, MXCSR's round-toward-zero mode as there.
+template <int BQ>
+FP8EMU_TC_FMA512 void tile_avx512(const View<kR5, kCols5>& w, int pa, int pb, int q_begin, int q_end, Chain cp,
+                                  float* ch, float* tot, float* sum) {
+  constexpr int kR = kR5, kC = kCols5 / 16, kTileCols = kCols5;
+  constexpr int kBlock = 4 * BQ, kV = kR * kC;
+  const unsigned rn = _mm_getcsr(), rz = rn | 0x6000u;  // RC = 11: toward zero
+  const __m512i cut_mask = _mm512_set1_epi32(static_cast<int>(0xFFFFFC00u));
+  const __m512 widen = _mm512_set1_ps(1.0f + 1.0f / 65536.0f);
+  const float* const avp = w.a_values(pa);
+  const std::int8_t* const aep = w.a_exps(pa);
+  const float* const bvp = w.b_values(pb);
+  const std::int8_t* const bep = w.b_exps(pb);
+  const int i0 = pa * kR;
+  alignas(64) float Ms[kV * 16];
+  set_csr(rz);
+  for (int q0 = q_begin; q0 < q_end; q0 += BQ) {
+    const int k0 = 4 * q0, blk = k0 / kBlock;
+    if (cp.range_ends(k0) || cp.run_ends(k0)) {  // the chain's RN adds, on the state in memory
+      set_csr(rn);
+      if (cp.range_ends(k0))
+        for (int i = 0; i < kV; ++i) {
+          const __m512 c = _mm512_loadu_ps(ch + 16 * i), t = _mm512_loadu_ps(tot + 16 * i);
+          const __m512 v = cp.promotion > 0 ? _mm512_add_ps(t, c) : c;
+          _mm512_storeu_ps(sum + 16 * i, k0 == cp.range ? v : _mm512_add_ps(_mm512_loadu_ps(sum + 16 * i), v));
+          _mm512_storeu_ps(ch + 16 * i, _mm512_setzero_ps());
+          _mm512_storeu_ps(tot + 16 * i, _mm512_setzero_ps());
+        }
+      if (cp.run_ends(k0))
+        for (int i = 0; i < kV; ++i) {
+          _mm512_storeu_ps(tot + 16 * i, _mm512_add_ps(_mm512_loadu_ps(tot + 16 * i), _mm512_loadu_ps(ch + 16 * i)));
+          _mm512_storeu_ps(ch + 16 * i, _mm512_setzero_ps());
+        }
+      set_csr(rz);
+    }
+    // Pass 1, as tile_avx2: E, M = 1.5 * 2^(E + 10), g = 2^(E - 13), acc = RZ(M + c (1 + 2^-16)).
+    __m512 acc[kR][kC];
+    {
+      __m512i E8[kR][kC];
+      for (int r = 0; r < kR; ++r)
+        for (int c = 0; c < kC; ++c) E8[r][c] = _mm512_set1_epi8(-128);
+      for (int q = q0; q < q0 + BQ; ++q) {
+        const std::int8_t* b = bep + std::size_t(q) * (4 * kTileCols);
+        __m512i eb[kC];
+        for (int c = 0; c < kC; ++c) eb[c] = _mm512_loadu_si512(b + 64 * c);
+        for (int r = 0; r < kR; ++r) {
+          std::int32_t bits;
+          std::memcpy(&bits, aep + std::size_t(q) * (4 * kR) + 4 * std::size_t(r), 4);
+          const __m512i ea = _mm512_set1_epi32(bits);
+          for (int c = 0; c < kC; ++c) E8[r][c] = _mm512_max_epi8(E8[r][c], _mm512_add_epi8(ea, eb[c]));
+        }
+      }
+      for (int r = 0; r < kR; ++r)
+        for (int c = 0; c < kC; ++c) {
+          const int x = 16 * (r * kC + c);
+          const __m512 cv = _mm512_loadu_ps(ch + x);
+          // c's exponent: VGETEXPPS gives floor(log2 |c|) exactly (c is +0 or normal), and -Inf for
+          // +0, which the conversion turns into INT32_MIN (no term).
+          const __m512i ec = _mm512_cvtps_epi32(_mm512_getexp_ps(cv));
+          // The column maximum over the four int8 lanes, in every byte, then sign-extended.
+          __m512i m = _mm512_max_epi8(E8[r][c], _mm512_rol_epi32(E8[r][c], 8));
+          m = _mm512_max_epi8(m, _mm512_rol_epi32(m, 16));
+          // No clamp: E >= -128 (a block with no term), and M = 1.5 * 2^(E + 10) >= 1.5 * 2^-118 is
+          // normal (g is never formed: the count is added to acc's bits below).
+          const __m512i E = _mm512_max_epi32(_mm512_srai_epi32(m, 24), ec);
+          const __m512 M = _mm512_castsi512_ps(
+              _mm512_add_epi32(_mm512_slli_epi32(E, 23), _mm512_set1_epi32(((127 + 10) << 23) | 0x00400000)));
+          // RZ(M + c (1 + 2^-16)) is one g short when c < 0: add it back now, on acc's bits (the
+          // shift by a grid step commutes with the block's RZ adds inside the binade).
+          acc[r][c] = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(_mm512_fmadd_ps(cv, widen, M)),
+                                                           _mm512_srli_epi32(_mm512_castps_si512(cv), 31)));
+          _mm512_store_ps(Ms + x, M);
+        }
+    }
+    // Pass 2: acc = RZ(acc + a' b), one FMA per 16 products.
+    for (int k = k0; k < k0 + kBlock; ++k) {
+      __m512 b[kC];
+      for (int c = 0; c < kC; ++c) b[c] = _mm512_loadu_ps(bvp + std::size_t(k) * kTileCols + 16 * c);
+      for (int r = 0; r < kR; ++r) {
+        const __m512 a = _mm512_set1_ps(avp[std::size_t(k) * kR + r]);
+        for (int c = 0; c < kC; ++c) acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
+      }
+    }
+    // S = acc - M + n g, n = popcount((neg_a ^ neg_b) & nz_a & nz_b) (c < 0 was added above); the
+    // 14-bit cut. acc lies in the binade [2^(E + 10), 2^(E + 11)) whose ulp is g, and so does
+    // acc + n g (n <= 33, far from either end), so adding n to acc's bits adds n g exactly.
+    const std::uint32_t* const bnz = w.bnz + (std::size_t(pb) * std::size_t(w.blocks) + std::size_t(blk)) * kTileCols;
+    const std::uint32_t* const bneg = w.bneg + (bnz - w.bnz);
+    __m512i bz[kC], bn[kC];
+    for (int c = 0; c < kC; ++c) {
+      bz[c] = _mm512_loadu_si512(bnz + 16 * c);
+      bn[c] = _mm512_loadu_si512(bneg + 16 * c);
+    }
+    for (int r = 0; r < kR; ++r) {
+      const std::size_t a = std::size_t(i0 + r) * std::size_t(w.blocks) + std::size_t(blk);
+      const __m512i an = _mm512_set1_epi32(int(w.aneg[a])), az = _mm512_set1_epi32(int(w.anz[a]));
+      for (int c = 0; c < kC; ++c) {
+        const int x = 16 * (r * kC + c);
+        // (an ^ bneg) & (az & bnz): truth table 0x28 of VPTERNLOGD (A = an, B = bneg, C = nz).
+        const __m512i neg = _mm512_ternarylogic_epi32(an, bn[c], _mm512_and_si512(az, bz[c]), 0x28);
+        const __m512 S = _mm512_sub_ps(
+            _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(acc[r][c]), _mm512_popcnt_epi32(neg))),
+            _mm512_load_ps(Ms + x));
+        _mm512_storeu_ps(ch + x, _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(S), cut_mask)));
+      }
+    }
+  }
+  set_csr(rn);
+}
+
 // D for one register tile's [kR][kTileCols] state: chain_result per lane (the same IEEE adds and
 // multiply, in the caller's rounding mode), stored element by element at the ragged edges.
+template <int kR, int kTileCols>
 void store_tile(const float* ch, const float* tot, const float* sum, Chain cp, int K, float s, int i0, int j0, int M,
                 int N, float* D) {
   for (int rr = 0; rr < kR && i0 + rr < M; ++rr)
@@ -330,11 +457,12 @@ void store_tile(const float* ch, const float* tot, const float* sum, Chain cp, i
     }
 }
 
-}  // namespace
-
-void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
-                      const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
-                      float* D, char* bad_a, char* bad_b) {
+// The packing, cache tiles and OpenMP of both paths; Tile8/Tile4 run one register tile with blocks
+// of 8 or 4 quads (Hopper's 32, Ada's 16).
+template <int kR, int kTileCols, typename Tile8, typename Tile4>
+void run(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta, const std::uint8_t* B,
+         const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s, float* D, char* bad_a, char* bad_b,
+         Tile8 tile8, Tile4 tile4) {
   const int Kp = std::max(1, (K + block - 1) / block) * block;  // whole blocks
   const int Kq = Kp / 4;
   const int Mp = (M + kR - 1) / kR * kR, Np = (N + kTileCols - 1) / kTileCols * kTileCols;
@@ -342,8 +470,8 @@ void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSp
   pack_table(fa, ta, true, pta);
   pack_table(fb, tb, false, ptb);
   thread_local Packed packed;
-  pack(M, N, K, Mp, Np, Kp, block, A, pta, B, ptb, packed, bad_a, bad_b);
-  const View w{Kp,
+  pack<kR, kTileCols>(M, N, K, Mp, Np, Kp, block, A, pta, B, ptb, packed, bad_a, bad_b);
+  const View<kR, kTileCols> w{Kp,
                Kp / block,
                packed.av.data(),
                packed.ae.data(),
@@ -355,7 +483,7 @@ void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSp
                packed.bnz.data()};
   const int bq = block / 4;
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
-  const CacheTile ct = cache_tile(Mp, Np, kMc, kNc, kR, kTileCols, parallel ? omp_get_max_threads() : 1);
+  const CacheTile ct = cache_tile(Mp, Np, kMc / kR * kR, kNc, kR, kTileCols, parallel ? omp_get_max_threads() : 1);
   const int mc = ct.rows, nc = ct.cols;
   const int tiles_m = (Mp + mc - 1) / mc, tiles_n = (Np + nc - 1) / nc;
   const int tiles = tiles_m * tiles_n;
@@ -384,15 +512,15 @@ void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSp
             const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
             const int pa = (i0 + r * kR) / kR, pb = (j0 + c * kTileCols) / kTileCols;
             if (bq == 8)
-              tile<8>(w, pa, pb, q0, q1, cp, ch + off, tot + off, sum + off);
+              tile8(w, pa, pb, q0, q1, cp, ch + off, tot + off, sum + off);
             else
-              tile<4>(w, pa, pb, q0, q1, cp, ch + off, tot + off, sum + off);
+              tile4(w, pa, pb, q0, q1, cp, ch + off, tot + off, sum + off);
           }
       }
       for (int r = 0; r < rg; ++r)
         for (int c = 0; c < cg; ++c) {
           const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
-          store_tile(ch + off, tot + off, sum + off, cp, K, s, i0 + r * kR, j0 + c * kTileCols, M, N, D);
+          store_tile<kR, kTileCols>(ch + off, tot + off, sum + off, cp, K, s, i0 + r * kR, j0 + c * kTileCols, M, N, D);
         }
     }
     trim(state_buf);
@@ -402,6 +530,31 @@ void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSp
   trim(packed.ae);
   trim(packed.be);
 }
+
+}  // namespace
+
+void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
+                      const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
+                      float* D, char* bad_a, char* bad_b) {
+  run<kR2, kCols2>(M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b, tile_avx2<8>, tile_avx2<4>);
+}
+
+void gemm_tc_fma_avx512(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
+                        const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
+                        float* D, char* bad_a, char* bad_b) {
+  run<kR5, kCols5>(M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b, tile_avx512<8>, tile_avx512<4>);
+}
+
+bool gemm_tc_fma_avx512_supported() {
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vpopcntdq") && __builtin_cpu_supports("fma");
+  }();
+  return v;
+}
+
 bool gemm_tc_fma_avx2_supported() {
   static const bool v = [] {
     __builtin_cpu_init();
@@ -411,8 +564,11 @@ bool gemm_tc_fma_avx2_supported() {
 }
 #else
 bool gemm_tc_fma_avx2_supported() { return false; }
+bool gemm_tc_fma_avx512_supported() { return false; }
 void gemm_tc_fma_avx2(int, int, int, const std::uint8_t*, const FormatSpec&, const CodeFields*, const std::uint8_t*,
                       const FormatSpec&, const CodeFields*, int, Chain, float, float*, char*, char*) {}
+void gemm_tc_fma_avx512(int, int, int, const std::uint8_t*, const FormatSpec&, const CodeFields*, const std::uint8_t*,
+                        const FormatSpec&, const CodeFields*, int, Chain, float, float*, char*, char*) {}
 #endif  // FP8EMU_TC_FMA_X86
 
 }  // namespace fp8emu::emu::detail

@@ -223,6 +223,8 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
       {Accumulation::kAdaTf32, 0, 1},   {Accumulation::kHopperFp16, 64, 1}};
   const bool saved_vbmi = isa_ns::gemm_pack_vbmi();
   const bool vbmi_supported = isa_ns::set_gemm_pack_vbmi(true);
+  const bool saved_fma512 = isa_ns::gemm_tc_fma512();
+  const bool fma512_supported = isa_ns::set_gemm_tc_fma512(true);
   std::uint64_t compared = 0;
   for (const Shape& sh : shapes)
     for (const auto& fmts : pairs)
@@ -249,13 +251,17 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
           // exact and hopper-mma-sync run the element model itself on every path: one path suffices.
           const bool per_element = acc.model == Accumulation::kExact || acc.model == Accumulation::kHopperMmaSync;
           for (isa_ns::GemmIsa isa : paths)
-            for (int run = 0; run < 4; ++run) {  // 1 and 2 threads; AVX-512: table and VBMI packing
+            // 1 and 2 threads; AVX-512: the int16 kernel with table and VBMI packing, and the
+            // round-toward-zero FMA kernel (VPOPCNTDQ).
+            for (int run = 0; run < 6; ++run) {
               const int threads = 1 + run % 2;
-              const bool vbmi = run >= 2;
+              const bool vbmi = run / 2 == 1, fma512 = run / 2 == 2;
               if (per_element && isa != paths.back()) continue;
               if (vbmi && (isa != isa_ns::GemmIsa::kAvx512 || !vbmi_supported)) continue;
+              if (fma512 && (isa != isa_ns::GemmIsa::kAvx512 || !fma512_supported)) continue;
               REQUIRE(isa_ns::set_gemm_isa(isa) == isa);
               REQUIRE(isa_ns::set_gemm_pack_vbmi(vbmi) == vbmi);
+              REQUIRE(isa_ns::set_gemm_tc_fma512(fma512) == fma512);
               omp_set_num_threads(threads);
               std::vector<float> d(want.size(), -1.0f);
               gemm_fp8_tn(sh.M, sh.N, sh.K, a.data(), fmts.first, sa, b.data(), fmts.second, sb, acc, d.data());
@@ -264,7 +270,7 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
                 if (std::memcmp(&d[x], &want[x], 4) != 0 && !(std::isnan(d[x]) && std::isnan(want[x]))) {
                   if (bad++ == 0) first = x;
                 }
-              INFO(isa_ns::to_string(isa) << (vbmi ? " (VBMI packing)" : "") << ", " << threads << " threads, " << m.name << " promotion "
+              INFO(isa_ns::to_string(isa) << (vbmi ? " (VBMI packing)" : "") << (fma512 ? " (FMA kernel)" : "") << ", " << threads << " threads, " << m.name << " promotion "
                                           << acc.promotion_interval << " split_k " << acc.split_k << ", "
                                           << format_name(fmts.first) << " x " << format_name(fmts.second) << ", "
                                           << sh.M << "x" << sh.N << "x" << sh.K << " variant " << variant
@@ -276,6 +282,7 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
       }
   isa_ns::set_gemm_isa(saved_isa);
   isa_ns::set_gemm_pack_vbmi(saved_vbmi);
+  isa_ns::set_gemm_tc_fma512(saved_fma512);
   omp_set_num_threads(saved_threads);
   CHECK(compared > 100000);
 }
