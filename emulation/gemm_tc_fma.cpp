@@ -25,7 +25,7 @@
 //  * The block sum S = (acc - M) + count * g is exact in any rounding mode (a multiple of g below
 //    2^(E + 9): 22 bits); the 14-bit cut clears its low 10 mantissa bits (sign-magnitude:
 //    truncation), and S is already at its scale. S = 0 gives +0. E is at least -60 (clamped only
-//    for a block with no term, whose S is 0 whatever E) and at most about 40 (|c| < K * 2^17), so
+//    for a block with no term, whose S is 0 whatever E) and at most about 50 (|c| < K * 2^25), so
 //    M and g are normal.
 // Along K the blocks chain (the result is the next block's c); promotion and split-K are the
 // scalar model's RN adds (gemm_tc_chain.hpp), per lane. Zero codes, and the zero padding of ragged
@@ -73,7 +73,7 @@ namespace fp8emu::emu::detail {
 #ifdef FP8EMU_TC_FMA_X86
 namespace {
 
-// Register tiles: AVX2 6 rows x 2 8-column vectors, AVX-512 8 rows x 2 16-column vectors.
+// Register tiles: AVX2 6 rows x 2 8-column vectors, AVX-512 4 rows x 4 16-column vectors.
 constexpr int kR2 = 6, kCols2 = 16;
 constexpr int kR5 = 4, kCols5 = 64;
 constexpr int kMc = 72;            // rows per cache tile (rounded down to a multiple of the tile's rows)
@@ -333,9 +333,9 @@ FP8EMU_TC_FMA void tile_avx2(const View<kR2, kCols2>& w, int pa, int pb, int q_b
 
 #define FP8EMU_TC_FMA512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,fma")))
 
-// The AVX-512 register tile: the same arithmetic as tile_avx2 on 16-lane vectors, 8 rows x 32
-// columns (16 accumulators; per k 2 loads of B and 8 broadcast FMAs), the negative products counted
-// with VPOPCNTD on the block's masks, MXCSR's round-toward-zero mode as there.
+// The AVX-512 register tile: the same arithmetic as tile_avx2 on 16-lane vectors, 4 rows x 64
+// columns (16 accumulators; per k 4 loads of B and 4 broadcasts for 16 FMAs), the negative products
+// counted with VPOPCNTD on the block's masks, MXCSR's round-toward-zero mode as there.
 template <int BQ>
 FP8EMU_TC_FMA512 void tile_avx512(const View<kR5, kCols5>& w, int pa, int pb, int q_begin, int q_end, Chain cp,
                                   float* ch, float* tot, float* sum) {
@@ -392,8 +392,10 @@ FP8EMU_TC_FMA512 void tile_avx512(const View<kR5, kCols5>& w, int pa, int pb, in
           const int x = 16 * (r * kC + c);
           const __m512 cv = _mm512_loadu_ps(ch + x);
           // c's exponent: VGETEXPPS gives floor(log2 |c|) exactly (c is +0 or normal), and -Inf for
-          // +0, which the conversion turns into INT32_MIN (no term).
-          const __m512i ec = _mm512_cvtps_epi32(_mm512_getexp_ps(cv));
+          // +0, which the conversion turns into INT32_MIN (no term). Both with exceptions suppressed
+          // ({sae}): +0 would signal divide-by-zero and -Inf invalid, which a caller may unmask.
+          const __m512i ec = _mm512_cvt_roundps_epi32(_mm512_getexp_round_ps(cv, _MM_FROUND_NO_EXC),
+                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
           // The column maximum over the four int8 lanes, in every byte, then sign-extended.
           __m512i m = _mm512_max_epi8(E8[r][c], _mm512_rol_epi32(E8[r][c], 8));
           m = _mm512_max_epi8(m, _mm512_rol_epi32(m, 16));

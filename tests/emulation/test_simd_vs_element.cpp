@@ -151,6 +151,10 @@ TEST_CASE("Element layer: the exact dot product keeps wide sums exact", "[elemen
 #include "fp8emu/emulation/gemm.hpp"
 #include "gemm_isa.hpp"
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 namespace {
 
 // Codes for one operand: mostly random finite codes, with zeros (+0 and -0), subnormals and the
@@ -205,8 +209,9 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
     int M, N, K;
   };
   // 1x1x1; smaller than one register tile; ragged everywhere and K crossing the 256-element K chunk;
-  // N crossing the 256-column cache tile; M crossing the 64-row cache tile with a long K.
-  const Shape shapes[] = {{1, 1, 1}, {3, 17, 45}, {37, 70, 300}, {9, 290, 70}, {66, 20, 700}};
+  // N crossing the 256-column cache tile; M crossing the 64-row (int16 kernel) and 72-row (FMA
+  // kernels) cache tiles with a long K.
+  const Shape shapes[] = {{1, 1, 1}, {3, 17, 45}, {37, 70, 300}, {9, 290, 70}, {74, 20, 700}};
   const std::pair<Format, Format> pairs[] = {
       {Format::kE4M3, Format::kE4M3}, {Format::kE4M3, Format::kE5M2}, {Format::kE5M2, Format::kE4M3},
       {Format::kE4M3FNUZ, Format::kE5M2FNUZ}, {Format::kE5M2FNUZ, Format::kE4M3FNUZ}};
@@ -286,6 +291,52 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
   omp_set_num_threads(saved_threads);
   CHECK(compared > 100000);
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+TEST_CASE("CPU GEMM: the tensor-core kernels leave MXCSR as they found it and signal no invalid operation",
+          "[element][gemm]") {
+  // The FMA kernels switch MXCSR to round-toward-zero per tile; the caller's mode and masks must
+  // come back, and finite operands must raise neither invalid nor divide-by-zero: here both
+  // are unmasked (a signal would end the test binary), on one thread so that all the work runs
+  // under this MXCSR.
+  using namespace fp8emu::emu;
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const bool saved_fma512 = isa_ns::gemm_tc_fma512();
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::mt19937 g(7);
+  const int M = 9, N = 70, K = 300;
+  const std::vector<std::uint8_t> a = spread_codes(g, M, K, Format::kE4M3), b = spread_codes(g, N, K, Format::kE5M2);
+  const unsigned saved_csr = _mm_getcsr();
+  // Flags cleared (earlier tests leave theirs), IM and ZM cleared: invalid and zero-divide unmasked.
+  const unsigned csr = saved_csr & ~(0x3Fu | (1u << 7) | (1u << 9));
+  int runs = 0;
+  for (int p = 0; p <= int(isa_ns::gemm_isa_supported()); ++p)
+    for (int fma512 = 0; fma512 < 2; ++fma512) {
+      if (fma512 && isa_ns::GemmIsa(p) != isa_ns::GemmIsa::kAvx512) continue;
+      REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(p)) == isa_ns::GemmIsa(p));
+      if (isa_ns::set_gemm_tc_fma512(fma512 != 0) != (fma512 != 0)) continue;  // no VPOPCNTDQ here
+      for (const GemmAccumulation& acc : {GemmAccumulation{Accumulation::kHopper, 0, 1},
+                                          GemmAccumulation{Accumulation::kAda, 128, 2}}) {
+        std::vector<float> d(std::size_t(M) * std::size_t(N));
+        _mm_setcsr(csr);
+        gemm_fp8_tn(M, N, K, a.data(), Format::kE4M3, 0.5f, b.data(), Format::kE5M2, 2.0f, acc, d.data());
+        const unsigned after = _mm_getcsr();
+        _mm_setcsr(saved_csr);
+        INFO(isa_ns::to_string(isa_ns::GemmIsa(p)) << (fma512 ? " (FMA kernel)" : "") << ", MXCSR " << std::hex << csr
+                                                   << " before, " << after << " after");
+        CHECK((after & 0xFFC0u) == (csr & 0xFFC0u));  // rounding control, masks, DAZ and FTZ restored
+        CHECK((after & 0x5u) == 0u);                   // no invalid or zero-divide flag (inexact may be set)
+        ++runs;
+      }
+    }
+  isa_ns::set_gemm_isa(saved_isa);
+  isa_ns::set_gemm_tc_fma512(saved_fma512);
+  omp_set_num_threads(saved_threads);
+  CHECK(runs >= 2);
+}
+#endif
 
 TEST_CASE("CPU fp32 GEMM: every ISA path and thread count sums each element in k order", "[element][gemm]") {
   // gemm_f32_nn (the fp32 layers) against the scalar loop c = RN(c + RN(a * b)), k = 0..K-1, with
