@@ -247,19 +247,7 @@ FP8EMU_TC_FMA void tile_avx2(const View<kR2, kCols2>& w, int pa, int pb, int q_b
     const int k0 = 4 * q0, blk = k0 / kBlock;
     if (cp.range_ends(k0) || cp.run_ends(k0)) {  // the chain's RN adds, on the state in memory
       set_csr(rn);
-      if (cp.range_ends(k0))
-        for (int i = 0; i < kV; ++i) {
-          const __m256 c = _mm256_loadu_ps(ch + 8 * i), t = _mm256_loadu_ps(tot + 8 * i);
-          const __m256 v = cp.promotion > 0 ? _mm256_add_ps(t, c) : c;
-          _mm256_storeu_ps(sum + 8 * i, k0 == cp.range ? v : _mm256_add_ps(_mm256_loadu_ps(sum + 8 * i), v));
-          _mm256_storeu_ps(ch + 8 * i, _mm256_setzero_ps());
-          _mm256_storeu_ps(tot + 8 * i, _mm256_setzero_ps());
-        }
-      if (cp.run_ends(k0))
-        for (int i = 0; i < kV; ++i) {
-          _mm256_storeu_ps(tot + 8 * i, _mm256_add_ps(_mm256_loadu_ps(tot + 8 * i), _mm256_loadu_ps(ch + 8 * i)));
-          _mm256_storeu_ps(ch + 8 * i, _mm256_setzero_ps());
-        }
+      chain_boundaries(cp, k0, kR * kTileCols, ch, tot, sum);
       set_csr(rz);
     }
     // Pass 1: the largest ea + eb over the block's non-zero products, in int8 lanes [column][k % 4]
@@ -355,22 +343,10 @@ FP8EMU_TC_FMA512 void tile_avx512(const View<kR5, kCols5>& w, int pa, int pb, in
     const int k0 = 4 * q0, blk = k0 / kBlock;
     if (cp.range_ends(k0) || cp.run_ends(k0)) {  // the chain's RN adds, on the state in memory
       set_csr(rn);
-      if (cp.range_ends(k0))
-        for (int i = 0; i < kV; ++i) {
-          const __m512 c = _mm512_loadu_ps(ch + 16 * i), t = _mm512_loadu_ps(tot + 16 * i);
-          const __m512 v = cp.promotion > 0 ? _mm512_add_ps(t, c) : c;
-          _mm512_storeu_ps(sum + 16 * i, k0 == cp.range ? v : _mm512_add_ps(_mm512_loadu_ps(sum + 16 * i), v));
-          _mm512_storeu_ps(ch + 16 * i, _mm512_setzero_ps());
-          _mm512_storeu_ps(tot + 16 * i, _mm512_setzero_ps());
-        }
-      if (cp.run_ends(k0))
-        for (int i = 0; i < kV; ++i) {
-          _mm512_storeu_ps(tot + 16 * i, _mm512_add_ps(_mm512_loadu_ps(tot + 16 * i), _mm512_loadu_ps(ch + 16 * i)));
-          _mm512_storeu_ps(ch + 16 * i, _mm512_setzero_ps());
-        }
+      chain_boundaries(cp, k0, kR * kTileCols, ch, tot, sum);
       set_csr(rz);
     }
-    // Pass 1, as tile_avx2: E, M = 1.5 * 2^(E + 10), g = 2^(E - 13), acc = RZ(M + c (1 + 2^-16)).
+    // Pass 1, as tile_avx2: E, M = 1.5 * 2^(E + 10), acc = RZ(M + c (1 + 2^-16)).
     __m512 acc[kR][kC];
     {
       __m512i E8[kR][kC];

@@ -123,21 +123,7 @@ FP8EMU_AVX512 void tc_tile_avx512(const APackRows& a, const BPackQ* b, std::size
   const __m512i one16 = _mm512_set1_epi16(1);
   for (int q0 = q_begin; q0 < q_end; q0 += BQ) {
     const int k0 = 4 * q0;
-    if (cp.range_ends(k0)) {
-      for (int i = 0; i < kR * kC; ++i) {
-        const __m512 c = _mm512_loadu_ps(ch + 16 * i), t = _mm512_loadu_ps(tot + 16 * i);
-        const __m512 v = cp.promotion > 0 ? _mm512_add_ps(t, c) : c;
-        _mm512_storeu_ps(sum + 16 * i, k0 == cp.range ? v : _mm512_add_ps(_mm512_loadu_ps(sum + 16 * i), v));
-        _mm512_storeu_ps(ch + 16 * i, _mm512_setzero_ps());
-        _mm512_storeu_ps(tot + 16 * i, _mm512_setzero_ps());
-      }
-    }
-    if (cp.run_ends(k0)) {
-      for (int i = 0; i < kR * kC; ++i) {
-        _mm512_storeu_ps(tot + 16 * i, _mm512_add_ps(_mm512_loadu_ps(tot + 16 * i), _mm512_loadu_ps(ch + 16 * i)));
-        _mm512_storeu_ps(ch + 16 * i, _mm512_setzero_ps());
-      }
-    }
+    chain_boundaries(cp, k0, kR * kC * 16, ch, tot, sum);  // the chain's RN adds, on the state in memory
     // Pass 1: E = max(exponent of c, ea + eb over the block's non-zero products), in int8 lanes.
     __m512i E8[kR][kC];
     for (int r = 0; r < kR; ++r)
