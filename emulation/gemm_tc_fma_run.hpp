@@ -1,0 +1,128 @@
+// Private: what the AVX2 and AVX-512 tensor-core FMA kernels share (gemm_tc_fma.cpp,
+// gemm_tc_fma512.cpp): the per-code packing table, MXCSR's rounding switch, the store of a
+// register tile's chain results, and the driver that packs A and B and runs the cache tiles with
+// OpenMP over chunks of K. The arithmetic and its exactness argument are in gemm_tc_fma.cpp.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <omp.h>
+
+#include "gemm_tc_chain.hpp"
+#include "parallel.hpp"
+#include "scratch.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <xmmintrin.h>
+
+namespace fp8emu::emu::detail::tc_fma {
+
+constexpr int kMc = 72;   // rows per cache tile (rounded down to a multiple of the register tile's rows)
+constexpr int kNc = 256;  // columns per cache tile (a multiple of every register tile's columns)
+constexpr int kKc = 256;  // K per chunk (a multiple of every block)
+
+// Per-code packed fields: the value (A's times 1 + 2^-16; 0 for zeros, NaN and Inf), the
+// exponent byte of the kernel's encoding (e + bias; `zero` for zeros, NaN and Inf), whether the
+// code is negative and non-zero, and special.
+struct PackTable {
+  float value[256];
+  std::uint8_t e8[256];
+  std::uint8_t neg[256], nonzero[256], special[256];
+};
+
+inline void pack_table(const FormatSpec& f, const CodeFields* t, bool a_side, int bias, std::uint8_t zero,
+                       PackTable& p) {
+  for (int c = 0; c < 256; ++c) {
+    const bool is_zero = t[c].m == 0 || t[c].special;
+    const float v = is_zero ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
+    p.value[c] = a_side ? v * (1.0f + 1.0f / 65536.0f) : v;  // exact: at most 20 significant bits
+    p.e8[c] = is_zero ? zero : std::uint8_t(t[c].e + bias);
+    p.neg[c] = !is_zero && t[c].s < 0;
+    p.nonzero[c] = !is_zero;
+    p.special[c] = t[c].special;
+  }
+}
+
+// MXCSR's rounding control: round toward zero (RC = 11) or the caller's mode, with a compiler
+// barrier on each side (values cross a switch through memory).
+inline void set_csr(unsigned csr) {
+  __asm__ volatile("" ::: "memory");
+  _mm_setcsr(csr);
+  __asm__ volatile("" ::: "memory");
+}
+
+// D for one register tile's [kR][kTileCols] state: chain_result per lane (the same IEEE adds and
+// multiply, in the caller's rounding mode), stored element by element at the ragged edges.
+template <int kR, int kTileCols>
+void store_tile(const float* ch, const float* tot, const float* sum, Chain cp, int K, float s, int i0, int j0, int M,
+                int N, float* D) {
+  for (int rr = 0; rr < kR && i0 + rr < M; ++rr)
+    for (int cc = 0; cc < kTileCols && j0 + cc < N; ++cc) {
+      const std::size_t x = std::size_t(rr * kTileCols + cc);
+      D[std::size_t(i0 + rr) * std::size_t(N) + std::size_t(j0 + cc)] = chain_result(cp, K, ch[x], tot[x], sum[x], s);
+    }
+}
+
+// The packing, cache tiles and OpenMP of both paths. Kernel provides kR x kTileCols register
+// tiles, a Packed scratch type, View pack(M, N, K, Mp, Np, Kp, block, A, fa, ta, B, fb, tb,
+// Packed&, bad_a, bad_b) and tile(bq, view, pa, pb, q_begin, q_end, cp, ch, tot, sum) running
+// one register tile over quads [q_begin, q_end) of K with blocks of bq quads.
+template <class Kernel>
+void run(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta, const std::uint8_t* B,
+         const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s, float* D, char* bad_a, char* bad_b) {
+  constexpr int kR = Kernel::kR, kTileCols = Kernel::kTileCols;
+  const int Kp = std::max(1, (K + block - 1) / block) * block;  // whole blocks
+  const int Kq = Kp / 4;
+  const int Mp = (M + kR - 1) / kR * kR, Np = (N + kTileCols - 1) / kTileCols * kTileCols;
+  thread_local typename Kernel::Packed packed;
+  const typename Kernel::View w = Kernel::pack(M, N, K, Mp, Np, Kp, block, A, fa, ta, B, fb, tb, packed, bad_a, bad_b);
+  const int bq = block / 4;
+  const bool parallel = double(M) * N * K >= kParallelMinMacs;
+  const CacheTile ct = cache_tile(Mp, Np, kMc / kR * kR, kNc, kR, kTileCols, parallel ? omp_get_max_threads() : 1);
+  const int mc = ct.rows, nc = ct.cols;
+  const int tiles_m = (Mp + mc - 1) / mc, tiles_n = (Np + nc - 1) / nc;
+  const int tiles = tiles_m * tiles_n;
+  const int chunk_quads = std::max(bq, kKc / 4 / bq * bq);
+#pragma omp parallel if (parallel)
+  {
+    // The state of one cache tile: per register tile, [kR][kTileCols] chains, totals and sums, per
+    // OpenMP thread. Each tile zeroes the chains (and the totals when there is promotion) it uses;
+    // the split-K sums are assigned at the first range end before they are read.
+    thread_local std::vector<float> state_buf;
+    float* ch = grow(state_buf, std::size_t(3) * kMc * kNc);
+    float* tot = ch + kMc * kNc;
+    float* sum = tot + kMc * kNc;
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < tiles; ++t) {
+      const int i0 = (t / tiles_n) * mc, j0 = (t % tiles_n) * nc;
+      const int rows = std::min(mc, Mp - i0), cols = std::min(nc, Np - j0);
+      const int rg = rows / kR, cg = cols / kTileCols;
+      const std::size_t used = std::size_t(rg) * std::size_t(cg) * kR * kTileCols;
+      std::fill(ch, ch + used, 0.0f);
+      if (cp.promotion > 0) std::fill(tot, tot + used, 0.0f);
+      for (int q0 = 0; q0 < Kq; q0 += chunk_quads) {
+        const int q1 = std::min(Kq, q0 + chunk_quads);
+        for (int r = 0; r < rg; ++r)
+          for (int c = 0; c < cg; ++c) {
+            const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
+            const int pa = (i0 + r * kR) / kR, pb = (j0 + c * kTileCols) / kTileCols;
+            Kernel::tile(bq, w, pa, pb, q0, q1, cp, ch + off, tot + off, sum + off);
+          }
+      }
+      for (int r = 0; r < rg; ++r)
+        for (int c = 0; c < cg; ++c) {
+          const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
+          store_tile<kR, kTileCols>(ch + off, tot + off, sum + off, cp, K, s, i0 + r * kR, j0 + c * kTileCols, M, N, D);
+        }
+    }
+    trim(state_buf);
+  }
+  Kernel::trim(packed);
+}
+
+}  // namespace fp8emu::emu::detail::tc_fma
+
+#endif
