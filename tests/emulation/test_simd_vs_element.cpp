@@ -150,6 +150,7 @@ TEST_CASE("Element layer: the exact dot product keeps wide sums exact", "[elemen
 #include "fp8emu/emulation/block_quantize.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "gemm_isa.hpp"
+#include "gemm_tc_chain.hpp"
 
 #if defined(__x86_64__)
 #include <xmmintrin.h>
@@ -290,6 +291,32 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
   isa_ns::set_gemm_tc_fma512(saved_fma512);
   omp_set_num_threads(saved_threads);
   CHECK(compared > 100000);
+}
+
+TEST_CASE("CPU GEMM: every FP8 operand format's exponents fit the FMA kernels' encodings", "[element][gemm]") {
+  // gemm_tc_fma512.cpp stores a non-zero code's exponent as the byte e + 63 (A) or e + 64 (B), with
+  // 0 for zeros, and relies on real exponents in [-16, 15]: real byte sums then lie in [95, 157]
+  // (no unsigned wrap) and sums with a zero (at most 79) stay below them and below every non-zero
+  // running sum (|c| >= 2^-45). gemm_tc_fma.cpp's int8 exponents rely on the same range. A format
+  // added to the FP8 GEMMs with a wider range must fail here before it reaches those kernels.
+  namespace isa_ns = fp8emu::emu::detail;
+  int formats = 0;
+  for (int f = 0; f < kFormatCount; ++f) {
+    if (!is_fp8_or_fnuz(Format(f))) continue;
+    ++formats;
+    isa_ns::CodeFields t[256];
+    isa_ns::decode_table(spec_of(Format(f)), t);
+    int lo = 1000, hi = -1000;
+    for (int c = 0; c < 256; ++c)
+      if (!t[c].special && t[c].m != 0) {
+        lo = std::min(lo, int(t[c].e));
+        hi = std::max(hi, int(t[c].e));
+      }
+    INFO(format_name(Format(f)) << ": exponents [" << lo << ", " << hi << "]");
+    CHECK(lo >= -16);
+    CHECK(hi <= 15);
+  }
+  CHECK(formats >= 4);  // e4m3fn, e5m2 and their FNUZ forms at least: the loop is not empty
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
