@@ -205,20 +205,26 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
   const bool par_pack = std::ptrdiff_t(M + N) * K >= detail::kParallelMinElements;
 #pragma omp parallel if (par_pack)
   {
+    // Thread-local copies of the accessors: their captures then cannot alias the panels, so the
+    // loops keep them in registers (and vectorise plain copies).
+    const AAt a_local = a_at;
+    const BAt b_local = b_at;
 #pragma omp for schedule(static) nowait
     for (int g = 0; g < Mp / kWideRows; ++g)
       for (int k = 0; k < K; ++k)
         for (int r = 0; r < kWideRows; ++r) {
           const int i = g * kWideRows + r;
-          ap[(std::size_t(g) * std::size_t(K) + std::size_t(k)) * kWideRows + std::size_t(r)] = i < M ? a_at(i, k) : 0.0f;
+          ap[(std::size_t(g) * std::size_t(K) + std::size_t(k)) * kWideRows + std::size_t(r)] = i < M ? a_local(i, k) : 0.0f;
         }
 #pragma omp for schedule(static)
-    for (int p = 0; p < Np / kWideCols; ++p)
-      for (int k = 0; k < K; ++k)
-        for (int c = 0; c < kWideCols; ++c) {
-          const int j = p * kWideCols + c;
-          bp[(std::size_t(p) * std::size_t(K) + std::size_t(k)) * kWideCols + std::size_t(c)] = j < N ? b_at(k, j) : 0.0f;
-        }
+    for (int p = 0; p < Np / kWideCols; ++p) {
+      const int j0 = p * kWideCols, n = std::min(kWideCols, N - j0);
+      for (int k = 0; k < K; ++k) {
+        float* dst = bp + (std::size_t(p) * std::size_t(K) + std::size_t(k)) * kWideCols;
+        for (int c = 0; c < n; ++c) dst[c] = b_local(k, j0 + c);
+        for (int c = n; c < kWideCols; ++c) dst[c] = 0.0f;
+      }
+    }
   }
   // Block scaling: the scales packed as the tiles read them, sa [Mp][nb] and sb [Np / W][nb][W]
   // (zero padded), and K chunks of whole blocks.
@@ -322,8 +328,8 @@ void gemm_panels(int M, int N, int K, const float* A, const float* panels, float
 void gemm_f32_dispatch(int M, int N, int K, const float* A, const float* B, float* C) {
   const detail::GemmIsa isa = detail::gemm_isa();
 #ifdef FP8EMU_GEMM_X86
-  const auto a_at = [&](int i, int k) { return A[std::size_t(i) * std::size_t(K) + std::size_t(k)]; };
-  const auto b_at = [&](int k, int j) { return B[std::size_t(k) * std::size_t(N) + std::size_t(j)]; };
+  const auto a_at = [=](int i, int k) { return A[std::size_t(i) * std::size_t(K) + std::size_t(k)]; };
+  const auto b_at = [=](int k, int j) { return B[std::size_t(k) * std::size_t(N) + std::size_t(j)]; };
   if (isa == detail::GemmIsa::kAvx512) return gemm_wide<WideAvx512>(M, N, K, a_at, b_at, 1.0f, C);
   if (isa == detail::GemmIsa::kAvx2) return gemm_wide<WideAvx2>(M, N, K, a_at, b_at, 1.0f, C);
 #endif
@@ -346,8 +352,8 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   const float s = scale_inv_a * scale_inv_b;
 #ifdef FP8EMU_GEMM_X86
   {  // decoded straight into the panels
-    const auto a_at = [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
-    const auto b_at = [&](int k, int j) { return tb[B[std::size_t(k) * std::size_t(N) + std::size_t(j)]]; };
+    const auto a_at = [=](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
+    const auto b_at = [=](int k, int j) { return tb[B[std::size_t(k) * std::size_t(N) + std::size_t(j)]]; };
     if (detail::gemm_isa() == detail::GemmIsa::kAvx512) return gemm_wide<WideAvx512>(M, N, K, a_at, b_at, s, D);
     if (detail::gemm_isa() == detail::GemmIsa::kAvx2) return gemm_wide<WideAvx2>(M, N, K, a_at, b_at, s, D);
   }
@@ -379,8 +385,8 @@ bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, flo
   if (gemm_isa() != GemmIsa::kBaseline) {  // B [N, K] decoded straight into the panels: no transpose
     const float* ta = decode_table(fa);
     const float* tb = decode_table(fb);
-    const auto a_at = [&](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
-    const auto b_at = [&](int k, int j) { return tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; };
+    const auto a_at = [=](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
+    const auto b_at = [=](int k, int j) { return tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; };
     if (gemm_isa() == GemmIsa::kAvx512) gemm_wide<WideAvx512>(M, N, K, a_at, b_at, scale_inv_a * scale_inv_b, D, ch);
     else gemm_wide<WideAvx2>(M, N, K, a_at, b_at, scale_inv_a * scale_inv_b, D, ch);
     return true;
@@ -406,8 +412,8 @@ bool gemm_fp8_block_tn_wide(const BlockQuantized& A, const BlockQuantized& B, fl
     const float* tb = decode_table(B.format);
     const std::uint8_t* a = A.codes.data();
     const std::uint8_t* b = B.codes.data();
-    const auto a_at = [&](int i, int k) { return ta[a[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
-    const auto b_at = [&](int k, int j) { return tb[b[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; };
+    const auto a_at = [=](int i, int k) { return ta[a[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
+    const auto b_at = [=](int k, int j) { return tb[b[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; };
     WideChain ch;
     ch.promotion = A.block;
     ch.sa = A.scale_inv.data();

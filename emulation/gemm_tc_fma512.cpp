@@ -83,7 +83,10 @@ struct View {
   const std::uint8_t* b_exps(int p) const { return be + std::size_t(p) * std::size_t(Kp) * kTileCols; }
 };
 
-// Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged).
+// Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged), a panel at a time with K
+// outermost, so that each k's values and exponents are written in order (one panel's values are
+// larger than L1 at real K; column by column, every store would reach another cache line) while
+// the source rows' next bytes stay in L1.
 void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const tc_fma::PackTable& ta,
           const std::uint8_t* B, const tc_fma::PackTable& tb, Packed& p, char* bad_a, char* bad_b) {
   const int blocks = Kp / block;
@@ -99,52 +102,84 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uin
 #pragma omp parallel if (work >= double(kParallelMinElements))
   {
 #pragma omp for schedule(static) nowait
-    for (int i = 0; i < Mp; ++i) {
-      const std::uint8_t* src = A + std::size_t(std::min(i, M - 1)) * std::size_t(K);
-      const std::size_t panel = std::size_t(i / kR) * std::size_t(Kp) * kR, lane = std::size_t(i % kR);
+    for (int pa = 0; pa < Mp / kR; ++pa) {
+      const std::size_t panel = std::size_t(pa) * std::size_t(Kp) * kR;
       float* v = p.av.data() + panel;
       std::uint32_t* e = p.ae.data() + panel;
-      bool special = false;
+      const std::uint8_t* src[kR];
+      bool special[kR] = {};
+      for (int r = 0; r < kR; ++r) {
+        const int i = pa * kR + r;
+        src[r] = i < M ? A + std::size_t(i) * std::size_t(K) : nullptr;
+      }
       for (int b = 0; b < blocks; ++b) {
-        std::uint32_t neg = 0, nz = 0;
+        std::uint32_t neg[kR] = {}, nz[kR] = {};
         for (int l = 0; l < block; ++l) {
           const int k = b * block + l;
-          const std::uint8_t c = (i < M && k < K) ? src[k] : std::uint8_t(0);
-          special |= ta.special[c] != 0;
-          v[std::size_t(k) * kR + lane] = ta.value[c];
-          e[std::size_t(k) * kR + lane] = std::uint32_t(ta.e8[c]) * 0x01010101u;
-          neg |= std::uint32_t(ta.neg[c]) << l;
-          nz |= std::uint32_t(ta.nonzero[c]) << l;
+          for (int r = 0; r < kR; ++r) {
+            const std::uint8_t c = src[r] && k < K ? src[r][k] : std::uint8_t(0);
+            special[r] |= ta.special[c] != 0;
+            v[std::size_t(k) * kR + std::size_t(r)] = ta.value[c];
+            e[std::size_t(k) * kR + std::size_t(r)] = std::uint32_t(ta.e8[c]) * 0x01010101u;
+            neg[r] |= std::uint32_t(ta.neg[c]) << l;
+            nz[r] |= std::uint32_t(ta.nonzero[c]) << l;
+          }
         }
-        p.aneg[std::size_t(i) * std::size_t(blocks) + std::size_t(b)] = neg;
-        p.anz[std::size_t(i) * std::size_t(blocks) + std::size_t(b)] = nz;
+        for (int r = 0; r < kR; ++r) {
+          const std::size_t at = std::size_t(pa * kR + r) * std::size_t(blocks) + std::size_t(b);
+          p.aneg[at] = neg[r];
+          p.anz[at] = nz[r];
+        }
       }
-      if (i < M) bad_a[i] = special;
+      for (int r = 0; r < kR; ++r)
+        if (src[r]) bad_a[pa * kR + r] = special[r];
     }
 #pragma omp for schedule(static)
-    for (int j = 0; j < Np; ++j) {
-      const std::uint8_t* src = B + std::size_t(std::min(j, N - 1)) * std::size_t(K);
-      const std::size_t panel = std::size_t(j / kTileCols) * std::size_t(Kp) * kTileCols,
-                        lane = std::size_t(j % kTileCols), pos = std::size_t(exp_position(j % kTileCols));
+    for (int pb = 0; pb < Np / kTileCols; ++pb) {
+      const std::size_t panel = std::size_t(pb) * std::size_t(Kp) * kTileCols;
       float* v = p.bv.data() + panel;
       std::uint8_t* e = p.be.data() + panel;
-      bool special = false;
-      for (int b = 0; b < blocks; ++b) {
-        std::uint32_t neg = 0, nz = 0;
-        for (int l = 0; l < block; ++l) {
-          const int k = b * block + l;
-          const std::uint8_t c = (j < N && k < K) ? src[k] : std::uint8_t(0);
-          special |= tb.special[c] != 0;
-          v[std::size_t(k) * kTileCols + lane] = tb.value[c];
-          e[std::size_t(k) * kTileCols + pos] = tb.e8[c];
-          neg |= std::uint32_t(tb.neg[c]) << l;
-          nz |= std::uint32_t(tb.nonzero[c]) << l;
-        }
-        const std::size_t at = (std::size_t(j / kTileCols) * std::size_t(blocks) + std::size_t(b)) * kTileCols + lane;
-        p.bneg[at] = neg;
-        p.bnz[at] = nz;
+      const std::uint8_t* src[kTileCols];
+      bool special[kTileCols] = {};
+      for (int c = 0; c < kTileCols; ++c) {
+        const int j = pb * kTileCols + c;
+        src[c] = j < N ? B + std::size_t(j) * std::size_t(K) : nullptr;
       }
-      if (j < N) bad_b[j] = special;
+      // 64 K-elements of the panel's 64 columns at a time, copied into a contiguous 4 KiB buffer:
+      // the source rows are K bytes apart, which for K a multiple of 2 KiB puts them all in a few
+      // L1 sets.
+      alignas(64) std::uint8_t buf[kTileCols][64];
+      for (int k0 = 0; k0 < Kp; k0 += 64) {
+        const int n = std::max(0, std::min(64, K - k0));
+        for (int c = 0; c < kTileCols; ++c) {
+          if (src[c] && n > 0) std::memcpy(buf[c], src[c] + k0, std::size_t(n));
+          else std::memset(buf[c], 0, 64);
+          if (src[c] && n < 64) std::memset(buf[c] + n, 0, std::size_t(64 - n));
+        }
+        for (int kb = k0; kb < std::min(Kp, k0 + 64); kb += block) {
+          std::uint32_t neg[kTileCols] = {}, nz[kTileCols] = {};
+          for (int l = 0; l < block; ++l) {
+            const int k = kb + l;
+            float* vk = v + std::size_t(k) * kTileCols;
+            std::uint8_t* ek = e + std::size_t(k) * kTileCols;
+            for (int c = 0; c < kTileCols; ++c) {
+              const std::uint8_t x = buf[c][k - k0];
+              special[c] |= tb.special[x] != 0;
+              vk[c] = tb.value[x];
+              ek[exp_position(c)] = tb.e8[x];
+              neg[c] |= std::uint32_t(tb.neg[x]) << l;
+              nz[c] |= std::uint32_t(tb.nonzero[x]) << l;
+            }
+          }
+          const std::size_t at = (std::size_t(pb) * std::size_t(blocks) + std::size_t(kb / block)) * kTileCols;
+          for (int c = 0; c < kTileCols; ++c) {
+            p.bneg[at + std::size_t(c)] = neg[c];
+            p.bnz[at + std::size_t(c)] = nz[c];
+          }
+        }
+      }
+      for (int c = 0; c < kTileCols; ++c)
+        if (src[c]) bad_b[pb * kTileCols + c] = special[c];
     }
   }
 }
