@@ -4,15 +4,20 @@
 // and why each change is exact:
 //
 //  * Exponent bytes are biased fp32 exponent fields. A's nonzero code stores e + 63, B's e + 64,
-//    so a product's byte sum is ea + eb + 127, the field of 2^(ea + eb): real exponents lie in
-//    [-16, 15], so real sums lie in [95, 157] and the block maximum is an unsigned byte maximum
-//    (VPMAXUB) with no wrap. Zeros, NaN and Inf store 0: a sum with one of them is at most 79, below
-//    every real product and below the field of every chain value c != 0 (|c| >= 2^-45: a multiple
-//    of some block's grid 2^(E - 13) with E >= -32), so they never set E.
+//    so a product's byte sum is ea + eb + 127, the field of 2^(ea + eb): the FP8 formats' exponents
+//    lie in [-15, 15] (a test checks every operand format against [-16, 15]), so real sums lie in
+//    [95, 157] and the block maximum is an unsigned byte maximum (VPMAXUB) with no wrap. Zeros, NaN
+//    and Inf store 0: a sum with one of them is at most 79, below every real product, and below the
+//    field of every chain value c != 0: by induction along K, a non-zero c is a block result whose
+//    block had a real product (or c itself, carried unchanged), so it is a non-zero multiple of that
+//    block's grid 2^(E - 13) with E >= -32, |c| >= 2^-45 (field >= 82). So they never set E.
 //  * E's field is max(the block maximum, c's exponent field c & 0x7F800000), compared as integers in
 //    place (both below 2^31); c = +0 has field 0 and never wins over a real product. M = 1.5 *
 //    2^(E + 10) is that field plus 10 << 23, with the significand bit 0x400000: normal, since the
-//    field is at least 0 and at most 187.
+//    field is at least 0 and at most 182 (|c| < K 2^25 <= 2^56, gemm_tc_fma.cpp), so M's at most 192.
+//  * c is never -0 (its sign bit is added to acc's bits as c < 0): a block result S = acc - M is
+//    +0 when zero (x - x is +0 when rounding toward zero), the cut keeps it, and the chain's
+//    bookkeeping and the driver write +0.0f.
 //  * Layouts: B's exponent bytes are [k][64 columns], one vector per k, and A's are one byte per
 //    row and k, replicated into a 32-bit word (one broadcast per row). The block maximum is then 4
 //    vectors of 64 bytes (a row each) instead of 16 vectors of 4-byte groups, which (a) frees the

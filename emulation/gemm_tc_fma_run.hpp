@@ -47,7 +47,9 @@ inline void pack_table(const FormatSpec& f, const CodeFields* t, bool a_side, in
 }
 
 // MXCSR's rounding control: round toward zero (RC = 11) or the caller's mode, with a compiler
-// barrier on each side (values cross a switch through memory).
+// barrier on each side. The barrier orders memory accesses only (there is no -frounding-math): the
+// kernels are written so that every rounding operation depends on a load made after the switch
+// that sets its mode, and its result reaches a store before the next switch.
 inline void set_csr(unsigned csr) {
   __asm__ volatile("" ::: "memory");
   _mm_setcsr(csr);
