@@ -75,10 +75,13 @@ void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSp
                       const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
                       float* D, char* bad_a, char* bad_b);
 bool gemm_tc_fma_avx2_supported();
-/// The same kernel on AVX-512 (16-lane FMAs, VPOPCNTD for the negative products' count).
-void gemm_tc_fma_avx512(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
+/// The same kernel on AVX-512 (gemm_tc_fma512.cpp: 16-lane FMAs, VPOPCNTD for the negative
+/// products' count, vector packing). Returns false, computing nothing, for formats whose codes do
+/// not follow its packing rule (gemm_tc_fma_avx512_packs; every FP8 operand format does).
+bool gemm_tc_fma_avx512(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
                         const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp,
                         float s, float* D, char* bad_a, char* bad_b);
+bool gemm_tc_fma_avx512_packs(const CodeFields* ta, const CodeFields* tb);
 bool gemm_tc_fma_avx512_supported();
 
 }  // namespace fp8emu::emu::detail

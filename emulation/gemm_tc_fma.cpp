@@ -288,9 +288,10 @@ struct Avx2 {
   static constexpr int kR = kR2, kTileCols = kCols2;
   using View = fp8emu::emu::detail::View<kR2, kCols2>;
   using Packed = fp8emu::emu::detail::Packed;
-  static View pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const FormatSpec& fa,
-                   const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, Packed& p,
-                   char* bad_a, char* bad_b) {
+  struct Context {};
+  static View pack(const Context&, int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A,
+                   const FormatSpec& fa, const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb,
+                   const CodeFields* tb, Packed& p, char* bad_a, char* bad_b) {
     PackTable pta, ptb;
     tc_fma::pack_table(fa, ta, true, 0, kZeroExp8, pta);
     tc_fma::pack_table(fb, tb, false, 0, kZeroExp8, ptb);
@@ -317,7 +318,7 @@ struct Avx2 {
 void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
                       const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
                       float* D, char* bad_a, char* bad_b) {
-  tc_fma::run<Avx2>(M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b);
+  tc_fma::run<Avx2>(Avx2::Context{}, M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b);
 }
 
 bool gemm_tc_fma_avx2_supported() {

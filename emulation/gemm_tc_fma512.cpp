@@ -38,6 +38,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bulk_kernels.hpp"
 #include "gemm_tc_chain.hpp"
 #include "gemm_tc_fma_run.hpp"
 
@@ -88,12 +89,162 @@ struct View {
   const std::uint8_t* b_exps(int p) const { return be + std::size_t(p) * std::size_t(Kp) * kTileCols; }
 };
 
-// Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged), a panel at a time with K
-// outermost, so that each k's values and exponents are written in order (one panel's values are
-// larger than L1 at real K; column by column, every store would reach another cache line) while
-// the source rows' next bytes stay in L1.
+#define FP8EMU_TC_FMA512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,fma")))
+
+// What the vector packing needs of a format, checked against its per-code fields: the special codes
+// are exactly those with |code| >= smin (none when smin = 128), and 0x80 when special80; a code is
+// non-zero exactly when |code| != 0 and it is not special (the table's m != 0), negative exactly
+// when it is non-zero with the sign bit set. The exponent of each code as a 32-bit word for the
+// gathers (B: the byte e + 64; A: the byte e + 63 in every byte of the word; 0 for zeros, NaN and
+// Inf). Every FP8 operand format follows the rule (a test checks it); gemm_tc_fma_avx512 declines
+// a format that does not, and the caller runs another kernel.
+struct VecRule {
+  bool ok = false;
+  int smin = 128;
+  bool special80 = false;
+  alignas(64) std::uint32_t e32[256];
+};
+
+void vec_rule(const CodeFields* t, bool a_side, VecRule& v) {
+  v.smin = 128;
+  for (int c = 0; c < 128; ++c)
+    if (t[c].special || (c != 0 && t[c | 0x80].special)) {  // 0x80 apart: special80
+      v.smin = c;
+      break;
+    }
+  v.special80 = t[0x80].special;
+  v.ok = true;
+  for (int c = 0; c < 256; ++c) {
+    const int mag = c & 0x7F;
+    const bool special = mag >= v.smin || (c == 0x80 && v.special80);
+    const bool nonzero = mag != 0 && !special;
+    const bool table_nonzero = t[c].m != 0 && !t[c].special;
+    v.ok = v.ok && t[c].special == special && table_nonzero == nonzero &&
+           (table_nonzero && t[c].s < 0) == (nonzero && (c & 0x80) != 0);
+    const std::uint32_t byte = nonzero ? std::uint32_t(t[c].e + (a_side ? kBiasA : kBiasB)) : 0u;
+    v.e32[c] = a_side ? byte * 0x01010101u : byte;
+  }
+}
+
+// The masks of 64 codes (one source row's next 64 K-elements): special, non-zero, negative.
+struct Masks64 {
+  std::uint64_t special, nz, neg;
+};
+FP8EMU_TC_FMA512 inline Masks64 masks64(__m512i x, const VecRule& v) {
+  const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi8(0x7F));
+  std::uint64_t special = v.smin < 128 ? _mm512_cmpge_epu8_mask(mag, _mm512_set1_epi8(char(v.smin))) : 0;
+  if (v.special80) special |= _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(char(0x80)));
+  const std::uint64_t nz = _mm512_test_epi8_mask(mag, mag) & ~special;
+  return Masks64{special, nz, _mm512_movepi8_mask(x) & nz};
+}
+
+// One block's bits (block 16 or 32) at offset sh of 64-bit masks.
+inline std::uint32_t block_bits(std::uint64_t m, int sh, int block) {
+  return std::uint32_t((m >> sh) & ((std::uint64_t(1) << block) - 1));
+}
+
+// The next 64 codes of a source row from k0 (zeros past K, and for a padding row: src null).
+// The line after it is prefetched: a panel reads 64 rows K bytes apart, more streams than the
+// hardware prefetchers follow.
+FP8EMU_TC_FMA512 inline __m512i load64(const std::uint8_t* src, int k0, int K) {
+  const int n = std::max(0, std::min(64, K - k0));
+  if (!src || n == 0) return _mm512_setzero_si512();
+  if (K - k0 > 64) _mm_prefetch(reinterpret_cast<const char*>(src + k0 + 64), _MM_HINT_T0);
+  return _mm512_maskz_loadu_epi8(n == 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1, src + k0);
+}
+
+// Panel pa of A (4 rows) by vectors: per 64 K-elements, the masks per row, the codes interleaved
+// [k][row] and the values and exponent words gathered 16 at a time.
+FP8EMU_TC_FMA512 void pack_a_panel(int pa, int M, int K, int Kp, int block, const std::uint8_t* A,
+                                   const tc_fma::PackTable& ta, const VecRule& va, Packed& p, char* bad_a) {
+  const int blocks = Kp / block;
+  const std::size_t panel = std::size_t(pa) * std::size_t(Kp) * kR;
+  float* v = p.av.data() + panel;
+  std::uint32_t* e = p.ae.data() + panel;
+  const std::uint8_t* src[kR];
+  bool special[kR] = {};
+  for (int r = 0; r < kR; ++r) {
+    const int i = pa * kR + r;
+    src[r] = i < M ? A + std::size_t(i) * std::size_t(K) : nullptr;
+  }
+  alignas(64) std::uint8_t buf[kR][64], inter[64 * kR];
+  for (int k0 = 0; k0 < Kp; k0 += 64) {
+    const int k1 = std::min(Kp, k0 + 64);
+    for (int r = 0; r < kR; ++r) {
+      const __m512i x = load64(src[r], k0, K);
+      _mm512_store_si512(buf[r], x);
+      const Masks64 m = masks64(x, va);
+      special[r] = special[r] || m.special != 0;
+      for (int kb = k0; kb < k1; kb += block) {
+        const std::size_t at = std::size_t(pa * kR + r) * std::size_t(blocks) + std::size_t(kb / block);
+        p.aneg[at] = block_bits(m.neg, kb - k0, block);
+        p.anz[at] = block_bits(m.nz, kb - k0, block);
+      }
+    }
+    for (int kk = 0; kk < 64; ++kk)
+      for (int r = 0; r < kR; ++r) inter[kk * kR + r] = buf[r][kk];
+    for (int q = 0; q < (k1 - k0) * kR; q += 16) {
+      const __m512i idx = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(inter + q)));
+      _mm512_storeu_ps(v + std::size_t(k0) * kR + std::size_t(q), _mm512_i32gather_ps(idx, ta.value, 4));
+      _mm512_storeu_si512(e + std::size_t(k0) * kR + std::size_t(q), _mm512_i32gather_epi32(idx, va.e32, 4));
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    if (src[r]) bad_a[pa * kR + r] = special[r];
+}
+
+// Panel pb of B (64 columns) by vectors: per 64 K-elements, the masks per column, the codes
+// transposed to [k][column] (16 x 16 blocks), and per k the 64 values and exponent bytes gathered
+// 16 at a time, the bytes moved to exp_position order by one dword permutation (column 16 c + 4 L
+// + i is dword 4 c + L of the natural order and goes to dword 4 L + c).
+FP8EMU_TC_FMA512 void pack_b_panel(int pb, int N, int K, int Kp, int block, const std::uint8_t* B,
+                                   const tc_fma::PackTable& tb, const VecRule& vb, Packed& p, char* bad_b) {
+  const int blocks = Kp / block;
+  const std::size_t panel = std::size_t(pb) * std::size_t(Kp) * kTileCols;
+  float* v = p.bv.data() + panel;
+  std::uint8_t* e = p.be.data() + panel;
+  const std::uint8_t* src[kTileCols];
+  bool special[kTileCols] = {};
+  for (int c = 0; c < kTileCols; ++c) {
+    const int j = pb * kTileCols + c;
+    src[c] = j < N ? B + std::size_t(j) * std::size_t(K) : nullptr;
+  }
+  const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  alignas(64) std::uint8_t buf[kTileCols][64], tr[64][kTileCols];
+  for (int k0 = 0; k0 < Kp; k0 += 64) {
+    const int k1 = std::min(Kp, k0 + 64);
+    for (int c = 0; c < kTileCols; ++c) {
+      const __m512i x = load64(src[c], k0, K);
+      _mm512_store_si512(buf[c], x);
+      const Masks64 m = masks64(x, vb);
+      special[c] = special[c] || m.special != 0;
+      for (int kb = k0; kb < k1; kb += block) {
+        const std::size_t at = (std::size_t(pb) * std::size_t(blocks) + std::size_t(kb / block)) * kTileCols;
+        p.bneg[at + std::size_t(c)] = block_bits(m.neg, kb - k0, block);
+        p.bnz[at + std::size_t(c)] = block_bits(m.nz, kb - k0, block);
+      }
+    }
+    for (int c = 0; c < kTileCols; c += 16)
+      for (int kk = 0; kk < 64; kk += 16) detail::transpose_block(&buf[c][kk], 64, &tr[kk][c], kTileCols);
+    for (int k = k0; k < k1; ++k) {
+      alignas(64) std::uint8_t bytes[kTileCols];
+      for (int q = 0; q < 4; ++q) {
+        const __m512i idx = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tr[k - k0] + 16 * q)));
+        _mm512_storeu_ps(v + std::size_t(k) * kTileCols + 16 * std::size_t(q), _mm512_i32gather_ps(idx, tb.value, 4));
+        _mm_store_si128(reinterpret_cast<__m128i*>(bytes + 16 * q),
+                        _mm512_cvtepi32_epi8(_mm512_i32gather_epi32(idx, vb.e32, 4)));
+      }
+      _mm512_storeu_si512(e + std::size_t(k) * kTileCols, _mm512_permutexvar_epi32(perm, _mm512_load_si512(bytes)));
+    }
+  }
+  for (int c = 0; c < kTileCols; ++c)
+    if (src[c]) bad_b[pb * kTileCols + c] = special[c];
+}
+
+// Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged), panel by panel.
 void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const tc_fma::PackTable& ta,
-          const std::uint8_t* B, const tc_fma::PackTable& tb, Packed& p, char* bad_a, char* bad_b) {
+          const VecRule& va, const std::uint8_t* B, const tc_fma::PackTable& tb, const VecRule& vb, Packed& p,
+          char* bad_a, char* bad_b) {
   const int blocks = Kp / block;
   grow(p.av, std::size_t(Mp) * std::size_t(Kp));
   grow(p.ae, std::size_t(Mp) * std::size_t(Kp));
@@ -103,93 +254,14 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uin
   grow(p.be, std::size_t(Np) * std::size_t(Kp));
   grow(p.bneg, std::size_t(Np) * std::size_t(blocks));
   grow(p.bnz, std::size_t(Np) * std::size_t(blocks));
-  const double work = double(Mp + Np) * double(Kp);
-#pragma omp parallel if (work >= double(kParallelMinElements))
-  {
-#pragma omp for schedule(static) nowait
-    for (int pa = 0; pa < Mp / kR; ++pa) {
-      const std::size_t panel = std::size_t(pa) * std::size_t(Kp) * kR;
-      float* v = p.av.data() + panel;
-      std::uint32_t* e = p.ae.data() + panel;
-      const std::uint8_t* src[kR];
-      bool special[kR] = {};
-      for (int r = 0; r < kR; ++r) {
-        const int i = pa * kR + r;
-        src[r] = i < M ? A + std::size_t(i) * std::size_t(K) : nullptr;
-      }
-      for (int b = 0; b < blocks; ++b) {
-        std::uint32_t neg[kR] = {}, nz[kR] = {};
-        for (int l = 0; l < block; ++l) {
-          const int k = b * block + l;
-          for (int r = 0; r < kR; ++r) {
-            const std::uint8_t c = src[r] && k < K ? src[r][k] : std::uint8_t(0);
-            special[r] |= ta.special[c] != 0;
-            v[std::size_t(k) * kR + std::size_t(r)] = ta.value[c];
-            e[std::size_t(k) * kR + std::size_t(r)] = std::uint32_t(ta.e8[c]) * 0x01010101u;
-            neg[r] |= std::uint32_t(ta.neg[c]) << l;
-            nz[r] |= std::uint32_t(ta.nonzero[c]) << l;
-          }
-        }
-        for (int r = 0; r < kR; ++r) {
-          const std::size_t at = std::size_t(pa * kR + r) * std::size_t(blocks) + std::size_t(b);
-          p.aneg[at] = neg[r];
-          p.anz[at] = nz[r];
-        }
-      }
-      for (int r = 0; r < kR; ++r)
-        if (src[r]) bad_a[pa * kR + r] = special[r];
-    }
-#pragma omp for schedule(static)
-    for (int pb = 0; pb < Np / kTileCols; ++pb) {
-      const std::size_t panel = std::size_t(pb) * std::size_t(Kp) * kTileCols;
-      float* v = p.bv.data() + panel;
-      std::uint8_t* e = p.be.data() + panel;
-      const std::uint8_t* src[kTileCols];
-      bool special[kTileCols] = {};
-      for (int c = 0; c < kTileCols; ++c) {
-        const int j = pb * kTileCols + c;
-        src[c] = j < N ? B + std::size_t(j) * std::size_t(K) : nullptr;
-      }
-      // 64 K-elements of the panel's 64 columns at a time, copied into a contiguous 4 KiB buffer:
-      // the source rows are K bytes apart, which for K a multiple of 2 KiB puts them all in a few
-      // L1 sets.
-      alignas(64) std::uint8_t buf[kTileCols][64];
-      for (int k0 = 0; k0 < Kp; k0 += 64) {
-        const int n = std::max(0, std::min(64, K - k0));
-        for (int c = 0; c < kTileCols; ++c) {
-          if (src[c] && n > 0) std::memcpy(buf[c], src[c] + k0, std::size_t(n));
-          else std::memset(buf[c], 0, 64);
-          if (src[c] && n < 64) std::memset(buf[c] + n, 0, std::size_t(64 - n));
-        }
-        for (int kb = k0; kb < std::min(Kp, k0 + 64); kb += block) {
-          std::uint32_t neg[kTileCols] = {}, nz[kTileCols] = {};
-          for (int l = 0; l < block; ++l) {
-            const int k = kb + l;
-            float* vk = v + std::size_t(k) * kTileCols;
-            std::uint8_t* ek = e + std::size_t(k) * kTileCols;
-            for (int c = 0; c < kTileCols; ++c) {
-              const std::uint8_t x = buf[c][k - k0];
-              special[c] |= tb.special[x] != 0;
-              vk[c] = tb.value[x];
-              ek[exp_position(c)] = tb.e8[x];
-              neg[c] |= std::uint32_t(tb.neg[x]) << l;
-              nz[c] |= std::uint32_t(tb.nonzero[x]) << l;
-            }
-          }
-          const std::size_t at = (std::size_t(pb) * std::size_t(blocks) + std::size_t(kb / block)) * kTileCols;
-          for (int c = 0; c < kTileCols; ++c) {
-            p.bneg[at + std::size_t(c)] = neg[c];
-            p.bnz[at + std::size_t(c)] = nz[c];
-          }
-        }
-      }
-      for (int c = 0; c < kTileCols; ++c)
-        if (src[c]) bad_b[pb * kTileCols + c] = special[c];
-    }
+  const int pas = Mp / kR, pbs = Np / kTileCols;
+#pragma omp parallel for schedule(dynamic, 1) if (double(Mp + Np) * double(Kp) >= double(kParallelMinElements))
+  for (int t = 0; t < pas + pbs; ++t) {
+    if (t < pas) pack_a_panel(t, M, K, Kp, block, A, ta, va, p, bad_a);
+    else pack_b_panel(t - pas, N, K, Kp, block, B, tb, vb, p, bad_b);
   }
 }
 
-#define FP8EMU_TC_FMA512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,fma")))
 #define FP8EMU_TC_INLINE __attribute__((always_inline)) inline
 
 // One k of a block's exponent maximum: E8[r] = max(E8[r], ea[k][r] + eb[k]) per byte (column).
@@ -294,18 +366,21 @@ FP8EMU_TC_FMA512 void tile(const View& w, int pa, int pb, int q_begin, int q_end
   tc_fma::set_csr(rn);
 }
 
-// The AVX-512 kernel for tc_fma::run.
+// The AVX-512 kernel for tc_fma::run; its context is the two operands' packing rules.
 struct Avx512 {
   static constexpr int kR = detail::kR, kTileCols = detail::kTileCols;
   using View = detail::View;
   using Packed = detail::Packed;
-  static View pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const FormatSpec& fa,
-                   const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, Packed& p,
-                   char* bad_a, char* bad_b) {
+  struct Context {
+    const VecRule *va, *vb;
+  };
+  static View pack(const Context& x, int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A,
+                   const FormatSpec& fa, const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb,
+                   const CodeFields* tb, Packed& p, char* bad_a, char* bad_b) {
     tc_fma::PackTable pta, ptb;
     tc_fma::pack_table(fa, ta, true, kBiasA, 0, pta);
     tc_fma::pack_table(fb, tb, false, kBiasB, 0, ptb);
-    detail::pack(M, N, K, Mp, Np, Kp, block, A, pta, B, ptb, p, bad_a, bad_b);
+    detail::pack(M, N, K, Mp, Np, Kp, block, A, pta, *x.va, B, ptb, *x.vb, p, bad_a, bad_b);
     return View{Kp,          Kp / block,  p.av.data(), p.ae.data(),   p.aneg.data(),
                 p.anz.data(), p.bv.data(), p.be.data(), p.bneg.data(), p.bnz.data()};
   }
@@ -325,10 +400,22 @@ struct Avx512 {
 
 }  // namespace
 
-void gemm_tc_fma_avx512(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
+bool gemm_tc_fma_avx512(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
                         const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
                         float* D, char* bad_a, char* bad_b) {
-  tc_fma::run<Avx512>(M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b);
+  VecRule va, vb;
+  vec_rule(ta, true, va);
+  vec_rule(tb, false, vb);
+  if (!va.ok || !vb.ok) return false;
+  tc_fma::run<Avx512>(Avx512::Context{&va, &vb}, M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b);
+  return true;
+}
+
+bool gemm_tc_fma_avx512_packs(const CodeFields* ta, const CodeFields* tb) {
+  VecRule va, vb;
+  vec_rule(ta, true, va);
+  vec_rule(tb, false, vb);
+  return va.ok && vb.ok;
 }
 
 bool gemm_tc_fma_avx512_supported() {
@@ -342,8 +429,11 @@ bool gemm_tc_fma_avx512_supported() {
 }
 #else
 bool gemm_tc_fma_avx512_supported() { return false; }
-void gemm_tc_fma_avx512(int, int, int, const std::uint8_t*, const FormatSpec&, const CodeFields*, const std::uint8_t*,
-                        const FormatSpec&, const CodeFields*, int, Chain, float, float*, char*, char*) {}
+bool gemm_tc_fma_avx512(int, int, int, const std::uint8_t*, const FormatSpec&, const CodeFields*, const std::uint8_t*,
+                        const FormatSpec&, const CodeFields*, int, Chain, float, float*, char*, char*) {
+  return false;
+}
+bool gemm_tc_fma_avx512_packs(const CodeFields*, const CodeFields*) { return false; }
 #endif  // FP8EMU_TC_FMA512_X86
 
 }  // namespace fp8emu::emu::detail

@@ -69,18 +69,21 @@ void store_tile(const float* ch, const float* tot, const float* sum, Chain cp, i
 }
 
 // The packing, cache tiles and OpenMP of both paths. Kernel provides kR x kTileCols register
-// tiles, a Packed scratch type, View pack(M, N, K, Mp, Np, Kp, block, A, fa, ta, B, fb, tb,
-// Packed&, bad_a, bad_b) and tile(bq, view, pa, pb, q_begin, q_end, cp, ch, tot, sum) running
-// one register tile over quads [q_begin, q_end) of K with blocks of bq quads.
+// tiles, a Packed scratch type, a Context (what its packing needs beyond the operands), View
+// pack(context, M, N, K, Mp, Np, Kp, block, A, fa, ta, B, fb, tb, Packed&, bad_a, bad_b) and
+// tile(bq, view, pa, pb, q_begin, q_end, cp, ch, tot, sum) running one register tile over quads
+// [q_begin, q_end) of K with blocks of bq quads.
 template <class Kernel>
-void run(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta, const std::uint8_t* B,
-         const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s, float* D, char* bad_a, char* bad_b) {
+void run(const typename Kernel::Context& context, int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa,
+         const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp,
+         float s, float* D, char* bad_a, char* bad_b) {
   constexpr int kR = Kernel::kR, kTileCols = Kernel::kTileCols;
   const int Kp = std::max(1, (K + block - 1) / block) * block;  // whole blocks
   const int Kq = Kp / 4;
   const int Mp = (M + kR - 1) / kR * kR, Np = (N + kTileCols - 1) / kTileCols * kTileCols;
   thread_local typename Kernel::Packed packed;
-  const typename Kernel::View w = Kernel::pack(M, N, K, Mp, Np, Kp, block, A, fa, ta, B, fb, tb, packed, bad_a, bad_b);
+  const typename Kernel::View w =
+      Kernel::pack(context, M, N, K, Mp, Np, Kp, block, A, fa, ta, B, fb, tb, packed, bad_a, bad_b);
   const int bq = block / 4;
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
   const CacheTile ct = cache_tile(Mp, Np, kMc / kR * kR, kNc, kR, kTileCols, parallel ? omp_get_max_threads() : 1);

@@ -751,8 +751,9 @@ void gemm_tensor_core(int M, int N, int K, const std::uint8_t* A, const FormatSp
   // packing.
   std::vector<char> bad_a(static_cast<std::size_t>(M)), bad_b(static_cast<std::size_t>(N));
 #ifdef FP8EMU_HAVE_X86_KERNELS
-  if (isa == GemmIsa::kAvx512 && gemm_tc_fma512()) {
-    gemm_tc_fma_avx512(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, bad_a.data(), bad_b.data());
+  if (isa == GemmIsa::kAvx512 && gemm_tc_fma512() &&
+      gemm_tc_fma_avx512(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, bad_a.data(), bad_b.data())) {
+    // ran (the FMA kernel declines formats outside its packing rule: the int16 kernel takes them)
   } else if (isa == GemmIsa::kAvx512) {
     gemm_avx512(M, N, K, A, ta, B, tb, core::kMmaFractionBits - fa.mantissa_bits - fb.mantissa_bits, model.block, cp,
                 s, D, bad_a.data(), bad_b.data());

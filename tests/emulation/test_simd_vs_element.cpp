@@ -293,7 +293,8 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
   CHECK(compared > 100000);
 }
 
-TEST_CASE("CPU GEMM: every FP8 operand format's exponents fit the FMA kernels' encodings", "[element][gemm]") {
+TEST_CASE("CPU GEMM: every FP8 operand format fits the FMA kernels' exponent bytes and packing",
+          "[element][gemm]") {
   // gemm_tc_fma512.cpp stores a non-zero code's exponent as the byte e + 63 (A) or e + 64 (B), with
   // 0 for zeros, and relies on real exponents in [-16, 15]: real byte sums then lie in [95, 157]
   // (no unsigned wrap) and sums with a zero (at most 79) stay below them and below every non-zero
@@ -315,6 +316,11 @@ TEST_CASE("CPU GEMM: every FP8 operand format's exponents fit the FMA kernels' e
     INFO(format_name(Format(f)) << ": exponents [" << lo << ", " << hi << "]");
     CHECK(lo >= -16);
     CHECK(hi <= 15);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    // The AVX-512 kernel's vector packing rule (special codes by magnitude, zeros, signs): a
+    // format outside it would silently leave the FMA kernel for the int16 one.
+    CHECK(isa_ns::gemm_tc_fma_avx512_packs(t, t));
+#endif
   }
   CHECK(formats >= 4);  // e4m3fn, e5m2 and their FNUZ forms at least: the loop is not empty
 }
