@@ -100,7 +100,10 @@ struct View {
   const std::int8_t* b_exps(int p) const { return be + std::size_t(p) * std::size_t(Kp) * kTileCols; }
 };
 
-// Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged).
+// Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged), panel by panel with K
+// outermost, through a buffer of each panel's next 64 K-elements: each k's values and exponents are
+// then written in order, and the source rows (K bytes apart, for K a multiple of 2 KiB all in a
+// few L1 sets) are read 64 bytes at a time.
 template <int kR, int kTileCols>
 void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const PackTable& ta,
           const std::uint8_t* B, const PackTable& tb, Packed& p, char* bad_a, char* bad_b) {
@@ -113,57 +116,56 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uin
   grow(p.be, std::size_t(Np) * std::size_t(Kp));
   grow(p.bneg, std::size_t(Np) * std::size_t(blocks));
   grow(p.bnz, std::size_t(Np) * std::size_t(blocks));
-  const double work = double(Mp + Np) * double(Kp);
-#pragma omp parallel if (work >= double(kParallelMinElements))
-  {
-#pragma omp for schedule(static) nowait
-    for (int i = 0; i < Mp; ++i) {
-      const std::uint8_t* src = A + std::size_t(std::min(i, M - 1)) * std::size_t(K);
-      const std::size_t panel = std::size_t(i / kR) * std::size_t(Kp) * kR, lane = std::size_t(i % kR);
-      float* v = p.av.data() + panel;
-      std::int8_t* e = p.ae.data() + panel;
-      bool special = false;
-      for (int b = 0; b < blocks; ++b) {
-        std::uint32_t neg = 0, nz = 0;
-        for (int l = 0; l < block; ++l) {
-          const int k = b * block + l;
-          const std::uint8_t c = (i < M && k < K) ? src[k] : std::uint8_t(0);
-          special |= ta.special[c] != 0;
-          v[std::size_t(k) * kR + lane] = ta.value[c];
-          e[std::size_t(k / 4) * (4 * kR) + lane * 4 + std::size_t(k % 4)] = std::int8_t(ta.e8[c]);
-          neg |= std::uint32_t(ta.neg[c]) << l;
-          nz |= std::uint32_t(ta.nonzero[c]) << l;
-        }
-        p.aneg[std::size_t(i) * std::size_t(blocks) + std::size_t(b)] = neg;
-        p.anz[std::size_t(i) * std::size_t(blocks) + std::size_t(b)] = nz;
+  // One panel of `lanes` rows (A: kR, B: kTileCols) of the source X (rows [first, first + lanes),
+  // `rows` real), into values v [Kp][lanes], exponents e [Kp / 4][lanes][4], masks at
+  // neg/nz[mask_at(lane, block)]; `bad` per real row.
+  const auto panel = [&](int lanes, int first, int rows, const std::uint8_t* X, const PackTable& t, float* v,
+                         std::int8_t* e, std::uint32_t* negs, std::uint32_t* nzs, auto mask_at, char* bad) {
+    std::uint8_t buf[kTileCols > kR ? kTileCols : kR][64];
+    bool special[kTileCols > kR ? kTileCols : kR] = {};
+    for (int k0 = 0; k0 < Kp; k0 += 64) {
+      const int n = std::max(0, std::min(64, K - k0));
+      for (int r = 0; r < lanes; ++r) {
+        std::memset(buf[r], 0, 64);
+        if (first + r < rows && n > 0) std::memcpy(buf[r], X + std::size_t(first + r) * std::size_t(K) + k0, std::size_t(n));
       }
-      if (i < M) bad_a[i] = special;
+      for (int kb = k0; kb < std::min(Kp, k0 + 64); kb += block) {
+        std::uint32_t neg[kTileCols > kR ? kTileCols : kR] = {}, nz[kTileCols > kR ? kTileCols : kR] = {};
+        for (int l = 0; l < block; ++l) {
+          const int k = kb + l;
+          for (int r = 0; r < lanes; ++r) {
+            const std::uint8_t c = buf[r][k - k0];
+            special[r] |= t.special[c] != 0;
+            v[std::size_t(k) * std::size_t(lanes) + std::size_t(r)] = t.value[c];
+            e[std::size_t(k / 4) * std::size_t(4 * lanes) + std::size_t(r) * 4 + std::size_t(k % 4)] =
+                std::int8_t(t.e8[c]);
+            neg[r] |= std::uint32_t(t.neg[c]) << l;
+            nz[r] |= std::uint32_t(t.nonzero[c]) << l;
+          }
+        }
+        for (int r = 0; r < lanes; ++r) {
+          negs[mask_at(r, kb / block)] = neg[r];
+          nzs[mask_at(r, kb / block)] = nz[r];
+        }
+      }
     }
-#pragma omp for schedule(static)
-    for (int j = 0; j < Np; ++j) {
-      const std::uint8_t* src = B + std::size_t(std::min(j, N - 1)) * std::size_t(K);
-      const std::size_t panel = std::size_t(j / kTileCols) * std::size_t(Kp) * kTileCols,
-                        lane = std::size_t(j % kTileCols);
-      float* v = p.bv.data() + panel;
-      std::int8_t* e = p.be.data() + panel;
-      bool special = false;
-      for (int b = 0; b < blocks; ++b) {
-        std::uint32_t neg = 0, nz = 0;
-        for (int l = 0; l < block; ++l) {
-          const int k = b * block + l;
-          const std::uint8_t c = (j < N && k < K) ? src[k] : std::uint8_t(0);
-          special |= tb.special[c] != 0;
-          v[std::size_t(k) * kTileCols + lane] = tb.value[c];
-          e[std::size_t(k / 4) * (4 * kTileCols) + lane * 4 + std::size_t(k % 4)] = std::int8_t(tb.e8[c]);
-          neg |= std::uint32_t(tb.neg[c]) << l;
-          nz |= std::uint32_t(tb.nonzero[c]) << l;
-        }
-        const std::size_t at = (std::size_t(j / kTileCols) * std::size_t(blocks) + std::size_t(b)) * kTileCols +
-                               std::size_t(j % kTileCols);
-        p.bneg[at] = neg;
-        p.bnz[at] = nz;
-      }
-      if (j < N) bad_b[j] = special;
+    for (int r = 0; r < lanes && first + r < rows; ++r) bad[first + r] = special[r];
+  };
+  const int pas = Mp / kR, pbs = Np / kTileCols;
+#pragma omp parallel for schedule(dynamic, 1) if (double(Mp + Np) * double(Kp) >= double(kParallelMinElements))
+  for (int x = 0; x < pas + pbs; ++x) {
+    if (x < pas) {
+      const std::size_t off = std::size_t(x) * std::size_t(Kp) * kR;
+      panel(kR, x * kR, M, A, ta, p.av.data() + off, p.ae.data() + off, p.aneg.data(), p.anz.data(),
+            [&](int r, int b) { return std::size_t(x * kR + r) * std::size_t(blocks) + std::size_t(b); }, bad_a);
+    } else {
+      const int pb = x - pas;
+      const std::size_t off = std::size_t(pb) * std::size_t(Kp) * kTileCols;
+      panel(kTileCols, pb * kTileCols, N, B, tb, p.bv.data() + off, p.be.data() + off, p.bneg.data(), p.bnz.data(),
+            [&](int c, int b) {
+              return (std::size_t(pb) * std::size_t(blocks) + std::size_t(b)) * kTileCols + std::size_t(c);
+            },
+            bad_b);
     }
   }
 }
