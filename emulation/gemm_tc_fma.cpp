@@ -64,7 +64,6 @@ namespace fp8emu::emu::detail {
 #ifdef FP8EMU_TC_FMA_X86
 namespace {
 
-using tc_fma::PackTable;
 using tc_fma::set_csr;
 
 // Register tiles: 6 rows x 2 8-column vectors.
@@ -72,6 +71,26 @@ constexpr int kR2 = 6, kCols2 = 16;
 // The exponent byte of zeros, NaN and Inf: int8 -64, below every real exponent (products: [-28,
 // 30]; c: >= -60).
 constexpr std::uint8_t kZeroExp8 = std::uint8_t(-64);
+
+// Per-code packed fields: the value (A's times 1 + 2^-16; 0 for zeros, NaN and Inf), the int8
+// exponent (kZeroExp8 for those), whether the code is negative and non-zero, and special.
+struct PackTable {
+  float value[256];
+  std::int8_t e8[256];
+  std::uint8_t neg[256], nonzero[256], special[256];
+};
+
+void pack_table(const FormatSpec& f, const CodeFields* t, bool a_side, PackTable& p) {
+  for (int c = 0; c < 256; ++c) {
+    const bool is_zero = t[c].m == 0 || t[c].special;
+    const float v = is_zero ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
+    p.value[c] = a_side ? v * (1.0f + 1.0f / 65536.0f) : v;  // exact: at most 20 significant bits
+    p.e8[c] = is_zero ? std::int8_t(kZeroExp8) : std::int8_t(t[c].e);
+    p.neg[c] = !is_zero && t[c].s < 0;
+    p.nonzero[c] = !is_zero;
+    p.special[c] = t[c].special;
+  }
+}
 
 // Packed A, per panel of R rows: values [Kp][kR] and int8 exponents [Kp / 4][kR][4] (K padded
 // to Kp, a multiple of the block), and per row and block the masks of negative and of non-zero
@@ -138,7 +157,7 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uin
             special[r] |= t.special[c] != 0;
             v[std::size_t(k) * std::size_t(lanes) + std::size_t(r)] = t.value[c];
             e[std::size_t(k / 4) * std::size_t(4 * lanes) + std::size_t(r) * 4 + std::size_t(k % 4)] =
-                std::int8_t(t.e8[c]);
+                t.e8[c];
             neg[r] |= std::uint32_t(t.neg[c]) << l;
             nz[r] |= std::uint32_t(t.nonzero[c]) << l;
           }
@@ -295,23 +314,15 @@ struct Avx2 {
                    const FormatSpec& fa, const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb,
                    const CodeFields* tb, Packed& p, char* bad_a, char* bad_b) {
     PackTable pta, ptb;
-    tc_fma::pack_table(fa, ta, true, 0, kZeroExp8, pta);
-    tc_fma::pack_table(fb, tb, false, 0, kZeroExp8, ptb);
+    pack_table(fa, ta, true, pta);
+    pack_table(fb, tb, false, ptb);
     fp8emu::emu::detail::pack<kR2, kCols2>(M, N, K, Mp, Np, Kp, block, A, pta, B, ptb, p, bad_a, bad_b);
     return View{Kp,          Kp / block,      p.av.data(), p.ae.data(),  p.aneg.data(),
                 p.anz.data(), p.bv.data(), p.be.data(), p.bneg.data(), p.bnz.data()};
   }
-  static void tile(int bq, const View& w, int pa, int pb, int q0, int q1, Chain cp, float* ch, float* tot, float* sum) {
-    if (bq == 8)
-      tile_avx2<8>(w, pa, pb, q0, q1, cp, ch, tot, sum);
-    else
-      tile_avx2<4>(w, pa, pb, q0, q1, cp, ch, tot, sum);
-  }
-  static void trim(Packed& p) {
-    detail::trim(p.av);
-    detail::trim(p.bv);
-    detail::trim(p.ae);
-    detail::trim(p.be);
+  template <int BQ>
+  static void tile(const View& w, int pa, int pb, int q0, int q1, Chain cp, float* ch, float* tot, float* sum) {
+    tile_avx2<BQ>(w, pa, pb, q0, q1, cp, ch, tot, sum);
   }
 };
 

@@ -94,14 +94,16 @@ struct View {
 // What the vector packing needs of a format, checked against its per-code fields: the special codes
 // are exactly those with |code| >= smin (none when smin = 128), and 0x80 when special80; a code is
 // non-zero exactly when |code| != 0 and it is not special (the table's m != 0), negative exactly
-// when it is non-zero with the sign bit set. The exponent of each code as a 32-bit word for the
-// gathers (B: the byte e + 64; A: the byte e + 63 in every byte of the word; 0 for zeros, NaN and
-// Inf). Every FP8 operand format follows the rule (a test checks it); gemm_tc_fma_avx512 declines
-// a format that does not, and the caller runs another kernel.
+// when it is non-zero with the sign bit set. Every FP8 operand format follows the rule (a test
+// checks it); gemm_tc_fma_avx512 declines a format that does not, and the caller runs another
+// kernel. The per-code tables for the gathers: the value (A's times 1 + 2^-16, exact: at most 20
+// significant bits; 0 for zeros, NaN and Inf) and the exponent as a 32-bit word (B: the byte e + 64;
+// A: the byte e + 63 in every byte of the word; 0 for zeros, NaN and Inf).
 struct VecRule {
   bool ok = false;
   int smin = 128;
   bool special80 = false;
+  alignas(64) float value[256];
   alignas(64) std::uint32_t e32[256];
 };
 
@@ -123,6 +125,14 @@ void vec_rule(const CodeFields* t, bool a_side, VecRule& v) {
            (table_nonzero && t[c].s < 0) == (nonzero && (c & 0x80) != 0);
     const std::uint32_t byte = nonzero ? std::uint32_t(t[c].e + (a_side ? kBiasA : kBiasB)) : 0u;
     v.e32[c] = a_side ? byte * 0x01010101u : byte;
+  }
+}
+
+// The value table of vec_rule (only for formats it accepts: the values need the FormatSpec).
+void vec_values(const FormatSpec& f, const CodeFields* t, bool a_side, VecRule& v) {
+  for (int c = 0; c < 256; ++c) {
+    const float x = t[c].m == 0 || t[c].special ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
+    v.value[c] = a_side ? x * (1.0f + 1.0f / 65536.0f) : x;
   }
 }
 
@@ -156,7 +166,7 @@ FP8EMU_TC_FMA512 inline __m512i load64(const std::uint8_t* src, int k0, int K) {
 // Panel pa of A (4 rows) by vectors: per 64 K-elements, the masks per row, the codes interleaved
 // [k][row] and the values and exponent words gathered 16 at a time.
 FP8EMU_TC_FMA512 void pack_a_panel(int pa, int M, int K, int Kp, int block, const std::uint8_t* A,
-                                   const tc_fma::PackTable& ta, const VecRule& va, Packed& p, char* bad_a) {
+                                   const VecRule& va, Packed& p, char* bad_a) {
   const int blocks = Kp / block;
   const std::size_t panel = std::size_t(pa) * std::size_t(Kp) * kR;
   float* v = p.av.data() + panel;
@@ -185,7 +195,7 @@ FP8EMU_TC_FMA512 void pack_a_panel(int pa, int M, int K, int Kp, int block, cons
       for (int r = 0; r < kR; ++r) inter[kk * kR + r] = buf[r][kk];
     for (int q = 0; q < (k1 - k0) * kR; q += 16) {
       const __m512i idx = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(inter + q)));
-      _mm512_storeu_ps(v + std::size_t(k0) * kR + std::size_t(q), _mm512_i32gather_ps(idx, ta.value, 4));
+      _mm512_storeu_ps(v + std::size_t(k0) * kR + std::size_t(q), _mm512_i32gather_ps(idx, va.value, 4));
       _mm512_storeu_si512(e + std::size_t(k0) * kR + std::size_t(q), _mm512_i32gather_epi32(idx, va.e32, 4));
     }
   }
@@ -198,7 +208,7 @@ FP8EMU_TC_FMA512 void pack_a_panel(int pa, int M, int K, int Kp, int block, cons
 // 16 at a time, the bytes moved to exp_position order by one dword permutation (column 16 c + 4 L
 // + i is dword 4 c + L of the natural order and goes to dword 4 L + c).
 FP8EMU_TC_FMA512 void pack_b_panel(int pb, int N, int K, int Kp, int block, const std::uint8_t* B,
-                                   const tc_fma::PackTable& tb, const VecRule& vb, Packed& p, char* bad_b) {
+                                   const VecRule& vb, Packed& p, char* bad_b) {
   const int blocks = Kp / block;
   const std::size_t panel = std::size_t(pb) * std::size_t(Kp) * kTileCols;
   float* v = p.bv.data() + panel;
@@ -230,7 +240,7 @@ FP8EMU_TC_FMA512 void pack_b_panel(int pb, int N, int K, int Kp, int block, cons
       alignas(64) std::uint8_t bytes[kTileCols];
       for (int q = 0; q < 4; ++q) {
         const __m512i idx = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tr[k - k0] + 16 * q)));
-        _mm512_storeu_ps(v + std::size_t(k) * kTileCols + 16 * std::size_t(q), _mm512_i32gather_ps(idx, tb.value, 4));
+        _mm512_storeu_ps(v + std::size_t(k) * kTileCols + 16 * std::size_t(q), _mm512_i32gather_ps(idx, vb.value, 4));
         _mm_store_si128(reinterpret_cast<__m128i*>(bytes + 16 * q),
                         _mm512_cvtepi32_epi8(_mm512_i32gather_epi32(idx, vb.e32, 4)));
       }
@@ -242,9 +252,8 @@ FP8EMU_TC_FMA512 void pack_b_panel(int pb, int N, int K, int Kp, int block, cons
 }
 
 // Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged), panel by panel.
-void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const tc_fma::PackTable& ta,
-          const VecRule& va, const std::uint8_t* B, const tc_fma::PackTable& tb, const VecRule& vb, Packed& p,
-          char* bad_a, char* bad_b) {
+void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const VecRule& va,
+          const std::uint8_t* B, const VecRule& vb, Packed& p, char* bad_a, char* bad_b) {
   const int blocks = Kp / block;
   grow(p.av, std::size_t(Mp) * std::size_t(Kp));
   grow(p.ae, std::size_t(Mp) * std::size_t(Kp));
@@ -257,8 +266,8 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uin
   const int pas = Mp / kR, pbs = Np / kTileCols;
 #pragma omp parallel for schedule(dynamic, 1) if (double(Mp + Np) * double(Kp) >= double(kParallelMinElements))
   for (int t = 0; t < pas + pbs; ++t) {
-    if (t < pas) pack_a_panel(t, M, K, Kp, block, A, ta, va, p, bad_a);
-    else pack_b_panel(t - pas, N, K, Kp, block, B, tb, vb, p, bad_b);
+    if (t < pas) pack_a_panel(t, M, K, Kp, block, A, va, p, bad_a);
+    else pack_b_panel(t - pas, N, K, Kp, block, B, vb, p, bad_b);
   }
 }
 
@@ -375,26 +384,15 @@ struct Avx512 {
     const VecRule *va, *vb;
   };
   static View pack(const Context& x, int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A,
-                   const FormatSpec& fa, const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb,
-                   const CodeFields* tb, Packed& p, char* bad_a, char* bad_b) {
-    tc_fma::PackTable pta, ptb;
-    tc_fma::pack_table(fa, ta, true, kBiasA, 0, pta);
-    tc_fma::pack_table(fb, tb, false, kBiasB, 0, ptb);
-    detail::pack(M, N, K, Mp, Np, Kp, block, A, pta, *x.va, B, ptb, *x.vb, p, bad_a, bad_b);
+                   const FormatSpec&, const CodeFields*, const std::uint8_t* B, const FormatSpec&, const CodeFields*,
+                   Packed& p, char* bad_a, char* bad_b) {
+    detail::pack(M, N, K, Mp, Np, Kp, block, A, *x.va, B, *x.vb, p, bad_a, bad_b);
     return View{Kp,          Kp / block,  p.av.data(), p.ae.data(),   p.aneg.data(),
                 p.anz.data(), p.bv.data(), p.be.data(), p.bneg.data(), p.bnz.data()};
   }
-  static void tile(int bq, const View& w, int pa, int pb, int q0, int q1, Chain cp, float* ch, float* tot, float* sum) {
-    if (bq == 8)
-      detail::tile<8>(w, pa, pb, q0, q1, cp, ch, tot, sum);
-    else
-      detail::tile<4>(w, pa, pb, q0, q1, cp, ch, tot, sum);
-  }
-  static void trim(Packed& p) {
-    detail::trim(p.av);
-    detail::trim(p.bv);
-    detail::trim(p.ae);
-    detail::trim(p.be);
+  template <int BQ>
+  static void tile(const View& w, int pa, int pb, int q0, int q1, Chain cp, float* ch, float* tot, float* sum) {
+    detail::tile<BQ>(w, pa, pb, q0, q1, cp, ch, tot, sum);
   }
 };
 
@@ -407,6 +405,8 @@ bool gemm_tc_fma_avx512(int M, int N, int K, const std::uint8_t* A, const Format
   vec_rule(ta, true, va);
   vec_rule(tb, false, vb);
   if (!va.ok || !vb.ok) return false;
+  vec_values(fa, ta, true, va);
+  vec_values(fb, tb, false, vb);
   tc_fma::run<Avx512>(Avx512::Context{&va, &vb}, M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b);
   return true;
 }

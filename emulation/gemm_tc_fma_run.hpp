@@ -1,7 +1,6 @@
 // Private: what the AVX2 and AVX-512 tensor-core FMA kernels share (gemm_tc_fma.cpp,
-// gemm_tc_fma512.cpp): the per-code packing table, MXCSR's rounding switch, the store of a
-// register tile's chain results, and the driver that packs A and B and runs the cache tiles with
-// OpenMP over chunks of K. The arithmetic and its exactness argument are in gemm_tc_fma.cpp.
+// gemm_tc_fma512.cpp): MXCSR's rounding switch, the store of a register tile's chain results, and
+// the driver that packs A and B and runs the cache tiles with OpenMP over chunks of K. The arithmetic and its exactness argument are in gemm_tc_fma.cpp.
 #pragma once
 
 #include <algorithm>
@@ -23,28 +22,6 @@ namespace fp8emu::emu::detail::tc_fma {
 constexpr int kMc = 72;   // rows per cache tile (rounded down to a multiple of the register tile's rows)
 constexpr int kNc = 256;  // columns per cache tile (a multiple of every register tile's columns)
 constexpr int kKc = 256;  // K per chunk (a multiple of every block)
-
-// Per-code packed fields: the value (A's times 1 + 2^-16; 0 for zeros, NaN and Inf), the
-// exponent byte of the kernel's encoding (e + bias; `zero` for zeros, NaN and Inf), whether the
-// code is negative and non-zero, and special.
-struct PackTable {
-  float value[256];
-  std::uint8_t e8[256];
-  std::uint8_t neg[256], nonzero[256], special[256];
-};
-
-inline void pack_table(const FormatSpec& f, const CodeFields* t, bool a_side, int bias, std::uint8_t zero,
-                       PackTable& p) {
-  for (int c = 0; c < 256; ++c) {
-    const bool is_zero = t[c].m == 0 || t[c].special;
-    const float v = is_zero ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
-    p.value[c] = a_side ? v * (1.0f + 1.0f / 65536.0f) : v;  // exact: at most 20 significant bits
-    p.e8[c] = is_zero ? zero : std::uint8_t(t[c].e + bias);
-    p.neg[c] = !is_zero && t[c].s < 0;
-    p.nonzero[c] = !is_zero;
-    p.special[c] = t[c].special;
-  }
-}
 
 // MXCSR's rounding control: round toward zero (RC = 11) or the caller's mode, with a compiler
 // barrier on each side. The barrier orders memory accesses only (there is no -frounding-math): the
@@ -69,10 +46,11 @@ void store_tile(const float* ch, const float* tot, const float* sum, Chain cp, i
 }
 
 // The packing, cache tiles and OpenMP of both paths. Kernel provides kR x kTileCols register
-// tiles, a Packed scratch type, a Context (what its packing needs beyond the operands), View
+// tiles, a Packed scratch type (whose value and exponent panels av, bv, ae, be are released after
+// the call when large), a Context (what its packing needs beyond the operands), View
 // pack(context, M, N, K, Mp, Np, Kp, block, A, fa, ta, B, fb, tb, Packed&, bad_a, bad_b) and
-// tile(bq, view, pa, pb, q_begin, q_end, cp, ch, tot, sum) running one register tile over quads
-// [q_begin, q_end) of K with blocks of bq quads.
+// tile<BQ>(view, pa, pb, q_begin, q_end, cp, ch, tot, sum) running one register tile over quads
+// [q_begin, q_end) of K with blocks of BQ quads (8: Hopper's 32 products, 4: Ada's 16).
 template <class Kernel>
 void run(const typename Kernel::Context& context, int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa,
          const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp,
@@ -114,7 +92,10 @@ void run(const typename Kernel::Context& context, int M, int N, int K, const std
           for (int c = 0; c < cg; ++c) {
             const std::size_t off = std::size_t(r * cg + c) * kR * kTileCols;
             const int pa = (i0 + r * kR) / kR, pb = (j0 + c * kTileCols) / kTileCols;
-            Kernel::tile(bq, w, pa, pb, q0, q1, cp, ch + off, tot + off, sum + off);
+            if (bq == 8)
+              Kernel::template tile<8>(w, pa, pb, q0, q1, cp, ch + off, tot + off, sum + off);
+            else
+              Kernel::template tile<4>(w, pa, pb, q0, q1, cp, ch + off, tot + off, sum + off);
           }
       }
       for (int r = 0; r < rg; ++r)
@@ -125,7 +106,10 @@ void run(const typename Kernel::Context& context, int M, int N, int K, const std
     }
     trim(state_buf);
   }
-  Kernel::trim(packed);
+  trim(packed.av);
+  trim(packed.bv);
+  trim(packed.ae);
+  trim(packed.be);
 }
 
 }  // namespace fp8emu::emu::detail::tc_fma
