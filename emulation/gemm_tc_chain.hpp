@@ -52,7 +52,6 @@ inline void chain_boundary(const Chain& cp, int k0, float& chain, float& total, 
   }
 }
 
-// The element's result: the open run joins the total, the range the split-K sum, times s (RN).
 /// chain_boundary on every lane of a register tile's state in memory (n floats each): the vector
 /// kernels' RN adds at a split-K range end or a promotion run end, in the caller's rounding mode
 /// (which must be round-to-nearest there).
@@ -61,6 +60,7 @@ inline void chain_boundaries(const Chain& cp, int k0, int n, float* chain, float
   for (int i = 0; i < n; ++i) chain_boundary(cp, k0, chain[i], total[i], sum[i]);
 }
 
+// The element's result: the open run joins the total, the range the split-K sum, times s (RN).
 inline float chain_result(const Chain& cp, int K, float chain, float total, float sum, float s) {
   const float v = cp.promotion > 0 ? total + chain : chain;
   return (K > cp.range ? sum + v : v) * s;
