@@ -4,7 +4,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "fp8emu/emulation/block_quantize.hpp"
@@ -18,10 +22,12 @@ namespace fp8emu::emu {
 namespace {
 
 // Register-blocked fp32 kernels. Each element is c = RN(c + RN(a*b)) in k = 0..K-1 order from
-// c = +0, with no FMA (-ffp-contract=off; separate vector multiplies and adds), so every path gives
-// the results of the documented order, whatever the tiling, cache blocking or thread count: tiling
-// changes only which elements are computed together, and a K chunk ends by storing c (an fp32,
-// exactly) and the next one resumes from it.
+// c = +0, so every path gives the results of the documented order, whatever the tiling, cache
+// blocking or thread count: tiling changes only which elements are computed together, and a K chunk
+// ends by storing c (an fp32, exactly) and the next one resumes from it. The fp32 GEMM computes
+// RN(a*b) and the add as two instructions (-ffp-contract=off). Where every product of the two
+// operands' values is an fp32 (products_exact_fp32: the FP8, FP6 and FP4 formats), RN(a*b) = a*b
+// and the sum is one FMA, RN(c + a*b): the same bits in half the instructions.
 //
 // AVX-512 and AVX2 paths (gemm_wide): B packed in W-column panels [ceil(N/W)][K][W] and A in R-row
 // panels [ceil(M/R)][K][R] (zero padded; the operands are decoded straight into them), register
@@ -79,32 +85,69 @@ void panel_rows_baseline(int i0, int rows, int N, int K, const float* A, const f
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FP8EMU_GEMM_X86 1
 
+// The register tiles' multiply-add c = RN(c + RN(a * b)) on a vector b and a broadcast a. MulAdd:
+// a vector multiply and a vector add. Fma512 / Fma256: one FMA, RN(c + a * b), equal to MulAdd's
+// only where a * b is an fp32 (the callers check products_exact_fp32). The FMA is one instruction
+// in inline assembly: an intrinsic would need the tile's target on every always_inline level, and
+// a call with a vector argument between functions of different targets breaks the ABI where it is
+// not inlined (-O0).
+struct MulAdd {
+  template <class Vec>
+  __attribute__((always_inline)) static inline Vec apply(Vec c, const float* a, Vec b) {
+    return c + *a * b;  // two roundings: -ffp-contract=off
+  }
+};
+// Register operands only: an asm that reads memory keeps the accumulators from staying in registers.
+struct Fma512 {  // vfmadd231ps: c = RN(c + b * a)
+  __attribute__((always_inline)) static inline v16f apply(v16f c, const float* a, v16f b) {
+    const v16f av = *a - v16f{};  // the broadcast (x - +0 = x for every x)
+    asm("vfmadd231ps %2, %1, %0" : "+v"(c) : "v"(b), "v"(av));
+    return c;
+  }
+};
+struct Fma256 {
+  __attribute__((always_inline)) static inline v8f apply(v8f c, const float* a, v8f b) {
+    const v8f av = *a - v8f{};
+    asm("vfmadd231ps %2, %1, %0" : "+x"(c) : "x"(b), "x"(av));
+    return c;
+  }
+};
+
 // One register tile: R rows of A, packed [K][R] (ap), times a W-column panel (bp, [K][W]) over
 // k0..k1, added in k order to the tile's accumulators acc (row stride ldc); Vec is the vector type
-// (v16f: one zmm on the AVX-512 path; v8f: one ymm on the AVX2 path).
-template <class Vec, int R, int W>
+// (v16f: one zmm on the AVX-512 path; v8f: one ymm on the AVX2 path); Mac the multiply-add.
+template <class Vec, int R, int W, class Mac>
 __attribute__((always_inline)) inline void wide_tile(const float* ap, const float* bp, int k0, int k1, float* acc,
                                                      std::size_t ldc) {
   constexpr int L = int(sizeof(Vec) / sizeof(float)), V = W / L;
+  // The accumulators are loaded and stored through copies: c never has its address taken, so it
+  // stays in registers around the FMAs' inline assembly.
   Vec c[R][V];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) std::memcpy(&c[r][v], acc + r * ldc + L * v, sizeof(Vec));
+    for (int v = 0; v < V; ++v) {
+      Vec t;
+      std::memcpy(&t, acc + r * ldc + L * v, sizeof(Vec));
+      c[r][v] = t;
+    }
   for (int k = k0; k < k1; ++k) {
     Vec b[V];
     for (int v = 0; v < V; ++v) std::memcpy(&b[v], bp + std::size_t(k) * W + L * v, sizeof(Vec));
     const float* a = ap + std::size_t(k) * R;
     for (int r = 0; r < R; ++r)
-      for (int v = 0; v < V; ++v) c[r][v] += a[r] * b[v];  // a multiply, then an add: no FMA (-ffp-contract=off)
+      for (int v = 0; v < V; ++v) c[r][v] = Mac::apply(c[r][v], a + r, b[v]);
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) std::memcpy(acc + r * ldc + L * v, &c[r][v], sizeof(Vec));
+    for (int v = 0; v < V; ++v) {
+      const Vec t = c[r][v];
+      std::memcpy(acc + r * ldc + L * v, &t, sizeof(Vec));
+    }
 }
 
 // The block-scaled form of wide_tile (gemm_fp8_block_tn): k0..k1 holds whole blocks of `block`
 // K-elements (the last may end at K); each block's partial is summed in registers from +0 in k
 // order, then joins the tile's totals tot (row stride ldc) as tot = RN(tot + RN(P * RN(sa * sb))),
 // with sa the row's block scale (sa + r * nb + b) and sb the panel's ([nb][W], packed).
-template <class Vec, int R, int W>
+template <class Vec, int R, int W, class Mac>
 __attribute__((always_inline)) inline void wide_tile_scaled(const float* ap, const float* bp, int k0, int k1,
                                                             int block, const float* sa, std::size_t nb,
                                                             const float* sb, float* tot, std::size_t ldc) {
@@ -119,7 +162,7 @@ __attribute__((always_inline)) inline void wide_tile_scaled(const float* ap, con
       for (int v = 0; v < V; ++v) std::memcpy(&b[v], bp + std::size_t(k) * W + L * v, sizeof(Vec));
       const float* a = ap + std::size_t(k) * R;
       for (int r = 0; r < R; ++r)
-        for (int v = 0; v < V; ++v) c[r][v] += a[r] * b[v];
+        for (int v = 0; v < V; ++v) c[r][v] = Mac::apply(c[r][v], a + r, b[v]);
     }
     const std::size_t blk = std::size_t(kb / block);
     Vec s[V];
@@ -129,7 +172,7 @@ __attribute__((always_inline)) inline void wide_tile_scaled(const float* ap, con
       for (int v = 0; v < V; ++v) {
         Vec t;
         std::memcpy(&t, tot + r * ldc + L * v, sizeof(Vec));
-        t += c[r][v] * (sr * s[v]);
+        t += c[r][v] * (sr * s[v]);  // three roundings (-ffp-contract=off)
         std::memcpy(tot + r * ldc + L * v, &t, sizeof(Vec));
       }
     }
@@ -137,30 +180,35 @@ __attribute__((always_inline)) inline void wide_tile_scaled(const float* ap, con
 }
 
 // The AVX-512 tile: 6 x 64 (24 zmm accumulators). The AVX2 tile: 6 x 16 (12 of the 16 ymm).
+// Fused: the multiply-adds are FMAs (only for operands whose products are exact, see MulAdd).
+template <bool Fused>
 struct WideAvx512 {
   static constexpr int kR = 6, kW = 64;
-  __attribute__((target("avx512f,avx512vl,avx512dq"))) static void tile(const float* ap, const float* bp, int k0,
-                                                                        int k1, float* acc, std::size_t ldc) {
-    wide_tile<v16f, kR, kW>(ap, bp, k0, k1, acc, ldc);
+  using Mac = std::conditional_t<Fused, Fma512, MulAdd>;
+  __attribute__((target("avx512f,avx512vl,avx512dq"))) static void tile(const float* ap, const float* bp,
+                                                                                 int k0, int k1, float* acc,
+                                                                                 std::size_t ldc) {
+    wide_tile<v16f, kR, kW, Mac>(ap, bp, k0, k1, acc, ldc);
   }
-  __attribute__((target("avx512f,avx512vl,avx512dq"))) static void tile_scaled(const float* ap, const float* bp,
-                                                                               int k0, int k1, int block,
-                                                                               const float* sa, std::size_t nb,
-                                                                               const float* sb, float* tot,
-                                                                               std::size_t ldc) {
-    wide_tile_scaled<v16f, kR, kW>(ap, bp, k0, k1, block, sa, nb, sb, tot, ldc);
+  __attribute__((target("avx512f,avx512vl,avx512dq"))) static void tile_scaled(
+      const float* ap, const float* bp, int k0, int k1, int block, const float* sa, std::size_t nb, const float* sb,
+      float* tot, std::size_t ldc) {
+    wide_tile_scaled<v16f, kR, kW, Mac>(ap, bp, k0, k1, block, sa, nb, sb, tot, ldc);
   }
 };
+template <bool Fused>
 struct WideAvx2 {
   static constexpr int kR = 6, kW = 16;
-  __attribute__((target("avx2"))) static void tile(const float* ap, const float* bp, int k0, int k1, float* acc,
-                                                   std::size_t ldc) {
-    wide_tile<v8f, kR, kW>(ap, bp, k0, k1, acc, ldc);
+  using Mac = std::conditional_t<Fused, Fma256, MulAdd>;
+  __attribute__((target("avx2,fma"))) static void tile(const float* ap, const float* bp, int k0, int k1,
+                                                                float* acc, std::size_t ldc) {
+    wide_tile<v8f, kR, kW, Mac>(ap, bp, k0, k1, acc, ldc);
   }
-  __attribute__((target("avx2"))) static void tile_scaled(const float* ap, const float* bp, int k0, int k1, int block,
-                                                          const float* sa, std::size_t nb, const float* sb,
-                                                          float* tot, std::size_t ldc) {
-    wide_tile_scaled<v8f, kR, kW>(ap, bp, k0, k1, block, sa, nb, sb, tot, ldc);
+  __attribute__((target("avx2,fma"))) static void tile_scaled(const float* ap, const float* bp, int k0,
+                                                                       int k1, int block, const float* sa,
+                                                                       std::size_t nb, const float* sb, float* tot,
+                                                                       std::size_t ldc) {
+    wide_tile_scaled<v8f, kR, kW, Mac>(ap, bp, k0, k1, block, sa, nb, sb, tot, ldc);
   }
 };
 
@@ -312,6 +360,17 @@ void gemm_wide(int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideC
   detail::trim(sa_buf);
   detail::trim(sb_buf);
 }
+
+// gemm_wide on the tiles of the path gemm_isa() names (AVX-512 or AVX2), FMAs where `fused`.
+template <class AAt, class BAt>
+void gemm_wide_isa(bool fused, int M, int N, int K, AAt a_at, BAt b_at, float s, float* C, WideChain ch = WideChain{}) {
+  if (detail::gemm_isa() == detail::GemmIsa::kAvx512) {
+    if (fused) return gemm_wide<WideAvx512<true>>(M, N, K, a_at, b_at, s, C, ch);
+    return gemm_wide<WideAvx512<false>>(M, N, K, a_at, b_at, s, C, ch);
+  }
+  if (fused) return gemm_wide<WideAvx2<true>>(M, N, K, a_at, b_at, s, C, ch);
+  gemm_wide<WideAvx2<false>>(M, N, K, a_at, b_at, s, C, ch);
+}
 #endif
 
 // C [M, N] = A [M, K] B on the baseline path (B as 8-column panels).
@@ -330,8 +389,7 @@ void gemm_f32_dispatch(int M, int N, int K, const float* A, const float* B, floa
 #ifdef FP8EMU_GEMM_X86
   const auto a_at = [=](int i, int k) { return A[std::size_t(i) * std::size_t(K) + std::size_t(k)]; };
   const auto b_at = [=](int k, int j) { return B[std::size_t(k) * std::size_t(N) + std::size_t(j)]; };
-  if (isa == detail::GemmIsa::kAvx512) return gemm_wide<WideAvx512>(M, N, K, a_at, b_at, 1.0f, C);
-  if (isa == detail::GemmIsa::kAvx2) return gemm_wide<WideAvx2>(M, N, K, a_at, b_at, 1.0f, C);
+  if (isa != detail::GemmIsa::kBaseline) return gemm_wide_isa(false, M, N, K, a_at, b_at, 1.0f, C);
 #endif
   const std::vector<float> panels = pack_panels<kLanes>(K, N, B);
   gemm_panels(M, N, K, A, panels.data(), C);
@@ -354,8 +412,8 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   {  // decoded straight into the panels
     const auto a_at = [=](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
     const auto b_at = [=](int k, int j) { return tb[B[std::size_t(k) * std::size_t(N) + std::size_t(j)]]; };
-    if (detail::gemm_isa() == detail::GemmIsa::kAvx512) return gemm_wide<WideAvx512>(M, N, K, a_at, b_at, s, D);
-    if (detail::gemm_isa() == detail::GemmIsa::kAvx2) return gemm_wide<WideAvx2>(M, N, K, a_at, b_at, s, D);
+    if (detail::gemm_isa() != detail::GemmIsa::kBaseline)
+      return gemm_wide_isa(detail::products_exact_fp32(fa, fb), M, N, K, a_at, b_at, s, D);
   }
 #endif
   // Both operands decoded once (exact).
@@ -373,6 +431,62 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
 
 namespace detail {
 
+namespace {
+
+// The widest significand (odd integer part, in bits), the lowest set bit's exponent and the largest
+// magnitude over a 256-entry value table's finite non-zero values.
+struct ValueRange {
+  int bits = 0;
+  int low = 1 << 20;
+  double max = 0.0;
+};
+
+ValueRange value_range(const float* table) {
+  ValueRange r;
+  for (int c = 0; c < 256; ++c) {
+    const float v = table[c];
+    if (!std::isfinite(v) || v == 0.0f) continue;
+    int e = 0;
+    // |v| = m * 2^(e - 24) with m an integer below 2^24 (frexp and the scaling are exact).
+    std::uint32_t m = std::uint32_t(std::ldexp(std::fabs(double(std::frexp(v, &e))), 24));
+    int low = e - 24;
+    while ((m & 1u) == 0) {
+      m >>= 1;
+      ++low;
+    }
+    int bits = 0;
+    while (m >> bits) ++bits;
+    r.bits = std::max(r.bits, bits);
+    r.low = std::min(r.low, low);
+    r.max = std::max(r.max, std::fabs(double(v)));
+  }
+  return r;
+}
+
+bool products_exact(const ValueRange& a, const ValueRange& b) {
+  if (a.bits == 0 || b.bits == 0) return true;  // no finite non-zero value: every product is 0, Inf or NaN
+  // a*b = ma*mb * 2^(la+lb): at most a.bits + b.bits significant bits, the lowest at 2^(la+lb). It
+  // is an fp32 when they fit 24 bits, the lowest is at or above 2^-149 (fp32's subnormal step) and
+  // the magnitude is at most FLT_MAX (the double product of two fp32 values is exact).
+  return a.bits + b.bits <= 24 && a.low + b.low >= -149 && a.max * b.max <= double(FLT_MAX);
+}
+
+}  // namespace
+
+bool products_exact_fp32(const float* ta, const float* tb) { return products_exact(value_range(ta), value_range(tb)); }
+
+bool products_exact_fp32(Format fa, Format fb) {
+  static const std::array<ValueRange, kFormatCount> ranges = [] {  // once: GEMMs may be small
+    std::array<ValueRange, kFormatCount> r{};
+    for (const FormatRecord& f : kFormats)
+      if (is_mx_element(f.id) || is_fp8_or_fnuz(f.id)) r[std::size_t(f.id)] = value_range(decode_table(f.id));
+    return r;
+  }();
+  (void)decode_table(fa);  // its check: an element format of the FP8 casts
+  (void)decode_table(fb);
+  return products_exact(ranges[std::size_t(fa)], ranges[std::size_t(fb)]);
+}
+
 bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, float scale_inv_a,
                       const std::uint8_t* B, Format fb, float scale_inv_b, int promotion, int range, float* D) {
   // One run per range when the interval covers it (core::dot_promoted); range >= K: no split.
@@ -387,8 +501,7 @@ bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, flo
     const float* tb = decode_table(fb);
     const auto a_at = [=](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
     const auto b_at = [=](int k, int j) { return tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; };
-    if (gemm_isa() == GemmIsa::kAvx512) gemm_wide<WideAvx512>(M, N, K, a_at, b_at, scale_inv_a * scale_inv_b, D, ch);
-    else gemm_wide<WideAvx2>(M, N, K, a_at, b_at, scale_inv_a * scale_inv_b, D, ch);
+    gemm_wide_isa(products_exact_fp32(fa, fb), M, N, K, a_at, b_at, scale_inv_a * scale_inv_b, D, ch);
     return true;
   }
 #endif
@@ -419,8 +532,7 @@ bool gemm_fp8_block_tn_wide(const BlockQuantized& A, const BlockQuantized& B, fl
     ch.sa = A.scale_inv.data();
     ch.sb = B.scale_inv.data();
     ch.nb = A.blocks();
-    if (gemm_isa() == GemmIsa::kAvx512) gemm_wide<WideAvx512>(M, N, K, a_at, b_at, 1.0f, D, ch);
-    else gemm_wide<WideAvx2>(M, N, K, a_at, b_at, 1.0f, D, ch);
+    gemm_wide_isa(products_exact_fp32(A.format, B.format), M, N, K, a_at, b_at, 1.0f, D, ch);
     return true;
   }
 #endif

@@ -16,7 +16,7 @@ GemmIsa detect() {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
     return GemmIsa::kAvx512;
-  if (__builtin_cpu_supports("avx2")) return GemmIsa::kAvx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return GemmIsa::kAvx2;  // the kernels use FMAs
 #endif
   return GemmIsa::kBaseline;
 }

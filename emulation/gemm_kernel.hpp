@@ -62,6 +62,15 @@ __attribute__((always_inline)) inline void gemm_rows(int i0, int rows, int N, in
   }
 }
 
+/// True when the product of every finite value of table ta [256] with every finite value of tb
+/// [256] is an fp32 (at most 24 significant bits, in fp32's range; a sufficient test on each table's
+/// widest significand, lowest bit and largest magnitude): then RN(c + RN(a*b)) = RN(c + a*b) and
+/// the GEMM kernels sum with FMAs.
+bool products_exact_fp32(const float* ta, const float* tb);
+/// products_exact_fp32 on the formats' decode tables (checked as decode_table does). True for every
+/// pair of the FP8, FP6 and FP4 formats.
+bool products_exact_fp32(Format fa, Format fb);
+
 /// D [M, N] = RN(acc * RN(scale_inv_a * scale_inv_b)), acc the fp32 model's sum over k of the exact
 /// products of row i of A [M, K] and row j of B [N, K] (TN layout) with promotion every `promotion`
 /// K-elements (0: none) and split-K ranges of `range` (core::split_k_range; >= K: no split), as

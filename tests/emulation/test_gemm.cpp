@@ -3,10 +3,14 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "fp8emu/emulation/gemm.hpp"
+#include "fp8emu/emulation/quantize.hpp"
+#include "fp8emu/format/format_spec.hpp"
+#include "gemm_kernel.hpp"  // emulation/: products_exact_fp32
 
 using namespace fp8emu;
 
@@ -90,4 +94,54 @@ TEST_CASE("GEMMs are identical for 1 and 2 threads", "[emulation][gemm][determin
   omp_set_num_threads(saved);
   CHECK(std::memcmp(c1.data(), c2.data(), c1.size() * 4) == 0);
   CHECK(std::memcmp(d1.data(), d2.data(), d1.size() * 4) == 0);
+}
+
+TEST_CASE("FP8 GEMM: the FMA tiles run only where every product is an fp32", "[emulation][gemm]") {
+  // The fp32-model and block-scaled tiles sum RN(c + a*b) with one FMA where products_exact_fp32
+  // holds, which equals RN(c + RN(a*b)) only if every product is an fp32. Oracle: each product of
+  // two fp32 values is exact in double; it is an fp32 iff converting it to float changes nothing.
+  const auto all_exact = [](const float* ta, const float* tb) {
+    for (int x = 0; x < 256; ++x)
+      for (int y = 0; y < 256; ++y) {
+        if (!std::isfinite(ta[x]) || !std::isfinite(tb[y])) continue;
+        const double p = double(ta[x]) * double(tb[y]);
+        if (double(float(p)) != p || !std::isfinite(float(p))) return false;
+      }
+    return true;
+  };
+  int pairs = 0;
+  for (int a = 0; a < kFormatCount; ++a)
+    for (int b = 0; b < kFormatCount; ++b) {
+      const Format fa = Format(a), fb = Format(b);
+      if (!(is_fp8_or_fnuz(fa) || is_mx_element(fa)) || !(is_fp8_or_fnuz(fb) || is_mx_element(fb))) continue;
+      ++pairs;
+      INFO(format_name(fa) << " x " << format_name(fb));
+      CHECK(emu::detail::products_exact_fp32(fa, fb));  // the FP8 GEMMs take the FMA tiles ...
+      CHECK(all_exact(emu::decode_table(fa), emu::decode_table(fb)));  // ... and may: every product is exact
+    }
+  CHECK(pairs == 49);  // e4m3fn, e5m2, their FNUZ forms, e2m3fn, e3m2fn, e2m1fn
+  // Tables the test must refuse, each at one of its limits: 13 + 12 significant bits, the lowest bit
+  // under 2^-149, a product of 2^128; and the same tables one step inside them.
+  struct Case {
+    float a, b;
+    bool exact;
+  };
+  // (2^13 - 1) (2^12 - 1) needs 25 bits; (2^12 - 1)^2 needs 24.
+  const float w13 = 2.0f - std::ldexp(1.0f, -12), w12 = 2.0f - std::ldexp(1.0f, -11);
+  for (const Case c : {Case{w13, w12, false}, Case{w12, w12, true},
+                       Case{std::ldexp(1.0f, -75), std::ldexp(1.0f, -75), false},
+                       Case{std::ldexp(1.0f, -75), std::ldexp(1.0f, -74), true},
+                       Case{std::ldexp(1.0f, 64), std::ldexp(1.0f, 64), false},
+                       Case{std::ldexp(1.0f, 64), std::ldexp(1.0f, 63), true}}) {
+    float ta[256], tb[256];
+    std::fill(ta, ta + 256, 0.0f);
+    std::fill(tb, tb + 256, 0.0f);
+    ta[1] = c.a;
+    tb[1] = -c.b;
+    ta[2] = tb[2] = INFINITY;  // ignored: Inf and NaN products are the same with or without FMA
+    tb[3] = NAN;
+    INFO(c.a << " x " << c.b);
+    CHECK(all_exact(ta, tb) == c.exact);
+    CHECK(emu::detail::products_exact_fp32(ta, tb) == c.exact);
+  }
 }
