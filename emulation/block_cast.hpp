@@ -6,6 +6,7 @@
 // which the tests prove equal to core::cast_element for every input.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "fp8emu/core/cast.hpp"
@@ -26,5 +27,10 @@ QuantizeStats cast_view_blocks(const float* x, int rows, int cols, bool rowwise,
 /// row-wise codes [rows, cols], each element by its tile's scale. Returns the counts.
 QuantizeStats cast_tiles(const float* x, int rows, int cols, int tile, Format fmt, bool pow2, float epsilon,
                          float* tile_scale_inv, std::uint8_t* codes);
+
+/// The E2M1 codes of x [n] under one multiplier: q[i] = core::cast_element(x[i], mult, E2M1) (the
+/// code of RN(x * mult) by core::e2m1_code_satfinite), its counts added to `counts` as
+/// core::count_element adds them. Vectorised (target clones), no branches; e2m1_span.cpp.
+void cast_e2m1_span(const float* x, std::size_t n, float mult, std::uint8_t* q, core::CastCounts& counts);
 
 }  // namespace fp8emu::emu::detail

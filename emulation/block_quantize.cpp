@@ -35,14 +35,28 @@ QuantizeStats cast_view_blocks_element(const float* x, int cols, bool rowwise, c
   }
   const FormatSpec f = spec_of(q.format);
   const int nb = q.blocks();
+  // Row-wise here (the column-wise view was transposed above); MXFP8 rules and stochastic rounding
+  // keep the element layer's loop.
+  const bool e2m1_rn = core::is_e2m1(f) && !rule.stochastic && !rule.is_mxfp8();
   std::uint64_t sat = 0, under = 0, nans = 0;
 #pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
     if (std::ptrdiff_t(q.codes.size()) >= detail::kParallelMinElements)
   for (int r = 0; r < q.n; ++r) {
     core::CastCounts c;
-    for (int b = 0; b < nb; ++b)
+    for (int b = 0; b < nb; ++b) {
+      if (e2m1_rn) {  // core::cast_view_block's steps, the elements by cast_e2m1_span
+        const int k0 = b * q.block, k1 = std::min(q.k, k0 + q.block);
+        const float* xr = x + std::size_t(r) * std::size_t(cols);
+        const std::size_t si = std::size_t(r) * std::size_t(nb) + std::size_t(b);
+        const float mult = core::block_rule_scale(core::view_block_amax(x, true, cols, r, k0, k1), f, rule,
+                                                  q.scale_inv.data() + si, nullptr);
+        detail::cast_e2m1_span(xr + k0, std::size_t(k1 - k0), mult,
+                               q.codes.data() + std::size_t(r) * std::size_t(q.k) + std::size_t(k0), c);
+        continue;
+      }
       core::cast_view_block(x, rowwise, cols, r, b, q.block, q.k, nb, f, rule, q.codes.data(), q.scale_inv.data(),
                             rule.is_mxfp8() ? q.e8m0.data() : nullptr, c);
+    }
     sat += c.saturated;
     under += c.underflow;
     nans += c.nan;
@@ -198,15 +212,23 @@ BlockQuantized2D quantize_tiles(const float* x, int rows, int cols, Format fmt, 
       const std::size_t t = std::size_t(bi) * std::size_t(tc) + std::size_t(bj);
       mult[t] = core::block_rule_scale(core::tile_amax(x, rows, cols, tile, bi, bj), f, r, &scale_inv[t], nullptr);
     }
-  // 2. The row-wise codes, each element by its tile's multiplier (core::cast_element).
+  // 2. The row-wise codes, each element by its tile's multiplier (core::cast_element; for E2M1 its
+  //    vectorised form, cast_e2m1_span).
+  const bool e2m1 = core::is_e2m1(f);
   std::uint64_t sat = 0, under = 0, nans = 0;
 #pragma omp parallel for schedule(static) reduction(+ : sat, under, nans) \
     if (std::ptrdiff_t(rows) * cols >= detail::kParallelMinElements)
   for (int i = 0; i < rows; ++i) {
     core::CastCounts c;
-    for (int j = 0; j < cols; ++j) {
-      const std::size_t at = std::size_t(i) * std::size_t(cols) + std::size_t(j);
-      out.rowwise.codes[at] = core::cast_element(x[at], mult[core::tile_index(i, j, tile, tc)], f, c);
+    const float* xi = x + std::size_t(i) * std::size_t(cols);
+    std::uint8_t* qi = out.rowwise.codes.data() + std::size_t(i) * std::size_t(cols);
+    for (int bj = 0; bj < tc; ++bj) {  // the tiles along the row: core::tile_index(i, j, tile, tc) for their j
+      const float m = mult[core::tile_index(i, bj * tile, tile, tc)];
+      const int j1 = std::min(cols, (bj + 1) * tile);
+      if (e2m1)
+        detail::cast_e2m1_span(xi + bj * tile, std::size_t(j1 - bj * tile), m, qi + bj * tile, c);
+      else
+        for (int j = bj * tile; j < j1; ++j) qi[j] = core::cast_element(xi[j], m, f, c);
     }
     sat += c.saturated;
     under += c.underflow;
