@@ -10,7 +10,8 @@ namespace fp8emu::emu::detail {
 
 enum class GemmIsa : int {
   kBaseline = 0,  ///< x86-64 baseline (SSE2), or any non-x86 target: GCC vector extensions.
-  kAvx2 = 1,      ///< AVX2 (no FMA: the fp32 sums stay one rounding per operation).
+  kAvx2 = 1,      ///< AVX2 with FMA (the fp32 GEMM's sums stay one rounding per operation; FMAs
+                  ///< only where a product is exact: the FP8 GEMMs, the tensor-core kernel).
   kAvx512 = 2,    ///< AVX-512 F/BW/VL/VNNI: the int16 tensor-core kernel and 16-lane fp32 kernel.
 };
 

@@ -3,9 +3,10 @@
 ///
 /// Accumulation order ("fp32 sequential"): every output element is
 ///     c = +0; for k = 0 .. K-1: c = RN(c + RN(a[i,k] * b[k,j]))
-/// i.e. products rounded to fp32, added in increasing k, no FMA (the build uses -ffp-contract=off).
-/// For FP8 operands every product is exact in fp32 (at most 4+4 significant bits, exponents within
-/// fp32's normal range), so there the order is the only rounding choice. The tensor-core
+/// i.e. products rounded to fp32, added in increasing k: the fp32 GEMM runs a multiply and an add
+/// (the build uses -ffp-contract=off). For FP8 operands every product is exact in fp32 (at most 4+4
+/// significant bits, exponents within fp32's normal range), so there the order is the only rounding
+/// choice, and the kernels add each product with one FMA (the same bits). The tensor-core
 /// accumulation models (Hopper/Ada) and cuBLASLt's epilogue are in gemm_models.hpp.
 ///
 /// Determinism: work is split over blocks of rows and columns of C, never over k, so results are
