@@ -412,8 +412,11 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   {  // decoded straight into the panels
     const auto a_at = [=](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
     const auto b_at = [=](int k, int j) { return tb[B[std::size_t(k) * std::size_t(N) + std::size_t(j)]]; };
-    if (detail::gemm_isa() != detail::GemmIsa::kBaseline)
-      return gemm_wide_isa(detail::products_exact_fp32(fa, fb), M, N, K, a_at, b_at, s, D);
+    if (detail::gemm_isa() != detail::GemmIsa::kBaseline) {
+      gemm_wide_isa(detail::products_exact_fp32(fa, fb), M, N, K, a_at, b_at, s, D);
+      detail::canonical_nans(D, std::size_t(M) * std::size_t(N));
+      return;
+    }
   }
 #endif
   // Both operands decoded once (exact).
@@ -427,6 +430,7 @@ void gemm_fp8_nn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
   const std::ptrdiff_t n = std::ptrdiff_t(M) * N;
 #pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
   for (std::ptrdiff_t i = 0; i < n; ++i) D[i] *= s;
+  detail::canonical_nans(D, std::size_t(n));
 }
 
 namespace detail {
@@ -473,6 +477,16 @@ bool products_exact(const ValueRange& a, const ValueRange& b) {
 
 }  // namespace
 
+void canonical_nans(float* D, std::size_t n) {
+  constexpr std::uint32_t kCanonical = 0x7FFFFFFFu;
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(n) >= kParallelMinElements)
+  for (std::ptrdiff_t i = 0; i < std::ptrdiff_t(n); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &D[i], 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) std::memcpy(&D[i], &kCanonical, 4);
+  }
+}
+
 bool products_exact_fp32(const float* ta, const float* tb) { return products_exact(value_range(ta), value_range(tb)); }
 
 bool products_exact_fp32(Format fa, Format fb) {
@@ -502,6 +516,7 @@ bool gemm_fp8_tn_fp32(int M, int N, int K, const std::uint8_t* A, Format fa, flo
     const auto a_at = [=](int i, int k) { return ta[A[std::size_t(i) * std::size_t(K) + std::size_t(k)]]; };
     const auto b_at = [=](int k, int j) { return tb[B[std::size_t(j) * std::size_t(K) + std::size_t(k)]]; };
     gemm_wide_isa(products_exact_fp32(fa, fb), M, N, K, a_at, b_at, scale_inv_a * scale_inv_b, D, ch);
+    canonical_nans(D, std::size_t(M) * std::size_t(N));
     return true;
   }
 #endif

@@ -62,6 +62,11 @@ __attribute__((always_inline)) inline void gemm_rows(int i0, int rows, int N, in
   }
 }
 
+/// Replaces every NaN of D [n] by 0x7FFFFFFF (CUDA's canonical NaN). The FP8 GEMMs' kernels make
+/// different NaN payloads (an FMA returns the accumulator's NaN where a multiply then an add returns
+/// the product's default NaN); their outputs carry this one NaN on every path.
+void canonical_nans(float* D, std::size_t n);
+
 /// True when the product of every finite value of table ta [256] with every finite value of tb
 /// [256] is an fp32 (at most 24 significant bits, in fp32's range; a sufficient test on each table's
 /// widest significand, lowest bit and largest magnitude): then RN(c + RN(a*b)) = RN(c + a*b) and

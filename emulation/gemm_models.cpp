@@ -154,6 +154,8 @@ void gemm_fp8_tn(int M, int N, int K, const std::uint8_t* A, Format fa, float sc
       D[std::size_t(i) * std::size_t(N) + std::size_t(j)] =
           core::gemm_tn_element(A + std::size_t(i) * std::size_t(K), sa, B + std::size_t(j) * std::size_t(K), sb, K,
                                 model, acc.promotion_interval, acc.split_k, s);
+  // The fp32 model's NaNs as its vectorised kernels give them, whichever path ran.
+  if (model.datapath == Datapath::kFp32Sequential) detail::canonical_nans(D, std::size_t(M) * std::size_t(N));
 }
 
 std::uint16_t f32_to_bf16_bits(float x) {

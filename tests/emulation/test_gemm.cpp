@@ -10,6 +10,8 @@
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/format/format_spec.hpp"
+#include "fp8emu/emulation/gemm_models.hpp"
+#include "gemm_isa.hpp"     // emulation/: the instruction-set paths
 #include "gemm_kernel.hpp"  // emulation/: products_exact_fp32
 
 using namespace fp8emu;
@@ -144,4 +146,27 @@ TEST_CASE("FP8 GEMM: the FMA tiles run only where every product is an fp32", "[e
     CHECK(all_exact(ta, tb) == c.exact);
     CHECK(emu::detail::products_exact_fp32(ta, tb) == c.exact);
   }
+}
+
+TEST_CASE("FP8 GEMM: the fp32 model's NaN is 0x7FFFFFFF on every ISA path", "[emulation][gemm]") {
+  // A row [NaN, +Inf] (E5M2 0x7F, 0x7C) times B [1, 0] (E4M3 0x38, 0x00): the running sum is NaN
+  // when Inf * 0 (a new default NaN) joins it. A multiply then an add returns the product's NaN
+  // (0xFFC00000 on x86), an FMA the accumulator's: every path writes the one NaN 0x7FFFFFFF.
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved = isa_ns::gemm_isa();
+  const std::uint8_t A[] = {0x7F, 0x7C}, B[] = {0x38, 0x00};
+  for (int p = 0; p <= int(isa_ns::gemm_isa_supported()); ++p) {
+    REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(p)) == isa_ns::GemmIsa(p));
+    for (int promotion : {0, 1}) {
+      emu::GemmAccumulation acc;
+      acc.promotion_interval = promotion;
+      float d = 0.0f;
+      emu::gemm_fp8_tn(1, 1, 2, A, Format::kE5M2, 1.0f, B, Format::kE4M3, 1.0f, acc, &d);
+      std::uint32_t u;
+      std::memcpy(&u, &d, 4);
+      INFO(isa_ns::to_string(isa_ns::GemmIsa(p)) << ", promotion " << promotion);
+      CHECK(u == 0x7FFFFFFFu);
+    }
+  }
+  isa_ns::set_gemm_isa(saved);
 }
