@@ -7,6 +7,8 @@
 // core::count_element's counts: NaN x; |s| over E2M1's overflow threshold; finite non-zero x whose
 // code is +-0. Here the same comparisons are summed as 0/1 lanes and every select is mask
 // arithmetic. Equal to core::cast_element for all 2^32 inputs (tests/emulation/test_e2m1_span.cpp).
+// Calling core::cast_element in this loop instead (its NaN branch and counts struct keep it scalar)
+// took 1.9x as long for a 2048 x 512 NVFP4 tile cast.
 #include <cstddef>
 #include <cstdint>
 
