@@ -2,7 +2,7 @@
 // gemm_tensor_core.hpp) as fp32 FMAs rounded toward zero, bit-identical to core::gemm_tn_element.
 //
 // One block FMA (docs/tensor-core-model.md §Block FMA: F = 13 fraction bits, 14 significant bits
-// kept) and why each step here is exact:
+// kept) and why each step here is exact, on both kernels:
 //
 //  * Terms. With E the block's alignment exponent (the largest ea + eb over its non-zero products
 //    and the exponent of the running sum c), the model truncates each product's magnitude
@@ -20,26 +20,42 @@
 //  * c joins the same way: the accumulator starts at RZ(M + c (1 + 2^-16)), one FMA, with
 //    M = 1.5 * 2^(E + 10). c has at most 14 significant bits and |c| < 2^(E + 1), so c 2^-16 is
 //    below g and below c's own quantum: that is M + trunc_g(c), less g when c < 0 (counted with the
-//    negative products). The accumulator stays within the binade: the block's terms and c are below
-//    33 * 2^(E + 2) + 2^(E + 1) < 2^(E + 9) in magnitude.
-//  * The block sum S = (acc - M) + count * g is exact in any rounding mode (a multiple of g below
-//    2^(E + 9): 22 bits); the 14-bit cut clears its low 10 mantissa bits (sign-magnitude:
-//    truncation), and S is already at its scale. S = 0 gives +0. E is at least -60 (clamped only
-//    for a block with no term, whose S is 0 whatever E) and at most about 50 (|c| < K * 2^25), so
-//    M and g are normal.
+//    negative products). The accumulator stays within the binade: the block's terms and c, each
+//    with its missing g, are below 33 * (2^(E + 2) + g) + 2^(E + 1) + g < 2^(E + 9) in magnitude.
+//  * The count n of negative non-zero products (a popcount of the block's masks) and 1 for c < 0
+//    are added to acc's bits, not as n * g: acc and acc + n g both lie in the binade
+//    [2^(E + 10), 2^(E + 11)), whose ulp is g, so the integer add is that exact sum. The block sum
+//    S = (acc + n g) - M is then exact in any rounding mode (a multiple of g below 2^(E + 9): 22
+//    bits); the 14-bit cut clears its low 10 mantissa bits (sign-magnitude: truncation), and S is
+//    already at its scale. S = 0 is +0 (x - x rounded toward zero), so c is never -0.
+//  * Exponent bytes are biased fp32 exponent fields. A's non-zero code stores e + 63, B's e + 64,
+//    so a product's byte sum is ea + eb + 127, the field of 2^(ea + eb): the FP8 formats' exponents
+//    lie in [-16, 15] (a test checks every operand format), so real sums lie in [95, 157] and the
+//    block maximum is an unsigned byte maximum with no wrap. Zeros, NaN and Inf store 0, and so
+//    does the zero padding of ragged M, N and K: a sum with one of them is at most 79, below every
+//    real product, and below the field of every chain value c != 0: by induction along K, a
+//    non-zero c is a block result whose block had a real product (or c itself, carried unchanged),
+//    so it is a non-zero multiple of that block's grid 2^(E - 13) with E >= -32, |c| >= 2^-45
+//    (field >= 82). So they never set E, and add 0.
+//  * E's field is max(the block maximum, c's field c & 0x7F800000), compared as integers in place
+//    (both below 2^31); c = +0 has field 0 and never wins over a real product. M is that field plus
+//    10 << 23, with the significand bit 0x400000: normal, since the field is at least 0 and at most
+//    182 (|c| < K 2^25 <= 2^56). A block with no real product and c = 0 has field 0 (E = -127):
+//    its accumulators stay at M and S = +0. With a real product or c != 0, E >= -45 and g is normal.
 // Along K the blocks chain (the result is the next block's c); promotion and split-K are the
-// scalar model's RN adds (gemm_tc_chain.hpp), per lane. Zero codes, and the zero padding of ragged
-// M, N and K, add 0 and have the exponent kZeroExp8, below every real one. Rows of A or B that hold
-// a NaN or Inf code are packed as zeros and flagged for the caller's element model.
+// scalar model's RN adds (gemm_tc_chain.hpp), per lane. Rows of A or B that hold a NaN or Inf code
+// are packed as zeros and flagged for the caller's element model.
 //
 // Rounding toward zero is MXCSR's mode (AVX2 has no per-instruction rounding): the tiles switch to
 // it for their FMAs and back to round-to-nearest for the chain's RN adds (promotion and split-K)
 // and on return; every value crosses a switch through memory, behind a compiler barrier.
 //
-// The AVX-512 kernel (gemm_tc_fma512.cpp) runs the same arithmetic on 16 lanes, with the shortcuts
+// The AVX-512 kernel (gemm_tc_fma512.cpp) runs the same arithmetic on 16 lanes in another layout,
 // explained there. AVX2 register tiles: 6 rows x 16 columns (12 ymm accumulators; per k 2 vector
-// loads and 6 broadcasts for 12 FMAs). Cache tiles of up to 72 rows x 256 columns run by OpenMP, K
-// in chunks of 256 (gemm_tc_fma_run.hpp).
+// loads and 6 broadcasts for 12 FMAs); the exponent bytes [k / 4][column][k % 4], so a block's
+// maximum is a byte maximum per register of 4 k (a pass before the FMAs) and a reduction of each
+// 32-bit group. Cache tiles of up to 72 rows x 256 columns run by OpenMP, K in chunks of 256
+// (gemm_tc_fma_run.hpp).
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -68,15 +84,14 @@ using tc_fma::set_csr;
 
 // Register tiles: 6 rows x 2 8-column vectors.
 constexpr int kR2 = 6, kCols2 = 16;
-// The exponent byte of zeros, NaN and Inf: int8 -64, below every real exponent (products: [-28,
-// 30]; c: >= -60).
-constexpr std::uint8_t kZeroExp8 = std::uint8_t(-64);
+// Exponent bytes: e + kBiasA (A) or e + kBiasB (B) for a non-zero code, 0 for zeros, NaN and Inf.
+constexpr int kBiasA = 63, kBiasB = 64;
 
-// Per-code packed fields: the value (A's times 1 + 2^-16; 0 for zeros, NaN and Inf), the int8
-// exponent (kZeroExp8 for those), whether the code is negative and non-zero, and special.
+// Per-code packed fields: the value (A's times 1 + 2^-16; 0 for zeros, NaN and Inf), the exponent
+// byte, whether the code is negative and non-zero, and special.
 struct PackTable {
   float value[256];
-  std::int8_t e8[256];
+  std::uint8_t e8[256];
   std::uint8_t neg[256], nonzero[256], special[256];
 };
 
@@ -85,20 +100,20 @@ void pack_table(const FormatSpec& f, const CodeFields* t, bool a_side, PackTable
     const bool is_zero = t[c].m == 0 || t[c].special;
     const float v = is_zero ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
     p.value[c] = a_side ? v * (1.0f + 1.0f / 65536.0f) : v;  // exact: at most 20 significant bits
-    p.e8[c] = is_zero ? std::int8_t(kZeroExp8) : std::int8_t(t[c].e);
+    p.e8[c] = is_zero ? std::uint8_t(0) : std::uint8_t(t[c].e + (a_side ? kBiasA : kBiasB));
     p.neg[c] = !is_zero && t[c].s < 0;
     p.nonzero[c] = !is_zero;
     p.special[c] = t[c].special;
   }
 }
 
-// Packed A, per panel of R rows: values [Kp][kR] and int8 exponents [Kp / 4][kR][4] (K padded
+// Packed A, per panel of R rows: values [Kp][kR] and exponent bytes [Kp / 4][kR][4] (K padded
 // to Kp, a multiple of the block), and per row and block the masks of negative and of non-zero
 // elements (bit i: the block's element i). Packed B, per panel of kTileCols columns: values
 // [Kp][kTileCols], exponents [Kp / 4][kTileCols][4] and per block the masks [kTileCols]. A register tile reads one A panel and one B panel, at constant offsets from two pointers.
 struct Packed {
   std::vector<float> av, bv;
-  std::vector<std::int8_t> ae, be;
+  std::vector<std::uint8_t> ae, be;
   std::vector<std::uint32_t> aneg, anz, bneg, bnz;
 };
 
@@ -107,16 +122,16 @@ struct View {
   static constexpr int kR = R, kTileCols = Cols;
   int Kp, blocks;
   const float* av;
-  const std::int8_t* ae;
+  const std::uint8_t* ae;
   const std::uint32_t *aneg, *anz;
   const float* bv;
-  const std::int8_t* be;
+  const std::uint8_t* be;
   const std::uint32_t *bneg, *bnz;
   // Panel p of A (rows kR p ..), panel p of B (columns kTileCols p ..).
   const float* a_values(int p) const { return av + std::size_t(p) * std::size_t(Kp) * kR; }
-  const std::int8_t* a_exps(int p) const { return ae + std::size_t(p) * std::size_t(Kp) * kR; }
+  const std::uint8_t* a_exps(int p) const { return ae + std::size_t(p) * std::size_t(Kp) * kR; }
   const float* b_values(int p) const { return bv + std::size_t(p) * std::size_t(Kp) * kTileCols; }
-  const std::int8_t* b_exps(int p) const { return be + std::size_t(p) * std::size_t(Kp) * kTileCols; }
+  const std::uint8_t* b_exps(int p) const { return be + std::size_t(p) * std::size_t(Kp) * kTileCols; }
 };
 
 // Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged), panel by panel with K
@@ -139,7 +154,7 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uin
   // `rows` real), into values v [Kp][lanes], exponents e [Kp / 4][lanes][4], masks at
   // neg/nz[mask_at(lane, block)]; `bad` per real row.
   const auto panel = [&](int lanes, int first, int rows, const std::uint8_t* X, const PackTable& t, float* v,
-                         std::int8_t* e, std::uint32_t* negs, std::uint32_t* nzs, auto mask_at, char* bad) {
+                         std::uint8_t* e, std::uint32_t* negs, std::uint32_t* nzs, auto mask_at, char* bad) {
     std::uint8_t buf[kTileCols > kR ? kTileCols : kR][64];
     bool special[kTileCols > kR ? kTileCols : kR] = {};
     for (int k0 = 0; k0 < Kp; k0 += 64) {
@@ -202,11 +217,12 @@ FP8EMU_TC_FMA __attribute__((always_inline)) inline __m256i popcount32(__m256i x
   return _mm256_madd_epi16(_mm256_maddubs_epi16(bytes, _mm256_set1_epi8(1)), _mm256_set1_epi16(1));
 }
 
-// The maximum of the four int8 lanes [column][k % 4] of each column, as int32 per column.
-FP8EMU_TC_FMA __attribute__((always_inline)) inline __m256i exponent_max(__m256i e8) {
-  __m256i m = _mm256_max_epi8(e8, _mm256_srli_epi32(e8, 8));  // byte 0: max(b0, b1); byte 2: max(b2, b3)
-  m = _mm256_max_epi8(m, _mm256_srli_epi32(m, 16));           // byte 0: max(b0 .. b3)
-  return _mm256_srai_epi32(_mm256_slli_epi32(m, 24), 24);
+// The maximum of the four byte lanes [column][k % 4] of each column, at bits 23-30 of its 32-bit
+// lane (an fp32 exponent field).
+FP8EMU_TC_FMA __attribute__((always_inline)) inline __m256i exponent_field(__m256i e8) {
+  __m256i m = _mm256_max_epu8(e8, _mm256_srli_epi32(e8, 8));  // byte 0: max(b0, b1); byte 2: max(b2, b3)
+  m = _mm256_max_epu8(m, _mm256_srli_epi32(m, 16));           // byte 0: max(b0 .. b3)
+  return _mm256_srli_epi32(_mm256_slli_epi32(m, 24), 1);
 }
 
 // One k of one row of a register tile: y0, y1 = RZ(y0, y1 + a b0, b1).
@@ -252,13 +268,15 @@ FP8EMU_TC_FMA void tile_avx2(const View<kR2, kCols2>& w, int pa, int pb, int q_b
   const unsigned rn = _mm_getcsr(), rz = rn | 0x6000u;  // RC = 11: toward zero
   constexpr int kBlock = 4 * BQ, kV = kR * kC;
   const __m256i cut_mask = _mm256_set1_epi32(static_cast<int>(0xFFFFFC00u));
+  const __m256i field_mask = _mm256_set1_epi32(0x7F800000);
+  const __m256i m_offset = _mm256_set1_epi32((10 << 23) | 0x00400000);
   const __m256 widen = _mm256_set1_ps(1.0f + 1.0f / 65536.0f);
   const float* const avp = w.a_values(pa);
-  const std::int8_t* const aep = w.a_exps(pa);
+  const std::uint8_t* const aep = w.a_exps(pa);
   const float* const bvp = w.b_values(pb);
-  const std::int8_t* const bep = w.b_exps(pb);
+  const std::uint8_t* const bep = w.b_exps(pb);
   const int i0 = pa * kR;
-  alignas(32) float Ms[kV * 8], gs[kV * 8];
+  alignas(32) float Ms[kV * 8];
   set_csr(rz);
   for (int q0 = q_begin; q0 < q_end; q0 += BQ) {
     const int k0 = 4 * q0, blk = k0 / kBlock;
@@ -267,61 +285,56 @@ FP8EMU_TC_FMA void tile_avx2(const View<kR2, kCols2>& w, int pa, int pb, int q_b
       chain_boundaries(cp, k0, kR * kTileCols, ch, tot, sum);
       set_csr(rz);
     }
-    // Pass 1: the largest ea + eb over the block's non-zero products, in int8 lanes [column][k % 4]
-    // (-128: none); E = max(that, the exponent of c, -60); the accumulators start at
-    // RZ(M + c (1 + 2^-16)) = M + trunc_g(c), less g when c < 0 (added back with the counts).
+    // Pass 1: the block's largest exponent byte sum per column, in byte lanes [column][k % 4]; E's
+    // field = max(that, c's field); M = 1.5 * 2^(E + 10); the accumulators start at
+    // RZ(M + c (1 + 2^-16)) = M + trunc_g(c), less g when c < 0, added back on acc's bits.
     __m256 acc[kR][kC];
     {
       __m256i E8[kR][kC];
       for (int r = 0; r < kR; ++r)
-        for (int c = 0; c < kC; ++c) E8[r][c] = _mm256_set1_epi8(-128);
+        for (int c = 0; c < kC; ++c) E8[r][c] = _mm256_setzero_si256();
       for (int q = q0; q < q0 + BQ; ++q) {
-        const std::int8_t* b = bep + std::size_t(q) * (4 * kTileCols);
+        const std::uint8_t* b = bep + std::size_t(q) * (4 * kTileCols);
         __m256i eb[kC];
         for (int c = 0; c < kC; ++c) eb[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32 * c));
         for (int r = 0; r < kR; ++r) {
           std::int32_t bits;
           std::memcpy(&bits, aep + std::size_t(q) * (4 * kR) + 4 * std::size_t(r), 4);
           const __m256i ea = _mm256_set1_epi32(bits);
-          for (int c = 0; c < kC; ++c) E8[r][c] = _mm256_max_epi8(E8[r][c], _mm256_add_epi8(ea, eb[c]));
+          for (int c = 0; c < kC; ++c) E8[r][c] = _mm256_max_epu8(E8[r][c], _mm256_add_epi8(ea, eb[c]));
         }
       }
       for (int r = 0; r < kR; ++r)
         for (int c = 0; c < kC; ++c) {
           const int x = 8 * (r * kC + c);
           const __m256 cv = _mm256_loadu_ps(ch + x);
-          // c is +0 (no exponent: INT_MIN) or a normal number.
-          const __m256i cb = _mm256_and_si256(_mm256_castps_si256(cv), _mm256_set1_epi32(0x7FFFFFFF));
-          const __m256i ec = _mm256_blendv_epi8(_mm256_sub_epi32(_mm256_srli_epi32(cb, 23), _mm256_set1_epi32(127)),
-                                                _mm256_set1_epi32(INT32_MIN),
-                                                _mm256_cmpeq_epi32(cb, _mm256_setzero_si256()));
-          const __m256i E =
-              _mm256_max_epi32(_mm256_max_epi32(exponent_max(E8[r][c]), ec), _mm256_set1_epi32(-60));
-          const __m256i Eb = _mm256_slli_epi32(E, 23);
-          const __m256 M = _mm256_castsi256_ps(_mm256_add_epi32(Eb, _mm256_set1_epi32(((127 + 10) << 23) | 0x00400000)));
-          const __m256 g = _mm256_castsi256_ps(_mm256_add_epi32(Eb, _mm256_set1_epi32((127 - 13) << 23)));
-          acc[r][c] = _mm256_fmadd_ps(cv, widen, M);  // rounded toward zero
+          const __m256i cb = _mm256_castps_si256(cv);
+          const __m256i field = _mm256_max_epu32(exponent_field(E8[r][c]), _mm256_and_si256(cb, field_mask));
+          const __m256 M = _mm256_castsi256_ps(_mm256_add_epi32(field, m_offset));
+          acc[r][c] = _mm256_castsi256_ps(
+              _mm256_add_epi32(_mm256_castps_si256(_mm256_fmadd_ps(cv, widen, M)), _mm256_srli_epi32(cb, 31)));
           _mm256_store_ps(Ms + x, M);
-          _mm256_store_ps(gs + x, g);
         }
     }
     // Pass 2: acc = RZ(acc + a' b), one FMA per 8 products.
     fma_block<kBlock>(avp + std::size_t(k0) * kR, bvp + std::size_t(k0) * kTileCols, acc);
-    // S = acc - M + n g (exact in any rounding mode), n the negative non-zero products
-    // (popcount((neg_a ^ neg_b) & nz_a & nz_b)) plus 1 for c < 0; cut to 14 significant bits.
+    // S = acc - M + n g, n = popcount((neg_a ^ neg_b) & nz_a & nz_b), added to acc's bits; the
+    // 14-bit cut.
+    const std::size_t bm = (std::size_t(pb) * std::size_t(w.blocks) + std::size_t(blk)) * kTileCols;
+    __m256i bz[kC], bn[kC];
+    for (int c = 0; c < kC; ++c) {
+      bz[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.bnz + bm + 8 * c));
+      bn[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.bneg + bm + 8 * c));
+    }
     for (int r = 0; r < kR; ++r) {
       const std::size_t a = std::size_t(i0 + r) * std::size_t(w.blocks) + std::size_t(blk);
       const __m256i an = _mm256_set1_epi32(int(w.aneg[a])), az = _mm256_set1_epi32(int(w.anz[a]));
       for (int c = 0; c < kC; ++c) {
         const int x = 8 * (r * kC + c);
-        const std::size_t b = (std::size_t(pb) * std::size_t(w.blocks) + std::size_t(blk)) * kTileCols + 8 * c;
-        const __m256i nz =
-            _mm256_and_si256(az, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.bnz + b)));
-        const __m256i neg = _mm256_and_si256(
-            _mm256_xor_si256(an, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.bneg + b))), nz);
-        const __m256i c_neg = _mm256_srli_epi32(_mm256_castps_si256(_mm256_loadu_ps(ch + x)), 31);
-        const __m256 n = _mm256_cvtepi32_ps(_mm256_add_epi32(popcount32(neg), c_neg));
-        const __m256 S = _mm256_fmadd_ps(n, _mm256_load_ps(gs + x), _mm256_sub_ps(acc[r][c], _mm256_load_ps(Ms + x)));
+        const __m256i neg = _mm256_and_si256(_mm256_xor_si256(an, bn[c]), _mm256_and_si256(az, bz[c]));
+        const __m256 S = _mm256_sub_ps(
+            _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(acc[r][c]), popcount32(neg))),
+            _mm256_load_ps(Ms + x));
         _mm256_storeu_ps(ch + x, _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(S), cut_mask)));
       }
     }

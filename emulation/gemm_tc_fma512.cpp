@@ -1,23 +1,9 @@
 // The AVX-512 tensor-core GEMM (Hopper wgmma and Ada models, fp32 accumulator): the block FMA of
 // gemm_tc_fma.cpp (fp32 FMAs rounded toward zero, A widened by 1 + 2^-16, the negative products
-// counted) on 16 lanes, bit-identical to core::gemm_tn_element. What differs from the AVX2 kernel,
-// and why each change is exact:
+// counted on the accumulator's bits, biased exponent bytes; the proofs are there) on 16 lanes,
+// bit-identical to core::gemm_tn_element. What differs from the AVX2 kernel is the layout, and the
+// exponent maximum computed inside the FMA loop:
 //
-//  * Exponent bytes are biased fp32 exponent fields. A's nonzero code stores e + 63, B's e + 64,
-//    so a product's byte sum is ea + eb + 127, the field of 2^(ea + eb): the FP8 formats' exponents
-//    lie in [-15, 15] (a test checks every operand format against [-16, 15]), so real sums lie in
-//    [95, 157] and the block maximum is an unsigned byte maximum (VPMAXUB) with no wrap. Zeros, NaN
-//    and Inf store 0: a sum with one of them is at most 79, below every real product, and below the
-//    field of every chain value c != 0: by induction along K, a non-zero c is a block result whose
-//    block had a real product (or c itself, carried unchanged), so it is a non-zero multiple of that
-//    block's grid 2^(E - 13) with E >= -32, |c| >= 2^-45 (field >= 82). So they never set E.
-//  * E's field is max(the block maximum, c's exponent field c & 0x7F800000), compared as integers in
-//    place (both below 2^31); c = +0 has field 0 and never wins over a real product. M = 1.5 *
-//    2^(E + 10) is that field plus 10 << 23, with the significand bit 0x400000: normal, since the
-//    field is at least 0 and at most 182 (|c| < K 2^25 <= 2^56, gemm_tc_fma.cpp), so M's at most 192.
-//  * c is never -0 (its sign bit is added to acc's bits as c < 0): a block result S = acc - M is
-//    +0 when zero (x - x is +0 when rounding toward zero), the cut keeps it, and the chain's
-//    bookkeeping and the driver write +0.0f.
 //  * Layouts: B's exponent bytes are [k][64 columns], one vector per k, and A's are one byte per
 //    row and k, replicated into a 32-bit word (one broadcast per row). The block maximum is then 4
 //    vectors of 64 bytes (a row each) instead of 16 vectors of 4-byte groups, which (a) frees the
@@ -26,10 +12,6 @@
 //    VPUNPCK{L,H}BW and VPUNPCK{L,H}WD with zero, which put byte 16 L + 4 c + i of a row's vector
 //    (L the 128-bit lane, i < 4) in 32-bit lane 4 L + i of accumulator c, at bit 24: B's columns
 //    are stored in that order (column 16 c + 4 L + i at byte 16 L + 4 c + i).
-//  * The count n of negative non-zero products (VPOPCNTD of the block masks) and c < 0 are added to
-//    acc's bits rather than as n * g: acc + n g stays in acc's binade [2^(E + 10), 2^(E + 11)),
-//    whose ulp is g, so the integer add is that exact sum.
-//
 // Register tiles: 4 rows x 64 columns (16 zmm accumulators; per k 4 loads and 4 broadcasts for 16
 // FMAs, and for the next block's maximum 1 load, 4 broadcasts, 4 byte adds and 4 byte maxima).
 // Only on x86-64 with AVX512F/BW/VL/DQ, AVX512_VPOPCNTDQ and FMA (gemm_tc_fma_avx512_supported).

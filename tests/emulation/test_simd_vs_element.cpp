@@ -295,11 +295,11 @@ TEST_CASE("CPU GEMM: every ISA path and thread count equals the element model bi
 
 TEST_CASE("CPU GEMM: every FP8 operand format fits the FMA kernels' exponent bytes and packing",
           "[element][gemm]") {
-  // gemm_tc_fma512.cpp stores a non-zero code's exponent as the byte e + 63 (A) or e + 64 (B), with
-  // 0 for zeros, and relies on real exponents in [-16, 15]: real byte sums then lie in [95, 157]
-  // (no unsigned wrap) and sums with a zero (at most 79) stay below them and below every non-zero
-  // running sum (|c| >= 2^-45). gemm_tc_fma.cpp's int8 exponents rely on the same range. A format
-  // added to the FP8 GEMMs with a wider range must fail here before it reaches those kernels.
+  // The FMA kernels (gemm_tc_fma.cpp, gemm_tc_fma512.cpp) store a non-zero code's exponent as the
+  // byte e + 63 (A) or e + 64 (B), with 0 for zeros, and rely on real exponents in [-16, 15]: real
+  // byte sums then lie in [95, 157] (no unsigned wrap) and sums with a zero (at most 79) stay below
+  // them and below every non-zero running sum (|c| >= 2^-45). A format added to the FP8 GEMMs with
+  // a wider range must fail here before it reaches those kernels.
   namespace isa_ns = fp8emu::emu::detail;
   int formats = 0;
   for (int f = 0; f < kFormatCount; ++f) {
