@@ -84,8 +84,9 @@ using tc_fma::set_csr;
 
 // Register tiles: 6 rows x 2 8-column vectors.
 constexpr int kR2 = 6, kCols2 = 16;
-// Exponent bytes: e + kBiasA (A) or e + kBiasB (B) for a non-zero code, 0 for zeros, NaN and Inf.
-constexpr int kBiasA = 63, kBiasB = 64;
+using tc_fma::kBiasA;
+using tc_fma::kBiasB;
+using tc_fma::VecRule;
 
 // Per-code packed fields: the value (A's times 1 + 2^-16; 0 for zeros, NaN and Inf), the exponent
 // byte, whether the code is negative and non-zero, and special.
@@ -134,13 +135,84 @@ struct View {
   const std::uint8_t* b_exps(int p) const { return be + std::size_t(p) * std::size_t(Kp) * kTileCols; }
 };
 
+#define FP8EMU_TC_FMA __attribute__((target("avx2,fma")))
+
+// The vector form of pack's panel below (the same output), for formats that follow the packing
+// rule (tc_fma::vec_rule): per source row and 64 K-elements, the special, non-zero and negative
+// masks by byte compares, the exponent bytes gathered 8 at a time from the rule's words (their low
+// byte) and packed 32 to a vector, in groups of 4 k; then the codes interleaved [k][lane] and the
+// values gathered 8 at a time.
+template <int kLanes, class MaskAt>
+FP8EMU_TC_FMA void panel_avx2(int first, int rows, int K, int Kp, int block, const std::uint8_t* X, const VecRule& t,
+                              float* v, std::uint8_t* e, std::uint32_t* negs, std::uint32_t* nzs, MaskAt mask_at,
+                              char* bad) {
+  alignas(32) std::uint8_t buf[kLanes][64];
+  alignas(32) std::uint8_t inter[64 * kLanes];
+  alignas(32) std::uint32_t groups[8];
+  bool special[kLanes] = {};
+  const __m256i mag_mask = _mm256_set1_epi8(0x7F), smin = _mm256_set1_epi8(char(t.smin & 0x7F));
+  const __m256i x80 = _mm256_set1_epi8(char(0x80)), low_byte = _mm256_set1_epi32(0xFF);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // the dwords of the packs in k order
+  for (int k0 = 0; k0 < Kp; k0 += 64) {
+    const int n = std::max(0, std::min(64, K - k0)), k1 = std::min(Kp, k0 + 64);
+    for (int r = 0; r < kLanes; ++r) {
+      const std::uint8_t* src = first + r < rows && n > 0 ? X + std::size_t(first + r) * std::size_t(K) + k0 : nullptr;
+      if (src && n == 64) {
+        std::memcpy(buf[r], src, 64);
+      } else {
+        std::memset(buf[r], 0, 64);
+        if (src) std::memcpy(buf[r], src, std::size_t(n));
+      }
+      std::uint64_t sp = 0, nz = 0, ng = 0;
+      for (int h = 0; h < 2; ++h) {
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf[r] + 32 * h));
+        const __m256i mag = _mm256_and_si256(x, mag_mask);
+        __m256i s = t.smin < 128 ? _mm256_cmpeq_epi8(_mm256_max_epu8(mag, smin), mag) : _mm256_setzero_si256();
+        if (t.special80) s = _mm256_or_si256(s, _mm256_cmpeq_epi8(x, x80));
+        const std::uint32_t ms = std::uint32_t(_mm256_movemask_epi8(s));
+        const std::uint32_t mnz = ~std::uint32_t(
+            _mm256_movemask_epi8(_mm256_or_si256(s, _mm256_cmpeq_epi8(mag, _mm256_setzero_si256()))));
+        sp |= std::uint64_t(ms) << (32 * h);
+        nz |= std::uint64_t(mnz) << (32 * h);
+        ng |= std::uint64_t(std::uint32_t(_mm256_movemask_epi8(x)) & mnz) << (32 * h);
+      }
+      special[r] = special[r] || sp != 0;
+      for (int kb = k0; kb < k1; kb += block) {
+        negs[mask_at(r, kb / block)] = tc_fma::block_bits(ng, kb - k0, block);
+        nzs[mask_at(r, kb / block)] = tc_fma::block_bits(nz, kb - k0, block);
+      }
+      for (int h = 0; h < 2 && k0 + 32 * h < k1; ++h) {
+        __m256i w[4];
+        for (int g = 0; g < 4; ++g) {
+          const __m256i idx =
+              _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(buf[r] + 32 * h + 8 * g)));
+          w[g] = _mm256_and_si256(_mm256_i32gather_epi32(reinterpret_cast<const int*>(t.e32), idx, 4), low_byte);
+        }
+        const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(w[0], w[1]), _mm256_packus_epi32(w[2], w[3]));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(groups), _mm256_permutevar8x32_epi32(bytes, order));
+        for (int q = 0; q < 8 && k0 + 32 * h + 4 * q < k1; ++q)
+          std::memcpy(e + std::size_t((k0 + 32 * h) / 4 + q) * (4 * kLanes) + 4 * std::size_t(r), &groups[q], 4);
+      }
+    }
+    for (int kk = 0; kk < k1 - k0; ++kk)
+      for (int r = 0; r < kLanes; ++r) inter[kk * kLanes + r] = buf[r][kk];
+    for (int q = 0; q < (k1 - k0) * kLanes; q += 8) {
+      const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(inter + q)));
+      _mm256_storeu_ps(v + std::size_t(k0) * kLanes + std::size_t(q), _mm256_i32gather_ps(t.value, idx, 4));
+    }
+  }
+  for (int r = 0; r < kLanes && first + r < rows; ++r) bad[first + r] = special[r];
+}
+
 // Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged), panel by panel with K
 // outermost, through a buffer of each panel's next 64 K-elements: each k's values and exponents are
 // then written in order, and the source rows (K bytes apart, for K a multiple of 2 KiB all in a
-// few L1 sets) are read 64 bytes at a time.
+// few L1 sets) are read 64 bytes at a time. An operand whose format follows the packing rule (va,
+// vb: ok) takes panel_avx2.
 template <int kR, int kTileCols>
 void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const PackTable& ta,
-          const std::uint8_t* B, const PackTable& tb, Packed& p, char* bad_a, char* bad_b) {
+          const VecRule& va, const std::uint8_t* B, const PackTable& tb, const VecRule& vb, Packed& p, char* bad_a,
+          char* bad_b) {
   const int blocks = Kp / block;
   grow(p.av, std::size_t(Mp) * std::size_t(Kp));
   grow(p.ae, std::size_t(Mp) * std::size_t(Kp));
@@ -190,21 +262,27 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uin
   for (int x = 0; x < pas + pbs; ++x) {
     if (x < pas) {
       const std::size_t off = std::size_t(x) * std::size_t(Kp) * kR;
-      panel(kR, x * kR, M, A, ta, p.av.data() + off, p.ae.data() + off, p.aneg.data(), p.anz.data(),
-            [&](int r, int b) { return std::size_t(x * kR + r) * std::size_t(blocks) + std::size_t(b); }, bad_a);
+      const auto at = [&](int r, int b) { return std::size_t(x * kR + r) * std::size_t(blocks) + std::size_t(b); };
+      if (va.ok)
+        panel_avx2<kR>(x * kR, M, K, Kp, block, A, va, p.av.data() + off, p.ae.data() + off, p.aneg.data(),
+                       p.anz.data(), at, bad_a);
+      else
+        panel(kR, x * kR, M, A, ta, p.av.data() + off, p.ae.data() + off, p.aneg.data(), p.anz.data(), at, bad_a);
     } else {
       const int pb = x - pas;
       const std::size_t off = std::size_t(pb) * std::size_t(Kp) * kTileCols;
-      panel(kTileCols, pb * kTileCols, N, B, tb, p.bv.data() + off, p.be.data() + off, p.bneg.data(), p.bnz.data(),
-            [&](int c, int b) {
-              return (std::size_t(pb) * std::size_t(blocks) + std::size_t(b)) * kTileCols + std::size_t(c);
-            },
-            bad_b);
+      const auto at = [&](int c, int b) {
+        return (std::size_t(pb) * std::size_t(blocks) + std::size_t(b)) * kTileCols + std::size_t(c);
+      };
+      if (vb.ok)
+        panel_avx2<kTileCols>(pb * kTileCols, N, K, Kp, block, B, vb, p.bv.data() + off, p.be.data() + off,
+                              p.bneg.data(), p.bnz.data(), at, bad_b);
+      else
+        panel(kTileCols, pb * kTileCols, N, B, tb, p.bv.data() + off, p.be.data() + off, p.bneg.data(), p.bnz.data(),
+              at, bad_b);
     }
   }
 }
-
-#define FP8EMU_TC_FMA __attribute__((target("avx2,fma")))
 
 // The number of set bits of each 32-bit lane: byte counts by table (VPSHUFB) summed by
 // VPMADDUBSW and VPMADDWD.
@@ -354,7 +432,12 @@ struct Avx2 {
     PackTable pta, ptb;
     pack_table(fa, ta, true, pta);
     pack_table(fb, tb, false, ptb);
-    fp8emu::emu::detail::pack<kR2, kCols2>(M, N, K, Mp, Np, Kp, block, A, pta, B, ptb, p, bad_a, bad_b);
+    VecRule va, vb;
+    tc_fma::vec_rule(ta, true, va);
+    tc_fma::vec_rule(tb, false, vb);
+    if (va.ok) tc_fma::vec_values(fa, ta, true, va);
+    if (vb.ok) tc_fma::vec_values(fb, tb, false, vb);
+    fp8emu::emu::detail::pack<kR2, kCols2>(M, N, K, Mp, Np, Kp, block, A, pta, va, B, ptb, vb, p, bad_a, bad_b);
     return View{Kp,          Kp / block,      p.av.data(), p.ae.data(),  p.aneg.data(),
                 p.anz.data(), p.bv.data(), p.be.data(), p.bneg.data(), p.bnz.data()};
   }

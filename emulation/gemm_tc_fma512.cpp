@@ -41,7 +41,10 @@ namespace fp8emu::emu::detail {
 namespace {
 
 constexpr int kR = 4, kC = 4, kTileCols = 64;
-constexpr int kBiasA = 63, kBiasB = 64;  // exponent bytes: e + bias; 0 for zeros, NaN and Inf
+using tc_fma::VecRule;
+using tc_fma::vec_rule;
+using tc_fma::vec_values;
+using tc_fma::block_bits;
 
 // Column col of a 64-column B panel stores its exponent byte at this position (see above).
 constexpr int exp_position(int col) { return 16 * ((col % 16) / 4) + 4 * (col / 16) + col % 4; }
@@ -73,51 +76,6 @@ struct View {
 
 #define FP8EMU_TC_FMA512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,fma")))
 
-// What the vector packing needs of a format, checked against its per-code fields: the special codes
-// are exactly those with |code| >= smin (none when smin = 128), and 0x80 when special80; a code is
-// non-zero exactly when |code| != 0 and it is not special (the table's m != 0), negative exactly
-// when it is non-zero with the sign bit set. Every FP8 operand format follows the rule (a test
-// checks it); gemm_tc_fma_avx512 declines a format that does not, and the caller runs another
-// kernel. The per-code tables for the gathers: the value (A's times 1 + 2^-16, exact: at most 20
-// significant bits; 0 for zeros, NaN and Inf) and the exponent as a 32-bit word (B: the byte e + 64;
-// A: the byte e + 63 in every byte of the word; 0 for zeros, NaN and Inf).
-struct VecRule {
-  bool ok = false;
-  int smin = 128;
-  bool special80 = false;
-  alignas(64) float value[256];
-  alignas(64) std::uint32_t e32[256];
-};
-
-void vec_rule(const CodeFields* t, bool a_side, VecRule& v) {
-  v.smin = 128;
-  for (int c = 0; c < 128; ++c)
-    if (t[c].special || (c != 0 && t[c | 0x80].special)) {  // 0x80 apart: special80
-      v.smin = c;
-      break;
-    }
-  v.special80 = t[0x80].special;
-  v.ok = true;
-  for (int c = 0; c < 256; ++c) {
-    const int mag = c & 0x7F;
-    const bool special = mag >= v.smin || (c == 0x80 && v.special80);
-    const bool nonzero = mag != 0 && !special;
-    const bool table_nonzero = t[c].m != 0 && !t[c].special;
-    v.ok = v.ok && t[c].special == special && table_nonzero == nonzero &&
-           (table_nonzero && t[c].s < 0) == (nonzero && (c & 0x80) != 0);
-    const std::uint32_t byte = nonzero ? std::uint32_t(t[c].e + (a_side ? kBiasA : kBiasB)) : 0u;
-    v.e32[c] = a_side ? byte * 0x01010101u : byte;
-  }
-}
-
-// The value table of vec_rule (only for formats it accepts: the values need the FormatSpec).
-void vec_values(const FormatSpec& f, const CodeFields* t, bool a_side, VecRule& v) {
-  for (int c = 0; c < 256; ++c) {
-    const float x = t[c].m == 0 || t[c].special ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
-    v.value[c] = a_side ? x * (1.0f + 1.0f / 65536.0f) : x;
-  }
-}
-
 // The masks of 64 codes (one source row's next 64 K-elements): special, non-zero, negative.
 struct Masks64 {
   std::uint64_t special, nz, neg;
@@ -128,11 +86,6 @@ FP8EMU_TC_FMA512 inline Masks64 masks64(__m512i x, const VecRule& v) {
   if (v.special80) special |= _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(char(0x80)));
   const std::uint64_t nz = _mm512_test_epi8_mask(mag, mag) & ~special;
   return Masks64{special, nz, _mm512_movepi8_mask(x) & nz};
-}
-
-// One block's bits (block 16 or 32) at offset sh of 64-bit masks.
-inline std::uint32_t block_bits(std::uint64_t m, int sh, int block) {
-  return std::uint32_t((m >> sh) & ((std::uint64_t(1) << block) - 1));
 }
 
 // The next 64 codes of a source row from k0 (zeros past K, and for a padding row: src null).

@@ -19,6 +19,60 @@
 
 namespace fp8emu::emu::detail::tc_fma {
 
+// Exponent bytes: e + kBiasA (A) or e + kBiasB (B) for a non-zero code, 0 for zeros, NaN and Inf.
+constexpr int kBiasA = 63, kBiasB = 64;
+
+// What the vector packing needs of a format, checked against its per-code fields: the special codes
+// are exactly those with |code| >= smin (none when smin = 128), and 0x80 when special80; a code is
+// non-zero exactly when |code| != 0 and it is not special (the table's m != 0), negative exactly
+// when it is non-zero with the sign bit set. Every FP8 operand format follows the rule (a test
+// checks it); gemm_tc_fma_avx512 declines a format that does not, and the caller runs another
+// kernel (the AVX2 kernel packs such a format with scalar table lookups). The per-code tables for the gathers:
+// the value (A's times 1 + 2^-16, exact: at most 20 significant bits; 0 for zeros, NaN and Inf)
+// and the exponent as a 32-bit word (B: the byte e + 64; A: the byte e + 63 in every byte of the
+// word; 0 for zeros, NaN and Inf; gemm_tc_fma.cpp has why).
+struct VecRule {
+  bool ok = false;
+  int smin = 128;
+  bool special80 = false;
+  alignas(64) float value[256];
+  alignas(64) std::uint32_t e32[256];
+};
+
+inline void vec_rule(const CodeFields* t, bool a_side, VecRule& v) {
+  v.smin = 128;
+  for (int c = 0; c < 128; ++c)
+    if (t[c].special || (c != 0 && t[c | 0x80].special)) {  // 0x80 apart: special80
+      v.smin = c;
+      break;
+    }
+  v.special80 = t[0x80].special;
+  v.ok = true;
+  for (int c = 0; c < 256; ++c) {
+    const int mag = c & 0x7F;
+    const bool special = mag >= v.smin || (c == 0x80 && v.special80);
+    const bool nonzero = mag != 0 && !special;
+    const bool table_nonzero = t[c].m != 0 && !t[c].special;
+    v.ok = v.ok && t[c].special == special && table_nonzero == nonzero &&
+           (table_nonzero && t[c].s < 0) == (nonzero && (c & 0x80) != 0);
+    const std::uint32_t byte = nonzero ? std::uint32_t(t[c].e + (a_side ? kBiasA : kBiasB)) : 0u;
+    v.e32[c] = a_side ? byte * 0x01010101u : byte;
+  }
+}
+
+// The value table of vec_rule (only for formats it accepts: the values need the FormatSpec).
+inline void vec_values(const FormatSpec& f, const CodeFields* t, bool a_side, VecRule& v) {
+  for (int c = 0; c < 256; ++c) {
+    const float x = t[c].m == 0 || t[c].special ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
+    v.value[c] = a_side ? x * (1.0f + 1.0f / 65536.0f) : x;
+  }
+}
+
+// One block's bits (block 16 or 32) at offset sh of 64-bit masks of 64 codes.
+inline std::uint32_t block_bits(std::uint64_t m, int sh, int block) {
+  return std::uint32_t((m >> sh) & ((std::uint64_t(1) << block) - 1));
+}
+
 constexpr int kMc = 72;   // rows per cache tile (rounded down to a multiple of the register tile's rows)
 constexpr int kNc = 256;  // columns per cache tile (a multiple of every register tile's columns)
 constexpr int kKc = 256;  // K per chunk (a multiple of every block)
