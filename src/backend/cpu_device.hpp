@@ -27,6 +27,7 @@
 #include "fp8emu/emulation/bulk_convert.hpp"
 #include "fp8emu/emulation/gemm.hpp"
 #include "fp8emu/emulation/mma.hpp"
+#include "fp8emu/emulation/optimizer.hpp"
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
 
@@ -291,9 +292,7 @@ class CpuDevice : public Device {
     }
   }
   void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) const override {
-    const std::ptrdiff_t count = std::ptrdiff_t(n);
-#pragma omp parallel for schedule(static) if (count >= kParallelMin)
-    for (std::ptrdiff_t i = 0; i < count; ++i) core::adam_element(w[i], g[i], m[i], v[i], s.b1, s.b2, s.step, s.sqrt_bc2, s.eps);
+    emu::adam_step(w, g, m, v, n, s.b1, s.b2, s.step, s.sqrt_bc2, s.eps);  // core::adam_element's bits
   }
   void sgd(float* w, const float* g, float* m, std::size_t n, float momentum, float lr) const override {
     const std::ptrdiff_t count = std::ptrdiff_t(n);

@@ -1,0 +1,93 @@
+// Vectorised Adam step (include/fp8emu/emulation/optimizer.hpp): core::adam_element's IEEE binary32
+// operations, in the same order, on eight lanes. The body is written once with GCC vector
+// extensions and compiled for AVX-512, AVX2 and the x86-64 baseline, chosen at run time by
+// gemm_isa() as for activation.cpp; the square root is SSE's (correctly rounded, as std::sqrt and
+// CUDA's __fsqrt_rn), on two 4-lane halves, which every x86-64 target has. Nothing contracts a
+// product and a sum into an FMA (fp8emu builds with -ffp-contract=off).
+#include "fp8emu/emulation/optimizer.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "fp8emu/core/nn_element.hpp"
+#include "gemm_isa.hpp"
+#include "parallel.hpp"
+#include "simd_math.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <emmintrin.h>
+#define FP8EMU_ADAM_X86 1
+#endif
+
+namespace fp8emu::emu {
+namespace {
+
+#ifdef FP8EMU_ADAM_X86
+using simd::load8;
+using simd::store8;
+using simd::v8f;
+
+FP8EMU_SIMD_INLINE v8f sqrt8(v8f x) {
+  __m128 lo, hi;
+  std::memcpy(&lo, &x, 16);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&x) + 16, 16);
+  lo = _mm_sqrt_ps(lo);
+  hi = _mm_sqrt_ps(hi);
+  v8f r;
+  std::memcpy(&r, &lo, 16);
+  std::memcpy(reinterpret_cast<char*>(&r) + 16, &hi, 16);
+  return r;
+}
+
+struct AdamArgs {
+  float b1, b2, step, sqrt_bc2, eps;
+};
+
+// Blocks of 8 weights from offset 0 of each array.
+FP8EMU_SIMD_INLINE void adam_body(float* w, const float* g, float* m, float* v, std::size_t blocks,
+                                  const AdamArgs& a) {
+  const float cb1 = 1.0f - a.b1, cb2 = 1.0f - a.b2;  // the element function's (1 - b1), (1 - b2)
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::size_t o = 8 * b;
+    const v8f gg = load8(g + o);
+    const v8f mm = a.b1 * load8(m + o) + cb1 * gg;
+    const v8f vv = a.b2 * load8(v + o) + cb2 * gg * gg;
+    store8(m + o, mm);
+    store8(v + o, vv);
+    store8(w + o, load8(w + o) - a.step * mm / (sqrt8(vv) / a.sqrt_bc2 + a.eps));
+  }
+}
+
+#define FP8EMU_ADAM_PARAMS (float* w, const float* g, float* m, float* v, std::size_t blocks, const AdamArgs& a)
+__attribute__((target("avx512f,avx512vl"))) void adam_avx512 FP8EMU_ADAM_PARAMS { adam_body(w, g, m, v, blocks, a); }
+__attribute__((target("avx2"))) void adam_avx2 FP8EMU_ADAM_PARAMS { adam_body(w, g, m, v, blocks, a); }
+void adam_base FP8EMU_ADAM_PARAMS { adam_body(w, g, m, v, blocks, a); }
+#undef FP8EMU_ADAM_PARAMS
+#endif
+
+}  // namespace
+
+void adam_step(float* w, const float* g, float* m, float* v, std::size_t n, float b1, float b2, float step,
+               float sqrt_bc2, float eps) {
+  constexpr std::size_t kChunk = 4096;  // weights per OpenMP chunk (a multiple of 8)
+  const std::ptrdiff_t chunks = std::ptrdiff_t((n + kChunk - 1) / kChunk);
+#ifdef FP8EMU_ADAM_X86
+  const AdamArgs args{b1, b2, step, sqrt_bc2, eps};
+  const detail::GemmIsa isa = detail::gemm_isa();
+#endif
+#pragma omp parallel for schedule(static) if (n >= std::size_t(detail::kParallelMinElements) / 4)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const std::size_t lo = std::size_t(c) * kChunk, hi = std::min(n, lo + kChunk);
+    std::size_t i = lo;
+#ifdef FP8EMU_ADAM_X86
+    const std::size_t blocks = (hi - lo) / 8;
+    if (isa == detail::GemmIsa::kAvx512) adam_avx512(w + lo, g + lo, m + lo, v + lo, blocks, args);
+    else if (isa == detail::GemmIsa::kAvx2) adam_avx2(w + lo, g + lo, m + lo, v + lo, blocks, args);
+    else adam_base(w + lo, g + lo, m + lo, v + lo, blocks, args);
+    i += 8 * blocks;
+#endif
+    for (; i < hi; ++i) core::adam_element(w[i], g[i], m[i], v[i], b1, b2, step, sqrt_bc2, eps);
+  }
+}
+
+}  // namespace fp8emu::emu
