@@ -21,7 +21,7 @@
 //    M = 1.5 * 2^(E + 10). c has at most 14 significant bits and |c| < 2^(E + 1), so c 2^-16 is
 //    below g and below c's own quantum: that is M + trunc_g(c), less g when c < 0 (counted with the
 //    negative products). The accumulator stays within the binade: the block's terms and c, each
-//    with its missing g, are below 33 * (2^(E + 2) + g) + 2^(E + 1) + g < 2^(E + 9) in magnitude.
+//    with its missing g, are below 32 * (2^(E + 2) + g) + 2^(E + 1) + g < 2^(E + 9) in magnitude.
 //  * The count n of negative non-zero products (a popcount of the block's masks) and 1 for c < 0
 //    are added to acc's bits, not as n * g: acc and acc + n g both lie in the binade
 //    [2^(E + 10), 2^(E + 11)), whose ulp is g, so the integer add is that exact sum. The block sum
@@ -40,8 +40,8 @@
 //  * E's field is max(the block maximum, c's field c & 0x7F800000), compared as integers in place
 //    (both below 2^31); c = +0 has field 0 and never wins over a real product. M is that field plus
 //    10 << 23, with the significand bit 0x400000: normal, since the field is at least 0 and at most
-//    182 (|c| < K 2^25 <= 2^56). A block with no real product and c = 0 has field 0 (E = -127):
-//    its accumulators stay at M and S = +0. With a real product or c != 0, E >= -45 and g is normal.
+//    182 (|c| < K 2^25 <= 2^56). A block with no real product and c = 0 has a field of at most 79
+//    (sums with a zero): its terms are all 0, its accumulators stay at M and S = +0. With a real product or c != 0, E >= -45 and g is normal.
 // Along K the blocks chain (the result is the next block's c); promotion and split-K are the
 // scalar model's RN adds (gemm_tc_chain.hpp), per lane. Rows of A or B that hold a NaN or Inf code
 // are packed as zeros and flagged for the caller's element model.
