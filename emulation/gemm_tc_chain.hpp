@@ -70,18 +70,18 @@ inline float chain_result(const Chain& cp, int K, float chain, float total, floa
 /// and B [N, K] (FP8 codes, per-code fields ta, tb), blocks of `block` products (16 or 32) chained
 /// along K with the bookkeeping cp, D = RN(result * s); rows holding NaN or Inf codes are computed
 /// as zeros and flagged in bad_a [M] and bad_b [N] for the caller. Only on x86-64 processors with
-/// AVX2 and FMA (gemm_tc_fma_avx2_supported).
-void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
+/// AVX2 and FMA (gemm_tc_fma_avx2_supported). Returns false, computing nothing, for formats whose
+/// codes do not follow the packing rule (gemm_tc_fma_packs; every FP8 operand format does).
+bool gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
                       const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
                       float* D, char* bad_a, char* bad_b);
 bool gemm_tc_fma_avx2_supported();
 /// The same kernel on AVX-512 (gemm_tc_fma512.cpp: 16-lane FMAs, VPOPCNTD for the negative
-/// products' count, vector packing). Returns false, computing nothing, for formats whose codes do
-/// not follow its packing rule (gemm_tc_fma_avx512_packs; every FP8 operand format does).
+/// products' count), with the same packing rule and return.
 bool gemm_tc_fma_avx512(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
                         const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp,
                         float s, float* D, char* bad_a, char* bad_b);
-bool gemm_tc_fma_avx512_packs(const CodeFields* ta, const CodeFields* tb);
+bool gemm_tc_fma_packs(const CodeFields* ta, const CodeFields* tb);
 bool gemm_tc_fma_avx512_supported();
 
 }  // namespace fp8emu::emu::detail

@@ -88,26 +88,6 @@ using tc_fma::kBiasA;
 using tc_fma::kBiasB;
 using tc_fma::VecRule;
 
-// Per-code packed fields: the value (A's times 1 + 2^-16; 0 for zeros, NaN and Inf), the exponent
-// byte, whether the code is negative and non-zero, and special.
-struct PackTable {
-  float value[256];
-  std::uint8_t e8[256];
-  std::uint8_t neg[256], nonzero[256], special[256];
-};
-
-void pack_table(const FormatSpec& f, const CodeFields* t, bool a_side, PackTable& p) {
-  for (int c = 0; c < 256; ++c) {
-    const bool is_zero = t[c].m == 0 || t[c].special;
-    const float v = is_zero ? 0.0f : core::fp8_to_f32(std::uint8_t(c), f);
-    p.value[c] = a_side ? v * (1.0f + 1.0f / 65536.0f) : v;  // exact: at most 20 significant bits
-    p.e8[c] = is_zero ? std::uint8_t(0) : std::uint8_t(t[c].e + (a_side ? kBiasA : kBiasB));
-    p.neg[c] = !is_zero && t[c].s < 0;
-    p.nonzero[c] = !is_zero;
-    p.special[c] = t[c].special;
-  }
-}
-
 // Packed A, per panel of R rows: values [Kp][kR] and exponent bytes [Kp / 4][kR][4] (K padded
 // to Kp, a multiple of the block), and per row and block the masks of negative and of non-zero
 // elements (bit i: the block's element i). Packed B, per panel of kTileCols columns: values
@@ -137,9 +117,11 @@ struct View {
 
 #define FP8EMU_TC_FMA __attribute__((target("avx2,fma")))
 
-// The vector form of pack's panel below (the same output), for formats that follow the packing
-// rule (tc_fma::vec_rule): per source row and 64 K-elements, the special, non-zero and negative
-// masks by byte compares, the exponent bytes gathered 8 at a time from the rule's words (their low
+// One panel of kLanes rows (A: kR, B: kTileCols) of the source X (rows [first, first + kLanes),
+// `rows` real; past them zeros), for formats that follow the packing rule (tc_fma::vec_rule), into
+// values v [Kp][kLanes], exponent bytes e [Kp / 4][kLanes][4], masks at negs/nzs[mask_at(lane,
+// block)], and `bad` per real row: per source row and 64 K-elements, the special, non-zero and
+// negative masks by byte compares, the exponent bytes gathered 8 at a time from the rule's words (their low
 // byte) and packed 32 to a vector, in groups of 4 k; then the codes interleaved [k][lane] and the
 // values gathered 8 at a time.
 template <int kLanes, class MaskAt>
@@ -204,15 +186,12 @@ FP8EMU_TC_FMA void panel_avx2(int first, int rows, int K, int Kp, int block, con
   for (int r = 0; r < kLanes && first + r < rows; ++r) bad[first + r] = special[r];
 }
 
-// Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged), panel by panel with K
-// outermost, through a buffer of each panel's next 64 K-elements: each k's values and exponents are
-// then written in order, and the source rows (K bytes apart, for K a multiple of 2 KiB all in a
-// few L1 sets) are read 64 bytes at a time. An operand whose format follows the packing rule (va,
-// vb: ok) takes panel_avx2.
+// Rows of A and columns of B (NaN/Inf rows packed as zeros and flagged) by panel_avx2, panel by
+// panel with K outermost through a buffer of each panel's next 64 K-elements: the source rows (K
+// bytes apart, for K a multiple of 2 KiB all in a few L1 sets) are read 64 bytes at a time.
 template <int kR, int kTileCols>
-void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const PackTable& ta,
-          const VecRule& va, const std::uint8_t* B, const PackTable& tb, const VecRule& vb, Packed& p, char* bad_a,
-          char* bad_b) {
+void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A, const VecRule& va,
+          const std::uint8_t* B, const VecRule& vb, Packed& p, char* bad_a, char* bad_b) {
   const int blocks = Kp / block;
   grow(p.av, std::size_t(Mp) * std::size_t(Kp));
   grow(p.ae, std::size_t(Mp) * std::size_t(Kp));
@@ -222,64 +201,22 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uin
   grow(p.be, std::size_t(Np) * std::size_t(Kp));
   grow(p.bneg, std::size_t(Np) * std::size_t(blocks));
   grow(p.bnz, std::size_t(Np) * std::size_t(blocks));
-  // One panel of `lanes` rows (A: kR, B: kTileCols) of the source X (rows [first, first + lanes),
-  // `rows` real), into values v [Kp][lanes], exponents e [Kp / 4][lanes][4], masks at
-  // neg/nz[mask_at(lane, block)]; `bad` per real row.
-  const auto panel = [&](int lanes, int first, int rows, const std::uint8_t* X, const PackTable& t, float* v,
-                         std::uint8_t* e, std::uint32_t* negs, std::uint32_t* nzs, auto mask_at, char* bad) {
-    std::uint8_t buf[kTileCols > kR ? kTileCols : kR][64];
-    bool special[kTileCols > kR ? kTileCols : kR] = {};
-    for (int k0 = 0; k0 < Kp; k0 += 64) {
-      const int n = std::max(0, std::min(64, K - k0));
-      for (int r = 0; r < lanes; ++r) {
-        std::memset(buf[r], 0, 64);
-        if (first + r < rows && n > 0) std::memcpy(buf[r], X + std::size_t(first + r) * std::size_t(K) + k0, std::size_t(n));
-      }
-      for (int kb = k0; kb < std::min(Kp, k0 + 64); kb += block) {
-        std::uint32_t neg[kTileCols > kR ? kTileCols : kR] = {}, nz[kTileCols > kR ? kTileCols : kR] = {};
-        for (int l = 0; l < block; ++l) {
-          const int k = kb + l;
-          for (int r = 0; r < lanes; ++r) {
-            const std::uint8_t c = buf[r][k - k0];
-            special[r] |= t.special[c] != 0;
-            v[std::size_t(k) * std::size_t(lanes) + std::size_t(r)] = t.value[c];
-            e[std::size_t(k / 4) * std::size_t(4 * lanes) + std::size_t(r) * 4 + std::size_t(k % 4)] =
-                t.e8[c];
-            neg[r] |= std::uint32_t(t.neg[c]) << l;
-            nz[r] |= std::uint32_t(t.nonzero[c]) << l;
-          }
-        }
-        for (int r = 0; r < lanes; ++r) {
-          negs[mask_at(r, kb / block)] = neg[r];
-          nzs[mask_at(r, kb / block)] = nz[r];
-        }
-      }
-    }
-    for (int r = 0; r < lanes && first + r < rows; ++r) bad[first + r] = special[r];
-  };
   const int pas = Mp / kR, pbs = Np / kTileCols;
 #pragma omp parallel for schedule(dynamic, 1) if (double(Mp + Np) * double(Kp) >= double(kParallelMinElements))
   for (int x = 0; x < pas + pbs; ++x) {
     if (x < pas) {
       const std::size_t off = std::size_t(x) * std::size_t(Kp) * kR;
       const auto at = [&](int r, int b) { return std::size_t(x * kR + r) * std::size_t(blocks) + std::size_t(b); };
-      if (va.ok)
-        panel_avx2<kR>(x * kR, M, K, Kp, block, A, va, p.av.data() + off, p.ae.data() + off, p.aneg.data(),
-                       p.anz.data(), at, bad_a);
-      else
-        panel(kR, x * kR, M, A, ta, p.av.data() + off, p.ae.data() + off, p.aneg.data(), p.anz.data(), at, bad_a);
+      panel_avx2<kR>(x * kR, M, K, Kp, block, A, va, p.av.data() + off, p.ae.data() + off, p.aneg.data(),
+                     p.anz.data(), at, bad_a);
     } else {
       const int pb = x - pas;
       const std::size_t off = std::size_t(pb) * std::size_t(Kp) * kTileCols;
       const auto at = [&](int c, int b) {
         return (std::size_t(pb) * std::size_t(blocks) + std::size_t(b)) * kTileCols + std::size_t(c);
       };
-      if (vb.ok)
-        panel_avx2<kTileCols>(pb * kTileCols, N, K, Kp, block, B, vb, p.bv.data() + off, p.be.data() + off,
-                              p.bneg.data(), p.bnz.data(), at, bad_b);
-      else
-        panel(kTileCols, pb * kTileCols, N, B, tb, p.bv.data() + off, p.be.data() + off, p.bneg.data(), p.bnz.data(),
-              at, bad_b);
+      panel_avx2<kTileCols>(pb * kTileCols, N, K, Kp, block, B, vb, p.bv.data() + off, p.be.data() + off,
+                            p.bneg.data(), p.bnz.data(), at, bad_b);
     }
   }
 }
@@ -425,19 +362,13 @@ struct Avx2 {
   static constexpr int kR = kR2, kTileCols = kCols2;
   using View = fp8emu::emu::detail::View<kR2, kCols2>;
   using Packed = fp8emu::emu::detail::Packed;
-  struct Context {};
-  static View pack(const Context&, int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A,
-                   const FormatSpec& fa, const CodeFields* ta, const std::uint8_t* B, const FormatSpec& fb,
-                   const CodeFields* tb, Packed& p, char* bad_a, char* bad_b) {
-    PackTable pta, ptb;
-    pack_table(fa, ta, true, pta);
-    pack_table(fb, tb, false, ptb);
-    VecRule va, vb;
-    tc_fma::vec_rule(ta, true, va);
-    tc_fma::vec_rule(tb, false, vb);
-    if (va.ok) tc_fma::vec_values(fa, ta, true, va);
-    if (vb.ok) tc_fma::vec_values(fb, tb, false, vb);
-    fp8emu::emu::detail::pack<kR2, kCols2>(M, N, K, Mp, Np, Kp, block, A, pta, va, B, ptb, vb, p, bad_a, bad_b);
+  struct Context {
+    const VecRule *va, *vb;
+  };
+  static View pack(const Context& x, int M, int N, int K, int Mp, int Np, int Kp, int block, const std::uint8_t* A,
+                   const FormatSpec&, const CodeFields*, const std::uint8_t* B, const FormatSpec&, const CodeFields*,
+                   Packed& p, char* bad_a, char* bad_b) {
+    fp8emu::emu::detail::pack<kR2, kCols2>(M, N, K, Mp, Np, Kp, block, A, *x.va, B, *x.vb, p, bad_a, bad_b);
     return View{Kp,          Kp / block,      p.av.data(), p.ae.data(),  p.aneg.data(),
                 p.anz.data(), p.bv.data(), p.be.data(), p.bneg.data(), p.bnz.data()};
   }
@@ -449,10 +380,17 @@ struct Avx2 {
 
 }  // namespace
 
-void gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
+bool gemm_tc_fma_avx2(int M, int N, int K, const std::uint8_t* A, const FormatSpec& fa, const CodeFields* ta,
                       const std::uint8_t* B, const FormatSpec& fb, const CodeFields* tb, int block, Chain cp, float s,
                       float* D, char* bad_a, char* bad_b) {
-  tc_fma::run<Avx2>(Avx2::Context{}, M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b);
+  VecRule va, vb;
+  tc_fma::vec_rule(ta, true, va);
+  tc_fma::vec_rule(tb, false, vb);
+  if (!va.ok || !vb.ok) return false;
+  tc_fma::vec_values(fa, ta, true, va);
+  tc_fma::vec_values(fb, tb, false, vb);
+  tc_fma::run<Avx2>(Avx2::Context{&va, &vb}, M, N, K, A, fa, ta, B, fb, tb, block, cp, s, D, bad_a, bad_b);
+  return true;
 }
 
 bool gemm_tc_fma_avx2_supported() {
@@ -464,8 +402,10 @@ bool gemm_tc_fma_avx2_supported() {
 }
 #else
 bool gemm_tc_fma_avx2_supported() { return false; }
-void gemm_tc_fma_avx2(int, int, int, const std::uint8_t*, const FormatSpec&, const CodeFields*, const std::uint8_t*,
-                      const FormatSpec&, const CodeFields*, int, Chain, float, float*, char*, char*) {}
+bool gemm_tc_fma_avx2(int, int, int, const std::uint8_t*, const FormatSpec&, const CodeFields*, const std::uint8_t*,
+                      const FormatSpec&, const CodeFields*, int, Chain, float, float*, char*, char*) {
+  return false;
+}
 #endif  // FP8EMU_TC_FMA_X86
 
 }  // namespace fp8emu::emu::detail

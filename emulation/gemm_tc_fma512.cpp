@@ -346,7 +346,7 @@ bool gemm_tc_fma_avx512(int M, int N, int K, const std::uint8_t* A, const Format
   return true;
 }
 
-bool gemm_tc_fma_avx512_packs(const CodeFields* ta, const CodeFields* tb) {
+bool gemm_tc_fma_packs(const CodeFields* ta, const CodeFields* tb) {
   VecRule va, vb;
   vec_rule(ta, true, va);
   vec_rule(tb, false, vb);
@@ -368,7 +368,7 @@ bool gemm_tc_fma_avx512(int, int, int, const std::uint8_t*, const FormatSpec&, c
                         const FormatSpec&, const CodeFields*, int, Chain, float, float*, char*, char*) {
   return false;
 }
-bool gemm_tc_fma_avx512_packs(const CodeFields*, const CodeFields*) { return false; }
+bool gemm_tc_fma_packs(const CodeFields*, const CodeFields*) { return false; }
 #endif  // FP8EMU_TC_FMA512_X86
 
 }  // namespace fp8emu::emu::detail

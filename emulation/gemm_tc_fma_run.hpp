@@ -26,8 +26,7 @@ constexpr int kBiasA = 63, kBiasB = 64;
 // are exactly those with |code| >= smin (none when smin = 128), and 0x80 when special80; a code is
 // non-zero exactly when |code| != 0 and it is not special (the table's m != 0), negative exactly
 // when it is non-zero with the sign bit set. Every FP8 operand format follows the rule (a test
-// checks it); gemm_tc_fma_avx512 declines a format that does not, and the caller runs another
-// kernel (the AVX2 kernel packs such a format with scalar table lookups). The per-code tables for the gathers:
+// checks it); both FMA kernels decline a format that does not, and the caller runs another kernel. The per-code tables for the gathers:
 // the value (A's times 1 + 2^-16, exact: at most 20 significant bits; 0 for zeros, NaN and Inf)
 // and the exponent as a 32-bit word (B: the byte e + 64; A: the byte e + 63 in every byte of the
 // word; 0 for zeros, NaN and Inf; gemm_tc_fma.cpp has why).

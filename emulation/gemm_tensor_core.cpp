@@ -757,8 +757,9 @@ void gemm_tensor_core(int M, int N, int K, const std::uint8_t* A, const FormatSp
   } else if (isa == GemmIsa::kAvx512) {
     gemm_avx512(M, N, K, A, ta, B, tb, core::kMmaFractionBits - fa.mantissa_bits - fb.mantissa_bits, model.block, cp,
                 s, D, bad_a.data(), bad_b.data());
-  } else if (isa == GemmIsa::kAvx2 && gemm_tc_fma_avx2_supported()) {
-    gemm_tc_fma_avx2(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, bad_a.data(), bad_b.data());
+  } else if (isa == GemmIsa::kAvx2 && gemm_tc_fma_avx2_supported() &&
+             gemm_tc_fma_avx2(M, N, K, A, fa, ta, B, fb, tb, model.block, cp, s, D, bad_a.data(), bad_b.data())) {
+    // ran (declined formats, outside the packing rule, take the baseline kernel)
   } else
 #endif
   {

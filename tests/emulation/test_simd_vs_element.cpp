@@ -317,9 +317,9 @@ TEST_CASE("CPU GEMM: every FP8 operand format fits the FMA kernels' exponent byt
     CHECK(lo >= -16);
     CHECK(hi <= 15);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    // The AVX-512 kernel's vector packing rule (special codes by magnitude, zeros, signs): a
-    // format outside it would silently leave the FMA kernel for the int16 one.
-    CHECK(isa_ns::gemm_tc_fma_avx512_packs(t, t));
+    // The FMA kernels' vector packing rule (special codes by magnitude, zeros, signs): a format
+    // outside it would silently leave them for the int16 kernel (AVX-512) or the baseline one (AVX2).
+    CHECK(isa_ns::gemm_tc_fma_packs(t, t));
 #endif
   }
   CHECK(formats >= 4);  // e4m3fn, e5m2 and their FNUZ forms at least: the loop is not empty
