@@ -27,16 +27,14 @@ using simd::load8;
 using simd::store8;
 using simd::v8f;
 
+typedef float v4f __attribute__((vector_size(16)));
+
+// The halves through registers (a round trip through memory stalled each block on store
+// forwarding: the two 16-byte stores cannot feed one 32-byte load).
 FP8EMU_SIMD_INLINE v8f sqrt8(v8f x) {
-  __m128 lo, hi;
-  std::memcpy(&lo, &x, 16);
-  std::memcpy(&hi, reinterpret_cast<const char*>(&x) + 16, 16);
-  lo = _mm_sqrt_ps(lo);
-  hi = _mm_sqrt_ps(hi);
-  v8f r;
-  std::memcpy(&r, &lo, 16);
-  std::memcpy(reinterpret_cast<char*>(&r) + 16, &hi, 16);
-  return r;
+  const v4f lo = v4f(_mm_sqrt_ps(__m128(__builtin_shufflevector(x, x, 0, 1, 2, 3))));
+  const v4f hi = v4f(_mm_sqrt_ps(__m128(__builtin_shufflevector(x, x, 4, 5, 6, 7))));
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
 }
 
 struct AdamArgs {
@@ -46,15 +44,17 @@ struct AdamArgs {
 // Blocks of 8 weights from offset 0 of each array.
 FP8EMU_SIMD_INLINE void adam_body(float* w, const float* g, float* m, float* v, std::size_t blocks,
                                   const AdamArgs& a) {
-  const float cb1 = 1.0f - a.b1, cb2 = 1.0f - a.b2;  // the element function's (1 - b1), (1 - b2)
+  // Local copies: the stores below may alias `a` as far as the compiler knows.
+  const float b1 = a.b1, b2 = a.b2, step = a.step, sqrt_bc2 = a.sqrt_bc2, eps = a.eps;
+  const float cb1 = 1.0f - b1, cb2 = 1.0f - b2;  // the element function's (1 - b1), (1 - b2)
   for (std::size_t b = 0; b < blocks; ++b) {
     const std::size_t o = 8 * b;
     const v8f gg = load8(g + o);
-    const v8f mm = a.b1 * load8(m + o) + cb1 * gg;
-    const v8f vv = a.b2 * load8(v + o) + cb2 * gg * gg;
+    const v8f mm = b1 * load8(m + o) + cb1 * gg;
+    const v8f vv = b2 * load8(v + o) + cb2 * gg * gg;
     store8(m + o, mm);
     store8(v + o, vv);
-    store8(w + o, load8(w + o) - a.step * mm / (sqrt8(vv) / a.sqrt_bc2 + a.eps));
+    store8(w + o, load8(w + o) - step * mm / (sqrt8(vv) / sqrt_bc2 + eps));
   }
 }
 
