@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "fp8emu/core/fp32_ops.hpp"
 #include "fp8emu/core/nn_element.hpp"
 #include "fp8emu/emulation/optimizer.hpp"
 #include "gemm_isa.hpp"
@@ -20,12 +21,6 @@ using namespace fp8emu;
 namespace {
 
 namespace isa_ns = fp8emu::emu::detail;
-
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Equal bits, or both NaN (the payload of a NaN result is not specified: optimizer.hpp).
 bool same(float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b)); }
@@ -46,7 +41,7 @@ void fill(std::mt19937& rng, std::vector<float>& w, std::vector<float>& g, std::
     v[i] = std::ldexp(std::fabs(u(rng)), 2 * e(rng));
     if (specials && rng() % 5 == 0) {
       float* const arrays[] = {&w[i], &g[i], &m[i], &v[i]};
-      *arrays[rng() % 4] = from_bits(edge[rng() % (sizeof edge / sizeof edge[0])]);
+      *arrays[rng() % 4] = core::bits_to_f32(edge[rng() % (sizeof edge / sizeof edge[0])]);
     }
   }
 }
