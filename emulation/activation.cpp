@@ -92,44 +92,28 @@ FP8EMU_ACT_TARGETS(gelu_grad_body, (const float* x, const float* dy, float* dx, 
 #define FP8EMU_ACT_DISPATCH(name, ...) name(__VA_ARGS__)
 #endif
 
-/// Runs body(offset, count of 8-blocks) over n elements in chunks of 4096 (OpenMP for large n),
-/// then tail(i) for the last n % 8.
-template <class Body, class Tail>
-void for_blocks(std::size_t n, Body body, Tail tail) {
-  constexpr std::size_t kChunk = 4096;
-  const std::size_t blocks = n / 8;
-  const std::ptrdiff_t chunks = std::ptrdiff_t((blocks * 8 + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (n >= std::size_t(detail::kParallelMinElements) / 4)
-  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
-    const std::size_t lo = std::size_t(c) * kChunk;
-    const std::size_t hi = std::min(lo + kChunk, blocks * 8);
-    body(lo, (hi - lo) / 8);
-  }
-  for (std::size_t i = blocks * 8; i < n; ++i) tail(i);
-}
-
 }  // namespace
 
 void exp_rn(const float* x, std::size_t n, float* y) {
-  for_blocks(
+  detail::for_blocks(
       n, [&](std::size_t o, std::size_t b) { FP8EMU_ACT_DISPATCH(exp_body, x + o, y + o, b) },
       [&](std::size_t i) { y[i] = core::exp_rn(x[i]); });
 }
 
 void tanh_rn(const float* x, std::size_t n, float* y) {
-  for_blocks(
+  detail::for_blocks(
       n, [&](std::size_t o, std::size_t b) { FP8EMU_ACT_DISPATCH(tanh_body, x + o, y + o, b) },
       [&](std::size_t i) { y[i] = core::tanh_rn(x[i]); });
 }
 
 void gelu_tanh_forward(const float* x, std::size_t n, float* y) {
-  for_blocks(
+  detail::for_blocks(
       n, [&](std::size_t o, std::size_t b) { FP8EMU_ACT_DISPATCH(gelu_body, x + o, y + o, b) },
       [&](std::size_t i) { y[i] = core::gelu_tanh_forward(x[i]); });
 }
 
 void gelu_tanh_backward(const float* x, const float* dy, std::size_t n, float* dx) {
-  for_blocks(
+  detail::for_blocks(
       n, [&](std::size_t o, std::size_t b) { FP8EMU_ACT_DISPATCH(gelu_grad_body, x + o, dy + o, dx + o, b) },
       [&](std::size_t i) { dx[i] = dy[i] * core::gelu_tanh_grad(x[i]); });
 }

@@ -84,8 +84,6 @@ using tc_fma::set_csr;
 
 // Register tiles: 6 rows x 2 8-column vectors.
 constexpr int kR2 = 6, kCols2 = 16;
-using tc_fma::kBiasA;
-using tc_fma::kBiasB;
 using tc_fma::VecRule;
 
 // Packed A, per panel of R rows: values [Kp][kR] and exponent bytes [Kp / 4][kR][4] (K padded

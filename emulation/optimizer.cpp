@@ -6,7 +6,6 @@
 // product and a sum into an FMA (fp8emu builds with -ffp-contract=off).
 #include "fp8emu/emulation/optimizer.hpp"
 
-#include <algorithm>
 #include <cstring>
 
 #include "fp8emu/core/nn_element.hpp"
@@ -69,25 +68,17 @@ void adam_base FP8EMU_ADAM_PARAMS { adam_body(w, g, m, v, blocks, a); }
 
 void adam_step(float* w, const float* g, float* m, float* v, std::size_t n, float b1, float b2, float step,
                float sqrt_bc2, float eps) {
-  constexpr std::size_t kChunk = 4096;  // weights per OpenMP chunk (a multiple of 8)
-  const std::ptrdiff_t chunks = std::ptrdiff_t((n + kChunk - 1) / kChunk);
+  const auto tail = [&](std::size_t i) { core::adam_element(w[i], g[i], m[i], v[i], b1, b2, step, sqrt_bc2, eps); };
 #ifdef FP8EMU_ADAM_X86
   const AdamArgs args{b1, b2, step, sqrt_bc2, eps};
-  const detail::GemmIsa isa = detail::gemm_isa();
+  void (*body)(float*, const float*, float*, float*, std::size_t, const AdamArgs&) = adam_base;
+  if (detail::gemm_isa() == detail::GemmIsa::kAvx512) body = adam_avx512;
+  else if (detail::gemm_isa() == detail::GemmIsa::kAvx2) body = adam_avx2;
+  detail::for_blocks(
+      n, [&](std::size_t o, std::size_t blocks) { body(w + o, g + o, m + o, v + o, blocks, args); }, tail);
+#else
+  for (std::size_t i = 0; i < n; ++i) tail(i);
 #endif
-#pragma omp parallel for schedule(static) if (n >= std::size_t(detail::kParallelMinElements) / 4)
-  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
-    const std::size_t lo = std::size_t(c) * kChunk, hi = std::min(n, lo + kChunk);
-    std::size_t i = lo;
-#ifdef FP8EMU_ADAM_X86
-    const std::size_t blocks = (hi - lo) / 8;
-    if (isa == detail::GemmIsa::kAvx512) adam_avx512(w + lo, g + lo, m + lo, v + lo, blocks, args);
-    else if (isa == detail::GemmIsa::kAvx2) adam_avx2(w + lo, g + lo, m + lo, v + lo, blocks, args);
-    else adam_base(w + lo, g + lo, m + lo, v + lo, blocks, args);
-    i += 8 * blocks;
-#endif
-    for (; i < hi; ++i) core::adam_element(w[i], g[i], m[i], v[i], b1, b2, step, sqrt_bc2, eps);
-  }
 }
 
 }  // namespace fp8emu::emu

@@ -34,4 +34,20 @@ inline CacheTile cache_tile(int M, int N, int rows0, int cols0, int reg_rows, in
   return t;
 }
 
+/// Runs body(offset, count of 8-blocks) over n elements in chunks of 4096 (OpenMP for large n),
+/// then tail(i) for the last n % 8.
+template <class Body, class Tail>
+void for_blocks(std::size_t n, Body body, Tail tail) {
+  constexpr std::size_t kChunk = 4096;
+  const std::size_t blocks = n / 8;
+  const std::ptrdiff_t chunks = std::ptrdiff_t((blocks * 8 + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (n >= std::size_t(kParallelMinElements) / 4)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const std::size_t lo = std::size_t(c) * kChunk;
+    const std::size_t hi = std::min(lo + kChunk, blocks * 8);
+    body(lo, (hi - lo) / 8);
+  }
+  for (std::size_t i = blocks * 8; i < n; ++i) tail(i);
+}
+
 }  // namespace fp8emu::emu::detail
