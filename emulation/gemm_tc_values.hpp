@@ -34,4 +34,10 @@ inline constexpr std::int32_t kTcValuesNoExponent = -100000;
 void gemm_tc_values(int M, int N, int K, const float* a, const std::int32_t* ea, const float* b,
                     const std::int32_t* eb, const core::MmaDatapath& p, float* D);
 
+/// gemm_tc_values's AVX-512 kernel (gemm_tc_values512.cpp: fp64 FMAs rounded toward zero, the FP8
+/// kernels' method), for rows of blocks of 4, 8 or 16 products; false, computing nothing, where the
+/// processor lacks AVX512_VPOPCNTDQ or the row is outside it. Same contract and bits as gemm_tc_values.
+bool gemm_tc_values_avx512(int M, int N, int K, const float* a, const std::int32_t* ea, const float* b,
+                           const std::int32_t* eb, const core::MmaDatapath& p, float* D);
+
 }  // namespace fp8emu::emu::detail

@@ -127,14 +127,17 @@ TEST_CASE("gemm_tc_nn's vector kernel equals the per-element core path on every 
           "[mma][values][element]") {
   // The fp16, bf16 and tf32 rows run detail::gemm_tc_values (emulation/gemm_tc_values.cpp) for rows
   // whose exponents lie in its range and the element loop for the others. Shapes past one cache
-  // tile (128 columns, 64 rows) and one K chunk (256), ragged against every block and vector width;
+  // tile (128 columns, 64 or 72 rows) and one K chunk (256), ragged against every block, vector
+  // width and register tile;
   // rows out of range, with NaN or Inf, of fp16 subnormals, and of the largest significands (each
   // block's product terms near 2^31, the kernel's int32 bound).
   namespace isa_ns = fp8emu::emu::detail;
   const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const bool saved_fma512 = isa_ns::gemm_tc_fma512();
+  const bool fma512_supported = isa_ns::set_gemm_tc_fma512(true);
   const int saved_threads = omp_get_max_threads();
   std::mt19937 rng(11);
-  const int M = 70, N = 133, K = 300;
+  const int M = 77, N = 133, K = 300;
   std::uint64_t compared = 0;
   for (const AccumulationModel& m : kAccumulationModels) {
     if (m.datapath != Datapath::kTensorCore || m.input == core::MmaOperands::kFp8) continue;
@@ -181,23 +184,29 @@ TEST_CASE("gemm_tc_nn's vector kernel equals the per-element core path on every 
         const auto* b = reinterpret_cast<const std::uint32_t*>(Bt.data()) + j;
         want[std::size_t(i) * N + j] = core::mma_dot(core::MmaValues{a, 1}, core::MmaValues{b, N}, K, 0u, p);
       }
+    // On AVX-512 both kernels: the fp64 FMA one (gemm_tc_values512.cpp, where the processor has
+    // VPOPCNTDQ) and the 16-lane one (set_gemm_tc_fma512(false)).
     for (int path = 0; path <= int(isa_ns::gemm_isa_supported()); ++path)
-      for (int threads : {1, 2}) {
-        REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(path)) == isa_ns::GemmIsa(path));
-        omp_set_num_threads(threads);
-        std::vector<float> D(want.size(), -1.0f);
-        emu::gemm_tc_nn(M, N, K, A.data(), Bt.data(), m.id, D.data());
-        std::size_t bad = 0, first = 0;
-        for (std::size_t x = 0; x < D.size(); ++x)
-          if (to_bits(D[x]) != want[x] && bad++ == 0) first = x;
-        INFO(isa_ns::to_string(isa_ns::GemmIsa(path)) << ", " << threads << " threads, first mismatch at [" << first / N
-                                                      << ", " << first % N << "]: " << D[first] << " vs "
-                                                      << from_bits(want[first]));
-        CHECK(bad == 0);
-        compared += D.size();
-      }
+      for (const bool fma512 : {true, false})
+        for (int threads : {1, 2}) {
+          if (!fma512 && (path != int(isa_ns::GemmIsa::kAvx512) || !fma512_supported)) continue;
+          REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(path)) == isa_ns::GemmIsa(path));
+          REQUIRE(isa_ns::set_gemm_tc_fma512(fma512) == (fma512 && fma512_supported));
+          omp_set_num_threads(threads);
+          std::vector<float> D(want.size(), -1.0f);
+          emu::gemm_tc_nn(M, N, K, A.data(), Bt.data(), m.id, D.data());
+          std::size_t bad = 0, first = 0;
+          for (std::size_t x = 0; x < D.size(); ++x)
+            if (to_bits(D[x]) != want[x] && bad++ == 0) first = x;
+          INFO(isa_ns::to_string(isa_ns::GemmIsa(path))
+               << (fma512 ? "" : " (16-lane kernel)") << ", " << threads << " threads, first mismatch at ["
+               << first / N << ", " << first % N << "]: " << D[first] << " vs " << from_bits(want[first]));
+          CHECK(bad == 0);
+          compared += D.size();
+        }
   }
   isa_ns::set_gemm_isa(saved_isa);
+  isa_ns::set_gemm_tc_fma512(saved_fma512);
   omp_set_num_threads(saved_threads);
   CHECK(compared > 100000);
 }
