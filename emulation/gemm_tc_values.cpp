@@ -210,7 +210,11 @@ void gemm_tc_values(int M, int N, int K, const float* a, const std::int32_t* ea,
     return;
   }
   const GemmIsa isa = gemm_isa();
-  if (isa == GemmIsa::kAvx512 && gemm_tc_fma512() && gemm_tc_values_avx512(M, N, K, a, ea, b, eb, p, D)) return;
+  if (gemm_tc_values_avx512_takes(p)) {  // the same exponents, from the values' bits
+    gemm_tc_values_avx512(M, N, K, TcValuesSource{a, std::size_t(K), 1, nullptr},
+                          TcValuesSource{b, std::size_t(K), 1, nullptr}, p, D);
+    return;
+  }
   const int L = isa == GemmIsa::kAvx512 ? 16 : 8;
   const int Np = (N + L - 1) / L * L;
   thread_local std::vector<float> bp_buf;

@@ -4,6 +4,7 @@
 // computes. Used by emu::gemm_tc_nn and emu::mma_tn_values (emulation/mma.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "fp8emu/core/mma_model.hpp"
@@ -34,10 +35,27 @@ inline constexpr std::int32_t kTcValuesNoExponent = -100000;
 void gemm_tc_values(int M, int N, int K, const float* a, const std::int32_t* ea, const float* b,
                     const std::int32_t* eb, const core::MmaDatapath& p, float* D);
 
+/// An operand of the AVX-512 kernel read in place: element (r, t) of row r at x[r * rs + t * ts],
+/// rows contiguous (ts = 1) or, for B only, columns contiguous (rs = 1: the [K, N] B of an NN
+/// GEMM). Rows with rows_ok[r] == 0 read as zeros (rows_ok null: every row is taken). A taken
+/// row's non-zero elements must be finite with exponents in the kernel's range (as for
+/// gemm_tc_values); each one's exponent is its fp32 exponent clamped at the format's emin.
+struct TcValuesSource {
+  const float* x;
+  std::size_t rs, ts;
+  const unsigned char* rows_ok;
+};
+
+/// Whether gemm_tc_values_avx512 takes the datapath on this processor and path: AVX-512 with
+/// VPOPCNTDQ, gemm_isa() kAvx512 and gemm_tc_fma512() (FP8EMU_GEMM_TC=int16 picks the 16-lane
+/// kernel instead), blocks of 4, 8 or 16.
+bool gemm_tc_values_avx512_takes(const core::MmaDatapath& p);
+
 /// gemm_tc_values's AVX-512 kernel (gemm_tc_values512.cpp: fp64 FMAs rounded toward zero, the FP8
-/// kernels' method), for rows of blocks of 4, 8 or 16 products; false, computing nothing, where the
-/// processor lacks AVX512_VPOPCNTDQ or the row is outside it. Same contract and bits as gemm_tc_values.
-bool gemm_tc_values_avx512(int M, int N, int K, const float* a, const std::int32_t* ea, const float* b,
-                           const std::int32_t* eb, const core::MmaDatapath& p, float* D);
+/// kernels' method) on operands read in place; D [M, N] row-major, +0 where a row is not taken.
+/// Same bits as gemm_tc_values. Throws (an internal error) where gemm_tc_values_avx512_takes is
+/// false or a layout is not one of the above.
+void gemm_tc_values_avx512(int M, int N, int K, const TcValuesSource& a, const TcValuesSource& b,
+                           const core::MmaDatapath& p, float* D);
 
 }  // namespace fp8emu::emu::detail

@@ -44,6 +44,8 @@
 
 #include <omp.h>
 
+#include "fp8emu/util/error.hpp"
+#include "gemm_isa.hpp"
 #include "gemm_tc_chain.hpp"
 #include "gemm_tc_values.hpp"
 #include "parallel.hpp"
@@ -90,7 +92,7 @@ struct View {
 
 // The datapath's constants.
 struct Consts {
-  int block, F, keep, BA, BB;
+  int block, F, keep, BA, BB, emin;
   std::uint16_t floor_word;
   double widen;
 };
@@ -99,23 +101,29 @@ struct Consts {
 #define FP8EMU_TC_INLINE __attribute__((always_inline)) inline
 constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;  // the FMAs' embedded rounding
 
-// Elements [k0, k0 + 16) of a source row (values x, exponents xe; zeros past K or for a padding row,
-// x null): the values, the exponent words ((e + bias) << 4 in each dword, 0 for a zero) and the
-// masks of non-zero and of negative elements.
+// The exponent words of 16 values x with non-zero mask nz: (e + bias) << 4 in each dword, e the
+// fp32 exponent clamped at the format's emin (core::decode_value's exponent), 0 for a zero.
+FP8EMU_TC_V512 FP8EMU_TC_INLINE __m512i exp_words(__m512 x, __mmask16 nz, int emin, int bias) {
+  const __m512i field = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 23), _mm512_set1_epi32(0xFF));
+  const __m512i e = _mm512_max_epi32(_mm512_sub_epi32(field, _mm512_set1_epi32(127)), _mm512_set1_epi32(emin));
+  return _mm512_maskz_slli_epi32(nz, _mm512_add_epi32(e, _mm512_set1_epi32(bias)), 4);
+}
+
+// Elements [k0, k0 + 16) of a contiguous source row x (zeros past K, and for x null): the values,
+// the exponent words and the masks of non-zero and of negative elements.
 struct Sixteen {
   __m512 v;
   __m512i w;
   __mmask16 nz, neg;
 };
-FP8EMU_TC_V512 FP8EMU_TC_INLINE Sixteen load16(const float* x, const std::int32_t* xe, int k0, int K, int bias) {
+FP8EMU_TC_V512 FP8EMU_TC_INLINE Sixteen load16(const float* x, int k0, int K, int emin, int bias) {
   const int n = x ? std::max(0, std::min(16, K - k0)) : 0;
   const __mmask16 in = n == 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
   Sixteen s;
   s.v = _mm512_maskz_loadu_ps(in, x ? x + k0 : nullptr);
   s.nz = _mm512_cmp_ps_mask(s.v, _mm512_setzero_ps(), _CMP_NEQ_UQ) & in;
   s.neg = _mm512_cmp_ps_mask(s.v, _mm512_setzero_ps(), _CMP_LT_OQ) & in;
-  const __m512i e = _mm512_maskz_loadu_epi32(in, xe ? xe + k0 : nullptr);
-  s.w = _mm512_maskz_slli_epi32(s.nz, _mm512_add_epi32(e, _mm512_set1_epi32(bias)), 4);
+  s.w = exp_words(s.v, s.nz, emin, bias);
   return s;
 }
 
@@ -128,17 +136,21 @@ inline void store_masks(std::uint64_t* m, std::size_t stride, unsigned lo, unsig
     m[std::size_t(q) * stride] = ((lo >> (q * block)) & field) | (((hi >> (q * block)) & field) << 16);
 }
 
-FP8EMU_TC_V512 void pack_a_row(int i, int M, int K, int Kp, const float* a, const std::int32_t* ea, const Consts& cs,
-                              Packed& p) {
+// Row r of a source, or null for a row read as zeros.
+inline const float* source_row(const TcValuesSource& x, int r, int rows) {
+  return r < rows && (!x.rows_ok || x.rows_ok[r]) ? x.x + std::size_t(r) * x.rs : nullptr;
+}
+
+// Row i of A (contiguous: ts = 1).
+FP8EMU_TC_V512 void pack_a_row(int i, int M, int K, int Kp, const TcValuesSource& a, const Consts& cs, Packed& p) {
   const int blocks = Kp / cs.block;
   double* v = p.av.data() + std::size_t(i) * std::size_t(Kp);
   std::uint32_t* e = p.ae.data() + std::size_t(i) * std::size_t(Kp);
   std::uint64_t* m = p.am.data() + std::size_t(i) * std::size_t(blocks);
-  const float* x = i < M ? a + std::size_t(i) * std::size_t(K) : nullptr;
-  const std::int32_t* xe = i < M ? ea + std::size_t(i) * std::size_t(K) : nullptr;
+  const float* x = source_row(a, i, M);
   const __m512d widen = _mm512_set1_pd(cs.widen);
   for (int k0 = 0; k0 < Kp; k0 += 16) {
-    const Sixteen s = load16(x, xe, k0, K, cs.BA);
+    const Sixteen s = load16(x, k0, K, cs.emin, cs.BA);
     const int n = std::min(16, Kp - k0);
     const __mmask16 out = n == 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
     _mm512_mask_storeu_pd(v + k0, __mmask8(out), _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(s.v)), widen));
@@ -149,48 +161,99 @@ FP8EMU_TC_V512 void pack_a_row(int i, int M, int K, int Kp, const float* a, cons
   }
 }
 
-// Panel pb of B: per column 16 elements at a time, their masks and values and words stored down
-// the panel's column (a 16 x 32 transpose through a buffer per step of 16 k).
-FP8EMU_TC_V512 void pack_b_panel(int pb, int N, int K, int Kp, const float* b, const std::int32_t* eb,
-                                const Consts& cs, Packed& p) {
+// One k of a B panel: 32 values (two vectors of 16 columns) and their exponent words, stored in the
+// panel's layout (words in word_position order).
+FP8EMU_TC_V512 FP8EMU_TC_INLINE void store_k(const __m512* col, const __m512i* wc, const __m512i& perm, double* v,
+                                               std::uint16_t* e) {
+  for (int h = 0; h < 2; ++h) {
+    _mm512_storeu_pd(v + 16 * h, _mm512_cvtps_pd(_mm512_castps512_ps256(col[h])));
+    _mm512_storeu_pd(v + 16 * h + 8,
+                     _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(col[h]), 1))));
+  }
+  const __m512i words =
+      _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(wc[0])), _mm512_cvtepi32_epi16(wc[1]), 1);
+  _mm512_storeu_si512(e, _mm512_permutexvar_epi16(perm, words));
+}
+
+// The vpermw index of store_k: word position -> source column (the inverse of word_position).
+FP8EMU_TC_V512 FP8EMU_TC_INLINE __m512i word_permutation() {
+  alignas(64) std::uint16_t inv[kTileCols];
+  for (int c = 0; c < kTileCols; ++c) inv[word_position(c)] = std::uint16_t(c);
+  return _mm512_load_si512(inv);
+}
+
+// Panel pb of B from a source of contiguous rows (ts = 1): per column 16 elements at a time, their
+// masks, and values and words moved to the panel through a 32 x 16 buffer per 16 k.
+FP8EMU_TC_V512 void pack_b_rows(int pb, int N, int K, int Kp, const TcValuesSource& b, const Consts& cs, Packed& p) {
   const int blocks = Kp / cs.block;
   double* v = p.bv.data() + std::size_t(pb) * std::size_t(Kp) * kTileCols;
   std::uint16_t* e = p.be.data() + std::size_t(pb) * std::size_t(Kp) * kTileCols;
   std::uint64_t* m = p.bm.data() + std::size_t(pb) * std::size_t(blocks) * kTileCols;
   alignas(64) float vt[kTileCols][16];
   alignas(64) std::uint32_t wt[kTileCols][16];
-  // vpermw index: word position -> source column (the inverse of word_position).
-  alignas(64) std::uint16_t inv[kTileCols];
-  for (int c = 0; c < kTileCols; ++c) inv[word_position(c)] = std::uint16_t(c);
-  const __m512i perm = _mm512_load_si512(inv);
+  const __m512i perm = word_permutation();
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(16));
   for (int k0 = 0; k0 < Kp; k0 += 16) {
     const int n = std::min(16, Kp - k0);
     for (int c = 0; c < kTileCols; ++c) {
-      const int j = pb * kTileCols + c;
-      const Sixteen s = load16(j < N ? b + std::size_t(j) * std::size_t(K) : nullptr,
-                               j < N ? eb + std::size_t(j) * std::size_t(K) : nullptr, k0, K, cs.BB);
+      const Sixteen s = load16(source_row(b, pb * kTileCols + c, N), k0, K, cs.emin, cs.BB);
       _mm512_store_ps(vt[c], s.v);
       _mm512_store_si512(wt[c], s.w);
       store_masks(m + std::size_t(k0 / cs.block) * kTileCols + std::size_t(c), kTileCols, s.neg, s.nz & ~s.neg, cs.block,
                   n / cs.block);
     }
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(16));
     for (int kk = 0; kk < n; ++kk) {
-      const std::size_t k = std::size_t(k0 + kk);
       __m512 col[2];
       __m512i wc[2];
       for (int h = 0; h < 2; ++h) {
         col[h] = _mm512_i32gather_ps(idx, &vt[16 * h][kk], 4);
         wc[h] = _mm512_i32gather_epi32(idx, &wt[16 * h][kk], 4);
-        _mm512_storeu_pd(v + k * kTileCols + 16 * h, _mm512_cvtps_pd(_mm512_castps512_ps256(col[h])));
-        _mm512_storeu_pd(v + k * kTileCols + 16 * h + 8,
-                         _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(col[h]), 1))));
       }
-      const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(wc[0])),
-                                               _mm512_cvtepi32_epi16(wc[1]), 1);
-      _mm512_storeu_si512(e + k * kTileCols, _mm512_permutexvar_epi16(perm, words));
+      const std::size_t k = std::size_t(k0 + kk);
+      store_k(col, wc, perm, v + k * kTileCols, e + k * kTileCols);
     }
+  }
+}
+
+// Panel pb of B from a source of contiguous columns (rs = 1: the [K, N] B of an NN GEMM): per k
+// its 32 columns in two loads, the sign words gathered per block in qword lanes.
+FP8EMU_TC_V512 void pack_b_columns(int pb, int N, int K, int Kp, const TcValuesSource& b, const Consts& cs,
+                                   Packed& p) {
+  const int blocks = Kp / cs.block;
+  double* v = p.bv.data() + std::size_t(pb) * std::size_t(Kp) * kTileCols;
+  std::uint16_t* e = p.be.data() + std::size_t(pb) * std::size_t(Kp) * kTileCols;
+  std::uint64_t* m = p.bm.data() + std::size_t(pb) * std::size_t(blocks) * kTileCols;
+  const __m512i perm = word_permutation();
+  __mmask16 in[2] = {0, 0};  // the panel's columns read (j < N and taken)
+  for (int c = 0; c < kTileCols; ++c)
+    if (source_row(b, pb * kTileCols + c, N)) in[c / 16] = __mmask16(in[c / 16] | (1u << (c % 16)));
+  const float* x = b.x + std::size_t(pb) * kTileCols;
+  __m512i word[kC];
+  for (int k = 0; k < Kp; ++k) {
+    const int kk = k % cs.block;
+    if (kk == 0)
+      for (int g = 0; g < kC; ++g) word[g] = _mm512_setzero_si512();
+    __m512 col[2];
+    __m512i wc[2];
+    __mmask16 nz[2], neg[2];
+    for (int h = 0; h < 2; ++h) {
+      const __mmask16 ld = k < K ? in[h] : __mmask16(0);
+      col[h] = _mm512_maskz_loadu_ps(ld, ld ? x + std::size_t(k) * b.ts + 16 * h : nullptr);
+      nz[h] = _mm512_cmp_ps_mask(col[h], _mm512_setzero_ps(), _CMP_NEQ_UQ) & ld;
+      neg[h] = _mm512_cmp_ps_mask(col[h], _mm512_setzero_ps(), _CMP_LT_OQ) & ld;
+      wc[h] = exp_words(col[h], nz[h], cs.emin, cs.BB);
+    }
+    store_k(col, wc, perm, v + std::size_t(k) * kTileCols, e + std::size_t(k) * kTileCols);
+    // B's sign word per column: negative elements at bit kk, positive ones at bit 16 + kk.
+    const __m512i nbit = _mm512_set1_epi64(std::int64_t(1) << kk), pbit = _mm512_set1_epi64(std::int64_t(1) << (16 + kk));
+    for (int g = 0; g < kC; ++g) {
+      const __mmask8 ng = __mmask8(neg[g / 2] >> (8 * (g % 2))), pg = __mmask8((nz[g / 2] & ~neg[g / 2]) >> (8 * (g % 2)));
+      word[g] = _mm512_mask_or_epi64(word[g], ng, word[g], nbit);
+      word[g] = _mm512_mask_or_epi64(word[g], pg, word[g], pbit);
+    }
+    if (kk == cs.block - 1)
+      for (int g = 0; g < kC; ++g) _mm512_storeu_si512(m + std::size_t(k / cs.block) * kTileCols + 8 * g, word[g]);
   }
 }
 
@@ -279,8 +342,8 @@ FP8EMU_TC_V512 void tile(const View& w, const Consts& cs, int pa, int pb, int k_
   }
 }
 
-void pack(int M, int N, int K, int Mp, int Np, int Kp, const float* a, const std::int32_t* ea, const float* b,
-          const std::int32_t* eb, const Consts& cs, Packed& p) {
+void pack(int M, int N, int K, int Mp, int Np, int Kp, const TcValuesSource& a, const TcValuesSource& b,
+          const Consts& cs, Packed& p) {
   const int blocks = Kp / cs.block;
   grow(p.av, std::size_t(Mp) * std::size_t(Kp));
   grow(p.ae, std::size_t(Mp) * std::size_t(Kp));
@@ -292,20 +355,32 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, const float* a, const std
 #pragma omp parallel for schedule(dynamic, 1) if (double(Mp + Np) * double(Kp) >= double(kParallelMinElements))
   for (int t = 0; t < pas + pbs; ++t) {
     if (t < pas)
-      for (int r = 0; r < kR; ++r) pack_a_row(t * kR + r, M, K, Kp, a, ea, cs, p);
+      for (int r = 0; r < kR; ++r) pack_a_row(t * kR + r, M, K, Kp, a, cs, p);
+    else if (b.ts == 1)
+      pack_b_rows(t - pas, N, K, Kp, b, cs, p);
     else
-      pack_b_panel(t - pas, N, K, Kp, b, eb, cs, p);
+      pack_b_columns(t - pas, N, K, Kp, b, cs, p);
   }
 }
 
 }  // namespace
 
-bool gemm_tc_values_avx512(int M, int N, int K, const float* a, const std::int32_t* ea, const float* b,
-                           const std::int32_t* eb, const core::MmaDatapath& p, float* D) {
+bool gemm_tc_values_avx512_takes(const core::MmaDatapath& p) {
   const int s = core::operand_fraction_bits(p.operands) + 1;
-  if (!gemm_tc_fma_avx512_supported() || !tc_values_fast_path(p) || !(p.block == 4 || p.block == 8 || p.block == 16) ||
-      s > 11 || p.fraction_bits < 23 || p.fraction_bits > 28 || p.significant_bits > 24 || K < 1)
-    return false;
+  return gemm_isa() == GemmIsa::kAvx512 && gemm_tc_fma512() && gemm_tc_fma_avx512_supported() &&
+         tc_values_fast_path(p) && (p.block == 4 || p.block == 8 || p.block == 16) && s <= 11 &&
+         p.fraction_bits >= 23 && p.fraction_bits <= 28 && p.significant_bits <= 24;
+}
+
+void gemm_tc_values_avx512(int M, int N, int K, const TcValuesSource& a, const TcValuesSource& b,
+                           const core::MmaDatapath& p, float* D) {
+  FP8EMU_CHECK(gemm_tc_values_avx512_takes(p) && a.ts == 1 && (b.ts == 1 || b.rs == 1),
+               "gemm_tc_values_avx512: a datapath or layout it does not take");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    std::fill(D, D + std::size_t(M) * std::size_t(N), 0.0f);
+    return;
+  }
   const int F = p.fraction_bits;
   const int floor_e = std::max(p.exponent_floor, F - 126);
   const Consts cs{p.block,
@@ -313,12 +388,13 @@ bool gemm_tc_values_avx512(int M, int N, int K, const float* a, const std::int32
                   p.significant_bits,
                   512,
                   511,
+                  core::operand_emin(p.operands),
                   std::uint16_t((floor_e + 1023) << 4),
                   1.0 + 1.0 / double(std::uint64_t(1) << (F + 3))};
   const int Kp = (K + p.block - 1) / p.block * p.block;
   const int Mp = (M + kR - 1) / kR * kR, Np = (N + kTileCols - 1) / kTileCols * kTileCols;
   thread_local Packed packed;
-  pack(M, N, K, Mp, Np, Kp, a, ea, b, eb, cs, packed);
+  pack(M, N, K, Mp, Np, Kp, a, b, cs, packed);
   const View w{Kp, Kp / p.block, &packed};
   const bool parallel = double(M) * N * K >= kParallelMinMacs;
   const CacheTile ct = cache_tile(Mp, Np, kMc / kR * kR, kNc, kR, kTileCols, parallel ? omp_get_max_threads() : 1);
@@ -360,12 +436,12 @@ bool gemm_tc_values_avx512(int M, int N, int K, const float* a, const std::int32
   trim(packed.bv);
   trim(packed.ae);
   trim(packed.be);
-  return true;
 }
 #else
-bool gemm_tc_values_avx512(int, int, int, const float*, const std::int32_t*, const float*, const std::int32_t*,
-                           const core::MmaDatapath&, float*) {
-  return false;
+bool gemm_tc_values_avx512_takes(const core::MmaDatapath&) { return false; }
+void gemm_tc_values_avx512(int, int, int, const TcValuesSource&, const TcValuesSource&, const core::MmaDatapath&,
+                           float*) {
+  FP8EMU_CHECK(false, "gemm_tc_values_avx512: not built for this target");
 }
 #endif  // FP8EMU_TC_VALUES512_X86
 

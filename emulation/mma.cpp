@@ -45,8 +45,13 @@ const AccumulationModel& values_row(Accumulation model, const char* who) {
   return m;
 }
 
-// Every element of x [n] a value of the operand format.
+// Every element of x [n] a value of the operand format: a parallel pass that finds whether any is
+// not, then (only then) the first one, for the error.
 void check_values(const float* x, std::size_t n, core::MmaOperands o, const char* who, const char* name) {
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= std::size_t(1) << 20)
+  for (std::ptrdiff_t i = 0; i < std::ptrdiff_t(n); ++i) bad |= core::is_operand_value(core::f32_to_bits(x[i]), o) ? 0 : 1;
+  if (!bad) return;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t u = core::f32_to_bits(x[i]);
     FP8EMU_CHECK(core::is_operand_value(u, o), who, ": ", name, "[", i, "] = ", x[i], " (0x", std::hex, u, std::dec,
@@ -70,6 +75,9 @@ struct DecodedRows {
   const float* vval = nullptr;  // per-thread scratch (detail::grow), valid until the next decode
   const std::int32_t* vexp = nullptr;
   std::vector<unsigned char> vec;
+  // direct: the AVX-512 kernel reads the rows it takes in place (detail::TcValuesSource), no arrays.
+  bool direct = false;
+  detail::TcValuesSource source{};
 };
 
 // Per-thread scratch of the vector kernel's operands, A's and B's, reused across calls.
@@ -83,7 +91,7 @@ thread_local VectorScratch vector_scratch[2];
 // vector_scratch[slot]) the kernel's arrays too, rows qualifying with exponents in
 // [lo, detail::kTcValuesMaxExponent], and the element loop's arrays only for the other rows.
 DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::size_t ts, core::MmaOperands o,
-                        bool vector, int lo, int slot) {
+                        bool vector, int lo, int slot, bool direct) {
   DecodedRows d;
   d.rows = rows;
   d.k = k;
@@ -95,7 +103,10 @@ DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::si
   d.vec.assign(std::size_t(rows), 0);
   float* vval = nullptr;
   std::int32_t* vexp = nullptr;
-  if (vector) {
+  if (vector && direct) {
+    d.direct = true;
+    d.source = detail::TcValuesSource{x, rs, ts, nullptr};  // rows_ok: d.vec, set by the caller
+  } else if (vector) {
     vval = detail::grow(vector_scratch[slot].val, n);
     vexp = detail::grow(vector_scratch[slot].exp, n);
     d.vval = vval;
@@ -109,33 +120,59 @@ DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::si
     d.exp[at] = v.term.sig == 0u ? kZeroExp : v.term.exp;
     return v;
   };
+  if (!vector) {
 #pragma omp parallel for schedule(static) if (double(rows) * k >= 1e6)
-  for (int r = 0; r < rows; ++r) {
-    if (!vector) {
+    for (int r = 0; r < rows; ++r)
       for (int t = 0; t < k; ++t)
         if (element(r, t).cls != 0u) d.special[std::size_t(r)] = 1;
-      continue;
+    return d;
+  }
+  // The kernel's arrays, in tiles of 16 rows x 16 elements read through a buffer (B's rows are the
+  // source's columns: its reads stay within 16 cache lines per tile). The exponent is
+  // core::decode_value's for finite non-zero values (the fp32 exponent, clamped at the format's
+  // emin); NaN, Inf and exponents outside [lo, 50] put the row out of range.
+  constexpr int kGroup = 16;
+  const int emin = core::operand_emin(o);
+#pragma omp parallel for schedule(static) if (double(rows) * k >= 1e6)
+  for (int r0 = 0; r0 < rows; r0 += kGroup) {
+    const int n = std::min(kGroup, rows - r0);
+    int out[kGroup] = {};
+    float buf[kGroup][kGroup];
+    for (int t0 = 0; t0 < k; t0 += kGroup) {
+      const int m = std::min(kGroup, k - t0);
+      for (int j = 0; j < n; ++j)
+        for (int tt = 0; tt < m; ++tt) buf[j][tt] = x[std::size_t(r0 + j) * rs + std::size_t(t0 + tt) * ts];
+      for (int j = 0; j < n; ++j) {
+        const std::size_t at = std::size_t(r0 + j) * std::size_t(k) + std::size_t(t0);
+        int o_j = 0;
+        for (int tt = 0; tt < m; ++tt) {
+          const float xv = buf[j][tt];
+          const std::uint32_t mag = core::f32_to_bits(xv) & 0x7FFFFFFFu;
+          const int e = std::max(int(mag >> 23) - 127, emin);
+          const bool zero = mag == 0u;
+          o_j |= (mag >= 0x7F800000u || (!zero && (e < lo || e > detail::kTcValuesMaxExponent))) ? 1 : 0;
+          if (direct) continue;
+          vval[at + std::size_t(tt)] = zero ? 0.0f : xv;
+          vexp[at + std::size_t(tt)] = zero ? detail::kTcValuesNoExponent : e;
+        }
+        out[j] |= o_j;
+      }
     }
-    bool in_range = true;
-    const std::size_t row = std::size_t(r) * std::size_t(k);
-    for (int t = 0; t < k; ++t) {
-      const float xv = x[std::size_t(r) * rs + std::size_t(t) * ts];
-      const core::MmaDecoded v = core::decode_value(core::f32_to_bits(xv), o);
-      const bool zero = v.cls != 0u || v.term.sig == 0u;
-      in_range = in_range && v.cls == 0u &&
-                 (zero || (v.term.exp >= lo && v.term.exp <= detail::kTcValuesMaxExponent));
-      vval[row + std::size_t(t)] = zero ? 0.0f : xv;
-      vexp[row + std::size_t(t)] = zero ? detail::kTcValuesNoExponent : v.term.exp;
+    for (int j = 0; j < n; ++j) {
+      const int r = r0 + j;
+      const std::size_t row = std::size_t(r) * std::size_t(k);
+      if (!out[j]) {
+        d.vec[std::size_t(r)] = 1;
+        continue;
+      }
+      // The kernel sees zeros; the element loop recomputes this row's elements.
+      if (!direct) {
+        std::fill(vval + row, vval + row + std::size_t(k), 0.0f);
+        std::fill(vexp + row, vexp + row + std::size_t(k), detail::kTcValuesNoExponent);
+      }
+      for (int t = 0; t < k; ++t)
+        if (element(r, t).cls != 0u) d.special[std::size_t(r)] = 1;
     }
-    if (in_range) {
-      d.vec[std::size_t(r)] = 1;
-      continue;
-    }
-    // The kernel sees zeros; the element loop recomputes this row's elements.
-    std::fill(vval + row, vval + row + std::size_t(k), 0.0f);
-    std::fill(vexp + row, vexp + row + std::size_t(k), detail::kTcValuesNoExponent);
-    for (int t = 0; t < k; ++t)
-      if (element(r, t).cls != 0u) d.special[std::size_t(r)] = 1;
   }
   return d;
 }
@@ -164,9 +201,12 @@ void complete_rows(DecodedRows& d, const float* x, std::size_t rs, std::size_t t
 // kernel, each operand's element arrays in full when the other has a row the kernel does not take.
 std::pair<DecodedRows, DecodedRows> decode_operands(const float* A, int M, std::size_t ras, std::size_t tas,
                                                     const float* B, int N, std::size_t rbs, std::size_t tbs, int K,
-                                                    core::MmaOperands o, bool vector, int lo) {
-  std::pair<DecodedRows, DecodedRows> d{decode_rows(A, M, K, ras, tas, o, vector, lo, 0),
-                                        decode_rows(B, N, K, rbs, tbs, o, vector, lo, 1)};
+                                                    core::MmaOperands o, bool vector, int lo,
+                                                    const core::MmaDatapath& p) {
+  // The AVX-512 kernel reads both operands in place where it takes the row and the layouts.
+  const bool direct = vector && detail::gemm_tc_values_avx512_takes(p) && tas == 1 && (tbs == 1 || rbs == 1);
+  std::pair<DecodedRows, DecodedRows> d{decode_rows(A, M, K, ras, tas, o, vector, lo, 0, direct),
+                                        decode_rows(B, N, K, rbs, tbs, o, vector, lo, 1, direct)};
   if (!vector) return d;
   const auto all = [](const DecodedRows& r) {
     for (unsigned char v : r.vec)
@@ -236,8 +276,16 @@ void gemm_decoded(const DecodedRows& a, const DecodedRows& b, const core::MmaDat
   const int M = a.rows, N = b.rows, K = a.k;
   const bool fast = p.steps == 1 && p.c_joins_first_step && p.accumulator == core::MmaAccumulator::kFp32;
   const int frac2 = 2 * core::operand_fraction_bits(p.operands);
-  const bool vector = a.vval != nullptr && b.vval != nullptr;
-  if (vector) detail::gemm_tc_values(M, N, K, a.vval, a.vexp, b.vval, b.vexp, p, D);
+  const bool direct = a.direct && b.direct;
+  const bool vector = direct || (a.vval != nullptr && b.vval != nullptr);
+  if (direct) {
+    detail::TcValuesSource sa = a.source, sb = b.source;
+    sa.rows_ok = a.vec.data();
+    sb.rows_ok = b.vec.data();
+    detail::gemm_tc_values_avx512(M, N, K, sa, sb, p, D);
+  } else if (vector) {
+    detail::gemm_tc_values(M, N, K, a.vval, a.vexp, b.vval, b.vexp, p, D);
+  }
 #pragma omp parallel for schedule(static) if (double(M) * N * K >= 1e6)
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
@@ -263,7 +311,7 @@ void mma_tn_values(int M, int N, int K, const float* A, const float* B, Accumula
   const core::MmaDatapath p = m.tensor_core();
   const bool vec = vector_kernel(p, K, C);
   const int lo = detail::tc_values_min_exponent(p);
-  const auto d = decode_operands(A, M, std::size_t(K), 1, B, N, std::size_t(K), 1, K, m.operands, vec, lo);
+  const auto d = decode_operands(A, M, std::size_t(K), 1, B, N, std::size_t(K), 1, K, m.operands, vec, lo, p);
   gemm_decoded(d.first, d.second, p, C, D);
   for (VectorScratch& v : vector_scratch) {
     detail::trim(v.val);
@@ -280,8 +328,8 @@ void gemm_tc_nn(int M, int N, int K, const float* A, const float* B, Accumulatio
   const core::MmaDatapath p = m.tensor_core();
   const bool vec = vector_kernel(p, K, nullptr);
   const int lo = detail::tc_values_min_exponent(p);
-  const auto d = decode_operands(A, M, std::size_t(K), 1, B, N, 1, std::size_t(N), K, m.operands, vec,
-                                 lo);  // B's columns as rows
+  const auto d = decode_operands(A, M, std::size_t(K), 1, B, N, 1, std::size_t(N), K, m.operands, vec, lo,
+                                 p);  // B's columns as rows
   gemm_decoded(d.first, d.second, p, nullptr, D);
   for (VectorScratch& v : vector_scratch) {
     detail::trim(v.val);

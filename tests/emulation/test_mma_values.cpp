@@ -123,7 +123,7 @@ TEST_CASE("mma_tn_values: a value outside the format and an FP8 row are refused"
                     Catch::Contains("gemm_tc_nn: 'fp32' is not a tensor-core model"));
 }
 
-TEST_CASE("gemm_tc_nn's vector kernel equals the per-element core path on every ISA path and row",
+TEST_CASE("gemm_tc_nn's and mma_tn_values' vector kernels equal the per-element core path on every ISA path and row",
           "[mma][values][element]") {
   // The fp16, bf16 and tf32 rows run detail::gemm_tc_values (emulation/gemm_tc_values.cpp) for rows
   // whose exponents lie in its range and the element loop for the others. Shapes past one cache
@@ -177,6 +177,9 @@ TEST_CASE("gemm_tc_nn's vector kernel equals the per-element core path on every 
       if (f16)  // row 8: fp16 subnormals (exponent clamped at -14)
         A[std::size_t(8) * K + k] = from_bits(core::half_to_f32_bits(std::uint16_t(rng() & 0x83FFu)));
     }
+    std::vector<float> B(std::size_t(N) * K);  // Bt transposed
+    for (int k = 0; k < K; ++k)
+      for (int j = 0; j < N; ++j) B[std::size_t(j) * K + std::size_t(k)] = Bt[std::size_t(k) * N + std::size_t(j)];
     std::vector<std::uint32_t> want(std::size_t(M) * N);
     for (int i = 0; i < M; ++i)
       for (int j = 0; j < N; ++j) {
@@ -193,16 +196,21 @@ TEST_CASE("gemm_tc_nn's vector kernel equals the per-element core path on every 
           REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(path)) == isa_ns::GemmIsa(path));
           REQUIRE(isa_ns::set_gemm_tc_fma512(fma512) == (fma512 && fma512_supported));
           omp_set_num_threads(threads);
-          std::vector<float> D(want.size(), -1.0f);
-          emu::gemm_tc_nn(M, N, K, A.data(), Bt.data(), m.id, D.data());
-          std::size_t bad = 0, first = 0;
-          for (std::size_t x = 0; x < D.size(); ++x)
-            if (to_bits(D[x]) != want[x] && bad++ == 0) first = x;
-          INFO(isa_ns::to_string(isa_ns::GemmIsa(path))
-               << (fma512 ? "" : " (16-lane kernel)") << ", " << threads << " threads, first mismatch at ["
-               << first / N << ", " << first % N << "]: " << D[first] << " vs " << from_bits(want[first]));
-          CHECK(bad == 0);
-          compared += D.size();
+          // gemm_tc_nn reads B [K, N] (columns contiguous), mma_tn_values B^T [N, K] (rows).
+          for (const bool nn : {true, false}) {
+            std::vector<float> D(want.size(), -1.0f);
+            if (nn) emu::gemm_tc_nn(M, N, K, A.data(), Bt.data(), m.id, D.data());
+            else emu::mma_tn_values(M, N, K, A.data(), B.data(), m.id, nullptr, D.data());
+            std::size_t bad = 0, first = 0;
+            for (std::size_t x = 0; x < D.size(); ++x)
+              if (to_bits(D[x]) != want[x] && bad++ == 0) first = x;
+            INFO((nn ? "gemm_tc_nn, " : "mma_tn_values, ")
+                 << isa_ns::to_string(isa_ns::GemmIsa(path)) << (fma512 ? "" : " (16-lane kernel)") << ", " << threads
+                 << " threads, first mismatch at [" << first / N << ", " << first % N << "]: " << D[first] << " vs "
+                 << from_bits(want[first]));
+            CHECK(bad == 0);
+            compared += D.size();
+          }
         }
   }
   isa_ns::set_gemm_isa(saved_isa);
