@@ -28,9 +28,11 @@ GemmIsa set_gemm_isa(GemmIsa isa);
 /// at what the processor supports. Returns the choice now in force. Not thread-safe, like set_gemm_isa.
 bool gemm_pack_vbmi();
 bool set_gemm_pack_vbmi(bool on);
-/// Which AVX-512 tensor-core kernel runs the Hopper and Ada models: the fp32 FMAs rounded toward
-/// zero (gemm_tc_fma.cpp; needs AVX512_VPOPCNTDQ; the default where the processor has it) or the
-/// int16 significand kernel (gemm_tensor_core.cpp). Same bits; FP8EMU_GEMM_TC=int16|fma in the
+/// Which AVX-512 tensor-core kernels run: the FMAs rounded toward zero (needs AVX512_VPOPCNTDQ; the
+/// default where the processor has it: gemm_tc_fma512.cpp for the Hopper and Ada models,
+/// gemm_tc_values512.cpp for the fp16, bf16 and tf32 rows) or the int16 significand kernel
+/// (gemm_tensor_core.cpp) and the 16-lane values kernel (gemm_tc_values.cpp). Same bits;
+/// FP8EMU_GEMM_TC=int16|fma in the
 /// environment (read once) or set_gemm_tc_fma512() (tests) chooses; true is capped at what the
 /// processor supports. Not thread-safe, like set_gemm_isa.
 bool gemm_tc_fma512();
