@@ -136,7 +136,8 @@ __attribute__((always_inline)) inline void tile(const float* const* av, const st
     }
     for (int r = 0; r < kRows; ++r) {
       const VD s = __builtin_convertvector(S[r], VD) + __builtin_convertvector(ct[r], VD);  // exact: |s| < 2^32
-      const VD cut = (VD)((VQ)s & p.cut_mask);
+      // An exact zero sum is +0 (s is -0 when S = -ct under a caller's round-down mode).
+      const VD cut = s == 0.0 ? VD{} : (VD)((VQ)s & p.cut_mask);
       const VD scale = (VD)((__builtin_convertvector(E[r], VQ) + (1023 - p.F)) << 52);  // 2^(E - F)
       c[r] = __builtin_convertvector(cut * scale, VF);
     }

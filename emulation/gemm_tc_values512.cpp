@@ -12,12 +12,13 @@
 //    range gives every non-zero product's ea + eb >= 2 F - 126 and every non-zero c an exponent
 //    >= F - 126 (gemm_tc_values.cpp's range argument), so the third term never changes E where a
 //    term exists; it only keeps E in range for a block without any (whose result is +0 whatever E).
-//    E is computed on 16-bit words holding the fp64 exponent field of M below, shifted left by 4:
-//    A's word (ea + BA) << 4, B's (eb + BB) << 4, BA + BB = 1075 - F, 0 for a zero. A word sum
-//    with one zero is at most (50 + 526) << 4, below (F - 126 - F + 1075) << 4, the floor's word,
-//    so it never wins; every sum is below 2^15.
+//    E is computed on 16-bit words holding the fp64 exponent field of 2^E shifted left by 4: A's
+//    word (ea + 512) << 4, B's (eb + 511) << 4, 0 for a zero; the maximum starts at the floor's
+//    word (F - 126 + 1023) << 4 >= 920 << 4. A word sum with one zero is at most (50 + 512) << 4,
+//    so it never wins; every sum is at most (100 + 1023) << 4 < 2^15.
 //  * M = 1.5 * 2^(E - F + 52): the binade [2^(E - F + 52), 2^(E - F + 53)) has ulp g = 2^(E - F),
-//    the model's truncation grid. |c| + 17 * 2^(E + 2) < 2^(E + 7) keeps every partial sum in it.
+//    the model's truncation grid. |c| + 17 * 2^(E + 2) < 2^(E + 7) <= 2^(E - F + 51) (F <= 44)
+//    keeps every partial sum in it.
 //  * acc = RZ(M + c (1 + 2^-(F + 3))), then acc = RZ(acc + a' b) per product, a' = a (1 + 2^-(F+3))
 //    (exact in fp64: s + F + 3 <= 42 bits; the FMA's product is exact inside it). acc stays
 //    positive, so RZ rounds down. For a positive term t (p = a b, or c) of lsb(t) >= 2^(e_t + 1 - q)
@@ -29,7 +30,8 @@
 //  * n = popcount((neg_a ^ neg_b) & nz_a & nz_b) over the block, + 1 when c < 0; added to acc's
 //    bits (M + S g - n g stays in the binade, so adding n to the bits adds n g).
 //  * acc - M = S g exactly (Sterbenz); clearing its low 53 - keep fraction bits is the model's cut
-//    (sign-magnitude truncation to `keep` significant bits); S = 0 gives +0 (x - x is +0 in RZ).
+//    (sign-magnitude truncation to `keep` significant bits); S = 0 gives +0 (x - x is +0 in RZ:
+//    every FP operation here rounds toward zero by its embedded rounding, whatever MXCSR holds).
 //    The result is an fp32 value (the range argument: normal, at most 24 bits), the next block's c.
 // Register tiles: 4 rows x 32 columns (16 zmm accumulators of 8 doubles; per k 4 loads, 4
 // broadcasts and 16 FMAs, and for the next block's E 1 load, 4 broadcasts, 4 word adds and 4 word
@@ -299,8 +301,8 @@ FP8EMU_TC_V512 void tile(const View& w, const Consts& cs, int pa, int pb, int k_
   for (int k = k_begin; k < k_begin + BLOCK; ++k) exponent_step(aep, bep, k, E16);
   for (int k0 = k_begin; k0 < k_end; k0 += BLOCK) {
     const int blk = k0 / BLOCK;
-    // M's field = max(E's words, c's field + 52 - F); acc = RZ(M + c (1 + 2^-(F + 3))), plus 1 on
-    // its bits when c < 0.
+    // M = 1.5 * 2^(E - F + 52), E's field that of max(2^(the words' E), |c|); acc = RZ(M + c (1 +
+    // 2^-(F + 3))), plus 1 on its bits when c < 0.
     __m512d acc[kR][kC];
     for (int r = 0; r < kR; ++r) {
       const __m512i lo = _mm512_unpacklo_epi16(zero, E16[r]), hi = _mm512_unpackhi_epi16(zero, E16[r]);
@@ -333,13 +335,26 @@ FP8EMU_TC_V512 void tile(const View& w, const Consts& cs, int pa, int pb, int k_
       const __m512i aw = _mm512_set1_epi64(std::int64_t(w.p->am[std::size_t(pa * kR + r) * std::size_t(w.blocks) + std::size_t(blk)]));
       for (int c = 0; c < kC; ++c) {
         const int x = 8 * (r * kC + c);
-        const __m512d S = _mm512_sub_pd(
+        // Rounded toward zero as every FP operation here (embedded), whatever MXCSR holds: exact,
+        // and an exact zero is +0 (in the caller's round-down mode it would be -0).
+        const __m512d S = _mm512_sub_round_pd(
             _mm512_castsi512_pd(_mm512_add_epi64(_mm512_castpd_si512(acc[r][c]), _mm512_popcnt_epi64(_mm512_and_si512(aw, bw[c])))),
-            _mm512_load_pd(Ms + x));
+            _mm512_load_pd(Ms + x), kRz);
         _mm512_storeu_pd(ch + x, _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(S), cut_mask)));
       }
     }
   }
+}
+
+// D's elements of one register tile's chains (fp32 values held as doubles: converted exactly).
+FP8EMU_TC_V512 void store_tile(const double* st, int i0, int j0, int M, int N, float* D) {
+  for (int rr = 0; rr < kR && i0 + rr < M; ++rr)
+    for (int c = 0; c < kC; ++c) {
+      const int j = j0 + 8 * c, n = std::max(0, std::min(8, N - j));
+      if (n == 0) break;
+      _mm256_mask_storeu_ps(D + std::size_t(i0 + rr) * std::size_t(N) + std::size_t(j), __mmask8((1u << n) - 1u),
+                            _mm512_cvtpd_ps(_mm512_loadu_pd(st + rr * kTileCols + 8 * c)));
+    }
 }
 
 void pack(int M, int N, int K, int Mp, int Np, int Kp, const TcValuesSource& a, const TcValuesSource& b,
@@ -422,13 +437,8 @@ void gemm_tc_values_avx512(int M, int N, int K, const TcValuesSource& a, const T
           }
       }
       for (int r = 0; r < rg; ++r)
-        for (int c = 0; c < cg; ++c) {
-          const double* st = ch + std::size_t(r * cg + c) * kR * kTileCols;
-          for (int rr = 0; rr < kR && i0 + r * kR + rr < M; ++rr)
-            for (int cc = 0; cc < kTileCols && j0 + c * kTileCols + cc < N; ++cc)
-              D[std::size_t(i0 + r * kR + rr) * std::size_t(N) + std::size_t(j0 + c * kTileCols + cc)] =
-                  float(st[rr * kTileCols + cc]);
-        }
+        for (int c = 0; c < cg; ++c)
+          store_tile(ch + std::size_t(r * cg + c) * kR * kTileCols, i0 + r * kR, j0 + c * kTileCols, M, N, D);
     }
     trim(state_buf);
   }

@@ -12,6 +12,7 @@
 #include "fp8emu/emulation/quantize.hpp"
 #include "fp8emu/util/error.hpp"
 #include "gemm_tc_values.hpp"
+#include "parallel.hpp"
 #include "scratch.hpp"
 
 namespace fp8emu::emu {
@@ -47,10 +48,21 @@ const AccumulationModel& values_row(Accumulation model, const char* who) {
 
 // Every element of x [n] a value of the operand format: a parallel pass that finds whether any is
 // not, then (only then) the first one, for the error.
+// For bf16 and tf32 the pass is core::is_operand_value's test written for vectors (the low fraction
+// bits clear, or a NaN); fp16's round trip is core::is_operand_value itself.
 void check_values(const float* x, std::size_t n, core::MmaOperands o, const char* who, const char* name) {
-  int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= std::size_t(1) << 20)
-  for (std::ptrdiff_t i = 0; i < std::ptrdiff_t(n); ++i) bad |= core::is_operand_value(core::f32_to_bits(x[i]), o) ? 0 : 1;
+  unsigned bad = 0;
+  if (o == core::MmaOperands::kFp16) {
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= std::size_t(detail::kParallelMinElements) / 4)
+    for (std::ptrdiff_t i = 0; i < std::ptrdiff_t(n); ++i) bad |= core::is_operand_value(core::f32_to_bits(x[i]), o) ? 0u : 1u;
+  } else {
+    const std::uint32_t low = (1u << (23 - core::operand_fraction_bits(o))) - 1u;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= std::size_t(detail::kParallelMinElements))
+    for (std::ptrdiff_t i = 0; i < std::ptrdiff_t(n); ++i) {
+      const std::uint32_t u = core::f32_to_bits(x[i]);
+      bad |= ((u & low) != 0u ? 1u : 0u) & ((u & 0x7FFFFFFFu) <= 0x7F800000u ? 1u : 0u);
+    }
+  }
   if (!bad) return;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t u = core::f32_to_bits(x[i]);
@@ -127,38 +139,79 @@ DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::si
         if (element(r, t).cls != 0u) d.special[std::size_t(r)] = 1;
     return d;
   }
-  // The kernel's arrays, in tiles of 16 rows x 16 elements read through a buffer (B's rows are the
-  // source's columns: its reads stay within 16 cache lines per tile). The exponent is
-  // core::decode_value's for finite non-zero values (the fp32 exponent, clamped at the format's
-  // emin); NaN, Inf and exponents outside [lo, 50] put the row out of range.
-  constexpr int kGroup = 16;
+  // The exponent is core::decode_value's for finite non-zero values (the fp32 exponent, clamped at
+  // the format's emin); NaN, Inf and exponents outside [lo, 50] put the row out of range.
   const int emin = core::operand_emin(o);
+  // On the fp32 exponent field f: the clamped exponent max(f - 127, emin) is below lo exactly when
+  // emin < lo and f < lo + 127, above 50 exactly when f > 50 + 127 (branch-free, for vectors).
+  const std::uint32_t field_lo = emin < lo ? std::uint32_t(lo + 127) : 0u;
+  const std::uint32_t field_hi = std::uint32_t(detail::kTcValuesMaxExponent + 127);
+  const auto out_of_range = [field_lo, field_hi](float xv) -> unsigned char {
+    const std::uint32_t mag = core::f32_to_bits(xv) & 0x7FFFFFFFu, f = mag >> 23;
+    return static_cast<unsigned char>((mag >= 0x7F800000u ? 1u : 0u) |
+                                      ((mag != 0u ? 1u : 0u) & ((f < field_lo ? 1u : 0u) | (f > field_hi ? 1u : 0u))));
+  };
+  const auto element_row = [&](int r) {
+    for (int t = 0; t < k; ++t)
+      if (element(r, t).cls != 0u) d.special[std::size_t(r)] = 1;
+  };
+  if (direct) {  // the row flags only: rows contiguous (ts = 1) or columns contiguous (rs = 1)
+    std::vector<unsigned char> out(std::size_t(rows), 0);
+    const bool parallel = double(rows) * k >= double(detail::kParallelMinElements);
+    if (ts == 1) {
+#pragma omp parallel for schedule(static) if (parallel)
+      for (int r = 0; r < rows; ++r) {
+        const float* xr = x + std::size_t(r) * rs;
+        unsigned char o_r = 0;
+        for (int t = 0; t < k; ++t) o_r |= out_of_range(xr[t]);
+        out[std::size_t(r)] = o_r;
+      }
+    } else {
+      constexpr int kSpan = 64;  // columns per task
+#pragma omp parallel for schedule(static) if (parallel)
+      for (int r0 = 0; r0 < rows; r0 += kSpan) {
+        const int span = std::min(kSpan, rows - r0);
+        unsigned char o_r[kSpan] = {};
+        for (int t = 0; t < k; ++t) {
+          const float* xt = x + std::size_t(t) * ts + std::size_t(r0);
+          for (int j = 0; j < span; ++j) o_r[j] |= out_of_range(xt[j]);
+        }
+        std::copy(o_r, o_r + span, out.begin() + r0);
+      }
+    }
+    for (int r = 0; r < rows; ++r) {
+      d.vec[std::size_t(r)] = out[std::size_t(r)] ? 0 : 1;
+      if (out[std::size_t(r)]) element_row(r);  // the element loop computes this row's elements
+    }
+    return d;
+  }
+  // The kernel's arrays, in tiles of 16 rows x 16 elements read through a buffer (B's rows are the
+  // source's columns: its reads stay within 16 cache lines per tile).
+  constexpr int kGroup = 16;
 #pragma omp parallel for schedule(static) if (double(rows) * k >= 1e6)
   for (int r0 = 0; r0 < rows; r0 += kGroup) {
-    const int n = std::min(kGroup, rows - r0);
+    const int group = std::min(kGroup, rows - r0);
     int out[kGroup] = {};
     float buf[kGroup][kGroup];
     for (int t0 = 0; t0 < k; t0 += kGroup) {
       const int m = std::min(kGroup, k - t0);
-      for (int j = 0; j < n; ++j)
+      for (int j = 0; j < group; ++j)
         for (int tt = 0; tt < m; ++tt) buf[j][tt] = x[std::size_t(r0 + j) * rs + std::size_t(t0 + tt) * ts];
-      for (int j = 0; j < n; ++j) {
+      for (int j = 0; j < group; ++j) {
         const std::size_t at = std::size_t(r0 + j) * std::size_t(k) + std::size_t(t0);
         int o_j = 0;
         for (int tt = 0; tt < m; ++tt) {
           const float xv = buf[j][tt];
           const std::uint32_t mag = core::f32_to_bits(xv) & 0x7FFFFFFFu;
-          const int e = std::max(int(mag >> 23) - 127, emin);
           const bool zero = mag == 0u;
-          o_j |= (mag >= 0x7F800000u || (!zero && (e < lo || e > detail::kTcValuesMaxExponent))) ? 1 : 0;
-          if (direct) continue;
+          o_j |= out_of_range(xv);
           vval[at + std::size_t(tt)] = zero ? 0.0f : xv;
-          vexp[at + std::size_t(tt)] = zero ? detail::kTcValuesNoExponent : e;
+          vexp[at + std::size_t(tt)] = zero ? detail::kTcValuesNoExponent : std::max(int(mag >> 23) - 127, emin);
         }
         out[j] |= o_j;
       }
     }
-    for (int j = 0; j < n; ++j) {
+    for (int j = 0; j < group; ++j) {
       const int r = r0 + j;
       const std::size_t row = std::size_t(r) * std::size_t(k);
       if (!out[j]) {
@@ -166,12 +219,9 @@ DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::si
         continue;
       }
       // The kernel sees zeros; the element loop recomputes this row's elements.
-      if (!direct) {
-        std::fill(vval + row, vval + row + std::size_t(k), 0.0f);
-        std::fill(vexp + row, vexp + row + std::size_t(k), detail::kTcValuesNoExponent);
-      }
-      for (int t = 0; t < k; ++t)
-        if (element(r, t).cls != 0u) d.special[std::size_t(r)] = 1;
+      std::fill(vval + row, vval + row + std::size_t(k), 0.0f);
+      std::fill(vexp + row, vexp + row + std::size_t(k), detail::kTcValuesNoExponent);
+      element_row(r);
     }
   }
   return d;

@@ -5,6 +5,7 @@
 // NaN or Inf is checked against it with subnormals and the whole exponent range), and their errors.
 #include <catch2/catch.hpp>
 
+#include <cfenv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -217,4 +218,73 @@ TEST_CASE("gemm_tc_nn's and mma_tn_values' vector kernels equal the per-element 
   isa_ns::set_gemm_tc_fma512(saved_fma512);
   omp_set_num_threads(saved_threads);
   CHECK(compared > 100000);
+}
+
+TEST_CASE("The values GEMMs' vector kernels keep the element model's bits in round-down mode",
+          "[mma][values][element]") {
+  // Every floating-point step of the kernels is exact or rounds by its own mode, so the caller's
+  // MXCSR mode must not change a bit. Round-down is the mode that shows it: there x - x is -0. A
+  // block that cancels exactly (1 - 1, or c = 1 and a product -1) must give +0, and the next block
+  // must see c = +0 (a -0 taken for a negative c would add one grid step). Worked by hand for every
+  // row (blocks of 4, 8 or 16, one or two of them): 1 - 1 = +0, then +0 + 1 = 1 (0x3F800000);
+  // 1 - 1 alone = +0; 1, then 1 - 1 = +0.
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const bool saved_fma512 = isa_ns::gemm_tc_fma512();
+  const bool fma512_supported = isa_ns::set_gemm_tc_fma512(true);
+  const int saved_mode = std::fegetround();
+  std::mt19937 rng(5);
+  std::size_t compared = 0;
+  for (const AccumulationModel& m : kAccumulationModels) {
+    if (m.datapath != Datapath::kTensorCore || m.input == core::MmaOperands::kFp8) continue;
+    INFO(m.name);
+    const core::MmaDatapath p = m.tensor_core();
+    // Hand-worked: the first block is 1, -1, 0 ..., the next starts with 1.
+    const int Kh = 2 * m.block;
+    std::vector<float> ah(std::size_t(Kh), 0.0f), bh(std::size_t(Kh), 0.0f);
+    ah[0] = 1.0f;
+    ah[1] = -1.0f;
+    ah[std::size_t(m.block)] = 1.0f;
+    bh[0] = bh[1] = bh[std::size_t(m.block)] = 1.0f;
+    // Random operands with cancelling blocks: values +-2^e (e in -3 .. 3) and zeros.
+    const int M = 9, N = 37, K = 96;
+    std::vector<float> A(std::size_t(M) * K), B(std::size_t(N) * K);
+    for (std::vector<float>* v : {&A, &B})
+      for (float& x : *v) x = rng() % 4 == 0 ? 0.0f : ((rng() & 1) ? -1.0f : 1.0f) * std::ldexp(1.0f, int(rng() % 7) - 3);
+    std::vector<std::uint32_t> want(std::size_t(M) * N);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j)
+        want[std::size_t(i) * N + j] = core::mma_dot(
+            core::MmaValues{reinterpret_cast<const std::uint32_t*>(A.data()) + std::size_t(i) * K, 1},
+            core::MmaValues{reinterpret_cast<const std::uint32_t*>(B.data()) + std::size_t(j) * K, 1}, K, 0u, p);
+    for (int path = 0; path <= int(isa_ns::gemm_isa_supported()); ++path)
+      for (const bool fma512 : {true, false}) {
+        if (!fma512 && (path != int(isa_ns::GemmIsa::kAvx512) || !fma512_supported)) continue;
+        REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(path)) == isa_ns::GemmIsa(path));
+        REQUIRE(isa_ns::set_gemm_tc_fma512(fma512) == (fma512 && fma512_supported));
+        INFO(isa_ns::to_string(isa_ns::GemmIsa(path)) << (fma512 ? "" : " (16-lane kernel)"));
+        float dh = -1.0f, dh1 = -1.0f, dh2 = -1.0f;
+        std::vector<float> ac(std::size_t(Kh), 0.0f), bc(std::size_t(Kh), 0.0f);
+        ac[0] = 1.0f;
+        ac[std::size_t(m.block)] = -1.0f;
+        bc[0] = bc[std::size_t(m.block)] = 1.0f;
+        std::vector<float> D(want.size());
+        REQUIRE(std::fesetround(FE_DOWNWARD) == 0);
+        emu::mma_tn_values(1, 1, Kh, ah.data(), bh.data(), m.id, nullptr, &dh);
+        emu::mma_tn_values(1, 1, m.block, ah.data(), bh.data(), m.id, nullptr, &dh1);
+        emu::mma_tn_values(1, 1, Kh, ac.data(), bc.data(), m.id, nullptr, &dh2);
+        emu::mma_tn_values(M, N, K, A.data(), B.data(), m.id, nullptr, D.data());
+        std::fesetround(saved_mode);
+        CHECK(to_bits(dh) == 0x3F800000u);
+        CHECK(to_bits(dh1) == 0u);
+        CHECK(to_bits(dh2) == 0u);
+        std::size_t bad = 0;
+        for (std::size_t x = 0; x < D.size(); ++x) bad += to_bits(D[x]) != want[x];
+        CHECK(bad == 0);
+        compared += D.size();
+      }
+  }
+  isa_ns::set_gemm_isa(saved_isa);
+  isa_ns::set_gemm_tc_fma512(saved_fma512);
+  CHECK(compared > 10000);
 }
