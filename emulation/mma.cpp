@@ -99,6 +99,15 @@ struct VectorScratch {
 };
 thread_local VectorScratch vector_scratch[2];
 
+// The element loop's arrays of d (rows x k), allocated uninitialised where not yet there.
+void element_arrays(DecodedRows& d) {
+  if (d.sig) return;
+  const std::size_t n = std::size_t(d.rows) * std::size_t(d.k);
+  d.sig.reset(new std::int32_t[n]);
+  d.exp.reset(new std::int32_t[n]);
+  d.terms.reset(new core::MmaDecoded[n]);
+}
+
 // Decodes rows x k values (element (r, t) at x[r * rs + t * ts]); with `vector` (into
 // vector_scratch[slot]) the kernel's arrays too, rows qualifying with exponents in
 // [lo, detail::kTcValuesMaxExponent], and the element loop's arrays only for the other rows.
@@ -108,9 +117,7 @@ DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::si
   d.rows = rows;
   d.k = k;
   const std::size_t n = std::size_t(rows) * std::size_t(k);
-  d.sig.reset(new std::int32_t[n]);
-  d.exp.reset(new std::int32_t[n]);
-  d.terms.reset(new core::MmaDecoded[n]);
+  if (!direct) element_arrays(d);  // the direct path allocates them only for a row it leaves
   d.special.assign(std::size_t(rows), 0);
   d.vec.assign(std::size_t(rows), 0);
   float* vval = nullptr;
@@ -181,7 +188,9 @@ DecodedRows decode_rows(const float* x, int rows, int k, std::size_t rs, std::si
     }
     for (int r = 0; r < rows; ++r) {
       d.vec[std::size_t(r)] = out[std::size_t(r)] ? 0 : 1;
-      if (out[std::size_t(r)]) element_row(r);  // the element loop computes this row's elements
+      if (!out[std::size_t(r)]) continue;
+      element_arrays(d);
+      element_row(r);  // the element loop computes this row's elements
     }
     return d;
   }
@@ -233,6 +242,7 @@ void complete_rows(DecodedRows& d, const float* x, std::size_t rs, std::size_t t
   bool any = false;
   for (unsigned char v : d.vec) any = any || v;
   if (!any) return;
+  element_arrays(d);
   const int k = d.k;
 #pragma omp parallel for schedule(static) if (double(d.rows) * k >= 1e6)
   for (int r = 0; r < d.rows; ++r) {
@@ -336,6 +346,10 @@ void gemm_decoded(const DecodedRows& a, const DecodedRows& b, const core::MmaDat
   } else if (vector) {
     detail::gemm_tc_values(M, N, K, a.vval, a.vexp, b.vval, b.vexp, p, D);
   }
+  const auto all = [](const std::vector<unsigned char>& v) {
+    return std::all_of(v.begin(), v.end(), [](unsigned char x) { return x != 0; });
+  };
+  if (vector && all(a.vec) && all(b.vec)) return;  // the kernel took every element
 #pragma omp parallel for schedule(static) if (double(M) * N * K >= 1e6)
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
