@@ -136,8 +136,9 @@ __attribute__((always_inline)) inline void tile(const float* const* av, const st
     }
     for (int r = 0; r < kRows; ++r) {
       const VD s = __builtin_convertvector(S[r], VD) + __builtin_convertvector(ct[r], VD);  // exact: |s| < 2^32
-      // An exact zero sum is +0 (s is -0 when S = -ct under a caller's round-down mode).
-      const VD cut = s == 0.0 ? VD{} : (VD)((VQ)s & p.cut_mask);
+      // Under a caller's round-down mode an exact zero sum (S = -ct) is -0 here: harmless as the
+      // next block's c (no exponent, a zero term), and written as +0 by cache_tile's store.
+      const VD cut = (VD)((VQ)s & p.cut_mask);
       const VD scale = (VD)((__builtin_convertvector(E[r], VQ) + (1023 - p.F)) << 52);  // 2^(E - F)
       c[r] = __builtin_convertvector(cut * scale, VF);
     }
@@ -180,7 +181,8 @@ __attribute__((always_inline)) inline void cache_tile(const Operands& o, int i0,
   }
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < std::min(cols, o.N - j0); ++j)
-      o.D[std::size_t(i0 + r) * std::size_t(o.N) + std::size_t(j0 + j)] = state[r * kChunkCols + j];
+      o.D[std::size_t(i0 + r) * std::size_t(o.N) + std::size_t(j0 + j)] =
+          state[r * kChunkCols + j] == 0.0f ? 0.0f : state[r * kChunkCols + j];  // +0 for -0 (see tile)
 }
 
 // One function per instruction-set path (the OpenMP region that calls them is compiled for the
