@@ -28,6 +28,26 @@ namespace {
 float from_bits(std::uint32_t u) { return core::bits_to_f32(u); }
 std::uint32_t to_bits(float x) { return core::f32_to_bits(x); }
 
+// Runs body(name of the kernel) once per values kernel this processor has: every instruction-set
+// path, and on AVX-512 both kernels (the fp64 FMA one of gemm_tc_values512.cpp where the processor
+// has VPOPCNTDQ, and the 16-lane one, set_gemm_tc_fma512(false)); the choices are restored after.
+template <class Body>
+void for_each_values_kernel(Body body) {
+  namespace isa_ns = fp8emu::emu::detail;
+  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
+  const bool saved_fma512 = isa_ns::gemm_tc_fma512();
+  const bool fma512_supported = isa_ns::set_gemm_tc_fma512(true);
+  for (int path = 0; path <= int(isa_ns::gemm_isa_supported()); ++path)
+    for (const bool fma512 : {true, false}) {
+      if (!fma512 && (path != int(isa_ns::GemmIsa::kAvx512) || !fma512_supported)) continue;
+      REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(path)) == isa_ns::GemmIsa(path));
+      REQUIRE(isa_ns::set_gemm_tc_fma512(fma512) == (fma512 && fma512_supported));
+      body(std::string(isa_ns::to_string(isa_ns::GemmIsa(path))) + (fma512 ? "" : " (16-lane kernel)"));
+    }
+  isa_ns::set_gemm_isa(saved_isa);
+  isa_ns::set_gemm_tc_fma512(saved_fma512);
+}
+
 // Random values of the operand format: normals of a wide exponent range, subnormals, zeros of both
 // signs and (with `specials`) NaN and Inf.
 std::vector<float> random_values(std::size_t n, core::MmaOperands o, std::mt19937& rng, bool specials,
@@ -133,9 +153,6 @@ TEST_CASE("gemm_tc_nn's and mma_tn_values' vector kernels equal the per-element 
   // rows out of range, with NaN or Inf, of fp16 subnormals, and of the largest significands (each
   // block's product terms near 2^31, the kernel's int32 bound).
   namespace isa_ns = fp8emu::emu::detail;
-  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
-  const bool saved_fma512 = isa_ns::gemm_tc_fma512();
-  const bool fma512_supported = isa_ns::set_gemm_tc_fma512(true);
   const int saved_threads = omp_get_max_threads();
   std::mt19937 rng(11);
   const int M = 77, N = 133, K = 300;
@@ -188,34 +205,26 @@ TEST_CASE("gemm_tc_nn's and mma_tn_values' vector kernels equal the per-element 
         const auto* b = reinterpret_cast<const std::uint32_t*>(Bt.data()) + j;
         want[std::size_t(i) * N + j] = core::mma_dot(core::MmaValues{a, 1}, core::MmaValues{b, N}, K, 0u, p);
       }
-    // On AVX-512 both kernels: the fp64 FMA one (gemm_tc_values512.cpp, where the processor has
-    // VPOPCNTDQ) and the 16-lane one (set_gemm_tc_fma512(false)).
-    for (int path = 0; path <= int(isa_ns::gemm_isa_supported()); ++path)
-      for (const bool fma512 : {true, false})
-        for (int threads : {1, 2}) {
-          if (!fma512 && (path != int(isa_ns::GemmIsa::kAvx512) || !fma512_supported)) continue;
-          REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(path)) == isa_ns::GemmIsa(path));
-          REQUIRE(isa_ns::set_gemm_tc_fma512(fma512) == (fma512 && fma512_supported));
-          omp_set_num_threads(threads);
-          // gemm_tc_nn reads B [K, N] (columns contiguous), mma_tn_values B^T [N, K] (rows).
-          for (const bool nn : {true, false}) {
-            std::vector<float> D(want.size(), -1.0f);
-            if (nn) emu::gemm_tc_nn(M, N, K, A.data(), Bt.data(), m.id, D.data());
-            else emu::mma_tn_values(M, N, K, A.data(), B.data(), m.id, nullptr, D.data());
-            std::size_t bad = 0, first = 0;
-            for (std::size_t x = 0; x < D.size(); ++x)
-              if (to_bits(D[x]) != want[x] && bad++ == 0) first = x;
-            INFO((nn ? "gemm_tc_nn, " : "mma_tn_values, ")
-                 << isa_ns::to_string(isa_ns::GemmIsa(path)) << (fma512 ? "" : " (16-lane kernel)") << ", " << threads
-                 << " threads, first mismatch at [" << first / N << ", " << first % N << "]: " << D[first] << " vs "
-                 << from_bits(want[first]));
-            CHECK(bad == 0);
-            compared += D.size();
-          }
+    for_each_values_kernel([&](const std::string& kernel) {
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        // gemm_tc_nn reads B [K, N] (columns contiguous), mma_tn_values B^T [N, K] (rows).
+        for (const bool nn : {true, false}) {
+          std::vector<float> D(want.size(), -1.0f);
+          if (nn) emu::gemm_tc_nn(M, N, K, A.data(), Bt.data(), m.id, D.data());
+          else emu::mma_tn_values(M, N, K, A.data(), B.data(), m.id, nullptr, D.data());
+          std::size_t bad = 0, first = 0;
+          for (std::size_t x = 0; x < D.size(); ++x)
+            if (to_bits(D[x]) != want[x] && bad++ == 0) first = x;
+          INFO((nn ? "gemm_tc_nn, " : "mma_tn_values, ")
+               << kernel << ", " << threads << " threads, first mismatch at [" << first / N << ", " << first % N
+               << "]: " << D[first] << " vs " << from_bits(want[first]));
+          CHECK(bad == 0);
+          compared += D.size();
         }
+      }
+    });
   }
-  isa_ns::set_gemm_isa(saved_isa);
-  isa_ns::set_gemm_tc_fma512(saved_fma512);
   omp_set_num_threads(saved_threads);
   CHECK(compared > 100000);
 }
@@ -228,10 +237,6 @@ TEST_CASE("The values GEMMs' vector kernels keep the element model's bits in rou
   // must see c = +0 (a -0 taken for a negative c would add one grid step). Worked by hand for every
   // row (blocks of 4, 8 or 16, one or two of them): 1 - 1 = +0, then +0 + 1 = 1 (0x3F800000);
   // 1 - 1 alone = +0; 1, then 1 - 1 = +0.
-  namespace isa_ns = fp8emu::emu::detail;
-  const isa_ns::GemmIsa saved_isa = isa_ns::gemm_isa();
-  const bool saved_fma512 = isa_ns::gemm_tc_fma512();
-  const bool fma512_supported = isa_ns::set_gemm_tc_fma512(true);
   const int saved_mode = std::fegetround();
   std::mt19937 rng(5);
   std::size_t compared = 0;
@@ -257,34 +262,28 @@ TEST_CASE("The values GEMMs' vector kernels keep the element model's bits in rou
         want[std::size_t(i) * N + j] = core::mma_dot(
             core::MmaValues{reinterpret_cast<const std::uint32_t*>(A.data()) + std::size_t(i) * K, 1},
             core::MmaValues{reinterpret_cast<const std::uint32_t*>(B.data()) + std::size_t(j) * K, 1}, K, 0u, p);
-    for (int path = 0; path <= int(isa_ns::gemm_isa_supported()); ++path)
-      for (const bool fma512 : {true, false}) {
-        if (!fma512 && (path != int(isa_ns::GemmIsa::kAvx512) || !fma512_supported)) continue;
-        REQUIRE(isa_ns::set_gemm_isa(isa_ns::GemmIsa(path)) == isa_ns::GemmIsa(path));
-        REQUIRE(isa_ns::set_gemm_tc_fma512(fma512) == (fma512 && fma512_supported));
-        INFO(isa_ns::to_string(isa_ns::GemmIsa(path)) << (fma512 ? "" : " (16-lane kernel)"));
-        float dh = -1.0f, dh1 = -1.0f, dh2 = -1.0f;
-        std::vector<float> ac(std::size_t(Kh), 0.0f), bc(std::size_t(Kh), 0.0f);
-        ac[0] = 1.0f;
-        ac[std::size_t(m.block)] = -1.0f;
-        bc[0] = bc[std::size_t(m.block)] = 1.0f;
-        std::vector<float> D(want.size());
-        REQUIRE(std::fesetround(FE_DOWNWARD) == 0);
-        emu::mma_tn_values(1, 1, Kh, ah.data(), bh.data(), m.id, nullptr, &dh);
-        emu::mma_tn_values(1, 1, m.block, ah.data(), bh.data(), m.id, nullptr, &dh1);
-        emu::mma_tn_values(1, 1, Kh, ac.data(), bc.data(), m.id, nullptr, &dh2);
-        emu::mma_tn_values(M, N, K, A.data(), B.data(), m.id, nullptr, D.data());
-        std::fesetround(saved_mode);
-        CHECK(to_bits(dh) == 0x3F800000u);
-        CHECK(to_bits(dh1) == 0u);
-        CHECK(to_bits(dh2) == 0u);
-        std::size_t bad = 0;
-        for (std::size_t x = 0; x < D.size(); ++x) bad += to_bits(D[x]) != want[x];
-        CHECK(bad == 0);
-        compared += D.size();
-      }
+    for_each_values_kernel([&](const std::string& kernel) {
+      INFO(kernel);
+      float dh = -1.0f, dh1 = -1.0f, dh2 = -1.0f;
+      std::vector<float> ac(std::size_t(Kh), 0.0f), bc(std::size_t(Kh), 0.0f);
+      ac[0] = 1.0f;
+      ac[std::size_t(m.block)] = -1.0f;
+      bc[0] = bc[std::size_t(m.block)] = 1.0f;
+      std::vector<float> D(want.size());
+      REQUIRE(std::fesetround(FE_DOWNWARD) == 0);
+      emu::mma_tn_values(1, 1, Kh, ah.data(), bh.data(), m.id, nullptr, &dh);
+      emu::mma_tn_values(1, 1, m.block, ah.data(), bh.data(), m.id, nullptr, &dh1);
+      emu::mma_tn_values(1, 1, Kh, ac.data(), bc.data(), m.id, nullptr, &dh2);
+      emu::mma_tn_values(M, N, K, A.data(), B.data(), m.id, nullptr, D.data());
+      std::fesetround(saved_mode);
+      CHECK(to_bits(dh) == 0x3F800000u);
+      CHECK(to_bits(dh1) == 0u);
+      CHECK(to_bits(dh2) == 0u);
+      std::size_t bad = 0;
+      for (std::size_t x = 0; x < D.size(); ++x) bad += to_bits(D[x]) != want[x];
+      CHECK(bad == 0);
+      compared += D.size();
+    });
   }
-  isa_ns::set_gemm_isa(saved_isa);
-  isa_ns::set_gemm_tc_fma512(saved_fma512);
   CHECK(compared > 10000);
 }
