@@ -97,7 +97,9 @@ bool gemm_wide_row(int M, int N, int K, const std::uint8_t* A, const FormatSpec&
   table(sa, ta);
   table(sb, tb);
   std::vector<float> av(std::size_t(M) * std::size_t(K)), bv(std::size_t(N) * std::size_t(K));
-  std::vector<std::int32_t> ae(av.size()), be(bv.size());
+  // The AVX-512 kernel takes each exponent from its value's bits: the arrays only for the others.
+  const bool exponents = !detail::gemm_tc_values_avx512_takes(p);
+  std::vector<std::int32_t> ae(exponents ? av.size() : 0), be(exponents ? bv.size() : 0);
   std::vector<char> bad_a(static_cast<std::size_t>(M)), bad_b(static_cast<std::size_t>(N));
   const auto decode = [&](const std::uint8_t* X, int rows, const Code* t, float* v, std::int32_t* e, char* bad) {
 #pragma omp parallel for schedule(static) if (double(rows) * K >= double(detail::kParallelMinElements))
@@ -107,14 +109,15 @@ bool gemm_wide_row(int M, int N, int K, const std::uint8_t* A, const FormatSpec&
         const std::size_t x = std::size_t(r) * std::size_t(K) + std::size_t(k);
         special = special || t[X[x]].special;
         v[x] = t[X[x]].value;
-        e[x] = t[X[x]].exp;
+        if (e) e[x] = t[X[x]].exp;
       }
       bad[r] = special;  // its elements are recomputed below
     }
   };
-  decode(A, M, ta, av.data(), ae.data(), bad_a.data());
-  decode(B, N, tb, bv.data(), be.data(), bad_b.data());
-  detail::gemm_tc_values(M, N, K, av.data(), ae.data(), bv.data(), be.data(), p, D);
+  decode(A, M, ta, av.data(), exponents ? ae.data() : nullptr, bad_a.data());
+  decode(B, N, tb, bv.data(), exponents ? be.data() : nullptr, bad_b.data());
+  detail::gemm_tc_values(M, N, K, av.data(), exponents ? ae.data() : nullptr, bv.data(),
+                         exponents ? be.data() : nullptr, p, D);
   const double work = double(M) * N * K;
 #pragma omp parallel for schedule(dynamic, 4) if (work >= detail::kParallelMinMacs)
   for (int i = 0; i < M; ++i)

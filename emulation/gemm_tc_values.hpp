@@ -31,7 +31,8 @@ inline constexpr std::int32_t kTcValuesNoExponent = -100000;
 /// a [M, K]: the elements' exact values (0 for zeros, and for every element of a row that does not
 /// qualify); ea [M, K]: their clamped exponents (kTcValuesNoExponent for zeros); b, eb [N, K] the
 /// same for B. Elements whose row of A or of B does not qualify come out as +0, for the caller to
-/// overwrite. Same bits on every instruction-set path (gemm_isa()) and thread count.
+/// overwrite. Same bits on every instruction-set path (gemm_isa()) and thread count. ea and eb may
+/// be null where gemm_tc_values_avx512_takes(p) (that kernel reads the exponents from the values).
 void gemm_tc_values(int M, int N, int K, const float* a, const std::int32_t* ea, const float* b,
                     const std::int32_t* eb, const core::MmaDatapath& p, float* D);
 

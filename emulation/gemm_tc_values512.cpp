@@ -41,7 +41,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include <omp.h>
@@ -92,9 +91,13 @@ struct View {
   const std::uint16_t* b_exps(int pb) const { return p->be.data() + std::size_t(pb) * std::size_t(Kp) * kTileCols; }
 };
 
+// The exponent words' biases (see the file comment): A's word (ea + kBiasA) << 4, B's
+// (eb + kBiasB) << 4, so that a sum is the fp64 field of 2^(ea + eb), shifted left by 4.
+constexpr int kBiasA = 512, kBiasB = 511;
+
 // The datapath's constants.
 struct Consts {
-  int block, F, keep, BA, BB, emin;
+  int block, F, keep, emin;
   std::uint16_t floor_word;
   double widen;
 };
@@ -109,6 +112,12 @@ FP8EMU_TC_V512 FP8EMU_TC_INLINE __m512i exp_words(__m512 x, __mmask16 nz, int em
   const __m512i field = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 23), _mm512_set1_epi32(0xFF));
   const __m512i e = _mm512_max_epi32(_mm512_sub_epi32(field, _mm512_set1_epi32(127)), _mm512_set1_epi32(emin));
   return _mm512_maskz_slli_epi32(nz, _mm512_add_epi32(e, _mm512_set1_epi32(bias)), 4);
+}
+
+// The 16 floats of x as two vectors of 8 doubles (exact).
+FP8EMU_TC_V512 FP8EMU_TC_INLINE void widen_halves(__m512 x, __m512d* lo, __m512d* hi) {
+  *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
 }
 
 // Elements [k0, k0 + 16) of a contiguous source row x (zeros past K, and for x null): the values,
@@ -152,12 +161,13 @@ FP8EMU_TC_V512 void pack_a_row(int i, int M, int K, int Kp, const TcValuesSource
   const float* x = source_row(a, i, M);
   const __m512d widen = _mm512_set1_pd(cs.widen);
   for (int k0 = 0; k0 < Kp; k0 += 16) {
-    const Sixteen s = load16(x, k0, K, cs.emin, cs.BA);
+    const Sixteen s = load16(x, k0, K, cs.emin, kBiasA);
     const int n = std::min(16, Kp - k0);
     const __mmask16 out = n == 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
-    _mm512_mask_storeu_pd(v + k0, __mmask8(out), _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(s.v)), widen));
-    _mm512_mask_storeu_pd(v + k0 + 8, __mmask8(out >> 8),
-                          _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s.v), 1))), widen));
+    __m512d lo, hi;
+    widen_halves(s.v, &lo, &hi);
+    _mm512_mask_storeu_pd(v + k0, __mmask8(out), _mm512_mul_pd(lo, widen));
+    _mm512_mask_storeu_pd(v + k0 + 8, __mmask8(out >> 8), _mm512_mul_pd(hi, widen));
     _mm512_mask_storeu_epi32(e + k0, out, _mm512_or_si512(s.w, _mm512_slli_epi32(s.w, 16)));
     store_masks(m + k0 / cs.block, 1, s.nz & ~s.neg, s.neg, cs.block, n / cs.block);
   }
@@ -168,9 +178,10 @@ FP8EMU_TC_V512 void pack_a_row(int i, int M, int K, int Kp, const TcValuesSource
 FP8EMU_TC_V512 FP8EMU_TC_INLINE void store_k(const __m512* col, const __m512i* wc, const __m512i& perm, double* v,
                                                std::uint16_t* e) {
   for (int h = 0; h < 2; ++h) {
-    _mm512_storeu_pd(v + 16 * h, _mm512_cvtps_pd(_mm512_castps512_ps256(col[h])));
-    _mm512_storeu_pd(v + 16 * h + 8,
-                     _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(col[h]), 1))));
+    __m512d lo, hi;
+    widen_halves(col[h], &lo, &hi);
+    _mm512_storeu_pd(v + 16 * h, lo);
+    _mm512_storeu_pd(v + 16 * h + 8, hi);
   }
   const __m512i words =
       _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(wc[0])), _mm512_cvtepi32_epi16(wc[1]), 1);
@@ -199,7 +210,7 @@ FP8EMU_TC_V512 void pack_b_rows(int pb, int N, int K, int Kp, const TcValuesSour
   for (int k0 = 0; k0 < Kp; k0 += 16) {
     const int n = std::min(16, Kp - k0);
     for (int c = 0; c < kTileCols; ++c) {
-      const Sixteen s = load16(source_row(b, pb * kTileCols + c, N), k0, K, cs.emin, cs.BB);
+      const Sixteen s = load16(source_row(b, pb * kTileCols + c, N), k0, K, cs.emin, kBiasB);
       _mm512_store_ps(vt[c], s.v);
       _mm512_store_si512(wt[c], s.w);
       store_masks(m + std::size_t(k0 / cs.block) * kTileCols + std::size_t(c), kTileCols, s.neg, s.nz & ~s.neg, cs.block,
@@ -244,7 +255,7 @@ FP8EMU_TC_V512 void pack_b_columns(int pb, int N, int K, int Kp, const TcValuesS
       col[h] = _mm512_maskz_loadu_ps(ld, ld ? x + std::size_t(k) * b.ts + 16 * h : nullptr);
       nz[h] = _mm512_cmp_ps_mask(col[h], _mm512_setzero_ps(), _CMP_NEQ_UQ) & ld;
       neg[h] = _mm512_cmp_ps_mask(col[h], _mm512_setzero_ps(), _CMP_LT_OQ) & ld;
-      wc[h] = exp_words(col[h], nz[h], cs.emin, cs.BB);
+      wc[h] = exp_words(col[h], nz[h], cs.emin, kBiasB);
     }
     store_k(col, wc, perm, v + std::size_t(k) * kTileCols, e + std::size_t(k) * kTileCols);
     // B's sign word per column: negative elements at bit kk, positive ones at bit 16 + kk.
@@ -381,10 +392,11 @@ void pack(int M, int N, int K, int Mp, int Np, int Kp, const TcValuesSource& a, 
 }  // namespace
 
 bool gemm_tc_values_avx512_takes(const core::MmaDatapath& p) {
-  const int s = core::operand_fraction_bits(p.operands) + 1;
+  // tc_values_fast_path gives F in [23, 28] and at most 24 bits kept; the proof also needs operands
+  // of at most 11 significant bits (every fp16, bf16 and tf32 row).
   return gemm_isa() == GemmIsa::kAvx512 && gemm_tc_fma512() && gemm_tc_fma_avx512_supported() &&
-         tc_values_fast_path(p) && (p.block == 4 || p.block == 8 || p.block == 16) && s <= 11 &&
-         p.fraction_bits >= 23 && p.fraction_bits <= 28 && p.significant_bits <= 24;
+         tc_values_fast_path(p) && (p.block == 4 || p.block == 8 || p.block == 16) &&
+         core::operand_fraction_bits(p.operands) + 1 <= 11;
 }
 
 void gemm_tc_values_avx512(int M, int N, int K, const TcValuesSource& a, const TcValuesSource& b,
@@ -401,8 +413,6 @@ void gemm_tc_values_avx512(int M, int N, int K, const TcValuesSource& a, const T
   const Consts cs{p.block,
                   F,
                   p.significant_bits,
-                  512,
-                  511,
                   core::operand_emin(p.operands),
                   std::uint16_t((floor_e + 1023) << 4),
                   1.0 + 1.0 / double(std::uint64_t(1) << (F + 3))};

@@ -99,6 +99,11 @@ struct VectorScratch {
 };
 thread_local VectorScratch vector_scratch[2];
 
+// Whether the vector kernel takes every row (flags as DecodedRows::vec).
+bool all_taken(const std::vector<unsigned char>& vec) {
+  return std::all_of(vec.begin(), vec.end(), [](unsigned char v) { return v != 0; });
+}
+
 // The element loop's arrays of d (rows x k), allocated uninitialised where not yet there.
 void element_arrays(DecodedRows& d) {
   if (d.sig) return;
@@ -268,13 +273,8 @@ std::pair<DecodedRows, DecodedRows> decode_operands(const float* A, int M, std::
   std::pair<DecodedRows, DecodedRows> d{decode_rows(A, M, K, ras, tas, o, vector, lo, 0, direct),
                                         decode_rows(B, N, K, rbs, tbs, o, vector, lo, 1, direct)};
   if (!vector) return d;
-  const auto all = [](const DecodedRows& r) {
-    for (unsigned char v : r.vec)
-      if (!v) return false;
-    return true;
-  };
-  if (!all(d.second)) complete_rows(d.first, A, ras, tas, o);
-  if (!all(d.first)) complete_rows(d.second, B, rbs, tbs, o);
+  if (!all_taken(d.second.vec)) complete_rows(d.first, A, ras, tas, o);
+  if (!all_taken(d.first.vec)) complete_rows(d.second, B, rbs, tbs, o);
   return d;
 }
 
@@ -346,10 +346,7 @@ void gemm_decoded(const DecodedRows& a, const DecodedRows& b, const core::MmaDat
   } else if (vector) {
     detail::gemm_tc_values(M, N, K, a.vval, a.vexp, b.vval, b.vexp, p, D);
   }
-  const auto all = [](const std::vector<unsigned char>& v) {
-    return std::all_of(v.begin(), v.end(), [](unsigned char x) { return x != 0; });
-  };
-  if (vector && all(a.vec) && all(b.vec)) return;  // the kernel took every element
+  if (vector && all_taken(a.vec) && all_taken(b.vec)) return;  // the kernel took every element
 #pragma omp parallel for schedule(static) if (double(M) * N * K >= 1e6)
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
